@@ -1,0 +1,307 @@
+"""The interface every cluster backend implements, and the records it returns.
+
+A backend turns a :class:`~fsdp_sdk.config.Config` into a running cluster and
+back. ``plan()`` is pure; ``up``/``down``/``scale`` act and report progress
+through a callback; ``status()`` only reads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from fsdp_sdk.errors import ConfigError, PluginError
+
+if TYPE_CHECKING:
+    from fsdp_sdk.config import Config
+    from fsdp_sdk.runs import RunResult
+
+__all__ = [
+    "BackendRegistry",
+    "ClusterBackend",
+    "ClusterState",
+    "ClusterStatus",
+    "Plan",
+    "ProgressCallback",
+    "no_progress",
+]
+
+#: Receives one human-readable line per step of a long operation (the CLI prints them on stderr).
+ProgressCallback = Callable[[str], None]
+
+#: ``absent``: nothing exists; ``ready``: usable; ``degraded``: exists but not usable as is
+#: (a process died, a node group is unhealthy); ``pending``: being created, scaled or deleted.
+ClusterState = Literal["absent", "pending", "ready", "degraded"]
+
+
+def no_progress(message: str) -> None:
+    """A :data:`ProgressCallback` that discards every message."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What ``up`` would do, computed without side effects.
+
+    :param backend: name of the backend that made the plan.
+    :param cluster: the cluster name.
+    :param steps: the actions, in order, as sentences (``start etcd on 127.0.0.1:2379``).
+    :param resources: rendered documents the backend would apply (an eksctl ``ClusterConfig``...).
+    :param hourly_cost_usd: on-demand cost per hour of the planned nodes, when known.
+    """
+
+    backend: str
+    cluster: str
+    steps: Sequence[str]
+    resources: Sequence[Mapping[str, Any]] = ()
+    hourly_cost_usd: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return {
+            "backend": self.backend,
+            "cluster": self.cluster,
+            "steps": list(self.steps),
+            "resources": [dict(r) for r in self.resources],
+            "hourly_cost_usd": self.hourly_cost_usd,
+        }
+
+
+@dataclass(frozen=True)
+class ClusterStatus:
+    """The observed state of a cluster.
+
+    :param backend: name of the backend that reported it.
+    :param cluster: the cluster name.
+    :param state: see :data:`ClusterState`.
+    :param nodes: nodes (or simulated nodes) currently available for jobs.
+    :param endpoint: where jobs reach the cluster (an API server URL, an etcd endpoint), if any.
+    :param details: backend-specific facts (pids, ports, node group names).
+    """
+
+    backend: str
+    cluster: str
+    state: ClusterState
+    nodes: int = 0
+    endpoint: str | None = None
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def ready(self) -> bool:
+        """Whether jobs can run now."""
+        return self.state == "ready"
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        data = dataclasses.asdict(self)
+        data["details"] = dict(self.details)
+        return data
+
+
+class ClusterBackend(ABC):
+    """Creates, scales, inspects and deletes the cluster a configuration describes.
+
+    A backend plugin is two files. The distribution's ``pyproject.toml`` names the
+    plugin module in the ``fsdp_sdk`` entry-point group::
+
+        [project]
+        name = "fsdp-sdk-mycloud"
+        dependencies = ["fsdp-sdk"]
+
+        [project.entry-points.fsdp_sdk]
+        mycloud = "fsdp_sdk_mycloud.plugin"
+
+    and the plugin module implements this class and registers it::
+
+        # fsdp_sdk_mycloud/plugin.py
+        from pathlib import Path
+
+        from fsdp_sdk import hookimpl
+        from fsdp_sdk.backends.base import ClusterBackend, ClusterStatus, Plan
+
+        class MyCloudBackend(ClusterBackend):
+            name = "mycloud"
+            description = "GPU clusters on MyCloud"
+
+            def plan(self, config):
+                return Plan(backend=self.name, cluster=config.cluster.name, steps=["create a cluster"])
+
+            def up(self, config, *, dry_run=False, progress=no_progress): ...
+            def down(self, config, *, dry_run=False, progress=no_progress): ...
+            def scale(self, config, nodes, *, dry_run=False, progress=no_progress): ...
+            def status(self, config): ...
+            def kubeconfig(self, config) -> Path | None: ...
+
+        @hookimpl
+        def fsdp_sdk_register_backends(registry):
+            registry.add(MyCloudBackend)
+
+    Its tests subclass :class:`fsdp_sdk.testing.BackendConformance`.
+
+    Backends are instantiated without arguments; every method receives the
+    resolved configuration. With ``dry_run=True`` a method validates what it can
+    and changes nothing (no cloud resource, no file, no directory).
+
+    A backend whose clusters run Kubernetes returns a kubeconfig path and its jobs
+    go through :mod:`fsdp_sdk.k8s`. A backend that runs the trainer itself (the
+    built-in ``local`` backend) sets :attr:`runs_jobs` and implements :meth:`run_job`.
+    """
+
+    #: The name users pass to ``--backend``; unique among registered backends.
+    name: ClassVar[str]
+    #: One line shown by ``fsdp-sdk plugins``.
+    description: ClassVar[str] = ""
+    #: True when the backend runs training jobs itself instead of through Kubernetes.
+    runs_jobs: ClassVar[bool] = False
+
+    @abstractmethod
+    def plan(self, config: Config) -> Plan:
+        """Describe what :meth:`up` would do, without side effects.
+
+        :param config: the resolved configuration.
+        """
+
+    @abstractmethod
+    def up(self, config: Config, *, dry_run: bool = False, progress: ProgressCallback = no_progress) -> ClusterStatus:
+        """Create the cluster, or make sure the existing one matches the configuration.
+
+        Idempotent: calling it on a ready cluster changes nothing.
+
+        :param config: the resolved configuration.
+        :param dry_run: validate only; change nothing.
+        :param progress: receives a line per step.
+        :return: the status after the call (the current one on ``dry_run``).
+        :raises BackendError: the cluster could not be created.
+        """
+
+    @abstractmethod
+    def down(self, config: Config, *, dry_run: bool = False, progress: ProgressCallback = no_progress) -> ClusterStatus:
+        """Delete the cluster and the state this backend keeps for it.
+
+        Deleting an absent cluster is not an error.
+
+        :param config: the resolved configuration.
+        :param dry_run: validate only; change nothing.
+        :param progress: receives a line per step.
+        :return: the status after the call (``absent`` unless ``dry_run``).
+        """
+
+    @abstractmethod
+    def scale(
+        self, config: Config, nodes: int, *, dry_run: bool = False, progress: ProgressCallback = no_progress
+    ) -> ClusterStatus:
+        """Change the number of nodes of an existing cluster.
+
+        :param config: the resolved configuration.
+        :param nodes: the wanted number of nodes, between ``cluster.min_nodes`` and ``cluster.max_nodes``.
+        :param dry_run: validate only; change nothing.
+        :param progress: receives a line per step.
+        :raises ConfigError: ``nodes`` is out of range.
+        :raises BackendError: there is no cluster to scale, or scaling failed.
+        """
+
+    @abstractmethod
+    def status(self, config: Config) -> ClusterStatus:
+        """Report the state of the cluster; reads only.
+
+        :param config: the resolved configuration.
+        """
+
+    @abstractmethod
+    def kubeconfig(self, config: Config) -> Path | None:
+        """Path of a kubeconfig file that reaches the cluster, or ``None`` when the backend has no Kubernetes.
+
+        :param config: the resolved configuration.
+        """
+
+    def run_job(
+        self,
+        config: Config,
+        *,
+        run_id: str,
+        trainer_args: Sequence[str] = (),
+        dry_run: bool = False,
+        on_output: Callable[[str], None] | None = None,
+        progress: ProgressCallback = no_progress,
+    ) -> RunResult:
+        """Run a training job to completion; only for backends with :attr:`runs_jobs`.
+
+        :param config: the resolved configuration (``trainer`` holds the trainer settings).
+        :param run_id: a fresh identifier for this run.
+        :param trainer_args: extra ``--section.field value`` arguments for the trainer.
+        :param dry_run: print what would run, start nothing.
+        :param on_output: receives each line of the leader's output.
+        :param progress: receives a line per step.
+        """
+        raise NotImplementedError(f"backend {self.name!r} runs jobs through Kubernetes, not run_job()")
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
+
+
+class BackendRegistry:
+    """The cluster backends known to this process, filled by ``fsdp_sdk_register_backends``."""
+
+    def __init__(self) -> None:
+        self._classes: dict[str, type[ClusterBackend]] = {}
+        self._owners: dict[str, str] = {}
+        #: Name of the plugin whose hook is running; set by the plugin manager for error messages.
+        self.current_plugin: str | None = None
+
+    def add(self, cls: type[ClusterBackend]) -> None:
+        """Register a backend class under its ``name``.
+
+        :param cls: a concrete :class:`ClusterBackend` subclass.
+        :raises PluginError: ``cls`` is not a concrete backend class, has no name, or the name is taken.
+        """
+        who = self.current_plugin or "?"
+        if not (isinstance(cls, type) and issubclass(cls, ClusterBackend)):
+            raise PluginError(f"plugin {who}: registry.add() takes a ClusterBackend subclass, got {cls!r}")
+        name = getattr(cls, "name", None)
+        if not isinstance(name, str) or not name:
+            raise PluginError(f"plugin {who}: backend class {cls.__qualname__} has no 'name' string")
+        missing = sorted(getattr(cls, "__abstractmethods__", ()))
+        if missing:
+            raise PluginError(f"plugin {who}: backend {name!r} does not implement {', '.join(missing)}")
+        if name in self._classes:
+            raise PluginError(
+                f"backend {name!r} from plugin {who} is already registered by plugin {self._owners[name]}; "
+                "uninstall one of the two plugins"
+            )
+        self._classes[name] = cls
+        self._owners[name] = who
+
+    def get(self, name: str) -> type[ClusterBackend]:
+        """The backend class called ``name``.
+
+        :raises ConfigError: no backend has that name (the message lists the known ones).
+        """
+        try:
+            return self._classes[name]
+        except KeyError:
+            known = ", ".join(self.names()) or "none"
+            raise ConfigError(
+                "cluster.backend",
+                f"unknown backend {name!r}",
+                f"use one of: {known} (fsdp-sdk plugins lists them)",
+            ) from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._classes
+
+    def __iter__(self) -> Iterator[type[ClusterBackend]]:
+        return iter(self._classes[n] for n in self.names())
+
+    def __len__(self) -> int:
+        return len(self._classes)
+
+    def names(self) -> list[str]:
+        """Registered names, sorted."""
+        return sorted(self._classes)
+
+    def owner(self, name: str) -> str:
+        """Name of the plugin that registered ``name``."""
+        return self._owners[name]

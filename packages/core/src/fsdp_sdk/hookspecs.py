@@ -1,0 +1,195 @@
+"""Hook specifications: everything a plugin can do to fsdp-sdk.
+
+A plugin is a module (or any object) with functions named after these hooks and
+decorated with :data:`hookimpl`. Third-party plugins are found through the
+``fsdp_sdk`` entry-point group of their distribution::
+
+    # pyproject.toml
+    [project.entry-points.fsdp_sdk]
+    my_plugin = "my_package.plugin"
+
+    # my_package/plugin.py
+    from fsdp_sdk import hookimpl
+
+    @hookimpl
+    def fsdp_sdk_register_backends(registry):
+        registry.add(MyBackend)
+
+A hook implementation may accept any subset of the parameters documented here.
+Built-in behaviour is provided by default plugins registered the same way
+(see :data:`fsdp_sdk.plugins.DEFAULT_PLUGINS`).
+
+Hooks are called in LIFO registration order: third-party plugins before the
+built-in ones. Hooks marked "Stops at first non-None result" are look-ups; all
+others call every implementation.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:
+    import click
+
+    from fsdp_sdk.backends.base import BackendRegistry, ClusterStatus
+    from fsdp_sdk.config import Config
+    from fsdp_sdk.instance_types import InstanceTypeRegistry
+    from fsdp_sdk.monitoring import MonitoringComponent
+    from fsdp_sdk.preflight import PreflightResult
+    from fsdp_sdk.runs import JobRef
+
+__all__ = ["PROJECT_NAME", "hookimpl", "hookspec"]
+
+#: The pluggy project name; also the entry-point group third-party plugins use.
+PROJECT_NAME = "fsdp_sdk"
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+#: Decorator for plugin hook implementations (also exported as ``fsdp_sdk.hookimpl``).
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+# -------------------------------------------------------------------------
+# Registration hooks: called once per process, when the registry is first needed.
+# -------------------------------------------------------------------------
+
+
+@hookspec
+def fsdp_sdk_register_backends(registry: BackendRegistry) -> None:
+    """Register cluster backends.
+
+    Call ``registry.add(cls)`` with each :class:`~fsdp_sdk.backends.base.ClusterBackend`
+    subclass the plugin provides. The class's ``name`` is what users pass to
+    ``--backend`` and ``cluster.backend``.
+
+    :param registry: the backend registry; ``add`` raises
+        :class:`~fsdp_sdk.errors.PluginError` when the name is already taken.
+    """
+
+
+@hookspec
+def fsdp_sdk_register_instance_types(registry: InstanceTypeRegistry) -> None:
+    """Register instance types that ``cluster.instance_type`` may name.
+
+    Call ``registry.add(InstanceType(...))`` for each type.
+
+    :param registry: the instance type registry; ``add`` raises
+        :class:`~fsdp_sdk.errors.PluginError` when the name is already taken.
+    """
+
+
+@hookspec
+def fsdp_sdk_register_commands(cli: click.Group) -> None:
+    """Add commands to the ``fsdp-sdk`` command line.
+
+    Decorate functions with ``@cli.command()`` or call ``cli.add_command(cmd)``.
+    Keep heavy imports inside the command bodies: this hook runs on every
+    ``fsdp-sdk`` start-up, including ``--help``. A command whose name is
+    already taken by a built-in command is ignored with a warning.
+
+    :param cli: a click group whose commands are merged into the root group.
+    """
+
+
+# -------------------------------------------------------------------------
+# Rendering and look-up hooks: pure, no network.
+# -------------------------------------------------------------------------
+
+
+@hookspec
+def fsdp_sdk_render_job(config: Config, objects: list[dict[str, Any]]) -> None:
+    """Adjust the Kubernetes objects rendered for a training job, before they are applied.
+
+    Implementations append objects to ``objects`` or modify its dicts in place
+    (add a sidecar, a toleration, a label...). Rendering must stay pure: no
+    network calls, no files written.
+
+    :param config: the resolved configuration of the job.
+    :param objects: the rendered objects (``PyTorchJob``/``TrainJob``, ``Secret``,
+        ``Service``...), each a dict as it would be sent to the API server.
+    """
+
+
+@hookspec(firstresult=True)
+def fsdp_sdk_job_image(config: Config) -> str | None:
+    """Look up the container image reference a job runs.
+
+    Stops at first non-None result. When no plugin answers, the job uses
+    :attr:`fsdp_sdk.config.Config.image_ref` (``registry/image:tag``).
+
+    :param config: the resolved configuration of the job.
+    :return: a full image reference such as ``123456789012.dkr.ecr.us-west-2.amazonaws.com/trainer:v1``,
+        or ``None`` to let another plugin answer.
+    """
+
+
+@hookspec
+def fsdp_sdk_monitoring_components(config: Config) -> list[MonitoringComponent]:
+    """Describe monitoring components to install on a cluster.
+
+    Each :class:`~fsdp_sdk.monitoring.MonitoringComponent` carries the plain
+    Kubernetes objects (no Helm) to apply, e.g. a DCGM exporter ``DaemonSet``.
+    Components are applied when ``observability.enabled`` is true.
+
+    :param config: the resolved configuration.
+    :return: the components this plugin contributes (an empty list for none).
+    """
+
+
+@hookspec
+def fsdp_sdk_preflight(config: Config) -> list[PreflightResult]:
+    """Check that what an action needs is in place before it starts.
+
+    Called before ``up`` and ``run``. Return one
+    :class:`~fsdp_sdk.preflight.PreflightResult` per check; a failed check with
+    severity ``error`` stops the action, a ``warning`` is shown.
+
+    :param config: the resolved configuration.
+    :return: results of the checks this plugin performs (an empty list for none).
+    """
+
+
+# -------------------------------------------------------------------------
+# Lifecycle events: notifications; return values are ignored.
+# -------------------------------------------------------------------------
+
+
+@hookspec
+def fsdp_sdk_cluster_created(config: Config, status: ClusterStatus) -> None:
+    """Called after ``up`` created or confirmed a cluster (not on ``--dry-run``).
+
+    :param config: the resolved configuration.
+    :param status: the status of the cluster just brought up.
+    """
+
+
+@hookspec
+def fsdp_sdk_before_cluster_delete(config: Config, status: ClusterStatus) -> None:
+    """Called before ``down`` deletes a cluster (not on ``--dry-run``).
+
+    Raise :class:`~fsdp_sdk.errors.FsdpSdkError` to refuse the deletion.
+
+    :param config: the resolved configuration.
+    :param status: the status of the cluster about to be deleted.
+    """
+
+
+@hookspec
+def fsdp_sdk_job_submitted(config: Config, job: JobRef) -> None:
+    """Called after a training job was submitted or, on the local backend, started.
+
+    :param config: the resolved configuration of the job.
+    :param job: what identifies the job (name, namespace, run id, backend).
+    """
+
+
+@hookspec
+def fsdp_sdk_job_finished(config: Config, job: JobRef, succeeded: bool, summary: dict[str, Any] | None) -> None:
+    """Called when a job the SDK waited on has ended, successfully or not.
+
+    :param config: the resolved configuration of the job.
+    :param job: what identifies the job.
+    :param succeeded: whether every worker exited successfully.
+    :param summary: the trainer's ``summary.json`` when it was written, else ``None``.
+    """

@@ -1,0 +1,203 @@
+"""GPU instance types: the :class:`InstanceType` record, its registry, and the built-in AWS types.
+
+Instance types come from plugins through the ``fsdp_sdk_register_instance_types``
+hook; this module is itself the default plugin that registers the built-in ones.
+A plugin adds its own the same way::
+
+    from fsdp_sdk import hookimpl
+    from fsdp_sdk.instance_types import InstanceType
+
+    @hookimpl
+    def fsdp_sdk_register_instance_types(registry):
+        registry.add(InstanceType(name="p6-b200.48xlarge", gpu_count=8, ...))
+
+Prices are AWS on-demand Linux prices in us-east-1 as of :data:`PRICE_DATE`; they
+are a planning aid (``fsdp-sdk up --dry-run`` shows the hourly cost), not a quote.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from fsdp_sdk.errors import PluginError
+from fsdp_sdk.hookspecs import hookimpl
+
+__all__ = ["BUILTIN_INSTANCE_TYPES", "PRICE_DATE", "InstanceType", "InstanceTypeRegistry"]
+
+#: The day the built-in prices were read from the AWS on-demand price list (us-east-1, Linux),
+#: after the June 2025 price reduction for P4 and P5 instances.
+PRICE_DATE = "2025-06-05"
+
+_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*\.[a-z0-9]+$")
+_ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
+@dataclass(frozen=True)
+class InstanceType:
+    """One accelerated instance type, with the figures planning and rendering need.
+
+    GPU memory is the vendor's figure per GPU (NVIDIA quotes GB; the field keeps
+    the vendor number). ``efa_interfaces`` is the number of EFA network
+    interfaces a pod may request (``vpc.amazonaws.com/efa``); 0 means no EFA.
+    """
+
+    name: str
+    """The AWS instance type name, e.g. ``p5.48xlarge``."""
+    gpu_count: int
+    """GPUs per instance; the default ``job.gpu_per_worker``."""
+    gpu_model: str
+    """GPU model, e.g. ``H100``."""
+    gpu_memory_gib: int
+    """Memory per GPU."""
+    efa_interfaces: int
+    """EFA interfaces per instance; the default ``job.efa_per_worker``."""
+    vcpus: int
+    """vCPUs per instance."""
+    memory_gib: int
+    """Host memory per instance."""
+    bf16_tflops_per_gpu: float
+    """Dense BF16 peak per GPU in TFLOP/s (no sparsity), for MFU figures."""
+    on_demand_usd_per_hour: float | None
+    """On-demand Linux price in us-east-1, USD per hour; ``None`` when AWS sells it only as Capacity Blocks."""
+    price_date: str
+    """ISO date (YYYY-MM-DD) on which ``on_demand_usd_per_hour`` was read."""
+    nvme_gib: int = 0
+    """Total local NVMe instance storage."""
+    network_gbps: int = 0
+    """Aggregate network bandwidth."""
+    notes: str = ""
+    """Anything a user should know when choosing it (EFA generation, purchase options)."""
+
+    def __post_init__(self) -> None:
+        if not _NAME.match(self.name):
+            raise PluginError(f"instance type {self.name!r}: the name must look like 'family.size', e.g. 'p5.48xlarge'")
+        for field in ("gpu_count", "gpu_memory_gib", "vcpus", "memory_gib"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise PluginError(f"instance type {self.name}: {field} must be a positive integer, got {value!r}")
+        for field in ("efa_interfaces", "nvme_gib", "network_gbps"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise PluginError(f"instance type {self.name}: {field} must be a non-negative integer, got {value!r}")
+        if not self.bf16_tflops_per_gpu > 0:
+            raise PluginError(f"instance type {self.name}: bf16_tflops_per_gpu must be positive")
+        if self.on_demand_usd_per_hour is not None and not self.on_demand_usd_per_hour > 0:
+            raise PluginError(f"instance type {self.name}: on_demand_usd_per_hour must be positive or None")
+        if not _ISO_DATE.match(self.price_date):
+            raise PluginError(f"instance type {self.name}: price_date must be an ISO date like 2025-06-05")
+
+    @property
+    def bf16_tflops(self) -> float:
+        """Dense BF16 peak of the whole instance in TFLOP/s."""
+        return self.bf16_tflops_per_gpu * self.gpu_count
+
+    def to_dict(self) -> dict[str, object]:
+        """The fields as a JSON-ready dict."""
+        return dataclasses.asdict(self)
+
+
+class InstanceTypeRegistry:
+    """The instance types known to this process, filled by ``fsdp_sdk_register_instance_types``.
+
+    :meth:`add` refuses a second type with the same name, so two plugins cannot
+    silently disagree about what ``p5.48xlarge`` is.
+    """
+
+    def __init__(self) -> None:
+        self._types: dict[str, InstanceType] = {}
+        self._owners: dict[str, str] = {}
+        #: Name of the plugin whose hook is running; set by the plugin manager for error messages.
+        self.current_plugin: str | None = None
+
+    def add(self, instance_type: InstanceType) -> None:
+        """Register one instance type.
+
+        :param instance_type: the type to add.
+        :raises PluginError: the argument is not an :class:`InstanceType` or its name is taken.
+        """
+        if not isinstance(instance_type, InstanceType):
+            raise PluginError(
+                f"plugin {self.current_plugin or '?'}: registry.add() takes an InstanceType, got {type(instance_type).__name__}"
+            )
+        name = instance_type.name
+        if name in self._types:
+            raise PluginError(
+                f"instance type {name!r} from plugin {self.current_plugin or '?'} is already registered "
+                f"by plugin {self._owners[name]}; remove one of the two plugins or rename the type"
+            )
+        self._types[name] = instance_type
+        self._owners[name] = self.current_plugin or "?"
+
+    def get(self, name: str) -> InstanceType | None:
+        """The instance type called ``name``, or ``None``."""
+        return self._types.get(name)
+
+    def __getitem__(self, name: str) -> InstanceType:
+        return self._types[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._types
+
+    def __iter__(self) -> Iterator[InstanceType]:
+        return iter(sorted(self._types.values(), key=lambda t: t.name))
+
+    def __len__(self) -> int:
+        return len(self._types)
+
+    def names(self) -> list[str]:
+        """Registered names, sorted."""
+        return sorted(self._types)
+
+    def owner(self, name: str) -> str:
+        """Name of the plugin that registered ``name``."""
+        return self._owners[name]
+
+
+BUILTIN_INSTANCE_TYPES: tuple[InstanceType, ...] = (
+    InstanceType(
+        name="p4d.24xlarge", gpu_count=8, gpu_model="A100", gpu_memory_gib=40, efa_interfaces=4,
+        vcpus=96, memory_gib=1152, bf16_tflops_per_gpu=312.0, on_demand_usd_per_hour=21.96,
+        price_date=PRICE_DATE, nvme_gib=8000, network_gbps=400, notes="A100 40GB SXM4, EFA v1",
+    ),
+    InstanceType(
+        name="p4de.24xlarge", gpu_count=8, gpu_model="A100", gpu_memory_gib=80, efa_interfaces=4,
+        vcpus=96, memory_gib=1152, bf16_tflops_per_gpu=312.0, on_demand_usd_per_hour=27.45,
+        price_date=PRICE_DATE, nvme_gib=8000, network_gbps=400, notes="A100 80GB SXM4, EFA v1",
+    ),
+    InstanceType(
+        name="p5.48xlarge", gpu_count=8, gpu_model="H100", gpu_memory_gib=80, efa_interfaces=32,
+        vcpus=192, memory_gib=2048, bf16_tflops_per_gpu=989.0, on_demand_usd_per_hour=55.04,
+        price_date=PRICE_DATE, nvme_gib=30720, network_gbps=3200, notes="H100 80GB SXM5, EFA v2",
+    ),
+    InstanceType(
+        name="p5e.48xlarge", gpu_count=8, gpu_model="H200", gpu_memory_gib=141, efa_interfaces=32,
+        vcpus=192, memory_gib=2048, bf16_tflops_per_gpu=989.0, on_demand_usd_per_hour=None,
+        price_date=PRICE_DATE, nvme_gib=30720, network_gbps=3200,
+        notes="H200 141GB, EFA v2; sold through EC2 Capacity Blocks, no on-demand list price",
+    ),
+    InstanceType(
+        name="p5en.48xlarge", gpu_count=8, gpu_model="H200", gpu_memory_gib=141, efa_interfaces=16,
+        vcpus=192, memory_gib=2048, bf16_tflops_per_gpu=989.0, on_demand_usd_per_hour=63.30,
+        price_date=PRICE_DATE, nvme_gib=30720, network_gbps=3200, notes="H200 141GB, EFA v3, PCIe Gen5 host link",
+    ),
+    InstanceType(
+        name="g5.48xlarge", gpu_count=8, gpu_model="A10G", gpu_memory_gib=24, efa_interfaces=1,
+        vcpus=192, memory_gib=768, bf16_tflops_per_gpu=125.0, on_demand_usd_per_hour=16.288,
+        price_date=PRICE_DATE, nvme_gib=7600, network_gbps=100, notes="A10G 24GB, no NVLink",
+    ),
+    InstanceType(
+        name="g6e.48xlarge", gpu_count=8, gpu_model="L40S", gpu_memory_gib=48, efa_interfaces=4,
+        vcpus=192, memory_gib=1536, bf16_tflops_per_gpu=362.0, on_demand_usd_per_hour=30.131,
+        price_date=PRICE_DATE, nvme_gib=7600, network_gbps=400, notes="L40S 48GB, no NVLink",
+    ),
+)
+
+
+@hookimpl
+def fsdp_sdk_register_instance_types(registry: InstanceTypeRegistry) -> None:
+    """Register the built-in AWS GPU instance types."""
+    for instance_type in BUILTIN_INSTANCE_TYPES:
+        registry.add(instance_type)

@@ -1,0 +1,64 @@
+"""Records that describe training jobs: :class:`JobRef` (what identifies one) and :class:`RunResult` (how it ended)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["JobRef", "RunResult"]
+
+
+@dataclass(frozen=True)
+class JobRef:
+    """What identifies a submitted or started training job.
+
+    :param name: the job name (``job.name``, or ``<job.name>-<run id>`` locally).
+    :param backend: the backend it runs on.
+    :param run_id: the unique identifier of this run (the rendezvous id locally).
+    :param namespace: the Kubernetes namespace; ``None`` for the local backend.
+    """
+
+    name: str
+    backend: str
+    run_id: str
+    namespace: str | None = None
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """The outcome of :meth:`fsdp_sdk.Client.run`.
+
+    :param job: the job that ran.
+    :param summary: the trainer's ``summary.json`` (empty on ``dry_run``).
+    :param output_dir: where the trainer wrote its outputs, when local.
+    :param log_dir: where the per-node logs are, when local.
+    :param commands: the commands that were (or, on ``dry_run``, would be) started.
+    :param dry_run: whether nothing was actually started.
+    """
+
+    job: JobRef
+    summary: dict[str, Any]
+    output_dir: Path | None = None
+    log_dir: Path | None = None
+    commands: tuple[tuple[str, ...], ...] = ()
+    dry_run: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def run_id(self) -> str:
+        """Shortcut for ``job.run_id``."""
+        return self.job.run_id
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return {
+            "job": {"name": self.job.name, "backend": self.job.backend, "run_id": self.job.run_id,
+                    "namespace": self.job.namespace},
+            "summary": self.summary,
+            "output_dir": str(self.output_dir) if self.output_dir else None,
+            "log_dir": str(self.log_dir) if self.log_dir else None,
+            "commands": [list(c) for c in self.commands],
+            "dry_run": self.dry_run,
+            **({"extra": self.extra} if self.extra else {}),
+        }
