@@ -1,0 +1,292 @@
+"""Offline validation of rendered Kubernetes objects.
+
+Two sources of truth, both usable without a cluster:
+
+* built-in kinds (Deployment, Service, Secret, ConfigMap, Pod...) are checked
+  against the Kubernetes OpenAPI schemas shipped by the ``kubernetes-validate``
+  package, in strict mode (unknown fields are errors);
+* custom resources (PyTorchJob, TrainJob) are checked against the
+  ``openAPIV3Schema`` of their CustomResourceDefinition file, converted from the
+  Kubernetes *structural schema* dialect to plain JSON Schema by
+  :func:`structural_to_jsonschema`.
+
+The pod templates embedded in a PyTorchJob are also checked as Pods against the
+Kubernetes OpenAPI, because the CRD keeps them loosely typed in places the
+API server will reject later, when the operator creates the pods.
+
+What this cannot check: CEL rules (``x-kubernetes-validations``), admission
+webhooks, quotas. Against a real cluster use a server-side dry run
+(``fsdp-sdk job submit --dry-run=server``).
+
+Usage::
+
+    from fsdp_sdk.k8s.validate import validate_objects
+    report = validate_objects(objects, crd_paths=["kubeflow.org_pytorchjobs.yaml"])
+    report.raise_for_errors()
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from fsdp_sdk.errors import ConfigError, KubernetesError
+
+__all__ = [
+    "DEFAULT_KUBERNETES_VERSION",
+    "CrdSchema",
+    "ValidationReport",
+    "load_crd_schema",
+    "structural_to_jsonschema",
+    "validate_builtin",
+    "validate_objects",
+    "validate_pod_template",
+]
+
+#: Kubernetes minor version whose OpenAPI is used for built-in kinds (the EKS default of the SDK).
+DEFAULT_KUBERNETES_VERSION = "1.31"
+
+_INT_RANGES = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
+# DNS-1123 subdomain: what the API server requires of most object names.
+_DNS1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+_OBJECT_META = {
+    "type": "object",
+    "required": ["name"],
+    "properties": {
+        "name": {"type": "string", "maxLength": 253, "pattern": _DNS1123_SUBDOMAIN},
+        "namespace": {"type": "string", "maxLength": 63},
+        "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+        "annotations": {"type": "object", "additionalProperties": {"type": "string"}},
+    },
+}
+
+
+def _ref(obj: Mapping[str, Any]) -> str:
+    name = (obj.get("metadata") or {}).get("name", "?")
+    return f"{obj.get('kind', '?')}/{name}"
+
+
+def _path(error: jsonschema.ValidationError) -> str:
+    return ".".join(str(p) for p in error.absolute_path) or "<root>"
+
+
+# --------------------------------------------------------------------------- built-in kinds
+
+
+def validate_builtin(obj: Mapping[str, Any], *, version: str = DEFAULT_KUBERNETES_VERSION) -> list[str]:
+    """Check one built-in object against the Kubernetes OpenAPI of ``version`` (strict).
+
+    :param obj: a full object with ``apiVersion`` and ``kind``.
+    :param version: Kubernetes minor version, e.g. ``"1.31"``.
+    :returns: one-line messages, empty when the object is valid.
+    :raises KeyError: ``kubernetes-validate`` has no schema for this kind (a custom resource).
+    """
+    import kubernetes_validate
+    from kubernetes_validate.utils import SchemaNotFoundError, VersionNotSupportedError
+
+    try:
+        kubernetes_validate.validate(dict(obj), version, strict=True)
+    except kubernetes_validate.ValidationError as error:
+        return [f"{_ref(obj)}: {_path(error)}: {error.message}"]
+    except SchemaNotFoundError as error:
+        raise KeyError(f"{obj.get('apiVersion')}/{obj.get('kind')}") from error
+    except VersionNotSupportedError as error:
+        raise ConfigError(
+            "--k8s-version", f"kubernetes-validate has no schemas for Kubernetes {version}",
+            "pick a version between 1.25 and the newest one it ships",
+        ) from error
+    return []
+
+
+def validate_pod_template(
+    template: Mapping[str, Any], *, owner: str = "", version: str = DEFAULT_KUBERNETES_VERSION
+) -> list[str]:
+    """Check a PodTemplateSpec by validating the Pod it would become.
+
+    :param template: ``{"metadata": ..., "spec": ...}`` as embedded in a job.
+    :param owner: prefix for messages, e.g. ``"PyTorchJob/fsdp Worker"``.
+    :param version: Kubernetes minor version.
+    """
+    metadata = dict(template.get("metadata") or {})
+    metadata.setdefault("name", "template")
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": template.get("spec")}
+    return [f"{owner} pod template: {message.split(': ', 1)[1]}" for message in validate_builtin(pod, version=version)]
+
+
+# --------------------------------------------------------------------------- custom resources
+
+
+def structural_to_jsonschema(schema: Mapping[str, Any], *, strict: bool = True) -> dict[str, Any]:
+    """Turn a Kubernetes structural schema (a CRD's ``openAPIV3Schema``) into plain JSON Schema.
+
+    * ``x-kubernetes-int-or-string`` becomes ``anyOf: [integer, string]``;
+    * ``nullable: true`` also admits ``null``;
+    * ``format: int32/int64`` gets its numeric range;
+    * with ``strict``, objects that list ``properties`` refuse unknown fields
+      (``additionalProperties: false``), as the API server does with strict field
+      validation, unless ``x-kubernetes-preserve-unknown-fields`` is set;
+    * ``x-kubernetes-validations`` (CEL) and the list/map markers are dropped: they
+      cannot be checked offline.
+
+    :param schema: the structural schema; not modified.
+    :param strict: refuse unknown fields.
+    """
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key.startswith("x-kubernetes-") or key in ("nullable", "description"):
+            continue
+        if key in ("properties", "patternProperties"):
+            out[key] = {name: structural_to_jsonschema(sub, strict=strict) for name, sub in value.items()}
+        elif key in ("items", "additionalProperties", "not") and isinstance(value, Mapping):
+            out[key] = structural_to_jsonschema(value, strict=strict)
+        elif key in ("anyOf", "allOf", "oneOf"):
+            out[key] = [structural_to_jsonschema(sub, strict=strict) for sub in value]
+        else:
+            out[key] = copy.deepcopy(value)
+    if schema.get("x-kubernetes-int-or-string") and "anyOf" not in out:
+        out.pop("type", None)
+        out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
+    if out.get("type") == "integer" and schema.get("format") in _INT_RANGES:
+        out["minimum"], out["maximum"] = _INT_RANGES[schema["format"]]
+    if schema.get("nullable") and "type" in out:
+        out["type"] = [out["type"], "null"] if isinstance(out["type"], str) else [*out["type"], "null"]
+    preserve = schema.get("x-kubernetes-preserve-unknown-fields") or schema.get("x-kubernetes-embedded-resource")
+    if strict and "properties" in out and "additionalProperties" not in out and not preserve:
+        out["additionalProperties"] = False
+    return out
+
+
+@dataclass(frozen=True)
+class CrdSchema:
+    """The JSON Schemas of one CustomResourceDefinition, per served version."""
+
+    group: str
+    kind: str
+    plural: str
+    versions: Mapping[str, Any] = field(repr=False)
+    """``version -> jsonschema validator`` for the whole object."""
+
+    def matches(self, obj: Mapping[str, Any]) -> bool:
+        """Whether ``obj`` is an instance of this CRD (any served version)."""
+        return obj.get("kind") == self.kind and str(obj.get("apiVersion", "")).split("/")[0] == self.group
+
+    def errors(self, obj: Mapping[str, Any]) -> list[str]:
+        """One-line messages for everything wrong with ``obj``; empty when valid."""
+        api_version = str(obj.get("apiVersion", ""))
+        version = api_version.split("/", 1)[1] if "/" in api_version else ""
+        validator = self.versions.get(version)
+        if validator is None:
+            served = ", ".join(f"{self.group}/{v}" for v in self.versions)
+            return [f"{_ref(obj)}: apiVersion: {api_version!r} is not served by the CRD (served: {served})"]
+        found = sorted(validator.iter_errors(obj), key=lambda e: list(map(str, e.absolute_path)))
+        return [f"{_ref(obj)}: {_path(e)}: {e.message}" for e in found]
+
+
+@functools.lru_cache(maxsize=16)
+def _load_crd_cached(path: str, mtime: float) -> CrdSchema:
+    with open(path, encoding="utf-8") as handle:
+        crd = yaml.load(handle, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    if not isinstance(crd, dict) or crd.get("kind") != "CustomResourceDefinition":
+        raise ConfigError("--crd", f"{path} is not a CustomResourceDefinition", "pass the CRD's YAML file")
+    spec = crd["spec"]
+    group, kind = spec["group"], spec["names"]["kind"]
+    validators: dict[str, Any] = {}
+    for entry in spec["versions"]:
+        if not entry.get("served", True):
+            continue
+        body = structural_to_jsonschema(entry["schema"]["openAPIV3Schema"])
+        body.setdefault("properties", {})
+        body["properties"]["apiVersion"] = {"const": f"{group}/{entry['name']}"}
+        body["properties"]["kind"] = {"const": kind}
+        body["properties"]["metadata"] = _OBJECT_META
+        body["required"] = sorted({*body.get("required", []), "apiVersion", "kind", "metadata"})
+        validators[entry["name"]] = jsonschema.Draft7Validator(body)
+    return CrdSchema(group=group, kind=kind, plural=spec["names"]["plural"], versions=validators)
+
+
+def load_crd_schema(path: str | Path) -> CrdSchema:
+    """Load a CustomResourceDefinition YAML file and build its validators (cached per file).
+
+    :param path: the CRD file, e.g. ``kubeflow.org_pytorchjobs.yaml``.
+    :raises ConfigError: the file is missing or is not a CRD.
+    """
+    path = Path(path)
+    try:
+        mtime = path.stat().st_mtime
+    except OSError as error:
+        raise ConfigError("--crd", f"cannot read {path}: {error.strerror}", "pass an existing CRD file") from error
+    return _load_crd_cached(str(path.resolve()), mtime)
+
+
+# --------------------------------------------------------------------------- many objects
+
+
+@dataclass
+class ValidationReport:
+    """What :func:`validate_objects` found."""
+
+    errors: list[str] = field(default_factory=list)
+    """One line per problem: ``Kind/name: path: message``."""
+    validated: list[str] = field(default_factory=list)
+    """``Kind/name`` of every object that was checked."""
+    skipped: list[str] = field(default_factory=list)
+    """``Kind/name`` of objects no schema was available for (a CRD not passed in)."""
+
+    @property
+    def ok(self) -> bool:
+        """No errors (skipped objects do not count as errors)."""
+        return not self.errors
+
+    def raise_for_errors(self) -> None:
+        """Raise :class:`KubernetesError` naming the first problem when there is any."""
+        if self.errors:
+            more = f" (and {len(self.errors) - 1} more)" if len(self.errors) > 1 else ""
+            raise KubernetesError(f"{self.errors[0]}{more}; fix the configuration that produced this field")
+
+
+def validate_objects(
+    objects: Iterable[Mapping[str, Any]],
+    *,
+    crd_paths: Iterable[str | Path] = (),
+    version: str = DEFAULT_KUBERNETES_VERSION,
+) -> ValidationReport:
+    """Validate rendered objects offline.
+
+    Built-in kinds use the Kubernetes OpenAPI; custom resources use the CRD files
+    given in ``crd_paths``; the pod templates of PyTorchJob replicas are also
+    validated as Pods. Objects of a custom kind with no matching CRD file are
+    listed in :attr:`ValidationReport.skipped`.
+
+    :param objects: rendered objects (dicts).
+    :param crd_paths: CRD YAML files, e.g. the Training Operator's PyTorchJob CRD.
+    :param version: Kubernetes minor version for built-in kinds.
+    """
+    crds = [load_crd_schema(p) for p in crd_paths]
+    report = ValidationReport()
+    for obj in objects:
+        ref = _ref(obj)
+        crd = next((c for c in crds if c.matches(obj)), None)
+        if crd is not None:
+            report.errors += crd.errors(obj)
+            report.validated.append(ref)
+        else:
+            try:
+                report.errors += validate_builtin(obj, version=version)
+                report.validated.append(ref)
+            except KeyError:
+                report.skipped.append(ref)
+                continue
+        if obj.get("kind") == "PyTorchJob":
+            replicas = (obj.get("spec") or {}).get("pytorchReplicaSpecs") or {}
+            for replica_type, replica in replicas.items():
+                template = (replica or {}).get("template")
+                if isinstance(template, Mapping):
+                    report.errors += validate_pod_template(template, owner=f"{ref} {replica_type}", version=version)
+    return report

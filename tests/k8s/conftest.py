@@ -1,0 +1,99 @@
+"""Fixtures of the Kubernetes job layer tests: shared schemas, the loopback API server, a real etcd."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from .fake_apiserver import FakeApiServer, schema_validators
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+SCHEMAS = PROJECT_ROOT.parent / "shared" / "schemas"
+PYTORCHJOB_CRD = SCHEMAS / "kubeflow.org_pytorchjobs.yaml"
+TRAINJOB_CRD = SCHEMAS / "trainer.kubeflow.org_trainjobs.yaml"
+
+
+def _need(path: Path) -> Path:
+    if not path.exists():
+        pytest.skip(f"{path.name} not found at ../shared/schemas/ (the shared schemas sit beside the project root)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def pytorchjob_crd() -> Path:
+    """The Training Operator's PyTorchJob CRD (release-1.9) from ../shared/schemas."""
+    return _need(PYTORCHJOB_CRD)
+
+
+@pytest.fixture(scope="session")
+def trainjob_crd() -> Path:
+    """Kubeflow Trainer v2's TrainJob CRD from ../shared/schemas."""
+    return _need(TRAINJOB_CRD)
+
+
+@pytest.fixture(scope="session")
+def crd_paths(pytorchjob_crd: Path, trainjob_crd: Path) -> list[Path]:
+    return [pytorchjob_crd, trainjob_crd]
+
+
+@pytest.fixture
+def apiserver(pytorchjob_crd: Path, trainjob_crd: Path) -> Iterator[FakeApiServer]:
+    """A fresh loopback API server validating every body against the real schemas."""
+    with FakeApiServer(schema_validators(pytorchjob_crd, trainjob_crd)) as server:
+        yield server
+
+
+@pytest.fixture
+def kubeconfig(apiserver: FakeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A kubeconfig file for :func:`apiserver`, also exported as ``KUBECONFIG``."""
+    path = apiserver.write_kubeconfig(tmp_path / "kubeconfig")
+    monkeypatch.setenv("KUBECONFIG", str(path))
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def etcd_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real etcd with the v2 API on free loopback ports (skipped when no etcd binary is installed)."""
+    binary = shutil.which("etcd") or ("/usr/bin/etcd" if os.path.exists("/usr/bin/etcd") else None)
+    if binary is None:
+        pytest.skip("etcd is not installed (apt-get install etcd-server)")
+    client, peer = free_port(), free_port()
+    endpoint = f"http://127.0.0.1:{client}"
+    data = tmp_path_factory.mktemp("etcd")
+    process = subprocess.Popen(
+        [binary, "--enable-v2=true", "--name", "test", "--data-dir", str(data / "data"),
+         "--listen-client-urls", endpoint, "--advertise-client-urls", endpoint,
+         "--listen-peer-urls", f"http://127.0.0.1:{peer}", "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+         "--initial-cluster", f"test=http://127.0.0.1:{peer}"],
+        stdout=subprocess.DEVNULL, stderr=open(data / "etcd.log", "wb"),
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with urllib.request.urlopen(f"{endpoint}/health", timeout=1) as response:
+                    if b"true" in response.read():
+                        break
+            except OSError:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"etcd did not start: {(data / 'etcd.log').read_text()[-2000:]}")
+            time.sleep(0.1)
+        yield endpoint
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
