@@ -67,6 +67,8 @@ STATE_DIR_ENV = "FSDP_SDK_STATE_DIR"
 SECTIONS = ("cluster", "job", "observability")
 
 _REDACTED = "**********"
+# The trainer's flag prefixes that differ from its section names (``--ac.mode`` sets activation_checkpointing).
+_TRAINER_SECTION_ALIASES = {"ac": "activation_checkpointing", "activation_checkpointing": "ac"}
 
 
 class Secret:
@@ -319,6 +321,18 @@ class Config:
             _apply(config, setting)
         return config
 
+    def with_overrides(self, overrides: Mapping[str, Any] | Iterable[Setting]) -> Config:
+        """A copy with more settings applied on top (not yet :meth:`resolved`).
+
+        :param overrides: dotted paths and values, or :class:`Setting` records.
+        :raises ConfigError: a key is unknown or a value has the wrong type.
+        """
+        new = copy.deepcopy(self)
+        items = [Setting(k, v) for k, v in overrides.items()] if isinstance(overrides, Mapping) else list(overrides)
+        for setting in items:
+            _apply(new, setting)
+        return new
+
     # ----------------------------------------------------------------- derived
 
     @property
@@ -417,8 +431,17 @@ class Config:
             TrainerConfig.from_dict(copy.deepcopy(self.trainer))
         except TrainerConfigError as exc:
             message = " ".join(str(exc).split())
-            sources = sorted({o.source for p, o in self.origins.items() if p.startswith("trainer.")})
-            raise ConfigError("trainer", message, source=", ".join(sources) or None) from None
+            # The trainer names its flag ("--train.steps: must be positive"); name it as the user set it.
+            match = re.match(r"^--([\w.]+): (.*)$", message)
+            if match:
+                flag, problem = match.group(1), match.group(2)
+                section, _, rest = flag.partition(".")
+                paths = [f"trainer.{flag}", f"trainer.{_TRAINER_SECTION_ALIASES.get(section, section)}.{rest}"]
+                origin = next((self.origins[p] for p in paths if p in self.origins), None)
+                if origin is not None:
+                    raise ConfigError(origin.name, problem, source=origin.source) from None
+                raise ConfigError(f"trainer.{flag}", problem) from None
+            raise ConfigError("trainer", message) from None
 
     def _error(self, path: str, problem: str, fix: str) -> ConfigError:
         """A ConfigError naming ``path`` as the user wrote it, with its source."""

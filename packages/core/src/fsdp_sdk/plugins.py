@@ -61,6 +61,7 @@ DISABLE_AUTOLOAD_ENV = "FSDP_SDK_DISABLE_PLUGIN_AUTOLOAD"
 #: Modules of the built-in plugins, registered under their module name before any third-party plugin.
 DEFAULT_PLUGINS: tuple[str, ...] = (
     "fsdp_sdk.instance_types",
+    "fsdp_sdk.backends.local",
 )
 
 

@@ -18,7 +18,7 @@ from fsdp_sdk.errors import ConfigError, PluginError
 
 if TYPE_CHECKING:
     from fsdp_sdk.config import Config
-    from fsdp_sdk.runs import RunResult
+    from fsdp_sdk.runs import JobRef, RunResult
 
 __all__ = [
     "BackendRegistry",
@@ -225,6 +225,7 @@ class ClusterBackend(ABC):
         trainer_args: Sequence[str] = (),
         dry_run: bool = False,
         on_output: Callable[[str], None] | None = None,
+        on_started: Callable[[JobRef], None] | None = None,
         progress: ProgressCallback = no_progress,
     ) -> RunResult:
         """Run a training job to completion; only for backends with :attr:`runs_jobs`.
@@ -234,6 +235,7 @@ class ClusterBackend(ABC):
         :param trainer_args: extra ``--section.field value`` arguments for the trainer.
         :param dry_run: print what would run, start nothing.
         :param on_output: receives each line of the leader's output.
+        :param on_started: called once the job's processes are started.
         :param progress: receives a line per step.
         """
         raise NotImplementedError(f"backend {self.name!r} runs jobs through Kubernetes, not run_job()")

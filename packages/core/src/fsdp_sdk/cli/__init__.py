@@ -1,0 +1,163 @@
+"""The ``fsdp-sdk`` command line.
+
+One module per command (group) in this package; the root group loads each one
+only when it is named (or when ``--help`` lists it), from :data:`COMMANDS`.
+Plugins add commands through the ``fsdp_sdk_register_commands`` hook. Heavy
+imports (torch, boto3, kubernetes, yaml, rich) happen inside command bodies, so
+``fsdp-sdk --help`` starts instantly.
+
+Exit codes: 0 success, 1 failure, 2 usage or configuration error. Errors are
+one line on stderr; ``--debug`` adds the traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import traceback
+from collections.abc import Sequence
+from typing import Any
+
+import click
+
+from fsdp_sdk import __version__
+from fsdp_sdk.cli.application import Application
+from fsdp_sdk.cli.options import common_options
+from fsdp_sdk.errors import FsdpSdkError
+
+__all__ = ["COMMANDS", "LazyGroup", "cli", "main"]
+
+#: Built-in commands: name -> "module:attribute". Modules are imported only when needed.
+COMMANDS: dict[str, str] = {
+    "up": "fsdp_sdk.cli.up:up",
+    "down": "fsdp_sdk.cli.down:down",
+    "scale": "fsdp_sdk.cli.scale:scale",
+    "status": "fsdp_sdk.cli.status:status",
+    "run": "fsdp_sdk.cli.run:run",
+    "plugins": "fsdp_sdk.cli.plugins:plugins",
+    "instance-types": "fsdp_sdk.cli.instance_types:instance_types",
+    "config": "fsdp_sdk.cli.config:config",
+    "prereqs": "fsdp_sdk.cli.prereqs:prereqs",
+    "image": "fsdp_sdk.cli.image:image",
+    "job": "fsdp_sdk.cli.job:job",
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose commands come from an import table and from plugins, loaded on demand."""
+
+    def __init__(self, *args: Any, lazy_commands: dict[str, str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy_commands = dict(lazy_commands or {})
+        self._plugin_commands: dict[str, click.Command] | None = None
+        self._unavailable: dict[str, str] = {}
+
+    def plugin_commands(self) -> dict[str, click.Command]:
+        """Commands plugins registered (collected once); names of built-in commands win."""
+        if self._plugin_commands is None:
+            from fsdp_sdk.plugins import get_plugins
+
+            collector = click.Group()
+            get_plugins().hooks.register_commands(collector)
+            self._plugin_commands = {}
+            for name, command in collector.commands.items():
+                if name in self.lazy_commands or name in self.commands:
+                    _warn(f"a plugin command named {name!r} is ignored: a built-in command has that name")
+                else:
+                    self._plugin_commands[name] = command
+        return self._plugin_commands
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        names = set(self.commands) | set(self.lazy_commands) | set(self.plugin_commands())
+        return sorted(names)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.commands:
+            return self.commands[cmd_name]
+        if cmd_name in self.lazy_commands:
+            return self._load(cmd_name)
+        return self.plugin_commands().get(cmd_name)
+
+    def _load(self, name: str) -> click.Command | None:
+        module_name, _, attribute = self.lazy_commands[name].partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            # Not written or not installed yet: leave it out of --help rather than crash.
+            self._unavailable[name] = f"module {module_name} is not available"
+            return None
+        command = getattr(module, attribute)
+        if not isinstance(command, click.Command):
+            raise TypeError(f"{module_name}:{attribute} is not a click command")
+        self.commands[name] = command
+        return command
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+        name = args[0] if args else None
+        if name is not None and self.get_command(ctx, name) is None and name in self._unavailable:
+            raise click.UsageError(f"command {name!r} is not available here ({self._unavailable[name]})", ctx)
+        return super().resolve_command(ctx, args)
+
+
+def _warn(message: str) -> None:
+    sys.stderr.write(f"fsdp-sdk: warning: {message}\n")
+
+
+@click.group(
+    cls=LazyGroup,
+    lazy_commands=COMMANDS,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
+@common_options
+@click.version_option(__version__, "--version", prog_name="fsdp-sdk")
+@click.pass_context
+def cli(ctx: click.Context) -> None:
+    """Provision GPU clusters and run PyTorch FSDP training on them, or locally under torchrun.
+
+    \b
+    Configuration comes from, in increasing priority: defaults, a YAML file (-c),
+    a .env file (./.env by default; the variable names of the original scripts),
+    FSDP_SDK_<SECTION>__<FIELD> environment variables, and command-line flags.
+    'fsdp-sdk config show' prints the result.
+
+    \b
+    Quick start on this machine:
+      fsdp-sdk run --nodes 2 --nproc-per-node 1 --preset tiny --steps 20
+    """
+    ctx.ensure_object(Application)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of the ``fsdp-sdk`` console script: run the CLI and exit with its status."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args or os.environ.get("FSDP_SDK_DEBUG", "") not in ("", "0")
+    try:
+        result = cli.main(args=args, prog_name="fsdp-sdk", standalone_mode=False)
+    except click.exceptions.NoArgsIsHelpError as exc:
+        click.echo(exc.ctx.get_help())
+        sys.exit(0)
+    except click.UsageError as exc:
+        hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+        click.echo(f"Error: {' '.join(exc.format_message().split())}{hint}", err=True)
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        click.echo(f"Error: {' '.join(exc.format_message().split())}", err=True)
+        sys.exit(exc.exit_code)
+    except click.Abort:
+        click.echo("Aborted.", err=True)
+        sys.exit(130)
+    except FsdpSdkError as exc:
+        if debug:
+            traceback.print_exc()
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except Exception as exc:
+        if debug:
+            raise
+        message = " ".join(str(exc).split())
+        click.echo(f"Error: unexpected {type(exc).__name__}: {message} (run again with --debug for the traceback)", err=True)
+        sys.exit(1)
+    sys.exit(result if isinstance(result, int) else 0)

@@ -1,0 +1,95 @@
+"""Options shared by the commands.
+
+Configuration options do not reach the command functions: their callbacks record
+the value in the :class:`~fsdp_sdk.cli.application.Application`, which passes
+them to the configuration loader as the highest-priority source, naming the flag
+in error messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from fsdp_sdk.cli.application import Application
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _app(ctx: click.Context) -> Application:
+    return ctx.ensure_object(Application)
+
+
+def setting(path: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    """An option callback storing the value as configuration field ``path``."""
+
+    def callback(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        if value is not None and not ctx.resilient_parsing:
+            flag = max(param.opts, key=len) if isinstance(param, click.Option) else param.name or path
+            _app(ctx).set(path, value, flag)
+        return value
+
+    return callback
+
+
+def _set_pairs(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> None:
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE (e.g. job.num_workers=4 or model.preset=tiny)")
+        name = key.strip()
+        # Keys outside the cluster/job/observability sections are trainer settings.
+        path = name if name.split(".", 1)[0] in ("cluster", "job", "observability", "trainer") else f"trainer.{name}"
+        _app(ctx).set(path, value, name, "--set")
+
+
+def _store(attribute: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    def callback(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        if value:
+            setattr(_app(ctx), attribute, value)
+        return value
+
+    return callback
+
+
+def common_options(function: F) -> F:
+    """``-c/--config``, ``--env-file``, ``--backend``, ``--set`` and ``--debug``, on the root group and on each command."""
+    options = [
+        click.option(
+            "-c", "--config", "config_file", metavar="FILE", envvar="FSDP_SDK_CONFIG", show_envvar=True,
+            expose_value=False, callback=_store("config_file"),
+            help="YAML configuration file (sections cluster, job, trainer, observability).",
+        ),
+        click.option(
+            "--env-file", metavar="FILE", envvar="FSDP_SDK_ENV_FILE", show_envvar=True, expose_value=False,
+            callback=_store("env_file"),
+            help="A .env file with the original scripts' variables (NUM_WORKERS, INSTANCE_TYPE...). Default: ./.env if present.",
+        ),
+        click.option(
+            "--backend", metavar="NAME", expose_value=False, callback=setting("cluster.backend"),
+            help="Cluster backend (cluster.backend; default: local). 'fsdp-sdk plugins' lists them.",
+        ),
+        click.option(
+            "--set", "set_pairs", metavar="KEY=VALUE", multiple=True, expose_value=False, callback=_set_pairs,
+            help="Set any field, e.g. --set job.num_workers=4 --set model.preset=tiny (trainer sections need no prefix). Repeatable.",
+        ),
+        click.option(
+            "--debug", is_flag=True, envvar="FSDP_SDK_DEBUG", show_envvar=True, expose_value=False,
+            callback=_store("debug"), help="Show tracebacks on errors.",
+        ),
+    ]
+    for option in reversed(options):
+        function = option(function)
+    return function
+
+
+def json_option(function: F) -> F:
+    """``--json``: print the result as JSON on stdout."""
+    return click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")(function)
+
+
+def dry_run_option(function: F) -> F:
+    """``--dry-run``: show what would change, change nothing."""
+    return click.option("--dry-run", is_flag=True, help="Show what would be done; change nothing.")(function)

@@ -1,0 +1,29 @@
+"""``fsdp-sdk scale``: change the number of nodes."""
+
+from __future__ import annotations
+
+import click
+
+from fsdp_sdk.cli.application import Application
+from fsdp_sdk.cli.options import common_options, dry_run_option, json_option
+from fsdp_sdk.cli.output import echo_status
+
+
+@click.command(short_help="Change the number of nodes.")
+@common_options
+@click.argument("nodes", type=click.IntRange(min=0))
+@dry_run_option
+@json_option
+@click.pass_obj
+def scale(app: Application, nodes: int, dry_run: bool, as_json: bool) -> None:
+    """Scale the cluster to NODES nodes (within cluster.min_nodes..cluster.max_nodes).
+
+    On the local backend this sets the number of simulated nodes runs may use.
+    """
+    status = app.client.scale(nodes, dry_run=dry_run)
+    if as_json:
+        app.echo_json(status.to_dict())
+    else:
+        echo_status(status)
+        if dry_run:
+            click.echo("dry run: nothing changed")
