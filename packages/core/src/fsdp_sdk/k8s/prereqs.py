@@ -1,0 +1,269 @@
+"""Cluster prerequisites of a training job: etcd for the rendezvous and the Kubeflow Training Operator.
+
+* etcd is rendered here (a ``Deployment`` and a ``Service`` named after
+  ``job.rdzv_host`` in ``job.namespace``, v2 API on) and applied with server-side apply;
+* the Training Operator is installed from its real upstream kustomize overlay at a
+  pinned version with the tool its project documents::
+
+      kubectl apply --server-side -k "github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=v1.9.2"
+
+  (server-side because the PyTorchJob CRD is too large for the client-side
+  ``last-applied-configuration`` annotation). The SDK does not re-implement
+  kustomize: it runs that command.
+
+Both steps are idempotent: applying again changes nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from fsdp_sdk.errors import ConfigError, KubernetesError
+from fsdp_sdk.k8s.render import job_labels
+
+if TYPE_CHECKING:
+    from fsdp_sdk.config import Config
+    from fsdp_sdk.k8s.kube import Kube
+
+__all__ = [
+    "ETCD_IMAGE",
+    "TRAINING_OPERATOR_NAMESPACE",
+    "TRAINING_OPERATOR_VERSION",
+    "PrereqStatus",
+    "Prereqs",
+    "render_etcd",
+    "training_operator_command",
+    "training_operator_kustomize_url",
+]
+
+#: etcd 3.5 is the last minor release that still serves the v2 API torch's etcd-v2 rendezvous uses.
+ETCD_IMAGE = "quay.io/coreos/etcd:v3.5.17"
+#: The Training Operator release installed by ``prereqs install``.
+TRAINING_OPERATOR_VERSION = "v1.9.2"
+#: Namespace of the standalone Training Operator overlay.
+TRAINING_OPERATOR_NAMESPACE = "kubeflow"
+TRAINING_OPERATOR_DEPLOYMENT = "training-operator"
+PYTORCHJOB_CRD = "pytorchjobs.kubeflow.org"
+
+
+def _etcd_name(config: Config) -> str:
+    host = config.job.rdzv_host
+    name = host.split(".", 1)[0]
+    if "." in host and not host.startswith(f"{name}.{config.job.namespace}"):
+        raise ConfigError("job.rdzv_host", f"{host!r} points outside the job's namespace {config.job.namespace!r}",
+                          f"use the bare service name 'etcd' or etcd.{config.job.namespace}")
+    return name
+
+
+def render_etcd(config: Config, *, image: str = ETCD_IMAGE) -> list[dict[str, Any]]:
+    """The etcd ``Service`` and ``Deployment`` of the rendezvous (pure).
+
+    :param config: the configuration (``job.namespace``, ``job.rdzv_host``, ``job.rdzv_port``).
+    :param image: the etcd image, pinned by default.
+    """
+    name, namespace, port = _etcd_name(config), config.job.namespace, config.job.rdzv_port
+    labels = {**job_labels(config, "rendezvous"), "app.kubernetes.io/name": "etcd", "app.kubernetes.io/instance": name}
+    selector = {"app.kubernetes.io/name": "etcd", "app.kubernetes.io/instance": name}
+    probe = {"httpGet": {"path": "/health", "port": port}}
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {"selector": selector, "ports": [{"name": "client", "port": port, "targetPort": port, "protocol": "TCP"}]},
+    }
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {
+            "replicas": 1,
+            "strategy": {"type": "Recreate"},  # one member with its own data dir: never two at once
+            "selector": {"matchLabels": selector},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "containers": [{
+                        "name": "etcd",
+                        "image": image,
+                        "command": [
+                            "/usr/local/bin/etcd",
+                            "--name=etcd",
+                            "--data-dir=/var/lib/etcd",
+                            "--enable-v2=true",
+                            f"--listen-client-urls=http://0.0.0.0:{port}",
+                            f"--advertise-client-urls=http://{name}:{port}",
+                            "--listen-peer-urls=http://127.0.0.1:2380",
+                            "--initial-advertise-peer-urls=http://127.0.0.1:2380",
+                            "--initial-cluster=etcd=http://127.0.0.1:2380",
+                            "--initial-cluster-state=new",
+                        ],
+                        "ports": [{"name": "client", "containerPort": port, "protocol": "TCP"}],
+                        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"},
+                                      "limits": {"cpu": "1", "memory": "1Gi"}},
+                        "readinessProbe": {**probe, "initialDelaySeconds": 2, "periodSeconds": 5},
+                        "livenessProbe": {**probe, "initialDelaySeconds": 10, "periodSeconds": 10, "failureThreshold": 3},
+                        "volumeMounts": [{"name": "data", "mountPath": "/var/lib/etcd"}],
+                    }],
+                    "volumes": [{"name": "data", "emptyDir": {}}],
+                },
+            },
+        },
+    }
+    return [service, deployment]
+
+
+def training_operator_kustomize_url(version: str = TRAINING_OPERATOR_VERSION) -> str:
+    """The upstream kustomize overlay of the standalone Training Operator at ``version``."""
+    return f"github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref={version}"
+
+
+def training_operator_command(
+    version: str = TRAINING_OPERATOR_VERSION, *, kubeconfig: str | None = None, context: str | None = None,
+    dry_run: bool = False, kubectl: str = "kubectl",
+) -> list[str]:
+    """The exact ``kubectl`` command that installs the Training Operator.
+
+    :param dry_run: add ``--dry-run=server`` (validate on the server, change nothing).
+    """
+    command = [kubectl, "apply", "--server-side", "-k", training_operator_kustomize_url(version)]
+    if dry_run:
+        command.append("--dry-run=server")
+    if kubeconfig:
+        command += ["--kubeconfig", str(kubeconfig)]
+    if context:
+        command += ["--context", context]
+    return command
+
+
+@dataclass
+class PrereqStatus:
+    """What ``prereqs status`` reports."""
+
+    etcd_deployment: bool = False
+    etcd_ready_replicas: int = 0
+    etcd_service: bool = False
+    operator_deployment: bool = False
+    operator_ready_replicas: int = 0
+    operator_image: str | None = None
+    pytorchjob_crd: bool = False
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def healthy(self) -> bool:
+        """Everything installed and ready."""
+        return (self.etcd_deployment and self.etcd_ready_replicas > 0 and self.etcd_service
+                and self.operator_deployment and self.operator_ready_replicas > 0 and self.pytorchjob_crd)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (``prereqs status --json``)."""
+        return {
+            "healthy": self.healthy,
+            "etcd": {"deployment": self.etcd_deployment, "ready_replicas": self.etcd_ready_replicas,
+                     "service": self.etcd_service},
+            "training_operator": {"deployment": self.operator_deployment,
+                                  "ready_replicas": self.operator_ready_replicas, "image": self.operator_image,
+                                  "namespace": TRAINING_OPERATOR_NAMESPACE},
+            "pytorchjob_crd": self.pytorchjob_crd,
+            "problems": list(self.problems),
+        }
+
+
+Runner = Callable[[list[str]], "subprocess.CompletedProcess[str]"]
+
+
+def _run(command: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(command, text=True, capture_output=True, check=False)
+
+
+class Prereqs:
+    """Install and inspect the prerequisites on one cluster.
+
+    :param config: the configuration.
+    :param kube: the API connection (``None`` is enough for rendering and dry runs).
+    :param kubeconfig: passed on to ``kubectl``.
+    :param context: passed on to ``kubectl``.
+    :param run: runs a command (tests substitute it).
+    """
+
+    def __init__(self, config: Config, kube: Kube | None = None, *, kubeconfig: str | None = None,
+                 context: str | None = None, run: Runner = _run) -> None:
+        self.config = config
+        self.kube = kube
+        self.kubeconfig = kubeconfig
+        self.context = context
+        self._run = run
+
+    def objects(self) -> list[dict[str, Any]]:
+        """The objects the SDK applies itself (etcd)."""
+        return render_etcd(self.config)
+
+    def install(
+        self, *, dry_run: bool = False, operator: bool = True, operator_version: str = TRAINING_OPERATOR_VERSION,
+        progress: Callable[[str], None] = lambda line: None,
+    ) -> list[dict[str, Any]]:
+        """Apply etcd and install the Training Operator; with ``dry_run`` change nothing.
+
+        :returns: the etcd objects (as the server returned them; as rendered on a dry run).
+        :raises KubernetesError: the API server refused an object or ``kubectl`` failed.
+        """
+        objects = self.objects()
+        if dry_run:
+            return objects
+        if self.kube is None:
+            raise KubernetesError("prereqs install: no cluster connection; pass --kubeconfig or set KUBECONFIG")
+        applied = []
+        for obj in objects:
+            applied.append(self.kube.apply(obj))
+            progress(f"applied {obj['kind']}/{obj['metadata']['name']} in {obj['metadata']['namespace']}")
+        if operator:
+            command = training_operator_command(operator_version, kubeconfig=self.kubeconfig, context=self.context)
+            if shutil.which(command[0], path=os.environ.get("PATH")) is None:
+                raise KubernetesError(f"kubectl is not on PATH; install it, or run yourself: {' '.join(command)}")
+            progress("installing the Training Operator: " + " ".join(command))
+            result = self._run(command)
+            if result.returncode != 0:
+                last = (result.stderr or result.stdout or "").strip().splitlines()[-1:] or ["no output"]
+                raise KubernetesError(f"kubectl apply of the Training Operator failed (exit {result.returncode}): "
+                                      f"{last[0]}; run the command by hand to see everything")
+        return applied
+
+    def status(self) -> PrereqStatus:
+        """Read what is installed; changes nothing."""
+        if self.kube is None:
+            raise KubernetesError("prereqs status: no cluster connection; pass --kubeconfig or set KUBECONFIG")
+        status = PrereqStatus()
+        name, namespace = _etcd_name(self.config), self.config.job.namespace
+        etcd = self.kube.get("apps/v1", "Deployment", name, namespace)
+        if etcd is None:
+            status.problems.append(f"etcd deployment {namespace}/{name} is missing: run 'fsdp-sdk prereqs install'")
+        else:
+            status.etcd_deployment = True
+            status.etcd_ready_replicas = int((etcd.get("status") or {}).get("readyReplicas") or 0)
+            if not status.etcd_ready_replicas:
+                status.problems.append(f"etcd deployment {namespace}/{name} has no ready replica")
+            args = " ".join(etcd["spec"]["template"]["spec"]["containers"][0].get("command") or [])
+            if "--enable-v2=true" not in args:
+                status.problems.append("etcd runs without --enable-v2=true: torch's etcd-v2 rendezvous needs it")
+        status.etcd_service = self.kube.get("v1", "Service", name, namespace) is not None
+        if not status.etcd_service:
+            status.problems.append(f"etcd service {namespace}/{name} is missing: run 'fsdp-sdk prereqs install'")
+        operator = self.kube.get("apps/v1", "Deployment", TRAINING_OPERATOR_DEPLOYMENT, TRAINING_OPERATOR_NAMESPACE)
+        if operator is None:
+            status.problems.append("the Training Operator is not installed: run 'fsdp-sdk prereqs install'")
+        else:
+            status.operator_deployment = True
+            status.operator_ready_replicas = int((operator.get("status") or {}).get("readyReplicas") or 0)
+            containers = operator["spec"]["template"]["spec"].get("containers") or [{}]
+            status.operator_image = containers[0].get("image")
+            if not status.operator_ready_replicas:
+                status.problems.append("the Training Operator deployment has no ready replica")
+        status.pytorchjob_crd = self.kube.get(
+            "apiextensions.k8s.io/v1", "CustomResourceDefinition", PYTORCHJOB_CRD) is not None
+        if not status.pytorchjob_crd:
+            status.problems.append(f"the {PYTORCHJOB_CRD} CRD is missing: run 'fsdp-sdk prereqs install'")
+        return status

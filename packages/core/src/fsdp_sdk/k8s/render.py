@@ -1,0 +1,313 @@
+"""Rendering a training job: configuration in, Kubernetes objects (plain dicts) out.
+
+Pure: no network, no files. What :func:`render_job` returns is exactly what
+``fsdp-sdk job render`` prints and what ``fsdp-sdk job submit`` applies, so a
+dry run and the tests see the real thing.
+
+The default is a Kubeflow Training Operator ``PyTorchJob`` (``kubeflow.org/v1``)
+with an elastic policy: the operator turns ``elasticPolicy`` into torchrun's
+``PET_RDZV_BACKEND``/``PET_RDZV_ENDPOINT``/``PET_RDZV_ID``/``PET_NNODES``/
+``PET_MAX_RESTARTS`` and ``spec.nprocPerNode`` into ``PET_NPROC_PER_NODE``, so the
+container only runs ``torchrun -m fsdp_trainer <trainer args>``. With
+``job.api=trainjob`` the same job is a Kubeflow Trainer v2 ``TrainJob``
+(``trainer.kubeflow.org/v1alpha1``) on the ``torch-distributed`` runtime.
+
+The Hugging Face token is only ever referenced (``secretKeyRef``); the optional
+``Secret`` object is rendered without data, and :mod:`fsdp_sdk.k8s.jobs` fills its
+``stringData`` from the configuration at apply time.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from fsdp_sdk.errors import ConfigError
+
+if TYPE_CHECKING:
+    from fsdp_sdk.config import Config
+    from fsdp_sdk.instance_types import InstanceType
+    from fsdp_sdk.plugins import Plugins
+
+__all__ = [
+    "HF_TOKEN_KEY",
+    "JOB_NAME_LABEL",
+    "RUN_ID_LABEL",
+    "TRAINJOB_RUNTIME",
+    "check_env",
+    "job_labels",
+    "new_rdzv_id",
+    "render_job",
+    "render_pytorchjob",
+    "render_trainjob",
+    "worker_environment",
+]
+
+#: Key of the token in the Hugging Face Secret.
+HF_TOKEN_KEY = "token"
+#: Label the Training Operator puts on a PyTorchJob's pods.
+JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+#: Label of the SDK's objects holding the submission's rendezvous (run) id.
+RUN_ID_LABEL = "fsdp-sdk.io/run-id"
+#: The ClusterTrainingRuntime of Kubeflow Trainer v2 for torchrun jobs.
+TRAINJOB_RUNTIME = "torch-distributed"
+#: Where the node's local NVMe RAID is mounted on EKS GPU nodes (the seed's hostPath).
+LOCAL_NVME_HOST_PATH = "/mnt/k8s-disks/0"
+#: Mount path of the local NVMe volume inside the workers.
+LOCAL_MOUNT_PATH = "/local"
+CONTAINER_NAME = "pytorch"  # the Training Operator requires this container name
+
+# Environment names that look like they hold secrets; such values belong in a Kubernetes Secret.
+_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|CREDENTIAL|PRIVATE_?KEY", re.IGNORECASE)
+# Instance families whose EFA supports GPUDirect RDMA (FI_EFA_USE_DEVICE_RDMA=1).
+_RDMA_FAMILIES = re.compile(r"^(p4d|p4de|p5|p5e|p5en|p6|p6e|trn1|trn1n|trn2)\.")
+
+
+def new_rdzv_id(job_name: str) -> str:
+    """A fresh rendezvous id for one submission: ``<job name>-<8 hex>``."""
+    return f"{job_name}-{uuid.uuid4().hex[:8]}"
+
+
+def job_labels(config: Config, component: str) -> dict[str, str]:
+    """The standard ``app.kubernetes.io/*`` labels of the job's objects."""
+    return {
+        "app.kubernetes.io/name": "fsdp-trainer",
+        "app.kubernetes.io/instance": config.job.name,
+        "app.kubernetes.io/component": component,
+        "app.kubernetes.io/part-of": "fsdp-sdk",
+        "app.kubernetes.io/managed-by": "fsdp-sdk",
+    }
+
+
+def check_env(config: Config) -> None:
+    """Refuse ``job.env`` entries that would put a secret in plain text into the job object.
+
+    :raises ConfigError: a variable is named like a secret (``*TOKEN*``, ``*SECRET*``,
+        ``*PASSWORD*``...), is ``HF_TOKEN``, or has the Hugging Face token as its value.
+    """
+    token = config.job.hf_token.get_secret_value() if config.job.hf_token else None
+    for name, value in config.job.env.items():
+        if name == "HF_TOKEN" or _SECRET_NAME.search(name):
+            raise ConfigError(
+                f"job.env.{name}", "looks like a secret and would be stored in plain text in the job object",
+                "put the token in job.hf_token (HF_TOKEN in .env), which goes to a Kubernetes Secret, "
+                "or create a Secret yourself and reference it from a plugin",
+            )
+        if token and value == token:
+            raise ConfigError(
+                f"job.env.{name}", "has the Hugging Face token as its value and would store it in plain text",
+                "remove it; the workers get HF_TOKEN from the Secret named by job.hf_token_secret",
+            )
+
+
+def _check_image(image: str) -> str:
+    repository = image.rsplit("@", 1)[0]
+    repository = repository.rsplit(":", 1)[0] if ":" in repository.rsplit("/", 1)[-1] else repository
+    if not repository:
+        raise ConfigError("job.image", "is empty", "set job.image (IMAGE in .env) to the image repository name")
+    first = repository.split("/", 1)[0]
+    if "/" not in repository or not ("." in first or ":" in first or first == "localhost"):
+        raise ConfigError(
+            "job.registry", f"no container registry is set, so the workers cannot pull {image!r}",
+            "set job.registry (REGISTRY in .env), e.g. 123456789012.dkr.ecr.us-west-2.amazonaws.com, "
+            "and push the image there with 'fsdp-sdk image push'",
+        )
+    return image
+
+
+def worker_environment(config: Config, instance: InstanceType) -> list[dict[str, Any]]:
+    """The workers' environment: the seed's NCCL/EFA/torch debug settings, ``job.env``, and HF_TOKEN by reference."""
+    job = config.job
+    env: dict[str, str] = {"LOGLEVEL": "INFO"}
+    if (job.efa_per_worker or 0) > 0:
+        env.update({"FI_PROVIDER": job.fi_provider, "FI_EFA_USE_HUGE_PAGE": "0", "FI_EFA_FORK_SAFE": "1"})
+        if _RDMA_FAMILIES.match(instance.name):
+            env["FI_EFA_USE_DEVICE_RDMA"] = "1"
+    env.update({
+        "NCCL_DEBUG": job.nccl_debug,
+        "NCCL_SOCKET_IFNAME": "^lo,docker",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+        "TORCH_NCCL_ENABLE_MONITORING": "1",
+        "TORCH_NCCL_TRACE_BUFFER_SIZE": "20000",
+        "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": f"{LOCAL_MOUNT_PATH}/nccl_trace_rank_",
+        "TORCH_DISTRIBUTED_DEBUG": "INFO",
+        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+    })
+    env.update(job.env)  # the user's settings win over the defaults
+    items: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in env.items()]
+    items.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
+        "name": job.hf_token_secret, "key": HF_TOKEN_KEY, "optional": not job.hf_token}}})
+    return items
+
+
+def _command(config: Config) -> tuple[list[str], list[str]]:
+    """``(command, args)`` of the worker container."""
+    if config.job.command:
+        return shlex.split(config.job.command), []
+    # The operator passes the rendezvous settings as PET_* variables, which torchrun reads.
+    return ["torchrun", "-m", "fsdp_trainer"], config.trainer_args()
+
+
+def _resources(config: Config) -> dict[str, dict[str, int]]:
+    amounts = {"nvidia.com/gpu": config.job.gpu_per_worker or 0}
+    if (config.job.efa_per_worker or 0) > 0:
+        amounts["vpc.amazonaws.com/efa"] = config.job.efa_per_worker
+    return {"limits": dict(amounts), "requests": dict(amounts)}
+
+
+def _volumes() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    volumes = [
+        {"name": "shm", "emptyDir": {"medium": "Memory"}},
+        {"name": "local", "hostPath": {"path": LOCAL_NVME_HOST_PATH, "type": "DirectoryOrCreate"}},
+    ]
+    mounts = [{"name": "shm", "mountPath": "/dev/shm"}, {"name": "local", "mountPath": LOCAL_MOUNT_PATH}]
+    return volumes, mounts
+
+
+def _tolerations() -> list[dict[str, str]]:
+    return [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+
+
+def render_pytorchjob(config: Config, instance: InstanceType, image: str, rdzv_id: str) -> dict[str, Any]:
+    """The ``kubeflow.org/v1`` PyTorchJob of a resolved configuration."""
+    job = config.job
+    command, args = _command(config)
+    volumes, mounts = _volumes()
+    container: dict[str, Any] = {
+        "name": CONTAINER_NAME,
+        "image": image,
+        "imagePullPolicy": "Always",
+        "command": command,
+        "env": worker_environment(config, instance),
+        "resources": _resources(config),
+        "volumeMounts": mounts,
+    }
+    if args:
+        container["args"] = args
+    labels = {**job_labels(config, "training-job"), RUN_ID_LABEL: rdzv_id}
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": job.name, "namespace": job.namespace, "labels": labels},
+        "spec": {
+            "nprocPerNode": str(job.nproc_per_node or job.gpu_per_worker),
+            "elasticPolicy": {
+                "rdzvBackend": job.rdzv_backend,
+                "rdzvHost": job.rdzv_host,
+                "rdzvPort": job.rdzv_port,
+                "rdzvId": rdzv_id,
+                "minReplicas": job.num_workers,
+                "maxReplicas": job.num_workers,
+                "maxRestarts": job.max_restarts,
+            },
+            "runPolicy": {"cleanPodPolicy": "None", "backoffLimit": job.max_restarts},
+            "pytorchReplicaSpecs": {
+                "Worker": {
+                    "replicas": job.num_workers,
+                    "restartPolicy": "OnFailure",
+                    "template": {
+                        "metadata": {"labels": {**job_labels(config, "worker"), RUN_ID_LABEL: rdzv_id}},
+                        "spec": {
+                            "nodeSelector": {"node.kubernetes.io/instance-type": instance.name},
+                            "tolerations": _tolerations(),
+                            "volumes": volumes,
+                            "containers": [container],
+                        },
+                    },
+                },
+            },
+        },
+    }
+
+
+def render_trainjob(config: Config, instance: InstanceType, image: str, rdzv_id: str) -> dict[str, Any]:
+    """The same job as a Kubeflow Trainer v2 ``TrainJob`` on the ``torch-distributed`` runtime."""
+    job = config.job
+    command, args = _command(config)
+    volumes, mounts = _volumes()
+    trainer: dict[str, Any] = {
+        "image": image,
+        "command": command,
+        "numNodes": job.num_workers,
+        "numProcPerNode": job.nproc_per_node or job.gpu_per_worker,
+        "resourcesPerNode": _resources(config),
+        "env": worker_environment(config, instance),
+    }
+    if args:
+        trainer["args"] = args
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": job.name, "namespace": job.namespace,
+                     "labels": {**job_labels(config, "training-job"), RUN_ID_LABEL: rdzv_id}},
+        "spec": {
+            "runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime", "name": TRAINJOB_RUNTIME},
+            "trainer": trainer,
+            "labels": {**job_labels(config, "worker"), RUN_ID_LABEL: rdzv_id},
+            "podSpecOverrides": [{
+                "targetJobs": [{"name": "node"}],  # the runtime's ReplicatedJob
+                "nodeSelector": {"node.kubernetes.io/instance-type": instance.name},
+                "tolerations": _tolerations(),
+                "volumes": volumes,
+                "containers": [{"name": "node", "volumeMounts": mounts}],
+            }],
+        },
+    }
+
+
+def render_hf_secret(config: Config) -> dict[str, Any]:
+    """The Hugging Face token Secret, without its data (filled in when applied)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": config.job.hf_token_secret, "namespace": config.job.namespace,
+                     "labels": job_labels(config, "credentials")},
+        "type": "Opaque",
+    }
+
+
+def render_job(
+    config: Config,
+    *,
+    rdzv_id: str | None = None,
+    create_secret: bool | None = None,
+    api: str | None = None,
+    plugins: Plugins | None = None,
+) -> list[dict[str, Any]]:
+    """Render the Kubernetes objects of a training job, then let plugins adjust them.
+
+    :param config: the configuration; it is resolved (:meth:`Config.resolved`) here,
+        which fills the GPU/EFA counts and refuses an unknown instance type or more
+        GPUs than the instance type has.
+    :param rdzv_id: the submission's rendezvous id; a fresh one when ``None``.
+    :param create_secret: also render the Hugging Face token ``Secret`` (without its
+        data); defaults to whether ``job.hf_token`` is set.
+    :param api: ``pytorchjob`` or ``trainjob``; defaults to ``job.api``.
+    :param plugins: the plugin set (defaults to the process-wide one).
+    :returns: the objects, the job first, then what plugins appended.
+    :raises ConfigError: the configuration cannot make a valid job.
+    """
+    if plugins is None:
+        from fsdp_sdk.plugins import get_plugins
+
+        plugins = get_plugins()
+    config = config.resolved(plugins)
+    instance = config.instance(plugins)
+    api = api or config.job.api
+    if api not in ("pytorchjob", "trainjob"):
+        raise ConfigError("--api", f"unknown job API {api!r}", "use pytorchjob or trainjob")
+    check_env(config)
+    image = _check_image(plugins.hooks.job_image(config))
+    rdzv_id = rdzv_id or new_rdzv_id(config.job.name)
+    if not re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", rdzv_id):
+        raise ConfigError("--rdzv-id", f"{rdzv_id!r} is not usable as a label value",
+                          "use up to 63 letters, digits, '-', '_' or '.'")
+    render = render_trainjob if api == "trainjob" else render_pytorchjob
+    objects = [render(config, instance, image, rdzv_id)]
+    if create_secret if create_secret is not None else bool(config.job.hf_token):
+        objects.append(render_hf_secret(config))
+    plugins.hooks.render_job(config, objects)
+    return objects
