@@ -173,7 +173,8 @@ class FakeApiServer:
         handler = type("Handler", (_Handler,), {"api": self})
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._httpd.daemon_threads = True
-        threading.Thread(target=self._httpd.serve_forever, name="fake-apiserver", daemon=True).start()
+        threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-apiserver",
+                         daemon=True).start()
         return self
 
     def stop(self) -> None:

@@ -1,0 +1,249 @@
+"""The job commands over real HTTP against the loopback API server."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.parse
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fsdp_sdk.cli import main
+from fsdp_sdk.config import Config
+from fsdp_sdk.k8s.jobs import JobClient, JobStatus
+from fsdp_sdk.k8s.kube import Kube
+from fsdp_sdk.plugins import build_plugins, reset_plugins
+
+from .fake_apiserver import FakeApiServer
+
+REGISTRY = "123456789012.dkr.ecr.us-west-2.amazonaws.com"
+TOKEN = "hf_NeverPrintThisToken42"
+JOB_LABEL = "training.kubeflow.org/job-name"
+
+
+@pytest.fixture(autouse=True)
+def isolated_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """No ./.env, no FSDP_SDK_* from the outside, no third-party plugins."""
+    monkeypatch.chdir(tmp_path)
+    for name in list(__import__("os").environ):
+        if name.startswith("FSDP_SDK_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("FSDP_SDK_DISABLE_PLUGIN_AUTOLOAD", "1")
+    monkeypatch.setenv("FSDP_SDK_JOB__REGISTRY", REGISTRY)
+    reset_plugins()
+    yield
+    reset_plugins()
+
+
+def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exit_info:
+        main(list(args))
+    out, err = capsys.readouterr()
+    return int(exit_info.value.code or 0), out, err
+
+
+def client(kubeconfig: Path, **job: object) -> JobClient:
+    config = Config.from_dict({"job": {"registry": REGISTRY, **job}, "trainer": {"model": {"preset": "tiny"}}})
+    return JobClient(config, kubeconfig=kubeconfig, plugins=build_plugins(autoload=False))
+
+
+def test_submit_applies_server_side(apiserver: FakeApiServer, kubeconfig: Path, capsys) -> None:
+    code, out, err = cli(capsys, "job", "submit", "--rdzv-id", "fsdp-r1", "--json")
+    assert code == 0, err
+    assert json.loads(out)["rdzv_id"] == "fsdp-r1"
+    writes = apiserver.writes()
+    assert [(w.method, w.path) for w in writes] == [("PATCH", "/apis/kubeflow.org/v1/namespaces/default/pytorchjobs/fsdp")]
+    assert writes[0].content_type == "application/apply-patch+yaml"
+    assert writes[0].query["fieldManager"] == ["fsdp-sdk"] and writes[0].query["force"] == ["true"]
+    stored = apiserver.get("kubeflow.org/v1", "PyTorchJob", "fsdp")
+    assert stored["spec"]["elasticPolicy"]["rdzvId"] == "fsdp-r1"
+    assert stored["metadata"]["managedFields"][0]["manager"] == "fsdp-sdk"
+    # a second submit of the same name is refused before anything is written
+    code, _, err = cli(capsys, "job", "submit")
+    assert code == 1 and "already exists" in err and len(apiserver.writes()) == 1
+
+
+def test_server_side_dry_run_stores_nothing(apiserver: FakeApiServer, kubeconfig: Path, capsys) -> None:
+    code, out, err = cli(capsys, "job", "submit", "--dry-run", "--api", "trainjob")
+    assert code == 0, err
+    assert "would submit" in out and "TrainJob" in out
+    assert all(w.dry_run for w in apiserver.writes()) and apiserver.writes()
+    assert apiserver.objects() == []
+
+
+def test_secret_gets_its_data_only_at_apply_time(apiserver: FakeApiServer, kubeconfig: Path, capsys) -> None:
+    jobs = client(kubeconfig, hf_token=TOKEN)
+    jobs.submit(run_id="fsdp-s1")
+    secret = apiserver.get("v1", "Secret", "hf-token")
+    assert secret["stringData"] == {"token": TOKEN}
+    assert TOKEN not in yaml.safe_dump_all(jobs.last_objects)
+    kinds = [w.body["kind"] for w in apiserver.writes()]
+    assert kinds == ["Secret", "PyTorchJob"]  # the Secret exists before the job that needs it
+    job_body = json.dumps(apiserver.writes()[1].body)
+    assert TOKEN not in job_body
+    # `job render` never shows it either
+    code, out, _ = cli(capsys, "job", "render", "--set", f"job.hf_token={TOKEN}")
+    assert code == 0 and TOKEN not in out and "kind: Secret" in out
+
+
+def test_invalid_object_is_refused_with_422(apiserver: FakeApiServer, kubeconfig: Path) -> None:
+    kube = Kube.from_kubeconfig(kubeconfig)
+    bad = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "default"},
+           "data": {"a": 1}}
+    with pytest.raises(Exception, match="422 Invalid"):
+        kube.apply(bad)
+    assert apiserver.objects() == []
+
+
+def _conditions(*types: str) -> list[dict]:
+    return [{"type": t, "status": "True", "reason": t, "message": f"job is {t.lower()}"} for t in types]
+
+
+def test_status_list_and_wait(apiserver: FakeApiServer, kubeconfig: Path, capsys) -> None:
+    jobs = client(kubeconfig)
+    jobs.submit(run_id="fsdp-w1")
+    assert jobs.status().phase == "Pending"
+    apiserver.set_status("kubeflow.org/v1", "PyTorchJob", "fsdp", {
+        "conditions": _conditions("Created", "Running"),
+        "replicaStatuses": {"Worker": {"active": 2}}})
+    code, out, _ = cli(capsys, "job", "status", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["phase"] == "Running" and data["replicas"]["Worker"]["active"] == 2
+    code, out, _ = cli(capsys, "job", "list")
+    assert "fsdp" in out and "Running" in out and "fsdp-w1" in out
+
+    code, out, err = cli(capsys, "job", "wait", "--timeout", "0.3", "--poll", "0.1")
+    assert code == 3 and "timed out" in err
+
+    def finish() -> None:
+        time.sleep(0.3)
+        apiserver.set_status("kubeflow.org/v1", "PyTorchJob", "fsdp", {
+            "conditions": _conditions("Created", "Running", "Succeeded"),
+            "replicaStatuses": {"Worker": {"succeeded": 2}}})
+
+    threading.Thread(target=finish).start()
+    code, out, err = cli(capsys, "job", "wait", "--timeout", "20", "--poll", "0.1", "--json")
+    assert code == 0 and json.loads(out)["phase"] == "Succeeded" and "Running" in err
+
+    apiserver.set_status("kubeflow.org/v1", "PyTorchJob", "fsdp", {"conditions": _conditions("Created", "Failed")})
+    code, out, _ = cli(capsys, "job", "wait", "--timeout", "5", "--poll", "0.1")
+    assert code == 1 and "Failed" in out
+
+
+def test_status_phases_from_conditions() -> None:
+    def phase(*types: str) -> str:
+        return JobStatus.from_object({"kind": "PyTorchJob", "metadata": {"name": "j"},
+                                      "status": {"conditions": _conditions(*types)}}).phase
+
+    assert phase("Created") == "Created"
+    assert phase("Created", "Running", "Restarting") == "Restarting"
+    assert phase("Created", "Running", "Failed") == "Failed"
+    assert phase("Created", "Complete") == "Succeeded"  # TrainJob
+    assert JobStatus.from_object({"kind": "TrainJob", "metadata": {"name": "t"}, "status": {
+        "jobsStatus": [{"name": "node", "active": 3}]}}).replicas == {"node": {"active": 3, "succeeded": 0, "failed": 0}}
+
+
+def _add_workers(apiserver: FakeApiServer, *, follow_open: bool = False) -> None:
+    labels = {JOB_LABEL: "fsdp"}
+    apiserver.add_pod("fsdp-worker-0", labels=labels, log="waiting for rendezvous\nstep 1\n", follow_open=follow_open)
+    apiserver.add_pod("fsdp-worker-1", labels=labels, follow_open=follow_open,
+                      log='master_addr=fsdp-worker-1\n{"step": 1, "loss": 2.5}\n')
+    apiserver.add_pod("other-worker-0", labels={JOB_LABEL: "other"}, log="master_addr=other\n")
+
+
+def test_logs_show_the_leader(apiserver: FakeApiServer, kubeconfig: Path, capsys) -> None:
+    _add_workers(apiserver)
+    code, out, err = cli(capsys, "job", "logs")
+    assert code == 0, err
+    assert out.splitlines() == ["master_addr=fsdp-worker-1", '{"step": 1, "loss": 2.5}']
+    pod_lists = [r for r in apiserver.requests if r.path.endswith("/pods") and r.method == "GET"]
+    assert pod_lists[0].query["labelSelector"] == [f"{JOB_LABEL}=fsdp"]
+    code, out, _ = cli(capsys, "job", "logs", "--all")
+    assert "[fsdp-worker-0] step 1" in out and "[fsdp-worker-1] master_addr=fsdp-worker-1" in out
+    assert "other" not in out
+
+
+def test_logs_follow_all_workers(apiserver: FakeApiServer, kubeconfig: Path) -> None:
+    _add_workers(apiserver, follow_open=True)
+    lines: list[str] = []
+    follower = threading.Thread(target=client(kubeconfig).logs,
+                                kwargs={"follow": True, "all_workers": True, "out": lines.append})
+    follower.start()
+    time.sleep(0.3)
+    apiserver.append_log("fsdp-worker-0", "step 2\n")
+    apiserver.append_log("fsdp-worker-1", '{"step": 2, "loss": 2.1}\n')
+    deadline = time.monotonic() + 10
+    while len(lines) < 6 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "[fsdp-worker-0] step 2" in lines and '[fsdp-worker-1] {"step": 2, "loss": 2.1}' in lines
+    assert follower.is_alive()  # still following
+    apiserver.close_log("fsdp-worker-0")
+    apiserver.close_log("fsdp-worker-1")
+    follower.join(timeout=10)
+    assert not follower.is_alive()
+    assert len(lines) == 6
+    follows = [r for r in apiserver.requests if r.path.endswith("/log") and r.query.get("follow") == ["true"]]
+    assert {r.path.split("/")[-2] for r in follows} == {"fsdp-worker-0", "fsdp-worker-1"}
+
+
+def test_wait_returns_the_summary_for_client_run(apiserver: FakeApiServer, kubeconfig: Path) -> None:
+    jobs = client(kubeconfig)
+    ref = jobs.submit(run_id="fsdp-c1")
+    apiserver.add_pod("fsdp-worker-0", labels={JOB_LABEL: "fsdp"}, log="master_addr=fsdp-worker-0\n")
+    apiserver.set_status("kubeflow.org/v1", "PyTorchJob", "fsdp", {"conditions": _conditions("Created", "Running")})
+    apiserver.append_log("fsdp-worker-0", '{"step": 1}\n{"steps": 20, "final_loss": 1.5}\n')
+
+    def finish() -> None:
+        time.sleep(0.3)
+        apiserver.set_status("kubeflow.org/v1", "PyTorchJob", "fsdp",
+                             {"conditions": _conditions("Created", "Running", "Succeeded")})
+
+    threading.Thread(target=finish).start()
+    seen: list[str] = []
+    summary = jobs.wait(ref, on_output=seen.append, poll=0.1)
+    assert summary == {"steps": 20, "final_loss": 1.5}
+    assert seen[0] == "master_addr=fsdp-worker-0"
+
+
+def test_stop_deletes_and_clears_the_rendezvous(apiserver: FakeApiServer, kubeconfig: Path, etcd_endpoint: str,
+                                                capsys) -> None:
+    run_id, other = f"fsdp-{uuid.uuid4().hex[:8]}", f"fsdp-{uuid.uuid4().hex[:8]}"
+    for rid in (run_id, other):
+        data = urllib.parse.urlencode({"value": "state"}).encode()
+        urllib.request.urlopen(urllib.request.Request(
+            f"{etcd_endpoint}/v2/keys/torch/elastic/rendezvous/{rid}", data=data, method="PUT"), timeout=5).close()
+    apiserver.proxy_service("default", "etcd", "2379", etcd_endpoint)
+    client(kubeconfig).submit(run_id=run_id)
+
+    code, out, err = cli(capsys, "job", "stop", "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["deleted"] is True and result["rendezvous_keys"] == [f"/torch/elastic/rendezvous/{run_id}"]
+    assert apiserver.get("kubeflow.org/v1", "PyTorchJob", "fsdp") is None
+    delete = [w for w in apiserver.writes() if w.method == "DELETE"]
+    assert delete[0].query["propagationPolicy"] == ["Background"]
+    with pytest.raises(urllib.error.HTTPError):
+        urllib.request.urlopen(f"{etcd_endpoint}/v2/keys/torch/elastic/rendezvous/{run_id}", timeout=5)
+    urllib.request.urlopen(f"{etcd_endpoint}/v2/keys/torch/elastic/rendezvous/{other}", timeout=5).close()
+    # stopping again: nothing to stop, not an error
+    code, out, _ = cli(capsys, "job", "stop")
+    assert code == 0 and "does not exist" in out
+
+
+def test_stop_reports_an_unreachable_etcd_but_still_deletes(apiserver: FakeApiServer, kubeconfig: Path,
+                                                            capsys) -> None:
+    client(kubeconfig).submit(run_id="fsdp-x1")
+    code, out, err = cli(capsys, "job", "stop")
+    assert code == 0 and "deleted job default/fsdp" in out
+    assert "rendezvous keys were not cleared" in err and "503" in err
+
+
+def test_no_kubeconfig_is_a_config_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    code, _, err = cli(capsys, "job", "status")
+    assert code == 2 and "--kubeconfig" in err and "does not exist" in err
