@@ -1,0 +1,169 @@
+"""Sharded, atomic checkpoints with torch.distributed.checkpoint (DCP), resume, and Hugging Face export.
+
+Layout of one checkpoint, ``<checkpoint.dir>/step_00000010/``:
+
+* ``*.distcp`` + ``.metadata``: model and optimizer state from ``get_state_dict``,
+  each rank writing its own shards (reloadable on a different world size);
+* ``train_state.json``: step, data position, scheduler and grad-scaler state;
+* ``rng/rank_00003.pt``: each rank's torch CPU/CUDA and Python RNG states;
+* ``COMPLETE``: the marker, written last.
+
+Atomicity: everything is written to ``step_00000010.tmp/``; after a barrier the
+leader writes ``COMPLETE`` and renames the directory (atomic on POSIX). Resume
+takes the newest directory that has the marker; ``.tmp`` leftovers of a crashed
+save are ignored and deleted.
+
+Testing aid: ``FSDP_TRAINER_FAULT_DURING_SAVE=<step>`` SIGKILLs every rank in the
+middle of that step's save (shards written, no marker yet).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import re
+import shutil
+import signal
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed.checkpoint as dcp
+import torch.nn as nn
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_state_dict, set_state_dict
+
+from .config import CheckpointConfig
+from .distributed import DistEnv
+from .errors import ConfigError
+from .model import DTYPES, meta_model, reset_rotary_
+
+log = logging.getLogger(__name__)
+
+MARKER = "COMPLETE"
+STEP_DIR = re.compile(r"^step_(\d{8})$")
+FAULT_DURING_SAVE = "FSDP_TRAINER_FAULT_DURING_SAVE"
+
+
+def step_dir_name(step: int) -> str:
+    return f"step_{step:08d}"
+
+
+def complete_checkpoints(root: Path) -> list[tuple[int, Path]]:
+    """(step, path) of every complete checkpoint under ``root``, oldest first."""
+    if not root.is_dir():
+        return []
+    found = []
+    for p in root.iterdir():
+        m = STEP_DIR.match(p.name)
+        if m and (p / MARKER).is_file():
+            found.append((int(m.group(1)), p))
+    return sorted(found)
+
+
+def _rng_state(device: torch.device) -> dict[str, Any]:
+    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def _set_rng_state(state: dict[str, Any], device: torch.device) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    if device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"], device)
+
+
+class Checkpointer:
+    """Saves and restores everything a run needs to continue exactly where it stopped."""
+
+    def __init__(self, cfg: CheckpointConfig, env: DistEnv, model: nn.Module, optimizer: torch.optim.Optimizer, stateful: dict[str, Any]):
+        """``stateful``: name -> object with ``state_dict()``/``load_state_dict()`` (scheduler, data loader, scaler)."""
+        assert cfg.dir is not None
+        self.cfg, self.env, self.model, self.optimizer, self.stateful = cfg, env, model, optimizer, stateful
+        self.root = Path(cfg.dir)
+
+    def _dcp_state(self) -> dict[str, Any]:
+        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+        return {"model": model_sd, "optim": optim_sd}
+
+    def clean_partial(self) -> None:
+        """Delete ``.tmp`` directories left by a save that never finished (leader only, then a barrier)."""
+        if self.env.is_leader and self.root.is_dir():
+            for p in self.root.glob("step_*.tmp"):
+                log.warning("checkpoint: removing incomplete %s", p)
+                shutil.rmtree(p, ignore_errors=True)
+        self.env.barrier()
+
+    def find_resume(self) -> Path | None:
+        """The checkpoint ``checkpoint.resume`` points at (None: start fresh)."""
+        if not self.cfg.enabled or self.cfg.resume == "never":
+            return None
+        if self.cfg.resume == "auto":
+            found = complete_checkpoints(self.root)
+            return found[-1][1] if found else None
+        path = Path(self.cfg.resume)
+        if not (path / MARKER).is_file():
+            raise ConfigError(f"--checkpoint.resume: {path} is not a complete checkpoint (no {MARKER} marker)")
+        return path
+
+    def load(self, path: Path) -> int:
+        """Restore model, optimizer, RNG and ``stateful`` objects from ``path``; returns the step it was saved at."""
+        state = self._dcp_state()
+        dcp.load(state, checkpoint_id=str(path))
+        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+        train_state = json.loads((path / "train_state.json").read_text())
+        for name, obj in self.stateful.items():
+            if obj is not None and name in train_state:
+                obj.load_state_dict(train_state[name])
+        rng_file = path / "rng" / f"rank_{self.env.rank:05d}.pt"
+        if rng_file.is_file():
+            _set_rng_state(torch.load(rng_file, weights_only=False), self.env.device)
+        log.info("checkpoint: resumed from %s (step %d)", path, train_state["step"])
+        return int(train_state["step"])
+
+    def save(self, step: int) -> Path:
+        """Write ``step_XXXXXXXX`` atomically (see the module docstring) and prune old checkpoints."""
+        final = self.root / step_dir_name(step)
+        tmp = final.with_name(final.name + ".tmp")
+        if self.env.is_leader:
+            shutil.rmtree(tmp, ignore_errors=True)
+            (tmp / "rng").mkdir(parents=True)
+        self.env.barrier()
+        dcp.save(self._dcp_state(), checkpoint_id=str(tmp))
+        torch.save(_rng_state(self.env.device), tmp / "rng" / f"rank_{self.env.rank:05d}.pt")
+        if self.env.is_leader:
+            train_state = {"step": step, "world_size": self.env.world_size}
+            train_state.update({name: obj.state_dict() for name, obj in self.stateful.items() if obj is not None})
+            (tmp / "train_state.json").write_text(json.dumps(train_state, indent=1))
+        if os.environ.get(FAULT_DURING_SAVE) == str(step):
+            log.warning("checkpoint: %s=%d, killing this process mid-save", FAULT_DURING_SAVE, step)
+            os.kill(os.getpid(), signal.SIGKILL)
+        self.env.barrier()  # every rank's shards are on disk
+        if self.env.is_leader:
+            (tmp / MARKER).write_text(f"{step}\n")
+            shutil.rmtree(final, ignore_errors=True)
+            os.replace(tmp, final)
+            for _, old in complete_checkpoints(self.root)[: -self.cfg.keep]:
+                shutil.rmtree(old, ignore_errors=True)
+        self.env.barrier()
+        log.info("checkpoint: saved %s", final)
+        return final
+
+
+def export_hf(model: nn.Module, hf_config: Any, tokenizer: Any, path: str, dtype: str, env: DistEnv) -> None:
+    """Gather a full state dict on rank 0 (CPU) and write a ``save_pretrained`` directory plus the tokenizer."""
+    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if env.is_leader:
+        sd = {k.removeprefix("lm."): v.to(DTYPES[dtype]) for k, v in full.items()}
+        lm = meta_model(hf_config)
+        lm.load_state_dict(sd, strict=True, assign=True)
+        reset_rotary_(lm, "cpu")
+        lm.config.dtype = DTYPES[dtype]
+        lm.save_pretrained(path)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(path)
+        log.info("export: Hugging Face model written to %s", path)
+    env.barrier()

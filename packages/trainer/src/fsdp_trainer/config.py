@@ -1,0 +1,410 @@
+"""Trainer configuration: nested dataclasses, one section per concern, a docstring under every field.
+
+Importable without torch: the SDK validates trainer settings offline with
+``TrainerConfig.from_dict(d)``. Settings come from a YAML/JSON file and then
+``--section.field value`` overrides (``load_config``). Fields left at ``None``
+are derived in ``__post_init__`` (the rule is in each docstring), so ``to_dict()``
+returns the resolved config that a run actually used.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from . import options
+from .errors import ConfigError
+from .presets import PRESETS, is_tiny
+
+__all__ = ["ConfigError", "TrainerConfig", "load_config"]
+
+Dtype = Literal["bf16", "fp16", "fp32"]
+
+
+@dataclass
+class ModelConfig:
+    preset: str = "tiny"
+    """Architecture: tiny, tiny-gqa, llama2-7b, llama2-13b, llama2-70b, llama3.1-8b or llama3.1-70b (ignored when model.name_or_path is set)."""
+    name_or_path: str | None = None
+    """Local Hugging Face model directory or Hub id; when set, the architecture (and with model.init=pretrained the weights) come from it. Hub downloads use $HF_TOKEN."""
+    init: Literal["random", "pretrained"] | None = None
+    """random: fresh weights from train.seed; pretrained: weights from model.name_or_path. Default: pretrained when model.name_or_path is set, else random."""
+    random_init: Literal["auto", "replicated", "sharded"] = "auto"
+    """Where random weights are drawn. replicated: every rank draws the full model on CPU from train.seed, so the weights are identical whatever the sharding (parity tests); sharded: each rank draws its own shards on the device after sharding (no full copy anywhere; differs with the sharding). auto: replicated up to 1B parameters, sharded above."""
+    attn_implementation: str = "sdpa"
+    """Attention kernel passed to transformers (sdpa, eager, flash_attention_2, flex_attention)."""
+    tokenizer: str | None = None
+    """Tokenizer directory or Hub id, or 'bytes' for the builtin byte-level tokenizer (256 bytes + BOS/EOS/PAD). Default: model.name_or_path when set, 'bytes' for tiny presets, none otherwise (synthetic data needs none)."""
+
+
+@dataclass
+class DataConfig:
+    source: Literal["synthetic", "text", "jsonl", "hf"] | None = None
+    """synthetic: seeded random tokens (benchmarks); text: .txt files, documents split on blank lines; jsonl: one JSON object per line (data.text_field); hf: a Hugging Face dataset (pip install fsdp-trainer[hub]). Default: text (the builtin corpus) for tiny presets without model.name_or_path, synthetic otherwise."""
+    path: str | None = None
+    """File or directory for text/jsonl sources. For text, unset means the builtin corpus: docstrings of Python standard-library modules (no download, nothing shipped)."""
+    dataset: str = "samsum"
+    """Hub dataset name for data.source=hf. Datasets with 'dialogue' and 'summary' columns (samsum) use the summarisation prompt; others use data.text_field."""
+    split: str = "train"
+    """Dataset split for data.source=hf."""
+    text_field: str = "text"
+    """Field holding the text in jsonl lines and in non-dialogue hf datasets."""
+    seq_len: int = 2048
+    """Tokens per training sequence; documents are concatenated and packed into seq_len+1 windows (inputs and labels shifted by one)."""
+    seed: int | None = None
+    """Seed of the sample order and of synthetic tokens. Default: train.seed."""
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 100
+    """Optimizer steps to run (in total, counting steps done before a resume)."""
+    micro_batch_size: int = 1
+    """Sequences per rank per forward/backward."""
+    grad_accum_steps: int = 1
+    """Micro-batches per optimizer step; global batch = micro_batch_size * grad_accum_steps * world size sequences."""
+    lr: float = 3e-4
+    """Peak learning rate of AdamW."""
+    min_lr_ratio: float = 0.1
+    """The decay ends at min_lr_ratio * train.lr."""
+    warmup_steps: int = 10
+    """Steps of linear warm-up from near zero to train.lr."""
+    schedule: Literal["cosine", "linear", "constant"] = "cosine"
+    """Decay after warm-up, over the remaining steps."""
+    weight_decay: float = 0.1
+    """AdamW weight decay (not applied to norm weights)."""
+    max_grad_norm: float = 1.0
+    """Clip the global gradient norm to this value; 0 disables clipping (the norm is still reported)."""
+    loss_chunk_tokens: int = 4096
+    """Tokens per chunk of the fused lm_head + cross-entropy; only one chunk's logits exist at a time."""
+    seed: int = 42
+    """Master seed: random weights, and data.seed / runtime.seed unless set."""
+    output_dir: str = "./outputs"
+    """Where metrics, summary.json and (by default) checkpoints go."""
+    log_every: int = 1
+    """Print a metrics line every N steps (every step is still written to the metrics file)."""
+
+
+@dataclass
+class ParallelConfig:
+    api: Literal["fsdp2", "fsdp1", "none"] = "fsdp2"
+    """fsdp2: torch fully_shard (DTensor); fsdp1: FullyShardedDataParallel; none: a plain single-process model (a reference for parity checks; world size must be 1)."""
+    sharding: Literal["full_shard", "hybrid_shard", "shard_grad_op", "no_shard"] = "full_shard"
+    """full_shard: parameters, gradients and optimizer state sharded over all ranks; hybrid_shard: sharded within a group of parallel.shard_size ranks, replicated across groups; shard_grad_op: parameters stay gathered between forward and backward; no_shard: every rank holds everything (like DDP)."""
+    shard_size: int = 0
+    """hybrid_shard: ranks per shard group. 0 = ranks per node ($LOCAL_WORLD_SIZE), or world size / parallel.replicate_size when that is set."""
+    replicate_size: int = 0
+    """hybrid_shard: number of replicas. 0 = world size / parallel.shard_size. shard_size * replicate_size must equal the world size."""
+    reshard_after_forward: bool | None = None
+    """fsdp2: free gathered parameters after forward. Default: true, except false for shard_grad_op."""
+    cpu_offload: bool = False
+    """Keep sharded parameters, gradients and optimizer state in CPU memory (CUDA only)."""
+    forward_prefetch: bool = False
+    """Issue the next block's all-gather before the current block's forward runs."""
+    backward_prefetch: Literal["pre", "post", "none"] = "pre"
+    """When to prefetch the next all-gather in backward. fsdp2 always prefetches the previous block ('pre'); 'post' and 'none' are fsdp1-only."""
+    limit_all_gathers: bool = True
+    """fsdp1: rate-limit all-gathers to bound memory (fsdp2 always does)."""
+
+
+@dataclass
+class PrecisionConfig:
+    mode: Dtype = "bf16"
+    """Training precision. bf16/fp16: parameters cast for compute, fp32 master weights and optimizer; fp16 adds a gradient scaler."""
+    param_dtype: Dtype | None = None
+    """Dtype of gathered parameters and compute. Default: precision.mode."""
+    reduce_dtype: Dtype | None = None
+    """Dtype of gradient reduction across ranks. Default: fp32."""
+
+
+@dataclass
+class ActivationCheckpointConfig:
+    mode: Literal["none", "full", "selective"] = "none"
+    """Recompute decoder blocks in backward to save activation memory: none, full (every block) or selective (every ac.every-th block)."""
+    every: int = 2
+    """selective: checkpoint one block in every ac.every blocks."""
+
+
+@dataclass
+class CompileConfig:
+    enabled: bool = False
+    """torch.compile each decoder block (fsdp2 or none)."""
+    loss: bool = False
+    """torch.compile the chunked lm_head + cross-entropy."""
+
+
+@dataclass
+class Fp8Config:
+    enabled: bool = False
+    """Float8 training of the decoder's linear layers with torchao (pip install fsdp-trainer[fp8]); needs a Hopper-class GPU (sm_89 or newer)."""
+    recipe: Literal["tensorwise", "rowwise"] = "tensorwise"
+    """torchao scaling recipe."""
+    all_gather: bool = False
+    """fsdp2 + tensorwise: all-gather weights in float8 (halves all-gather traffic)."""
+
+
+@dataclass
+class CheckpointConfig:
+    enabled: bool = True
+    """Save checkpoints (sharded, with torch.distributed.checkpoint). Off: no save, no resume."""
+    dir: str | None = None
+    """Checkpoint directory. Default: <train.output_dir>/checkpoints."""
+    every_steps: int = 0
+    """Save every N steps; 0 = only at the end."""
+    keep: int = 2
+    """Complete checkpoints to keep (older ones are deleted)."""
+    resume: str = "auto"
+    """auto: resume from the newest complete checkpoint in checkpoint.dir if any; never: start fresh; or the path of a step_XXXXXXXX directory."""
+    export_hf: str | None = None
+    """At the end, write a consolidated Hugging Face model directory (save_pretrained, plus tokenizer) here."""
+    export_dtype: Dtype | None = None
+    """Dtype of the exported weights. Default: precision.param_dtype."""
+
+
+@dataclass
+class MetricsConfig:
+    file: str | None = None
+    """Per-step JSON lines. Default: <train.output_dir>/metrics.jsonl."""
+    peak_tflops: float | None = None
+    """Peak dense TFLOP/s of one accelerator for MFU. Default: looked up from the GPU name; unknown (MFU null) on CPU."""
+    warmup_steps: int = 2
+    """First steps left out of the summary's averages (compilation, allocator warm-up)."""
+
+
+@dataclass
+class RuntimeConfig:
+    device: Literal["auto", "cuda", "cpu"] = "auto"
+    """auto: CUDA when a GPU is visible, else CPU."""
+    backend: Literal["auto", "nccl", "gloo"] = "auto"
+    """Process-group backend. auto: nccl (with gloo for CPU tensors) on CUDA, gloo on CPU."""
+    seed: int | None = None
+    """Seed of torch's and Python's global generators on every rank (dropout, anything stochastic). Default: train.seed."""
+    log_all_ranks: bool = False
+    """Log from every rank, not only the leader."""
+    timeout_s: int = 1800
+    """Collective timeout in seconds (rank 0 loading a 70B checkpoint keeps the others waiting)."""
+
+
+# Sections whose CLI flag prefix differs from their attribute name.
+FLAG_PREFIX = {"activation_checkpointing": "ac"}
+
+
+@dataclass
+class TrainerConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """Which Llama and how its weights start."""
+    data: DataConfig = field(default_factory=DataConfig)
+    """Where tokens come from and how they are packed."""
+    train: TrainConfig = field(default_factory=TrainConfig)
+    """Steps, batch, optimizer and schedule."""
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    """FSDP flavour and sharding."""
+    precision: PrecisionConfig = field(default_factory=PrecisionConfig)
+    """Mixed precision."""
+    activation_checkpointing: ActivationCheckpointConfig = field(default_factory=ActivationCheckpointConfig)
+    """Activation checkpointing (flags: --ac.*)."""
+    compile: CompileConfig = field(default_factory=CompileConfig)
+    """torch.compile."""
+    fp8: Fp8Config = field(default_factory=Fp8Config)
+    """Float8 training."""
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    """Sharded checkpoints, resume and Hugging Face export."""
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    """Throughput and MFU reporting."""
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    """Device and process group."""
+
+    def __post_init__(self) -> None:
+        for name, cls in options.sections(TrainerConfig):
+            section = getattr(self, name)
+            if not isinstance(section, cls):
+                raise ConfigError(f"--{flag_prefix(name)}: expected a {cls.__name__}")
+            hints = options.field_types(cls)
+            for f in dataclasses.fields(cls):
+                options.check(f"--{flag_prefix(name)}.{f.name}", hints[f.name], getattr(section, f.name))
+        self._resolve_defaults()
+        self._validate()
+
+    def _resolve_defaults(self) -> None:
+        m, d, t, p, ck = self.model, self.data, self.train, self.precision, self.checkpoint
+        if m.preset not in PRESETS:
+            raise ConfigError(f"--model.preset: {m.preset!r} is not one of {', '.join(PRESETS)}")
+        tiny = is_tiny(m.preset) and m.name_or_path is None
+        if m.init is None:
+            m.init = "pretrained" if m.name_or_path else "random"
+        if m.tokenizer is None:
+            m.tokenizer = m.name_or_path or ("bytes" if tiny else None)
+        if d.source is None:
+            d.source = "text" if tiny else "synthetic"
+        if d.seed is None:
+            d.seed = t.seed
+        if self.runtime.seed is None:
+            self.runtime.seed = t.seed
+        if p.param_dtype is None:
+            p.param_dtype = p.mode
+        if p.reduce_dtype is None:
+            p.reduce_dtype = "fp32"
+        if self.parallel.reshard_after_forward is None:
+            self.parallel.reshard_after_forward = self.parallel.sharding != "shard_grad_op"
+        if ck.dir is None:
+            ck.dir = str(Path(t.output_dir) / "checkpoints")
+        if ck.export_dtype is None:
+            ck.export_dtype = p.param_dtype
+        if self.metrics.file is None:
+            self.metrics.file = str(Path(t.output_dir) / "metrics.jsonl")
+
+    def _validate(self) -> None:
+        m, d, t, par = self.model, self.data, self.train, self.parallel
+        positive = {
+            "--data.seq_len": d.seq_len,
+            "--train.steps": t.steps,
+            "--train.micro_batch_size": t.micro_batch_size,
+            "--train.grad_accum_steps": t.grad_accum_steps,
+            "--train.loss_chunk_tokens": t.loss_chunk_tokens,
+            "--train.log_every": t.log_every,
+            "--ac.every": self.activation_checkpointing.every,
+            "--checkpoint.keep": self.checkpoint.keep,
+            "--runtime.timeout_s": self.runtime.timeout_s,
+        }
+        for flag, value in positive.items():
+            if value <= 0:
+                raise ConfigError(f"{flag}: must be positive (got {value})")
+        non_negative = {
+            "--train.warmup_steps": t.warmup_steps,
+            "--train.weight_decay": t.weight_decay,
+            "--train.max_grad_norm": t.max_grad_norm,
+            "--checkpoint.every_steps": self.checkpoint.every_steps,
+            "--parallel.shard_size": par.shard_size,
+            "--parallel.replicate_size": par.replicate_size,
+            "--metrics.warmup_steps": self.metrics.warmup_steps,
+        }
+        for flag, value in non_negative.items():
+            if value < 0:
+                raise ConfigError(f"{flag}: must be zero or positive (got {value})")
+        if t.lr <= 0:
+            raise ConfigError(f"--train.lr: must be positive (got {t.lr})")
+        if not 0.0 <= t.min_lr_ratio <= 1.0:
+            raise ConfigError(f"--train.min_lr_ratio: must be between 0 and 1 (got {t.min_lr_ratio})")
+        if m.init == "pretrained" and not m.name_or_path:
+            raise ConfigError("--model.init: 'pretrained' needs --model.name_or_path (a local HF directory or Hub id)")
+        if d.source in ("text", "jsonl", "hf") and not m.tokenizer:
+            raise ConfigError(f"--model.tokenizer: data.source={d.source} needs a tokenizer; set --model.tokenizer or --model.name_or_path")
+        if d.source == "jsonl" and not d.path:
+            raise ConfigError("--data.path: data.source=jsonl needs a file or directory of .jsonl files")
+        if (par.shard_size or par.replicate_size) and par.sharding != "hybrid_shard":
+            raise ConfigError("--parallel.shard_size: only used with --parallel.sharding hybrid_shard")
+        if par.api == "fsdp2" and par.backward_prefetch != "pre":
+            raise ConfigError(f"--parallel.backward_prefetch: {par.backward_prefetch!r} is fsdp1-only; fsdp2 always prefetches the previous block ('pre')")
+        if par.api == "fsdp1" and self.compile.enabled:
+            raise ConfigError("--compile.enabled: per-block compile is supported with --parallel.api fsdp2 or none")
+        if par.api == "none" and par.cpu_offload:
+            raise ConfigError("--parallel.cpu_offload: needs --parallel.api fsdp2 or fsdp1")
+        if self.fp8.enabled and par.api == "fsdp1":
+            raise ConfigError("--fp8.enabled: float8 training is supported with --parallel.api fsdp2 or none")
+        if self.fp8.all_gather and (self.fp8.recipe != "tensorwise" or par.api != "fsdp2"):
+            raise ConfigError("--fp8.all_gather: needs --fp8.recipe tensorwise and --parallel.api fsdp2")
+        if self.runtime.device == "cpu" and self.runtime.backend == "nccl":
+            raise ConfigError("--runtime.backend: nccl needs CUDA; use gloo (or auto) with --runtime.device cpu")
+        resume = self.checkpoint.resume
+        if resume not in ("auto", "never") and not Path(resume).name.startswith("step_"):
+            raise ConfigError(f"--checkpoint.resume: {resume!r} is not auto, never or a step_XXXXXXXX checkpoint directory")
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TrainerConfig:
+        """Build and validate a config from nested dicts (YAML/JSON shape); unknown keys raise ConfigError."""
+        if not isinstance(d, dict):
+            raise ConfigError(f"config: expected a mapping of sections, got {type(d).__name__}")
+        known = known_flags()
+        by_key = {flag_prefix(name): (name, sec) for name, sec in options.sections(cls)}
+        by_key.update({name: (name, sec) for name, sec in options.sections(cls)})
+        built: dict[str, Any] = {}
+        for key, values in d.items():
+            if key not in by_key:
+                raise options.unknown_option(f"--{key}", known)
+            name, sec = by_key[key]
+            if values is None:
+                values = {}
+            if not isinstance(values, dict):
+                raise ConfigError(f"--{flag_prefix(name)}: expected a mapping of fields, got {values!r}")
+            hints = options.field_types(sec)
+            kwargs = {}
+            for fname, value in values.items():
+                flag = f"--{flag_prefix(name)}.{fname}"
+                if fname not in hints:
+                    raise options.unknown_option(flag, known)
+                kwargs[fname] = options.coerce(flag, hints[fname], value)
+            built[name] = sec(**kwargs)
+        return cls(**built)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Nested plain dict keyed by CLI flag prefixes (``ac`` for activation checkpointing)."""
+        return {flag_prefix(name): dataclasses.asdict(getattr(self, name)) for name, _ in options.sections(TrainerConfig)}
+
+
+def flag_prefix(section: str) -> str:
+    """The CLI prefix of a section attribute (``activation_checkpointing`` -> ``ac``)."""
+    return FLAG_PREFIX.get(section, section)
+
+
+def known_flags() -> list[str]:
+    """Every ``--section.field`` flag."""
+    return [f"--{flag_prefix(name)}.{f.name}" for name, sec in options.sections(TrainerConfig) for f in dataclasses.fields(sec)]
+
+
+def read_config_file(path: str) -> dict[str, Any]:
+    """Parse a YAML or JSON config file into nested dicts."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"--config: {path} is not a file")
+    text = p.read_text()
+    try:
+        if p.suffix == ".json":
+            data = json.loads(text)
+        else:
+            import yaml
+
+            data = yaml.safe_load(text)
+    except Exception as e:  # noqa: BLE001 - any parse error becomes one line
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"--config: cannot parse {path}: {first}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"--config: {path} must hold a mapping of sections")
+    return data
+
+
+def load_config(path: str | None, overrides: list[str]) -> TrainerConfig:
+    """Config file (YAML/JSON, optional), then ``--section.field value`` overrides; raises ConfigError."""
+    merged: dict[str, Any] = {}
+    if path:
+        for key, values in read_config_file(path).items():
+            merged[flag_prefix(key) if key in FLAG_PREFIX else key] = dict(values or {}) if isinstance(values, dict) else values
+    known = set(known_flags())
+    for key, value in options.parse_overrides(overrides):
+        if f"--{key}" not in known:
+            raise options.unknown_option(f"--{key}", sorted(known))
+        section, fname = key.split(".", 1)
+        target = merged.setdefault(section, {})
+        if not isinstance(target, dict):
+            raise ConfigError(f"--{section}: expected a mapping of fields in the config file")
+        target[fname] = value
+    return TrainerConfig.from_dict(merged)
+
+
+def help_text() -> str:
+    """The option reference shown by ``fsdp-train --help`` (also the README's config reference)."""
+    lines = []
+    defaults = TrainerConfig.__dataclass_fields__
+    for name, sec in options.sections(TrainerConfig):
+        lines.append(f"\n{flag_prefix(name)}: {options.field_docs(TrainerConfig)[name]}")
+        hints = options.field_types(sec)
+        default_obj = defaults[name].default_factory()  # type: ignore[misc]
+        for f in dataclasses.fields(sec):
+            default = getattr(default_obj, f.name)
+            lines.append(f"  --{flag_prefix(name)}.{f.name} {options.type_label(hints[f.name])} (default: {default})")
+            lines.append(f"      {options.field_docs(sec)[f.name]}")
+    return "\n".join(lines)

@@ -1,0 +1,124 @@
+"""Device, process group and device mesh.
+
+Works under torchrun (RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR in the environment)
+and as a plain process, which becomes a world of size 1 on an in-memory store.
+On CUDA the group pairs NCCL (GPU tensors) with gloo (CPU tensors, used by CPU
+offload and by checkpoint metadata exchange).
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import socket
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+
+from .config import ParallelConfig, RuntimeConfig
+from .errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class DistEnv:
+    """Where this process sits in the job."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    device: torch.device
+
+    @property
+    def is_leader(self) -> bool:
+        return self.rank == 0
+
+    def barrier(self) -> None:
+        dist.barrier()
+
+    def all_reduce_sum(self, values: list[float]) -> list[float]:
+        """Sum a few floats over all ranks (float64, on the training device)."""
+        t = torch.tensor(values, dtype=torch.float64, device=self.device)
+        dist.all_reduce(t)
+        return t.tolist()
+
+
+def resolve_device(cfg: RuntimeConfig) -> torch.device:
+    """``runtime.device`` -> a concrete device for this process (cuda:LOCAL_RANK or cpu)."""
+    if cfg.device == "cpu" or (cfg.device == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise ConfigError("--runtime.device: 'cuda' requested but no GPU is visible (use auto or cpu)")
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if local_rank >= torch.cuda.device_count():
+        raise ConfigError(f"--runtime.device: LOCAL_RANK {local_rank} but only {torch.cuda.device_count()} GPUs are visible; lower --nproc-per-node")
+    torch.cuda.set_device(local_rank)
+    return torch.device("cuda", local_rank)
+
+
+def init_distributed(cfg: RuntimeConfig, device: torch.device) -> DistEnv:
+    """Join the process group (or make a world of one) and log where the leader is."""
+    backend = cfg.backend
+    if backend == "auto":
+        backend = "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"
+    elif backend == "nccl":
+        if device.type != "cuda":
+            raise ConfigError("--runtime.backend: nccl needs CUDA; use gloo (or auto) on CPU")
+        backend = "cpu:gloo,cuda:nccl"
+    timeout = datetime.timedelta(seconds=cfg.timeout_s)
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        dist.init_process_group(backend=backend, timeout=timeout)
+    else:
+        os.environ.setdefault("LOCAL_WORLD_SIZE", "1")
+        dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
+    env = DistEnv(
+        rank=dist.get_rank(),
+        world_size=dist.get_world_size(),
+        local_rank=int(os.environ.get("LOCAL_RANK", "0")),
+        local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
+        device=device,
+    )
+    log.info("master_addr=%s", os.environ.get("MASTER_ADDR") or socket.gethostname())
+    log.info("rank=%d world_size=%d local_world_size=%d device=%s backend=%s", env.rank, env.world_size, env.local_world_size, device, backend)
+    return env
+
+
+def destroy_distributed() -> None:
+    """Leave the process group if we joined one."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def mesh_shape(cfg: ParallelConfig, world_size: int, local_world_size: int) -> tuple[int, int]:
+    """(replicate, shard) sizes for the sharding strategy; raises ConfigError when they do not tile the world."""
+    if cfg.sharding in ("full_shard", "shard_grad_op"):
+        return 1, world_size
+    if cfg.sharding == "no_shard":
+        return world_size, 1
+    shard, replicate = cfg.shard_size, cfg.replicate_size
+    if not shard:
+        shard = world_size // replicate if replicate else min(local_world_size, world_size)
+    if not replicate:
+        replicate = max(world_size // shard, 1)
+    if shard * replicate != world_size:
+        raise ConfigError(
+            f"--parallel.shard_size: shard_size {shard} x replicate_size {replicate} must equal the world size {world_size}"
+        )
+    return replicate, shard
+
+
+def build_mesh(cfg: ParallelConfig, env: DistEnv) -> DeviceMesh | None:
+    """1-D ("shard",) mesh for full_shard/shard_grad_op; 2-D ("replicate", "shard") for hybrid_shard and no_shard."""
+    if cfg.api == "none":
+        if env.world_size != 1:
+            raise ConfigError(f"--parallel.api: 'none' runs one process, but the world size is {env.world_size}; use fsdp2 or fsdp1")
+        return None
+    replicate, shard = mesh_shape(cfg, env.world_size, env.local_world_size)
+    if cfg.sharding in ("full_shard", "shard_grad_op"):
+        return init_device_mesh(env.device.type, (shard,), mesh_dim_names=("shard",))
+    return init_device_mesh(env.device.type, (replicate, shard), mesh_dim_names=("replicate", "shard"))

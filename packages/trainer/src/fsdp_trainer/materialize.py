@@ -1,0 +1,112 @@
+"""Build the model and give it weights without a full copy per process.
+
+Three ways, chosen by ``model.init`` and ``model.random_init``:
+
+* replicated random: every rank draws the whole model on CPU from ``train.seed``,
+  then shards it. Identical weights whatever the sharding (the parity tests rely
+  on it); costs one full fp32 copy per process, so ``auto`` uses it only up to 1B
+  parameters.
+* sharded random: the model is built on the meta device, sharded, then each rank
+  allocates and draws only its own shards on the device (FSDP2: ``to_empty`` and
+  in-place init of the DTensor shards; FSDP1: ``param_init_fn`` per wrapped unit).
+  No full copy anywhere; the values depend on the sharding.
+* pretrained: rank 0 loads the HF checkpoint on CPU, every other rank builds on
+  meta. FSDP2 shards the meta model, allocates shards and receives them from
+  rank 0 with ``set_model_state_dict(..., full_state_dict=True,
+  broadcast_from_rank0=True)``; FSDP1 uses ``sync_module_states``. Only rank 0
+  ever holds the full model (on CPU).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn as nn
+from torch.distributed.device_mesh import DeviceMesh
+
+from .config import TrainerConfig
+from .distributed import DistEnv
+from .model import CausalLMWithLoss, build_hf_config, count_params, init_module_, init_weights_, load_pretrained_state_dict, meta_model, reset_rotary_
+from .parallelize import parallelize_llama
+
+log = logging.getLogger(__name__)
+
+REPLICATED_INIT_MAX_PARAMS = 1_000_000_000
+
+
+@dataclass
+class BuiltModel:
+    """The model to train and what the rest of the run needs to know about it."""
+
+    model: nn.Module
+    hf_config: Any
+    num_params: int
+    num_embedding_params: int
+
+
+def init_strategy(cfg: TrainerConfig, num_params: int) -> str:
+    """replicated, sharded or pretrained (see the module docstring)."""
+    if cfg.model.init == "pretrained":
+        return "pretrained"
+    if cfg.model.random_init == "auto":
+        return "replicated" if num_params <= REPLICATED_INIT_MAX_PARAMS else "sharded"
+    return cfg.model.random_init
+
+
+def build_model(cfg: TrainerConfig, env: DistEnv, mesh: DeviceMesh | None) -> BuiltModel:
+    """Build ``CausalLMWithLoss``, give it weights, parallelize it; returns it on ``env.device``."""
+    hf_config = build_hf_config(cfg.model)
+    lm = meta_model(hf_config)
+    num_params, num_embedding = count_params(lm)
+    strategy = init_strategy(cfg, num_params)
+    log.info("model: %.3fB parameters, %d layers, init=%s", num_params / 1e9, hf_config.num_hidden_layers, strategy)
+    wrapper = CausalLMWithLoss(lm, cfg.train.loss_chunk_tokens, cfg.compile.loss)
+    std, seed, device, api = hf_config.initializer_range, cfg.train.seed, env.device, cfg.parallel.api
+
+    # Full weights on CPU before sharding: replicated random init, and pretrained where this rank holds them.
+    full_on_cpu = strategy == "replicated" or (strategy == "pretrained" and (api == "none" or (api == "fsdp1" and env.is_leader)))
+    if full_on_cpu:
+        wrapper.to_empty(device="cpu")
+        if strategy == "replicated":
+            init_weights_(wrapper, std, seed)
+        else:
+            wrapper.load_state_dict(load_pretrained_state_dict(cfg.model.name_or_path or ""), strict=True)
+        reset_rotary_(wrapper, "cpu")
+    if cfg.fp8.enabled:
+        from .fp8 import convert_to_fp8
+
+        convert_to_fp8(wrapper, cfg.fp8)
+
+    if api == "fsdp1" or full_on_cpu:
+        param_init_fn = None
+        if not full_on_cpu:  # FSDP1 materialises each meta unit on the device, just before sharding it
+            torch.manual_seed(seed)
+
+            def param_init_fn(module: nn.Module) -> None:
+                module.to_empty(device=device, recurse=False)
+                if strategy == "sharded":
+                    init_module_(module, std)
+                reset_rotary_(module, device)
+
+        model = parallelize_llama(
+            wrapper, cfg, mesh, device=device, param_init_fn=param_init_fn, sync_module_states=strategy == "pretrained" and api == "fsdp1"
+        )
+        if api != "fsdp2":  # fully_shard already placed the shards (on CPU, with parallel.cpu_offload)
+            model.to(device)
+        return BuiltModel(model, hf_config, num_params, num_embedding)
+
+    # FSDP2 from the meta device: shard first, then allocate only the local shards.
+    full_sd = load_pretrained_state_dict(cfg.model.name_or_path or "") if strategy == "pretrained" and env.is_leader else {}
+    model = parallelize_llama(wrapper, cfg, mesh, device=device)
+    model.to_empty(device=device)
+    reset_rotary_(model, device)
+    if strategy == "sharded":
+        init_weights_(model, std, seed)
+    else:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+        set_model_state_dict(model, full_sd, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+    return BuiltModel(model, hf_config, num_params, num_embedding)

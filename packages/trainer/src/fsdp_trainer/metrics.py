@@ -1,0 +1,103 @@
+"""Per-step metrics (JSON lines) and the end-of-run summary.
+
+Each step the leader prints one JSON object on stdout and appends it to
+``metrics.file``: ``step, loss, lr, grad_norm, tokens_per_s_per_gpu,
+tflops_per_gpu, mfu, peak_mem_gib, step_time_s``. Throughput is per process
+("per GPU"; on CPU, per process). ``mfu`` is a fraction (0.42 = 42 %) of
+``metrics.peak_tflops`` or the GPU's looked-up peak, and null when neither is
+known (CPU). ``peak_mem_gib`` is CUDA's peak allocated memory in the step, null on
+CPU. The summary averages over steps after ``metrics.warmup_steps``.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .flops import peak_tflops
+
+
+def device_name(device: torch.device) -> str:
+    """GPU model name, or the CPU's."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return platform.processor() or platform.machine() or "cpu"
+
+
+class Metrics:
+    """Collects step records on every rank; only the leader writes them."""
+
+    def __init__(self, file: str | None, is_leader: bool, log_every: int, flops_per_token: int, device: torch.device, peak: float | None, fp8: bool):
+        self.is_leader, self.log_every, self.flops_per_token, self.device = is_leader, log_every, flops_per_token, device
+        self.name = device_name(device)
+        self.peak = peak if peak is not None else (peak_tflops(self.name, fp8) if device.type == "cuda" else None)
+        self.records: list[dict[str, Any]] = []
+        self._file = None
+        if is_leader and file:
+            Path(file).parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(file, "a", encoding="utf-8")
+
+    def start_step(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+
+    def end_step(self, step: int, loss: float, lr: float, grad_norm: float, tokens: int, step_time: float) -> dict[str, Any]:
+        """Record one optimizer step; ``tokens`` is what this process consumed in it."""
+        tps = tokens / step_time if step_time > 0 else 0.0
+        tflops = self.flops_per_token * tps / 1e12
+        record = {
+            "step": step,
+            "loss": loss,
+            "lr": lr,
+            "grad_norm": grad_norm,
+            "tokens_per_s_per_gpu": tps,
+            "tflops_per_gpu": tflops,
+            "mfu": tflops / self.peak if self.peak else None,
+            "peak_mem_gib": torch.cuda.max_memory_allocated(self.device) / 2**30 if self.device.type == "cuda" else None,
+            "step_time_s": step_time,
+            "tokens": tokens,
+        }
+        self.records.append(record)
+        if self.is_leader:
+            line = json.dumps(record)
+            if self._file:
+                self._file.write(line + "\n")
+                self._file.flush()
+            if step % self.log_every == 0:
+                print(line, flush=True)
+        return record
+
+    def summary(self, warmup_steps: int, **extra: Any) -> dict[str, Any]:
+        """Averages over the steps after ``warmup_steps`` (all steps when there are not more than that)."""
+        measured = self.records[warmup_steps:] or self.records
+        time = sum(r["step_time_s"] for r in measured)
+        tps = sum(r["tokens"] for r in measured) / time if time > 0 else 0.0
+        tflops = self.flops_per_token * tps / 1e12
+        mems = [r["peak_mem_gib"] for r in self.records if r["peak_mem_gib"] is not None]
+        return {
+            "steps": self.records[-1]["step"] if self.records else 0,
+            "steps_run": len(self.records),
+            "measured_steps": len(measured),
+            "tokens_per_s_per_gpu": tps,
+            "tflops_per_gpu": tflops,
+            "mfu": tflops / self.peak if self.peak else None,
+            "peak_tflops": self.peak,
+            "peak_mem_gib": max(mems) if mems else None,
+            "final_loss": self.records[-1]["loss"] if self.records else None,
+            "flops_per_token": self.flops_per_token,
+            "device": self.device.type,
+            "gpu_name": self.name if self.device.type == "cuda" else None,
+            "torch_version": torch.__version__,
+            "python_version": sys.version.split()[0],
+            **extra,
+        }
+
+    def close(self) -> None:
+        if self._file:
+            self._file.close()
+            self._file = None

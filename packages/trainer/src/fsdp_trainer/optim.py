@@ -1,0 +1,67 @@
+"""AdamW, the learning-rate schedule and the fp16 gradient scaler."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import torch
+import torch.nn as nn
+
+from .config import TrainConfig, TrainerConfig
+
+BETAS = (0.9, 0.95)  # Llama 2 / Llama 3 pretraining values
+EPS = 1e-8
+
+
+def build_optimizer(model: nn.Module, cfg: TrainerConfig, device: torch.device) -> torch.optim.AdamW:
+    """AdamW with no weight decay on norm weights; fused kernels when the parameters live on CUDA."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            (no_decay if "norm" in name else decay).append(p)
+    groups = [
+        {"params": decay, "weight_decay": cfg.train.weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    on_cuda = device.type == "cuda" and not cfg.parallel.cpu_offload
+    impl = {"fused": True} if on_cuda else {"foreach": True}
+    return torch.optim.AdamW(groups, lr=cfg.train.lr, betas=BETAS, eps=EPS, **impl)
+
+
+def lr_multiplier(cfg: TrainConfig) -> Callable[[int], float]:
+    """Factor of ``train.lr`` for the step about to run (0-based): linear warm-up, then decay to ``min_lr_ratio``."""
+    warmup, total, floor = cfg.warmup_steps, cfg.steps, cfg.min_lr_ratio
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        if cfg.schedule == "constant":
+            return 1.0
+        progress = min((step - warmup) / max(total - warmup, 1), 1.0)
+        if cfg.schedule == "linear":
+            return 1.0 - (1.0 - floor) * progress
+        return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return factor
+
+
+def build_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainConfig) -> torch.optim.lr_scheduler.LambdaLR:
+    """``LambdaLR`` over ``lr_multiplier``; its state (the step count) is checkpointed."""
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lr_multiplier(cfg))
+
+
+def build_grad_scaler(cfg: TrainerConfig, device: torch.device) -> Any:
+    """A gradient scaler for fp16 (None otherwise).
+
+    FSDP1 and FSDP2 use ``ShardedGradScaler``: it unscales sharded gradients (FlatParameter
+    shards or DTensors) and all-reduces the found-inf flag over the process group, so every
+    rank skips the same steps.
+    """
+    if cfg.precision.param_dtype != "fp16":
+        return None
+    if cfg.parallel.api == "none":
+        return torch.amp.GradScaler(device.type)
+    from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+    return ShardedGradScaler(device=device.type)

@@ -1,0 +1,57 @@
+"""Entry point: set up logging, parse the config, join the process group, build, train, close.
+
+    torchrun --standalone --nproc-per-node 8 -m fsdp_trainer --model.preset llama3.1-8b --data.seq_len 4096
+    python -m fsdp_trainer --model.preset tiny --train.steps 200      # one process, CPU or GPU
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import sys
+
+from .config import TrainerConfig
+from .errors import ConfigError, TrainerError
+
+log = logging.getLogger("fsdp_trainer")
+
+
+def run(cfg: TrainerConfig) -> dict:
+    """Train with ``cfg`` in this process (one rank of a torchrun job, or a world of one); returns the summary."""
+    import torch
+
+    from .distributed import destroy_distributed, init_distributed, resolve_device
+    from .trainer import Trainer
+
+    device = resolve_device(cfg.runtime)
+    if cfg.parallel.cpu_offload and device.type != "cuda":
+        raise ConfigError("--parallel.cpu_offload: offloading to CPU needs CUDA; this run is on cpu")
+    if cfg.fp8.enabled:
+        from .fp8 import check_fp8_supported
+
+        check_fp8_supported(device)
+    random.seed(cfg.runtime.seed)
+    torch.manual_seed(cfg.runtime.seed or 0)
+    env = init_distributed(cfg.runtime, device)
+    try:
+        summary = Trainer(cfg, env).fit()
+        if env.is_leader:
+            print(json.dumps(summary), flush=True)  # last stdout line: the run's summary
+        env.barrier()  # leave together: a rank tearing down its group while a peer still uses it can abort
+        return summary
+    finally:
+        destroy_distributed()
+
+
+def main_with_config(cfg: TrainerConfig) -> int:
+    """Run and map failures to exit codes: 2 for settings (one line naming the flag), 1 otherwise."""
+    try:
+        run(cfg)
+    except TrainerError as e:
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        return e.exit_code
+    except Exception:
+        log.exception("training failed")
+        return 1
+    return 0

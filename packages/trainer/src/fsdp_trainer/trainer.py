@@ -1,0 +1,170 @@
+"""The training loop: build everything from the config, then step, log, checkpoint and export.
+
+Loss and gradients: each optimizer step first fetches its micro-batches and
+all-reduces their count of non-ignored labels, so the loss is the mean over every
+token of the global batch. A rank backpropagates ``loss_sum * dp_size / global_count``;
+FSDP averages gradients over the ``dp_size`` data-parallel ranks, which leaves
+exactly the gradient of the global mean (the same as one process on the whole
+batch). The reported loss is the all-reduced sum over the all-reduced count.
+
+Testing aid: ``FSDP_TRAINER_FAULT_AFTER_STEP=<step>`` SIGKILLs every rank right
+after that step (and its checkpoint, if one is due) completes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from .checkpoint import Checkpointer, export_hf
+from .config import TrainerConfig
+from .data import build_dataloader
+from .distributed import DistEnv, build_mesh
+from .flops import flops_per_token
+from .fp8 import precompute_scales
+from .materialize import build_model
+from .metrics import Metrics
+from .model import DTYPES
+from .optim import build_grad_scaler, build_optimizer, build_scheduler
+from .tokenizer import load_tokenizer
+
+log = logging.getLogger(__name__)
+
+FAULT_AFTER_STEP = "FSDP_TRAINER_FAULT_AFTER_STEP"
+
+
+class Trainer:
+    """One training run on this rank."""
+
+    def __init__(self, cfg: TrainerConfig, env: DistEnv):
+        self.cfg, self.env = cfg, env
+        self.start_time = time.perf_counter()
+        torch.manual_seed(cfg.runtime.seed or 0)
+        self.mesh = build_mesh(cfg.parallel, env)
+        built = build_model(cfg, env, self.mesh)
+        self.model, self.hf_config = built.model, built.hf_config
+        self.tokenizer = load_tokenizer(cfg.model.tokenizer) if cfg.model.tokenizer else None
+        self.data = build_dataloader(
+            cfg.data, self.tokenizer, self.hf_config.vocab_size, cfg.train.micro_batch_size,
+            dp_rank=env.rank, dp_size=env.world_size, device=env.device, is_leader=env.is_leader, barrier=env.barrier,
+        )
+        self.optimizer = build_optimizer(self.model, cfg, env.device)
+        self.scheduler = build_scheduler(self.optimizer, cfg.train)
+        self.scaler = build_grad_scaler(cfg, env.device)
+        self.checkpointer = Checkpointer(cfg.checkpoint, env, self.model, self.optimizer, {"data": self.data, "scheduler": self.scheduler, "scaler": self.scaler})
+        hf = self.hf_config
+        head_dim = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
+        fpt = flops_per_token(built.num_params, built.num_embedding_params, hf.num_hidden_layers, hf.num_attention_heads, head_dim, cfg.data.seq_len)
+        self.metrics = Metrics(cfg.metrics.file, env.is_leader, cfg.train.log_every, fpt, env.device, cfg.metrics.peak_tflops, cfg.fp8.enabled)
+        self.step = 0
+        self.tokens_processed = 0
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        # FSDP casts parameters itself (MixedPrecisionPolicy / MixedPrecision); the plain model uses autocast.
+        dtype = DTYPES[self.cfg.precision.param_dtype or "fp32"]
+        if self.cfg.parallel.api != "none" or dtype == torch.float32:
+            return contextlib.nullcontext()
+        return torch.autocast(self.env.device.type, dtype=dtype)
+
+    def _no_grad_sync(self, last: bool) -> contextlib.AbstractContextManager:
+        """Skip the gradient reduction on all but the last micro-step of an accumulation."""
+        api = self.cfg.parallel.api
+        if api == "fsdp2":
+            self.model.set_requires_gradient_sync(last)
+        elif api == "fsdp1" and not last:
+            return self.model.no_sync()  # keeps unsharded gradients: more memory under full_shard
+        return contextlib.nullcontext()
+
+    def _clip_grad_norm(self) -> float:
+        max_norm = self.cfg.train.max_grad_norm or float("inf")
+        if self.cfg.parallel.api == "fsdp1":
+            norm = self.model.clip_grad_norm_(max_norm)
+        else:
+            norm = nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.grad is not None], max_norm, foreach=True)
+            if hasattr(norm, "full_tensor"):  # DTensor under FSDP2
+                norm = norm.full_tensor()
+        return float(norm)
+
+    def train_step(self) -> tuple[float, float, int]:
+        """One optimizer step over ``grad_accum_steps`` micro-batches; returns (loss, grad norm, tokens on this rank)."""
+        accum = self.cfg.train.grad_accum_steps
+        batches = [self.data.next_batch() for _ in range(accum)]
+        local_count = sum(int((b.labels != -100).sum()) for b in batches)
+        (global_count,) = self.env.all_reduce_sum([local_count])
+        scale = self.env.world_size / max(global_count, 1.0)
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.env.device)
+        for i, batch in enumerate(batches):
+            with self._no_grad_sync(i == accum - 1):
+                with self._autocast():
+                    micro_loss, _ = self.model(batch.input_ids, batch.labels)
+                backward_loss = micro_loss * scale
+                if self.scaler is not None:
+                    backward_loss = self.scaler.scale(backward_loss)
+                backward_loss.backward()
+            loss_sum += micro_loss.detach().double()
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)
+        grad_norm = self._clip_grad_norm()
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        precompute_scales(self.model, self.cfg.fp8)
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        (total_loss,) = self.env.all_reduce_sum([loss_sum.item()])
+        tokens = sum(b.input_ids.numel() for b in batches)
+        return total_loss / max(global_count, 1.0), grad_norm, tokens
+
+    def fit(self) -> dict[str, Any]:
+        """Resume if asked, train to ``train.steps``, save, export; returns the summary (leader prints it)."""
+        cfg, env = self.cfg, self.env
+        if cfg.checkpoint.enabled:
+            self.checkpointer.clean_partial()
+            resume = self.checkpointer.find_resume()
+            if resume is not None:
+                self.step = self.checkpointer.load(resume)
+        self.model.train()
+        fault_step = int(os.environ.get(FAULT_AFTER_STEP, "0"))
+        every = cfg.checkpoint.every_steps
+        while self.step < cfg.train.steps:
+            lr = self.optimizer.param_groups[0]["lr"]
+            self.metrics.start_step()
+            t0 = time.perf_counter()
+            loss, grad_norm, tokens = self.train_step()
+            if env.device.type == "cuda":
+                torch.cuda.synchronize(env.device)
+            self.step += 1
+            self.tokens_processed += tokens
+            self.metrics.end_step(self.step, loss, lr, grad_norm, tokens, time.perf_counter() - t0)
+            if cfg.checkpoint.enabled and (self.step == cfg.train.steps or (every and self.step % every == 0)):
+                self.checkpointer.save(self.step)
+            if self.step == fault_step:
+                log.warning("%s=%d: killing this process", FAULT_AFTER_STEP, fault_step)
+                os.kill(os.getpid(), signal.SIGKILL)
+        if cfg.checkpoint.export_hf:
+            export_hf(self.model, self.hf_config, self.tokenizer, cfg.checkpoint.export_hf, cfg.checkpoint.export_dtype or "fp32", env)
+        (tokens_processed,) = env.all_reduce_sum([self.tokens_processed])
+        summary = self.metrics.summary(
+            cfg.metrics.warmup_steps,
+            world_size=env.world_size,
+            tokens_processed=int(tokens_processed),
+            wall_time_s=time.perf_counter() - self.start_time,
+            config=cfg.to_dict(),
+        )
+        if env.is_leader:
+            out = Path(cfg.train.output_dir)
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "summary.json").write_text(json.dumps(summary, indent=1))
+        self.metrics.close()
+        return summary

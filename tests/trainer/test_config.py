@@ -1,0 +1,158 @@
+"""Config loading and validation: typed sections, file + CLI overrides, one-line errors naming the flag."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import trainer_env
+from fsdp_trainer import options
+from fsdp_trainer.config import TrainerConfig, help_text, known_flags, load_config
+from fsdp_trainer.errors import ConfigError
+from fsdp_trainer.presets import PRESETS, num_params
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_config_module_imports_without_torch():
+    code = "import sys, fsdp_trainer.config as c; c.TrainerConfig.from_dict({}); print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=trainer_env(), check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_every_field_has_a_docstring():
+    for name, section in options.sections(TrainerConfig):
+        assert options.field_docs(TrainerConfig)[name], name
+        for f in dataclasses.fields(section):
+            assert options.field_docs(section)[f.name], f"{name}.{f.name} has no docstring"
+
+
+def test_required_flags_exist():
+    required = """model.preset model.name_or_path model.init model.attn_implementation model.tokenizer
+    data.source data.path data.dataset data.split data.text_field data.seq_len data.seed
+    train.steps train.micro_batch_size train.grad_accum_steps train.lr train.min_lr_ratio train.warmup_steps
+    train.schedule train.weight_decay train.max_grad_norm train.seed train.output_dir train.log_every
+    parallel.api parallel.sharding parallel.shard_size parallel.replicate_size parallel.reshard_after_forward
+    parallel.cpu_offload parallel.forward_prefetch parallel.backward_prefetch parallel.limit_all_gathers
+    precision.mode precision.param_dtype precision.reduce_dtype ac.mode ac.every compile.enabled compile.loss
+    fp8.enabled checkpoint.dir checkpoint.every_steps checkpoint.keep checkpoint.resume checkpoint.export_hf
+    metrics.file metrics.peak_tflops runtime.device runtime.backend runtime.seed""".split()
+    missing = {f"--{r}" for r in required} - set(known_flags())
+    assert not missing
+
+
+def test_file_then_overrides(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("train:\n  steps: 7\n  lr: 1e-3\nactivation_checkpointing:\n  mode: full\nparallel:\n  sharding: hybrid_shard\n")
+    cfg = load_config(str(path), ["--train.steps", "9", "--ac.every=3", "--parallel.reshard_after_forward", "false"])
+    assert cfg.train.steps == 9 and cfg.train.lr == 1e-3
+    assert cfg.activation_checkpointing.mode == "full" and cfg.activation_checkpointing.every == 3
+    assert cfg.parallel.sharding == "hybrid_shard" and cfg.parallel.reshard_after_forward is False
+
+
+def test_json_file(tmp_path):
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps({"model": {"preset": "llama3.1-8b"}, "data": {"seq_len": 4096}}))
+    cfg = load_config(str(path), [])
+    assert cfg.model.preset == "llama3.1-8b" and cfg.data.seq_len == 4096
+
+
+def test_derived_defaults():
+    tiny = load_config(None, [])
+    assert tiny.data.source == "text" and tiny.model.tokenizer == "bytes" and tiny.model.init == "random"
+    assert tiny.checkpoint.dir.endswith("checkpoints") and tiny.metrics.file.endswith("metrics.jsonl")
+    assert tiny.precision.param_dtype == "bf16" and tiny.precision.reduce_dtype == "fp32"
+    big = load_config(None, ["--model.preset", "llama2-7b", "--train.output_dir", "/x", "--parallel.sharding", "shard_grad_op"])
+    assert big.data.source == "synthetic" and big.model.tokenizer is None
+    assert big.checkpoint.dir == "/x/checkpoints" and big.parallel.reshard_after_forward is False
+    hf = load_config(None, ["--model.name_or_path", "/models/llama", "--precision.mode", "fp16", "--precision.reduce_dtype", "fp16"])
+    assert hf.model.init == "pretrained" and hf.model.tokenizer == "/models/llama" and hf.data.source == "synthetic"
+    assert hf.precision.param_dtype == "fp16" and hf.precision.reduce_dtype == "fp16"
+
+
+def test_round_trip_through_dict():
+    cfg = load_config(None, ["--parallel.api", "fsdp1", "--ac.mode", "selective", "--checkpoint.export_hf", "/out/hf"])
+    d = cfg.to_dict()
+    assert "ac" in d and d["ac"]["mode"] == "selective"
+    assert TrainerConfig.from_dict(json.loads(json.dumps(d))) == cfg
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["--parallel.sharding", "full"], "--parallel.sharding: 'full' is not one of full_shard, hybrid_shard, shard_grad_op, no_shard"),
+        (["--parallel.shardin", "full_shard"], "--parallel.shardin: unknown option (did you mean --parallel.sharding?)"),
+        (["--train.steps", "ten"], "--train.steps: 'ten' is not an integer"),
+        (["--train.steps", "0"], "--train.steps: must be positive"),
+        (["--train.lr", "fast"], "--train.lr: 'fast' is not a number"),
+        (["--model.preset", "llama9"], "--model.preset: 'llama9' is not one of tiny,"),
+        (["--model.init", "pretrained"], "--model.init: 'pretrained' needs --model.name_or_path"),
+        (["--parallel.api", "fsdp2", "--parallel.backward_prefetch", "post"], "--parallel.backward_prefetch:"),
+        (["--parallel.api", "fsdp1", "--compile.enabled", "true"], "--compile.enabled:"),
+        (["--parallel.shard_size", "2"], "--parallel.shard_size: only used with --parallel.sharding hybrid_shard"),
+        (["--fp8.all_gather", "true", "--fp8.recipe", "rowwise"], "--fp8.all_gather:"),
+        (["--checkpoint.resume", "latest"], "--checkpoint.resume:"),
+        (["--model.preset", "llama2-7b", "--data.source", "hf"], "--model.tokenizer: data.source=hf needs a tokenizer"),
+        (["--train.steps"], "--train.steps: missing value"),
+        (["train.steps", "3"], "expected an option like --section.field VALUE"),
+    ],
+)
+def test_errors_name_the_option(overrides, message):
+    with pytest.raises(ConfigError) as err:
+        load_config(None, overrides)
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_file_errors(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("parallel:\n  sharding: fully\n")
+    with pytest.raises(ConfigError, match=r"^--parallel.sharding: 'fully' is not one of"):
+        load_config(str(bad), [])
+    unknown = tmp_path / "unknown.yaml"
+    unknown.write_text("trainer:\n  steps: 3\n")
+    with pytest.raises(ConfigError, match=r"^--trainer: unknown option"):
+        load_config(str(unknown), [])
+    with pytest.raises(ConfigError, match=r"^--config: .* is not a file"):
+        load_config(str(tmp_path / "missing.yaml"), [])
+
+
+def test_from_dict_rejects_wrong_types():
+    with pytest.raises(ConfigError, match="--train.micro_batch_size: 'x' is not an integer"):
+        TrainerConfig.from_dict({"train": {"micro_batch_size": "x"}})
+    with pytest.raises(ConfigError, match="--ac.mode: 'some' is not one of none, full, selective"):
+        TrainerConfig.from_dict({"ac": {"mode": "some"}})
+
+
+def test_help_lists_every_flag_with_its_doc():
+    text = help_text()
+    for flag in known_flags():
+        assert flag in text
+    assert "Checkpoint directory. Default: <train.output_dir>/checkpoints." in text
+
+
+def test_cli_exits_2_with_one_line(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "fsdp_trainer", "--parallel.sharding", "full"],
+        capture_output=True, text=True, env=trainer_env(), cwd=tmp_path, timeout=60,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "error: --parallel.sharding: 'full' is not one of full_shard, hybrid_shard, shard_grad_op, no_shard"
+    ]
+
+
+def test_preset_shapes():
+    assert PRESETS["llama2-7b"]()["intermediate_size"] == 11008
+    assert 6.7e9 < num_params(PRESETS["llama2-7b"]()) < 6.8e9
+    assert 12.9e9 < num_params(PRESETS["llama2-13b"]()) < 13.1e9
+    assert 68.9e9 < num_params(PRESETS["llama2-70b"]()) < 69.1e9
+    assert 8.0e9 < num_params(PRESETS["llama3.1-8b"]()) < 8.1e9
+    assert 70.5e9 < num_params(PRESETS["llama3.1-70b"]()) < 70.7e9
+    l3 = PRESETS["llama3.1-70b"]()
+    assert (l3["hidden_size"], l3["num_hidden_layers"], l3["num_attention_heads"], l3["num_key_value_heads"]) == (8192, 80, 64, 8)
+    assert l3["vocab_size"] == 128256 and l3["rope_theta"] == 500000.0
