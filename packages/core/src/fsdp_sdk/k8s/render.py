@@ -300,6 +300,9 @@ def render_job(
     if api not in ("pytorchjob", "trainjob"):
         raise ConfigError("--api", f"unknown job API {api!r}", "use pytorchjob or trainjob")
     check_env(config)
+    if not config.job.image.strip() or not config.job.tag.strip():
+        field = "job.image" if not config.job.image.strip() else "job.tag"
+        raise ConfigError(field, "is empty", f"set {field} (IMAGE / TAG in .env), e.g. fsdp-sdk-trainer:latest")
     image = _check_image(plugins.hooks.job_image(config))
     rdzv_id = rdzv_id or new_rdzv_id(config.job.name)
     if not re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", rdzv_id):

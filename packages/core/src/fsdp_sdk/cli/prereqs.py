@@ -1,0 +1,84 @@
+"""``fsdp-sdk prereqs``: install and check what training jobs need on the cluster (etcd, Training Operator)."""
+
+from __future__ import annotations
+
+import click
+
+from fsdp_sdk.cli.application import Application
+from fsdp_sdk.cli.job import kube_options
+from fsdp_sdk.cli.options import common_options, json_option
+
+__all__ = ["prereqs"]
+
+
+def _prereqs(app: Application, kubeconfig: str | None, kube_context: str | None, *, connect: bool):  # type: ignore[no-untyped-def]
+    from fsdp_sdk.k8s.jobs import resolve_kubeconfig
+    from fsdp_sdk.k8s.kube import Kube
+    from fsdp_sdk.k8s.prereqs import Prereqs
+    from fsdp_sdk.plugins import get_plugins
+
+    config = app.load_config()
+    path = resolve_kubeconfig(config, kubeconfig, get_plugins())
+    kube = Kube.from_kubeconfig(path, context=kube_context) if connect else None
+    return Prereqs(config, kube, kubeconfig=path, context=kube_context)
+
+
+@click.group(short_help="Install and check etcd and the Kubeflow Training Operator.")
+def prereqs() -> None:
+    """Prepare a cluster for training jobs: etcd (rendezvous) and the Kubeflow Training Operator."""
+
+
+@prereqs.command(short_help="Install etcd and the Training Operator (idempotent).")
+@common_options
+@kube_options
+@click.option("--skip-operator", is_flag=True, help="Do not install the Training Operator (it is already there).")
+@click.option("--operator-version", metavar="TAG", default=None,
+              help="Training Operator release tag (default: the pinned one, see 'prereqs install --dry-run').")
+@click.option("--dry-run", is_flag=True, help="Print what would be applied as YAML (and the kubectl command); apply nothing.")
+@click.pass_obj
+def install(app: Application, kubeconfig: str | None, kube_context: str | None, skip_operator: bool,
+            operator_version: str | None, dry_run: bool) -> None:
+    """Apply etcd (Deployment and Service, v2 API on) with server-side apply, then install the
+    Kubeflow Training Operator from its upstream kustomize overlay with 'kubectl apply --server-side -k'.
+
+    Running it again changes nothing.
+    """
+    import shlex
+
+    import yaml
+
+    from fsdp_sdk.k8s.prereqs import TRAINING_OPERATOR_VERSION, training_operator_command
+
+    version = operator_version or TRAINING_OPERATOR_VERSION
+    setup = _prereqs(app, kubeconfig, kube_context, connect=not dry_run)
+    if dry_run:
+        if not skip_operator:
+            command = training_operator_command(version, kubeconfig=setup.kubeconfig, context=kube_context)
+            click.echo(f"# would run: {shlex.join(command)}")
+        click.echo(yaml.safe_dump_all(setup.objects(), sort_keys=False), nl=False)
+        return
+    setup.install(operator=not skip_operator, operator_version=version, progress=app.progress)
+    click.echo("prerequisites installed; 'fsdp-sdk prereqs status' shows when they are ready")
+
+
+@prereqs.command(short_help="Show whether etcd and the Training Operator are installed and healthy.")
+@common_options
+@kube_options
+@json_option
+@click.pass_obj
+def status(app: Application, kubeconfig: str | None, kube_context: str | None, as_json: bool) -> None:
+    """Report the etcd deployment (ready replicas) and service, the Training Operator deployment in
+    the kubeflow namespace, and the PyTorchJob CRD. Exits 1 when something is missing or not ready."""
+    from fsdp_sdk.cli.output import key_values
+
+    result = _prereqs(app, kubeconfig, kube_context, connect=True).status()
+    if as_json:
+        app.echo_json(result.to_dict())
+    else:
+        data = result.to_dict()
+        problems = data.pop("problems")
+        click.echo(key_values(data))
+        for problem in problems:
+            click.echo(f"problem: {problem}")
+    if not result.healthy:
+        raise click.exceptions.Exit(1)

@@ -1,0 +1,65 @@
+"""Bad inputs: one-line configuration errors (exit 2), and nothing written to the cluster."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from fsdp_sdk.cli import main
+from fsdp_sdk.plugins import reset_plugins
+
+from .fake_apiserver import FakeApiServer
+
+REGISTRY = "123456789012.dkr.ecr.us-west-2.amazonaws.com"
+TOKEN = "hf_TheRealTokenValue0001"
+
+
+@pytest.fixture(autouse=True)
+def isolated_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.chdir(tmp_path)
+    for name in list(os.environ):
+        if name.startswith("FSDP_SDK_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("FSDP_SDK_DISABLE_PLUGIN_AUTOLOAD", "1")
+    reset_plugins()
+    yield
+    reset_plugins()
+
+
+CASES = {
+    "unknown instance type": (["--set", "cluster.instance_type=p9.mega"], "cluster.instance_type"),
+    "more GPUs than the node has": (["--set", "job.gpu_per_worker=16"], "job.gpu_per_worker"),
+    "more EFA interfaces than the node has": (["--set", "job.efa_per_worker=64"], "job.efa_per_worker"),
+    "no registry": (["--set", "job.registry="], "job.registry"),
+    "empty image": (["--set", "job.image="], "job.image"),
+    "HF_TOKEN in plain env": (["--set", f"job.env=HF_TOKEN={TOKEN}"], "job.env.HF_TOKEN"),
+    "a *_API_KEY in env": (["--set", "job.env=WANDB_API_KEY=abc123"], "job.env.WANDB_API_KEY"),
+    "a *PASSWORD* in env": (["--set", "job.env=DB_PASSWORD=hunter2"], "job.env.DB_PASSWORD"),
+    "a *SECRET* in env": (["--set", "job.env=AWS_SECRET_ACCESS_KEY=x"], "job.env.AWS_SECRET_ACCESS_KEY"),
+    "the token's value under another name": (["--set", f"job.env=HUB_AUTH={TOKEN}"], "job.env.HUB_AUTH"),
+    "an invalid job name": (["--set", "job.name=Bad_Name"], "job.name"),
+    "an invalid rendezvous id": (["--rdzv-id", "bad id/with slash"], "--rdzv-id"),
+    "an unknown trainer setting value": (["--set", "parallel.sharding=everything"], "parallel.sharding"),
+}
+
+
+@pytest.mark.parametrize("args, field", CASES.values(), ids=CASES.keys())
+def test_bad_input_is_one_line_exit_2_and_sends_nothing(
+    args: list[str], field: str, apiserver: FakeApiServer, kubeconfig: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["job", "submit", "--set", f"job.registry={REGISTRY}", "--set", f"job.hf_token={TOKEN}", *args])
+    out, err = capsys.readouterr()
+    assert exit_info.value.code == 2, err
+    assert err.count("\n") == 1 and err.startswith("Error: ") and field in err, err
+    assert TOKEN not in err and TOKEN not in out
+    assert apiserver.writes() == []
+
+
+def test_render_refuses_the_same_inputs_without_a_cluster(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["job", "render", "--set", f"job.registry={REGISTRY}", "--set", "job.env=MY_TOKEN=abc"])
+    assert exit_info.value.code == 2
+    assert "job.env.MY_TOKEN" in capsys.readouterr().err

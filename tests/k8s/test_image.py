@@ -1,0 +1,176 @@
+"""``fsdp-sdk image``: the Dockerfile and build context, the build command, and the push to ECR (moto over HTTP)."""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fsdp_sdk.cli import main
+from fsdp_sdk.k8s.image import BUILD_ARGS, render_dockerfile
+from fsdp_sdk.plugins import reset_plugins
+
+from .conftest import PROJECT_ROOT, free_port
+from .tools import install_fake_tools, recorded
+
+TRAINER_SRC = PROJECT_ROOT / "packages" / "trainer"
+
+
+@pytest.fixture(autouse=True)
+def isolated_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.chdir(tmp_path)
+    for name in list(os.environ):
+        if name.startswith(("FSDP_SDK_", "AWS_")):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("FSDP_SDK_DISABLE_PLUGIN_AUTOLOAD", "1")
+    reset_plugins()
+    yield
+    reset_plugins()
+
+
+def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exit_info:
+        main(list(args))
+    out, err = capsys.readouterr()
+    return int(exit_info.value.code or 0), out, err
+
+
+def tools_on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *names: str) -> Path:
+    log = tmp_path / "calls.jsonl"
+    bin_dir = install_fake_tools(tmp_path / "bin", log, *names)
+    monkeypatch.setenv("PATH", str(bin_dir))  # nothing else: no real docker can be picked up
+    return log
+
+
+def test_dockerfile_pins_every_version() -> None:
+    text = render_dockerfile()
+    for name, value in BUILD_ARGS.items():
+        assert f"ARG {name}={value}" in text
+    assert text.index("ARG BASE_IMAGE=") < text.index("FROM ${BASE_IMAGE}")
+    for needle in ("aws-efa-installer-${EFA_INSTALLER_VERSION}", "aws-ofi-nccl-${AWS_OFI_NCCL_VERSION}",
+                   "--with-libfabric=/opt/amazon/efa", '"python-etcd==${PYTHON_ETCD_VERSION}"',
+                   '"torch==${TORCH_VERSION}"', "COPY trainer/ /opt/fsdp-trainer/",
+                   "pip install --no-cache-dir /opt/fsdp-trainer"):
+        assert needle in text
+    assert BUILD_ARGS["BASE_IMAGE"].startswith("nvidia/cuda:12.") and "devel-ubuntu22.04" in BUILD_ARGS["BASE_IMAGE"]
+    assert "ARG EFA_INSTALLER_VERSION=9.9.9" in render_dockerfile({"EFA_INSTALLER_VERSION": "9.9.9"})
+
+
+def test_build_writes_the_context_and_runs_the_first_tool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys) -> None:
+    log = tools_on_path(tmp_path, monkeypatch, "finch", "buildah")  # no docker: finch comes next
+    context = tmp_path / "ctx"
+    code, out, err = cli(capsys, "image", "build", "--context", str(context), "--trainer-src", str(TRAINER_SRC),
+                         "--tag", "v1", "--build-arg", "AWS_OFI_NCCL_VERSION=1.13.2")
+    assert code == 0, err
+    assert recorded(log) == [{"tool": "finch", "stdin": None, "argv": [
+        "build", "-t", "fsdp-sdk-trainer:v1", "-f", str(context / "Dockerfile"),
+        "--build-arg", "AWS_OFI_NCCL_VERSION=1.13.2", str(context)]}]
+    assert "ARG AWS_OFI_NCCL_VERSION=1.13.2" in (context / "Dockerfile").read_text()
+    assert (context / "trainer" / "pyproject.toml").is_file()
+    assert (context / "trainer" / "src" / "fsdp_trainer" / "__main__.py").is_file()
+    assert not list((context / "trainer").rglob("__pycache__"))
+
+
+def test_build_dry_run_prints_and_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    log = tools_on_path(tmp_path, monkeypatch, "docker", "buildah")
+    code, out, err = cli(capsys, "image", "build", "--dry-run", "--trainer-src", str(TRAINER_SRC))
+    assert code == 0, err
+    assert out.startswith("# syntax=docker/dockerfile:1")
+    assert "# would run: docker build -t fsdp-sdk-trainer:latest -f .fsdp-sdk/image/Dockerfile .fsdp-sdk/image" in out
+    assert recorded(log) == [] and not (tmp_path / ".fsdp-sdk").exists()
+
+
+def test_buildah_and_no_tool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    log = tools_on_path(tmp_path, monkeypatch, "buildah")
+    code, _, err = cli(capsys, "image", "build", "--trainer-src", str(TRAINER_SRC), "--context", "c")
+    assert code == 0, err
+    assert recorded(log)[0]["argv"][:4] == ["build", "--layers", "-t", "fsdp-sdk-trainer:latest"]
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    code, _, err = cli(capsys, "image", "build", "--trainer-src", str(TRAINER_SRC))
+    assert code == 2 and err.count("\n") == 1 and "no container build tool found" in err
+
+
+def test_build_failure_and_bad_arguments(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    tools_on_path(tmp_path, monkeypatch, "docker")
+    code, _, err = cli(capsys, "image", "build", "--trainer-src", str(tmp_path))
+    assert code == 2 and "--trainer-src" in err
+    code, _, err = cli(capsys, "image", "build", "--trainer-src", str(TRAINER_SRC), "--build-arg", "NOPE=1")
+    assert code == 2 and "unknown build argument NOPE" in err
+    monkeypatch.setenv("FAKE_TOOL_EXIT", "3")
+    code, _, err = cli(capsys, "image", "build", "--trainer-src", str(TRAINER_SRC))
+    assert code == 1 and "docker build failed with exit status 3" in err
+
+
+# --------------------------------------------------------------------------- push (moto server mode)
+
+
+@pytest.fixture(scope="module")
+def moto_endpoint() -> Iterator[str]:
+    server_module = pytest.importorskip("moto.server", reason="moto[server] is needed for the ECR tests")
+    server = server_module.ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def aws(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
+    import boto3
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-west-2")
+    ecr = boto3.client("ecr", region_name="us-west-2")
+    yield ecr
+    for repo in ecr.describe_repositories()["repositories"]:
+        ecr.delete_repository(repositoryName=repo["repositoryName"], force=True)
+
+
+def test_push_creates_the_repository_logs_in_tags_and_pushes(aws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             capsys) -> None:
+    ecr = aws
+    log = tools_on_path(tmp_path, monkeypatch, "docker")
+    code, out, err = cli(capsys, "image", "push", "--tag", "v2", "--set", "cluster.region=us-west-2")
+    assert code == 0, err
+    repo = ecr.describe_repositories(repositoryNames=["fsdp-sdk-trainer"])["repositories"][0]
+    assert repo["imageScanningConfiguration"]["scanOnPush"] is True
+    token = ecr.get_authorization_token()["authorizationData"][0]
+    registry = token["proxyEndpoint"].removeprefix("https://")
+    password = base64.b64decode(token["authorizationToken"]).decode().split(":", 1)[1]
+    remote = f"{registry}/fsdp-sdk-trainer:v2"
+    assert recorded(log) == [
+        {"tool": "docker", "argv": ["login", "--username", "AWS", "--password-stdin", registry], "stdin": password},
+        {"tool": "docker", "argv": ["tag", "fsdp-sdk-trainer:v2", remote], "stdin": None},
+        {"tool": "docker", "argv": ["push", remote], "stdin": None},
+    ]
+    assert "repository created" in out and password not in out + err
+
+    code, out, _ = cli(capsys, "image", "push", "--tag", "v2")
+    assert code == 0 and "repository created" not in out and len(recorded(log)) == 6
+
+
+def test_push_to_the_configured_ecr_registry_and_dry_run(aws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         capsys) -> None:
+    log = tools_on_path(tmp_path, monkeypatch, "docker")
+    registry = "123456789012.dkr.ecr.us-west-2.amazonaws.com"
+    code, out, err = cli(capsys, "image", "push", "--dry-run", "--set", f"job.registry={registry}")
+    assert code == 0, err
+    assert "# would create ECR repository fsdp-sdk-trainer" in out
+    assert f"# would run: docker push {registry}/fsdp-sdk-trainer:latest" in out
+    assert recorded(log) == [] and aws.describe_repositories()["repositories"] == []
+
+
+def test_push_refuses_a_registry_that_is_not_ecr(aws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 capsys) -> None:
+    log = tools_on_path(tmp_path, monkeypatch, "docker")
+    code, _, err = cli(capsys, "image", "push", "--set", "job.registry=ghcr.io/me")
+    assert code == 2 and "job.registry" in err and "not an Amazon ECR registry" in err
+    assert recorded(log) == []

@@ -1,0 +1,153 @@
+"""``fsdp-sdk prereqs``: etcd through server-side apply, the Training Operator through kubectl, status."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fsdp_sdk.cli import main
+from fsdp_sdk.config import Config
+from fsdp_sdk.k8s.prereqs import render_etcd
+from fsdp_sdk.plugins import reset_plugins
+
+from .conftest import free_port
+from .fake_apiserver import FakeApiServer
+from .tools import install_fake_tools, recorded
+
+OPERATOR_URL = "github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=v1.9.2"
+
+
+@pytest.fixture(autouse=True)
+def isolated_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.chdir(tmp_path)
+    for name in list(os.environ):
+        if name.startswith("FSDP_SDK_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("FSDP_SDK_DISABLE_PLUGIN_AUTOLOAD", "1")
+    reset_plugins()
+    yield
+    reset_plugins()
+
+
+@pytest.fixture
+def fake_kubectl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    log = tmp_path / "calls.jsonl"
+    bin_dir = install_fake_tools(tmp_path / "bin", log, "kubectl")
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    return log
+
+
+def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exit_info:
+        main(list(args))
+    out, err = capsys.readouterr()
+    return int(exit_info.value.code or 0), out, err
+
+
+def test_dry_run_prints_yaml_and_applies_nothing(apiserver: FakeApiServer, kubeconfig: Path, fake_kubectl: Path,
+                                                 capsys) -> None:
+    code, out, err = cli(capsys, "prereqs", "install", "--dry-run")
+    assert code == 0, err
+    assert f"# would run: kubectl apply --server-side -k '{OPERATOR_URL}' --kubeconfig {kubeconfig}" in out
+    docs = list(yaml.safe_load_all(out))
+    assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [("Service", "etcd"), ("Deployment", "etcd")]
+    assert apiserver.requests == [] and recorded(fake_kubectl) == []
+
+
+def test_install_is_server_side_and_idempotent(apiserver: FakeApiServer, kubeconfig: Path, fake_kubectl: Path,
+                                               capsys) -> None:
+    code, out, err = cli(capsys, "prereqs", "install")
+    assert code == 0, err
+    writes = apiserver.writes()
+    assert [(w.method, w.path) for w in writes] == [
+        ("PATCH", "/api/v1/namespaces/default/services/etcd"),
+        ("PATCH", "/apis/apps/v1/namespaces/default/deployments/etcd"),
+    ]
+    assert all(w.content_type == "application/apply-patch+yaml" and w.query["fieldManager"] == ["fsdp-sdk"]
+               and w.query["force"] == ["true"] for w in writes)
+    calls = recorded(fake_kubectl)
+    assert calls == [{"tool": "kubectl", "stdin": None,
+                      "argv": ["apply", "--server-side", "-k", OPERATOR_URL, "--kubeconfig", str(kubeconfig)]}]
+    first = {o["kind"]: o for o in apiserver.objects()}
+
+    code, _, err = cli(capsys, "prereqs", "install", "--operator-version", "v1.9.1", "-n", "default")
+    assert code == 0, err
+    second = {o["kind"]: o for o in apiserver.objects()}
+    for kind in ("Service", "Deployment"):
+        assert second[kind]["spec"] == first[kind]["spec"]
+        assert second[kind]["metadata"]["uid"] == first[kind]["metadata"]["uid"]  # updated in place, not recreated
+    assert recorded(fake_kubectl)[1]["argv"][3].endswith("?ref=v1.9.1")
+
+
+def test_kubectl_failure_is_reported(apiserver: FakeApiServer, kubeconfig: Path, fake_kubectl: Path,
+                                     monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    monkeypatch.setenv("FAKE_TOOL_EXIT", "1")
+    code, _, err = cli(capsys, "prereqs", "install")
+    assert code == 1 and "kubectl apply of the Training Operator failed (exit 1)" in err
+
+
+def test_status_reports_what_is_missing_then_healthy(apiserver: FakeApiServer, kubeconfig: Path, fake_kubectl: Path,
+                                                     pytorchjob_crd: Path, capsys) -> None:
+    code, out, _ = cli(capsys, "prereqs", "status", "--json")
+    report = json.loads(out)
+    assert code == 1 and report["healthy"] is False and len(report["problems"]) == 4
+
+    cli(capsys, "prereqs", "install")
+    apiserver.set_status("apps/v1", "Deployment", "etcd", {"readyReplicas": 1})
+    apiserver.put({"apiVersion": "apps/v1", "kind": "Deployment",
+                   "metadata": {"name": "training-operator", "namespace": "kubeflow"},
+                   "spec": {"selector": {"matchLabels": {"a": "b"}}, "template": {
+                       "metadata": {"labels": {"a": "b"}},
+                       "spec": {"containers": [{"name": "training-operator",
+                                                "image": "kubeflow/training-operator:v1-855e096"}]}}},
+                   "status": {"readyReplicas": 1}})
+    apiserver.put(yaml.safe_load(pytorchjob_crd.read_text()))
+    code, out, err = cli(capsys, "prereqs", "status", "--json")
+    report = json.loads(out)
+    assert code == 0, report
+    assert report["etcd"] == {"deployment": True, "ready_replicas": 1, "service": True}
+    assert report["training_operator"]["image"] == "kubeflow/training-operator:v1-855e096"
+    assert report["pytorchjob_crd"] is True and report["problems"] == []
+    code, out, _ = cli(capsys, "prereqs", "status")
+    assert code == 0 and "healthy: True" in out
+
+
+def test_the_rendered_etcd_command_serves_the_v2_api(tmp_path: Path) -> None:
+    """Run the container's exact etcd flags with the local binary (paths and ports moved to free ones)."""
+    binary = "/usr/bin/etcd"
+    if not os.path.exists(binary):
+        pytest.skip("etcd is not installed at /usr/bin/etcd")
+    config = Config()
+    config.job.rdzv_port = free_port()
+    container = render_etcd(config)[1]["spec"]["template"]["spec"]["containers"][0]
+    peer = f"http://127.0.0.1:{free_port()}"
+    command = [binary] + [
+        arg.replace("/var/lib/etcd", str(tmp_path / "etcd")).replace("http://127.0.0.1:2380", peer)
+        .replace("0.0.0.0", "127.0.0.1")
+        for arg in container["command"][1:]
+    ]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{config.job.rdzv_port}"
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=1) as response:  # the probes' path
+                    assert json.loads(response.read())["health"] == "true"
+                break
+            except OSError:
+                assert process.poll() is None and time.monotonic() < deadline, "etcd did not start"
+                time.sleep(0.1)
+        request = urllib.request.Request(f"{url}/v2/keys/probe", data=b"value=1", method="PUT")
+        with urllib.request.urlopen(request, timeout=5) as response:
+            assert json.loads(response.read())["node"]["value"] == "1"
+    finally:
+        process.terminate()
+        process.wait(timeout=10)

@@ -1,0 +1,32 @@
+"""Recording fake executables for tests: a script that appends its argv (and stdin when a password is piped) to a log."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+_SCRIPT = """#!{python}
+import json, os, sys
+stdin = sys.stdin.read() if "--password-stdin" in sys.argv else None
+with open({log!r}, "a") as log:
+    log.write(json.dumps({{"tool": os.path.basename(sys.argv[0]), "argv": sys.argv[1:], "stdin": stdin}}) + "\\n")
+sys.exit(int(os.environ.get("FAKE_TOOL_EXIT", "0")))
+"""
+
+
+def install_fake_tools(bin_dir: Path, log: Path, *names: str) -> Path:
+    """Write recording executables called ``names`` into ``bin_dir``; return ``bin_dir``."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        path = bin_dir / name
+        path.write_text(_SCRIPT.format(python=sys.executable, log=str(log)))
+        path.chmod(0o755)
+    return bin_dir
+
+
+def recorded(log: Path) -> list[dict]:
+    """The calls recorded so far: ``{"tool", "argv", "stdin"}`` each."""
+    if not log.exists():
+        return []
+    return [json.loads(line) for line in log.read_text().splitlines()]
