@@ -86,6 +86,17 @@ def test_install_is_server_side_and_idempotent(apiserver: FakeApiServer, kubecon
     assert recorded(fake_kubectl)[1]["argv"][3].endswith("?ref=v1.9.1")
 
 
+def test_install_into_another_namespace_creates_it(apiserver: FakeApiServer, kubeconfig: Path, fake_kubectl: Path,
+                                                   capsys) -> None:
+    code, _, err = cli(capsys, "prereqs", "install", "--skip-operator", "-n", "training")
+    assert code == 0, err
+    assert [w.path for w in apiserver.writes()] == [
+        "/api/v1/namespaces/training", "/api/v1/namespaces/training/services/etcd",
+        "/apis/apps/v1/namespaces/training/deployments/etcd"]
+    assert apiserver.writes()[0].body == {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "training"}}
+    assert recorded(fake_kubectl) == []
+
+
 def test_kubectl_failure_is_reported(apiserver: FakeApiServer, kubeconfig: Path, fake_kubectl: Path,
                                      monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     monkeypatch.setenv("FAKE_TOOL_EXIT", "1")
@@ -108,7 +119,7 @@ def test_status_reports_what_is_missing_then_healthy(apiserver: FakeApiServer, k
                        "spec": {"containers": [{"name": "training-operator",
                                                 "image": "kubeflow/training-operator:v1-855e096"}]}}},
                    "status": {"readyReplicas": 1}})
-    apiserver.put(yaml.safe_load(pytorchjob_crd.read_text()))
+    apiserver.put(yaml.load(pytorchjob_crd.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
     code, out, err = cli(capsys, "prereqs", "status", "--json")
     report = json.loads(out)
     assert code == 0, report

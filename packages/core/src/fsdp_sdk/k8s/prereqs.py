@@ -61,7 +61,9 @@ def _etcd_name(config: Config) -> str:
 
 
 def render_etcd(config: Config, *, image: str = ETCD_IMAGE) -> list[dict[str, Any]]:
-    """The etcd ``Service`` and ``Deployment`` of the rendezvous (pure).
+    """The etcd ``Service`` and ``Deployment`` of the rendezvous (pure), preceded by the
+    ``Namespace`` when it is not ``default`` (applied with only its name, so an existing
+    namespace is left as it is).
 
     :param config: the configuration (``job.namespace``, ``job.rdzv_host``, ``job.rdzv_port``).
     :param image: the etcd image, pinned by default.
@@ -114,7 +116,8 @@ def render_etcd(config: Config, *, image: str = ETCD_IMAGE) -> list[dict[str, An
             },
         },
     }
-    return [service, deployment]
+    namespace_obj = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
+    return ([namespace_obj] if namespace != "default" else []) + [service, deployment]
 
 
 def training_operator_kustomize_url(version: str = TRAINING_OPERATOR_VERSION) -> str:
@@ -219,7 +222,8 @@ class Prereqs:
         applied = []
         for obj in objects:
             applied.append(self.kube.apply(obj))
-            progress(f"applied {obj['kind']}/{obj['metadata']['name']} in {obj['metadata']['namespace']}")
+            where = f" in {obj['metadata']['namespace']}" if "namespace" in obj["metadata"] else ""
+            progress(f"applied {obj['kind']}/{obj['metadata']['name']}{where}")
         if operator:
             command = training_operator_command(operator_version, kubeconfig=self.kubeconfig, context=self.context)
             if shutil.which(command[0], path=os.environ.get("PATH")) is None:
