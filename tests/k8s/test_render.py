@@ -188,3 +188,16 @@ def test_etcd_objects_validate() -> None:
     assert container["readinessProbe"]["httpGet"]["path"] == "/health"
     assert container["livenessProbe"]["httpGet"]["path"] == "/health"
     assert container["resources"]["requests"] and container["resources"]["limits"]
+
+
+def test_a_plugin_can_choose_the_image(plugins: Plugins) -> None:
+    class PinImage:
+        @hookimpl
+        def fsdp_sdk_job_image(self, config: Config) -> str:
+            return "myorg/trainer@sha256:" + "a" * 64
+
+    plugins.register(PinImage(), name="pin-image")
+    config = make_config()
+    config.job.registry = None
+    job = render_job(config, plugins=plugins)[0]
+    assert worker(job)["template"]["spec"]["containers"][0]["image"] == "myorg/trainer@sha256:" + "a" * 64

@@ -107,8 +107,7 @@ def _check_image(image: str) -> str:
     repository = repository.rsplit(":", 1)[0] if ":" in repository.rsplit("/", 1)[-1] else repository
     if not repository:
         raise ConfigError("job.image", "is empty", "set job.image (IMAGE in .env) to the image repository name")
-    first = repository.split("/", 1)[0]
-    if "/" not in repository or not ("." in first or ":" in first or first == "localhost"):
+    if "/" not in repository.rstrip("/"):  # a bare name would be pulled from docker.io/library/
         raise ConfigError(
             "job.registry", f"no container registry is set, so the workers cannot pull {image!r}",
             "set job.registry (REGISTRY in .env), e.g. 123456789012.dkr.ecr.us-west-2.amazonaws.com, "
