@@ -1,0 +1,88 @@
+"""``fsdp_sdk.Client.run`` on a Kubernetes backend goes through :class:`JobClient` (the JobLayer seam)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import ClassVar
+
+from fsdp_sdk.backends.base import ClusterBackend, ClusterStatus, Plan
+from fsdp_sdk.client import Client
+from fsdp_sdk.config import Config
+from fsdp_sdk.hookspecs import hookimpl
+from fsdp_sdk.plugins import build_plugins
+
+from .fake_apiserver import FakeApiServer
+
+REGISTRY = "123456789012.dkr.ecr.us-west-2.amazonaws.com"
+
+
+def _backend(kubeconfig: Path) -> type[ClusterBackend]:
+    class KubeBackend(ClusterBackend):
+        """A backend whose cluster is the loopback API server."""
+
+        name: ClassVar[str] = "fake-kube"
+
+        def plan(self, config: Config) -> Plan:
+            return Plan(backend=self.name, cluster=config.cluster.name, steps=[])
+
+        def up(self, config, *, dry_run=False, progress=None) -> ClusterStatus:
+            return self.status(config)
+
+        def down(self, config, *, dry_run=False, progress=None) -> ClusterStatus:
+            return self.status(config)
+
+        def scale(self, config, nodes, *, dry_run=False, progress=None) -> ClusterStatus:
+            return self.status(config)
+
+        def status(self, config: Config) -> ClusterStatus:
+            return ClusterStatus(backend=self.name, cluster=config.cluster.name, state="ready", nodes=2)
+
+        def kubeconfig(self, config: Config) -> Path:
+            return kubeconfig
+
+    return KubeBackend
+
+
+def _operator(apiserver: FakeApiServer) -> None:
+    """Play the Training Operator and the trainer: pods, logs, conditions."""
+    deadline = time.monotonic() + 20
+    while apiserver.get("kubeflow.org/v1", "PyTorchJob", "fsdp") is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    labels = {"training.kubeflow.org/job-name": "fsdp"}
+    apiserver.add_pod("fsdp-worker-1", labels=labels, log="torchrun starting\n")
+    apiserver.add_pod("fsdp-worker-0", labels=labels, log="master_addr=fsdp-worker-0\n", follow_open=True)
+    apiserver.set_status("kubeflow.org/v1", "PyTorchJob", "fsdp", {
+        "conditions": [{"type": "Running", "status": "True"}], "replicaStatuses": {"Worker": {"active": 2}}})
+    time.sleep(0.3)
+    apiserver.append_log("fsdp-worker-0", '{"step": 5, "loss": 3.0}\n{"steps": 5, "final_loss": 3.0}\n')
+    apiserver.set_status("kubeflow.org/v1", "PyTorchJob", "fsdp", {
+        "conditions": [{"type": "Succeeded", "status": "True"}], "replicaStatuses": {"Worker": {"succeeded": 2}}})
+    apiserver.close_log("fsdp-worker-0")
+
+
+def test_client_run_submits_follows_and_returns_the_summary(apiserver: FakeApiServer, tmp_path: Path) -> None:
+    kubeconfig = apiserver.write_kubeconfig(tmp_path / "kubeconfig")
+    backend = _backend(kubeconfig)
+
+    class Register:
+        @hookimpl
+        def fsdp_sdk_register_backends(self, registry) -> None:
+            registry.add(backend)
+
+    plugins = build_plugins(autoload=False)
+    plugins.register(Register(), name="fake-kube")
+    config = Config.from_dict({"cluster": {"backend": "fake-kube"}, "job": {"registry": REGISTRY}})
+    client = Client(config, plugins=plugins)
+    threading.Thread(target=_operator, args=(apiserver,), daemon=True).start()
+    lines: list[str] = []
+    result = client.run(trainer_overrides={"model.preset": "tiny", "train.steps": 5}, run_id="fsdp-seam1",
+                        on_output=lines.append)
+    assert result.summary == {"steps": 5, "final_loss": 3.0}
+    assert result.job.name == "fsdp" and result.job.run_id == "fsdp-seam1"
+    assert lines[0] == "master_addr=fsdp-worker-0"
+    job = apiserver.writes()[0].body
+    assert job["spec"]["elasticPolicy"]["rdzvId"] == "fsdp-seam1"
+    args = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--train.steps") + 1] == "5"
