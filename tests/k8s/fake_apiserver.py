@@ -37,7 +37,6 @@ import urllib.request
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
@@ -30,7 +32,7 @@ JOB_LABEL = "training.kubeflow.org/job-name"
 def isolated_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """No ./.env, no FSDP_SDK_* from the outside, no third-party plugins."""
     monkeypatch.chdir(tmp_path)
-    for name in list(__import__("os").environ):
+    for name in list(os.environ):
         if name.startswith("FSDP_SDK_"):
             monkeypatch.delenv(name)
     monkeypatch.setenv("FSDP_SDK_DISABLE_PLUGIN_AUTOLOAD", "1")
