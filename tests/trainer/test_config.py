@@ -72,6 +72,8 @@ def test_derived_defaults():
     hf = load_config(None, ["--model.name_or_path", "/models/llama", "--precision.mode", "fp16", "--precision.reduce_dtype", "fp16"])
     assert hf.model.init == "pretrained" and hf.model.tokenizer == "/models/llama" and hf.data.source == "synthetic"
     assert hf.precision.param_dtype == "fp16" and hf.precision.reduce_dtype == "fp16"
+    assert load_config(None, ["--model.preset", "llama2-7b", "--model.tokenizer", "t", "--data.path", "d/x.jsonl"]).data.source == "jsonl"
+    assert load_config(None, ["--model.name_or_path", "m", "--data.path", "corpus/"]).data.source == "text"
 
 
 def test_round_trip_through_dict():

@@ -43,7 +43,7 @@ class ModelConfig:
 @dataclass
 class DataConfig:
     source: Literal["synthetic", "text", "jsonl", "hf"] | None = None
-    """synthetic: seeded random tokens (benchmarks); text: .txt files, documents split on blank lines; jsonl: one JSON object per line (data.text_field); hf: a Hugging Face dataset (pip install fsdp-trainer[hub]). Default: text (the builtin corpus) for tiny presets without model.name_or_path, synthetic otherwise."""
+    """synthetic: seeded random tokens (benchmarks); text: .txt files, documents split on blank lines; jsonl: one JSON object per line (data.text_field); hf: a Hugging Face dataset (pip install fsdp-trainer[hub]). Default: jsonl when data.path ends in .jsonl, text when data.path is any other path; without data.path, text (the builtin corpus) for tiny presets without model.name_or_path, synthetic otherwise."""
     path: str | None = None
     """File or directory for text/jsonl sources. For text, unset means the builtin corpus: docstrings of Python standard-library modules (no download, nothing shipped)."""
     dataset: str = "samsum"
@@ -238,7 +238,10 @@ class TrainerConfig:
         if m.tokenizer is None:
             m.tokenizer = m.name_or_path or ("bytes" if tiny else None)
         if d.source is None:
-            d.source = "text" if tiny else "synthetic"
+            if d.path:
+                d.source = "jsonl" if d.path.endswith(".jsonl") else "text"
+            else:
+                d.source = "text" if tiny else "synthetic"
         if d.seed is None:
             d.seed = t.seed
         if self.runtime.seed is None:

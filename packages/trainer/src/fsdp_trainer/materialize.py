@@ -14,7 +14,8 @@ Three ways, chosen by ``model.init`` and ``model.random_init``:
   meta. FSDP2 shards the meta model, allocates shards and receives them from
   rank 0 with ``set_model_state_dict(..., full_state_dict=True,
   broadcast_from_rank0=True)``; FSDP1 uses ``sync_module_states``. Only rank 0
-  ever holds the full model (on CPU).
+  ever holds the full model (on CPU). FSDP1 cannot sync module states on CPU, so
+  there every rank receives a full copy by broadcast (CPU runs are small).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.device_mesh import DeviceMesh
 
@@ -66,14 +68,19 @@ def build_model(cfg: TrainerConfig, env: DistEnv, mesh: DeviceMesh | None) -> Bu
     wrapper = CausalLMWithLoss(lm, cfg.train.loss_chunk_tokens, cfg.compile.loss)
     std, seed, device, api = hf_config.initializer_range, cfg.train.seed, env.device, cfg.parallel.api
 
+    # FSDP1's sync_module_states needs CUDA: on CPU (small test runs) every rank takes a full copy from rank 0.
+    fsdp1_cpu_copy = strategy == "pretrained" and api == "fsdp1" and device.type == "cpu"
     # Full weights on CPU before sharding: replicated random init, and pretrained where this rank holds them.
-    full_on_cpu = strategy == "replicated" or (strategy == "pretrained" and (api == "none" or (api == "fsdp1" and env.is_leader)))
+    full_on_cpu = strategy == "replicated" or fsdp1_cpu_copy or (strategy == "pretrained" and (api == "none" or (api == "fsdp1" and env.is_leader)))
     if full_on_cpu:
         wrapper.to_empty(device="cpu")
         if strategy == "replicated":
             init_weights_(wrapper, std, seed)
-        else:
+        elif env.is_leader or api == "none":
             wrapper.load_state_dict(load_pretrained_state_dict(cfg.model.name_or_path or ""), strict=True)
+        if fsdp1_cpu_copy:
+            for tensor in wrapper.state_dict().values():
+                dist.broadcast(tensor, src=0)
         reset_rotary_(wrapper, "cpu")
     if cfg.fp8.enabled:
         from .fp8 import convert_to_fp8
@@ -92,7 +99,8 @@ def build_model(cfg: TrainerConfig, env: DistEnv, mesh: DeviceMesh | None) -> Bu
                 reset_rotary_(module, device)
 
         model = parallelize_llama(
-            wrapper, cfg, mesh, device=device, param_init_fn=param_init_fn, sync_module_states=strategy == "pretrained" and api == "fsdp1"
+            wrapper, cfg, mesh, device=device, param_init_fn=param_init_fn,
+            sync_module_states=strategy == "pretrained" and api == "fsdp1" and not fsdp1_cpu_copy,
         )
         if api != "fsdp2":  # fully_shard already placed the shards (on CPU, with parallel.cpu_offload)
             model.to(device)
