@@ -64,7 +64,7 @@ def build_model(cfg: TrainerConfig, env: DistEnv, mesh: DeviceMesh | None) -> Bu
     lm = meta_model(hf_config)
     num_params, num_embedding = count_params(lm)
     strategy = init_strategy(cfg, num_params)
-    log.info("model: %.3fB parameters, %d layers, init=%s", num_params / 1e9, hf_config.num_hidden_layers, strategy)
+    log.info("model: %.2fM parameters, %d layers, init=%s", num_params / 1e6, hf_config.num_hidden_layers, strategy)
     wrapper = CausalLMWithLoss(lm, cfg.train.loss_chunk_tokens, cfg.compile.loss)
     std, seed, device, api = hf_config.initializer_range, cfg.train.seed, env.device, cfg.parallel.api
 

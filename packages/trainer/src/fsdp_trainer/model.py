@@ -42,7 +42,9 @@ def build_hf_config(cfg: ModelConfig) -> Any:
 
 
 def _chunk_loss(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    logits = F.linear(hidden, weight).float()
+    logits = F.linear(hidden, weight)
+    if logits.dtype in (torch.float16, torch.bfloat16):
+        logits = logits.float()  # cross-entropy in fp32 for this chunk only
     return F.cross_entropy(logits, labels, ignore_index=IGNORE_INDEX, reduction="sum")
 
 
@@ -52,13 +54,13 @@ def chunked_cross_entropy(
     """Sum of token losses and count of non-ignored labels, one checkpointed chunk of ``chunk_tokens`` at a time."""
     h = hidden.reshape(-1, hidden.shape[-1])
     y = labels.reshape(-1)
-    total = hidden.new_zeros((), dtype=torch.float32)
+    parts = []
     for h_chunk, y_chunk in zip(h.split(chunk_tokens), y.split(chunk_tokens)):
         if torch.is_grad_enabled():
-            total = total + checkpoint(loss_fn, h_chunk, weight, y_chunk, use_reentrant=False)
+            parts.append(checkpoint(loss_fn, h_chunk, weight, y_chunk, use_reentrant=False))
         else:
-            total = total + loss_fn(h_chunk, weight, y_chunk)
-    return total, (y != IGNORE_INDEX).sum()
+            parts.append(loss_fn(h_chunk, weight, y_chunk))
+    return torch.stack(parts).sum(), (y != IGNORE_INDEX).sum()
 
 
 class CausalLMWithLoss(nn.Module):

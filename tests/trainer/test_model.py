@@ -1,0 +1,100 @@
+"""Model pieces in one process: chunked loss, initialisation, presets, FLOPs, schedule."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from fsdp_trainer.config import ModelConfig, TrainConfig
+from fsdp_trainer.flops import flops_per_token, peak_tflops
+from fsdp_trainer.model import CausalLMWithLoss, build_hf_config, chunked_cross_entropy, count_params, init_weights_, meta_model, reset_rotary_
+from fsdp_trainer.optim import lr_multiplier
+from fsdp_trainer.presets import PRESETS, num_params
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_chunked_loss_and_grads_equal_full_cross_entropy():
+    torch.manual_seed(0)
+    hidden = torch.randn(2, 37, 16, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(50, 16, dtype=torch.float64, requires_grad=True)
+    labels = torch.randint(0, 50, (2, 37))
+    labels[0, :5] = -100
+    loss, count = chunked_cross_entropy(hidden, weight, labels, chunk_tokens=8)
+    loss.backward()
+    g_hidden, g_weight = hidden.grad.clone(), weight.grad.clone()
+    hidden.grad = weight.grad = None
+    full = F.cross_entropy((hidden @ weight.T).flatten(0, 1), labels.flatten(), ignore_index=-100, reduction="sum")
+    full.backward()
+    assert int(count) == 2 * 37 - 5
+    torch.testing.assert_close(loss.double(), full, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(g_hidden, hidden.grad)
+    torch.testing.assert_close(g_weight, weight.grad)
+
+
+def test_wrapper_loss_equals_hf_model_loss():
+    hf_config = build_hf_config(ModelConfig(preset="tiny-gqa"))
+    lm = meta_model(hf_config)
+    lm.to_empty(device="cpu")
+    init_weights_(lm, 0.02, seed=1)
+    reset_rotary_(lm, "cpu")
+    wrapper = CausalLMWithLoss(lm, loss_chunk_tokens=24)
+    ids = torch.randint(0, 512, (2, 33), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        loss_sum, count = wrapper(ids[:, :-1], ids[:, 1:])
+        reference = lm(ids, labels=ids).loss  # HF shifts the labels itself
+    assert (loss_sum / count).item() == pytest.approx(reference.item(), rel=1e-5)
+
+
+def test_random_init_is_deterministic_per_seed():
+    hf_config = build_hf_config(ModelConfig(preset="tiny"))
+    weights = []
+    for seed in (5, 5, 6):
+        lm = meta_model(hf_config)
+        lm.to_empty(device="cpu")
+        init_weights_(lm, hf_config.initializer_range, seed)
+        weights.append(lm.model.layers[1].mlp.up_proj.weight.clone())
+        assert torch.equal(lm.model.norm.weight, torch.ones(64))
+    assert torch.equal(weights[0], weights[1]) and not torch.equal(weights[0], weights[2])
+    assert weights[0].std().item() == pytest.approx(0.02, rel=0.1)
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_preset_parameter_count_matches_transformers(name):
+    lm = meta_model(build_hf_config(ModelConfig(preset=name)))
+    total, embedding = count_params(lm)
+    assert total == num_params(PRESETS[name]())
+    assert embedding == PRESETS[name]()["vocab_size"] * PRESETS[name]()["hidden_size"]
+
+
+def test_llama3_rope_scaling_survives_into_the_model():
+    hf_config = build_hf_config(ModelConfig(preset="llama3.1-8b"))
+    assert hf_config.rope_parameters["rope_type"] == "llama3" and hf_config.rope_parameters["rope_theta"] == 500000.0
+    assert hf_config.num_key_value_heads == 8 and hf_config.intermediate_size == 14336
+
+
+def test_flops_per_token_and_peaks():
+    spec = PRESETS["llama2-7b"]()
+    n = num_params(spec)
+    fpt = flops_per_token(n, 32000 * 4096, 32, 32, 128, 4096)
+    assert fpt == 6 * (n - 32000 * 4096) + 12 * 32 * 32 * 128 * 4096
+    assert 4.60e10 < fpt < 4.62e10  # 6 x 6.6B non-embedding parameters + attention over 4096 tokens
+    assert peak_tflops("NVIDIA H100 80GB HBM3") == 989.0
+    assert peak_tflops("NVIDIA H200") == 989.0 and peak_tflops("NVIDIA H200", fp8=True) == 1978.0
+    assert peak_tflops("NVIDIA H100 PCIe") == 756.0
+    assert peak_tflops("NVIDIA A100-SXM4-80GB") == 312.0 and peak_tflops("NVIDIA A100-SXM4-80GB", fp8=True) == 312.0
+    assert peak_tflops("NVIDIA A10G") == 125.0 and peak_tflops("NVIDIA L40S") == 362.0 and peak_tflops("NVIDIA L4") == 121.0
+    assert peak_tflops("x86_64") is None
+
+
+@pytest.mark.parametrize("schedule", ["cosine", "linear", "constant"])
+def test_lr_schedule(schedule):
+    f = lr_multiplier(TrainConfig(steps=110, warmup_steps=10, schedule=schedule, min_lr_ratio=0.1))
+    assert f(0) == pytest.approx(0.1) and f(9) == pytest.approx(1.0) and f(10) == pytest.approx(1.0)
+    end = {"cosine": 0.1, "linear": 0.1, "constant": 1.0}[schedule]
+    assert f(110) == pytest.approx(end)
+    if schedule == "cosine":
+        assert f(60) == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.5)))

@@ -1,0 +1,44 @@
+"""Settings that do not fit the machine are refused at start-up with one line naming the flag (exit 2)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from conftest import trainer_env
+from fsdp_trainer.config import load_config
+from fsdp_trainer.train import main_with_config
+
+pytestmark = [
+    pytest.mark.timeout(120),
+    pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the refusals of a machine without a GPU"),
+]
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--fp8.enabled", "true"], "error: --fp8.enabled: float8 training needs a Hopper-class GPU (sm_89+); this run is on cpu"),
+        (["--parallel.cpu_offload", "true"], "error: --parallel.cpu_offload: offloading to CPU needs CUDA; this run is on cpu"),
+        (["--runtime.device", "cuda"], "error: --runtime.device: 'cuda' requested but no GPU is visible (use auto or cpu)"),
+        (["--runtime.backend", "nccl"], "error: --runtime.backend: nccl needs CUDA; use gloo (or auto) on CPU"),
+        (["--parallel.sharding", "hybrid_shard", "--parallel.shard_size", "3"],
+         "error: --parallel.shard_size: shard_size 3 x replicate_size 1 must equal the world size 1"),
+    ],
+)
+def test_refused_with_one_line(flags, message, tmp_path, capsys):
+    cfg = load_config(None, [*flags, "--train.output_dir", str(tmp_path), "--train.steps", "1"])
+    assert main_with_config(cfg) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [message]
+
+
+def test_cli_refuses_fp8_on_cpu(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "fsdp_trainer", "--fp8.enabled", "true", "--train.output_dir", str(tmp_path)],
+        capture_output=True, text=True, env=trainer_env(), timeout=100,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == "error: --fp8.enabled: float8 training needs a Hopper-class GPU (sm_89+); this run is on cpu"
+    assert "Traceback" not in proc.stderr
