@@ -31,6 +31,7 @@ import importlib.util
 import json
 import os
 import queue
+import re
 import shutil
 import subprocess
 import sys
@@ -324,7 +325,7 @@ class _Agents:
         self.progress = progress
         self.processes: list[subprocess.Popen[bytes]] = []
         self.lines: queue.Queue[tuple[int, str | None]] = queue.Queue()
-        self.tails: list[deque[str]] = [deque(maxlen=20) for _ in range(count)]
+        self.tails: list[deque[str]] = [deque(maxlen=80) for _ in range(count)]
 
     def _pump(self, index: int, process: subprocess.Popen[bytes]) -> None:
         assert process.stdout is not None
@@ -379,7 +380,7 @@ class _Agents:
     def _fail(self, index: int, code: int) -> None:
         self.stop()
         tail = [line for line in self.tails[index] if line.strip()]
-        cause = next((line for line in reversed(tail) if "Error" in line or "error" in line), tail[-1] if tail else "no output")
+        cause = _failure_cause(tail)
         for line in tail[-10:]:
             self.progress(f"[agent{index}] {line}")
         raise RunError(
@@ -398,6 +399,25 @@ class _Agents:
                 process.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 pass
+
+
+_EXCEPTION = re.compile(r"\b(\w*(?:Error|Exception)): ")
+_LAUNCHER_EXCEPTIONS = ("ChildFailedError", "SignalException")
+
+
+def _failure_cause(lines: list[str]) -> str:
+    """The most telling line of a failed agent's output: the worker's exception, else torchrun's exit code line."""
+    for line in reversed(lines):
+        match = _EXCEPTION.search(line)
+        if match and match.group(1) not in _LAUNCHER_EXCEPTIONS:
+            return line.strip()
+    for line in reversed(lines):
+        if "error: " in line:
+            return line.strip()
+    for line in reversed(lines):
+        if line.strip().startswith("exitcode"):
+            return "worker " + " ".join(line.split())
+    return lines[-1].strip() if lines else "no output"
 
 
 # ---------------------------------------------------------------------- plugin hooks
