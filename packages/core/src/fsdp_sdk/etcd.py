@@ -9,7 +9,6 @@ a later run with the same id could trip over (``RendezvousClosedError``).
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import shutil
@@ -81,6 +80,8 @@ def find_free_port(host: str = HOST) -> int:
 
 
 def _request(port: int, method: str, path: str, timeout: float) -> tuple[int, bytes]:
+    import http.client  # not at import time: the CLI imports this module on every start
+
     conn = http.client.HTTPConnection(HOST, port, timeout=timeout)
     try:
         conn.request(method, path)
@@ -88,6 +89,12 @@ def _request(port: int, method: str, path: str, timeout: float) -> tuple[int, by
         return response.status, response.read()
     finally:
         conn.close()
+
+
+def _http_exception() -> type[Exception]:
+    import http.client
+
+    return http.client.HTTPException
 
 
 def is_healthy(client_port: int, timeout: float = 1.0) -> bool:
@@ -98,7 +105,7 @@ def is_healthy(client_port: int, timeout: float = 1.0) -> bool:
             return False
         status, _ = _request(client_port, "GET", "/v2/keys/", timeout)
         return status == 200
-    except (OSError, ValueError, http.client.HTTPException):
+    except (OSError, ValueError, _http_exception()):
         return False
 
 
@@ -227,7 +234,7 @@ def delete_rendezvous_keys(client_port: int, run_id: str, prefix: str = RDZV_PRE
     path = f"/v2/keys{prefix.rstrip('/')}/run_{run_id}?recursive=true"
     try:
         status, body = _request(client_port, "DELETE", path, timeout=5.0)
-    except (OSError, http.client.HTTPException) as exc:
+    except (OSError, _http_exception()) as exc:
         raise BackendError(f"etcd: cannot reach 127.0.0.1:{client_port} to clear rendezvous {run_id}: {exc}") from exc
     if status == 404:
         return False

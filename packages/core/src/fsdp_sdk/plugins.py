@@ -61,7 +61,7 @@ DISABLE_AUTOLOAD_ENV = "FSDP_SDK_DISABLE_PLUGIN_AUTOLOAD"
 #: Modules of the built-in plugins, registered under their module name before any third-party plugin.
 DEFAULT_PLUGINS: tuple[str, ...] = (
     "fsdp_sdk.instance_types",
-    "fsdp_sdk.backends.local",
+    "fsdp_sdk.backends.builtin",
 )
 
 
@@ -262,13 +262,12 @@ class Plugins:
         return infos + self.broken
 
     def _load_entry_points(self) -> None:
-        from importlib.metadata import entry_points
+        from fsdp_sdk.entry_points import entry_points
 
-        for ep in entry_points(group=ENTRY_POINT_GROUP):
+        for ep in entry_points(ENTRY_POINT_GROUP):
             if self.pm.has_plugin(ep.name) or self.pm.is_blocked(ep.name):
                 continue
-            dist = getattr(ep, "dist", None)
-            distribution = (dist.name, dist.version) if dist is not None else (None, None)
+            distribution = (ep.distribution, ep.version)
             try:
                 plugin = ep.load()
                 self.pm.register(plugin, name=ep.name)

@@ -42,16 +42,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fsdp_sdk import etcd
-from fsdp_sdk.backends.base import BackendRegistry, ClusterBackend, ClusterStatus, Plan, ProgressCallback, no_progress
+from fsdp_sdk.backends.base import ClusterBackend, ClusterStatus, Plan, ProgressCallback, no_progress
 from fsdp_sdk.errors import BackendError, ConfigError, RunError
-from fsdp_sdk.hookspecs import hookimpl
 from fsdp_sdk.preflight import PreflightResult
 from fsdp_sdk.runs import JobRef, RunResult
 
 if TYPE_CHECKING:
     from fsdp_sdk.config import Config
 
-__all__ = ["LEADER_MARKER", "LocalBackend"]
+__all__ = ["LEADER_MARKER", "LocalBackend", "local_preflight"]
 
 #: The trainer's leader prints this at start; the agent whose output contains it is streamed.
 LEADER_MARKER = "master_addr="
@@ -420,20 +419,8 @@ def _failure_cause(lines: list[str]) -> str:
     return lines[-1].strip() if lines else "no output"
 
 
-# ---------------------------------------------------------------------- plugin hooks
-
-
-@hookimpl
-def fsdp_sdk_register_backends(registry: BackendRegistry) -> None:
-    """Register the local backend."""
-    registry.add(LocalBackend)
-
-
-@hookimpl
-def fsdp_sdk_preflight(config: Config) -> list[PreflightResult]:
+def local_preflight(config: Config) -> list[PreflightResult]:
     """Check what local runs need: a writable state directory, etcd and python-etcd (else c10d), torch, the trainer."""
-    if config.cluster.backend != LocalBackend.name:
-        return []
     results = []
     state_dir = Path(config.cluster.state_dir)
     existing = next((p for p in (state_dir, *state_dir.parents) if p.exists()), None)
@@ -455,4 +442,3 @@ def fsdp_sdk_preflight(config: Config) -> list[PreflightResult]:
             f"install {what} to run jobs locally", severity="warning",
         ))
     return results
-

@@ -15,7 +15,6 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-import traceback
 from collections.abc import Sequence
 from typing import Any
 
@@ -95,6 +94,43 @@ class LazyGroup(click.Group):
         self.commands[name] = command
         return command
 
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None, **extra: Any) -> Any:  # type: ignore[override]
+        """Run the command line and exit: one-line errors on stderr, exit 1 for failures and 2 for usage or
+        configuration errors, the traceback only with ``--debug`` (or ``FSDP_SDK_DEBUG=1``)."""
+        args = list(sys.argv[1:] if args is None else args)
+        extra.pop("standalone_mode", None)
+        debug = "--debug" in args or os.environ.get("FSDP_SDK_DEBUG", "") not in ("", "0")
+        try:
+            result = super().main(args=args, prog_name=prog_name, standalone_mode=False, **extra)
+        except click.exceptions.NoArgsIsHelpError as exc:
+            click.echo(exc.ctx.get_help())
+            sys.exit(0)
+        except click.UsageError as exc:
+            hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+            click.echo(f"Error: {' '.join(exc.format_message().split())}{hint}", err=True)
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            click.echo(f"Error: {' '.join(exc.format_message().split())}", err=True)
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("Aborted.", err=True)
+            sys.exit(130)
+        except FsdpSdkError as exc:
+            if debug:
+                import traceback
+
+                traceback.print_exc()
+            click.echo(f"Error: {exc}", err=True)
+            sys.exit(exc.exit_code)
+        except Exception as exc:
+            if debug:
+                raise
+            message = " ".join(str(exc).split())
+            click.echo(f"Error: unexpected {type(exc).__name__}: {message} (run again with --debug for the traceback)",
+                       err=True)
+            sys.exit(1)
+        sys.exit(result if isinstance(result, int) else 0)
+
     def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
         name = args[0] if args else None
         if name is not None and self.get_command(ctx, name) is None and name in self._unavailable:
@@ -132,32 +168,4 @@ def cli(ctx: click.Context) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the ``fsdp-sdk`` console script: run the CLI and exit with its status."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    debug = "--debug" in args or os.environ.get("FSDP_SDK_DEBUG", "") not in ("", "0")
-    try:
-        result = cli.main(args=args, prog_name="fsdp-sdk", standalone_mode=False)
-    except click.exceptions.NoArgsIsHelpError as exc:
-        click.echo(exc.ctx.get_help())
-        sys.exit(0)
-    except click.UsageError as exc:
-        hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
-        click.echo(f"Error: {' '.join(exc.format_message().split())}{hint}", err=True)
-        sys.exit(exc.exit_code)
-    except click.ClickException as exc:
-        click.echo(f"Error: {' '.join(exc.format_message().split())}", err=True)
-        sys.exit(exc.exit_code)
-    except click.Abort:
-        click.echo("Aborted.", err=True)
-        sys.exit(130)
-    except FsdpSdkError as exc:
-        if debug:
-            traceback.print_exc()
-        click.echo(f"Error: {exc}", err=True)
-        sys.exit(exc.exit_code)
-    except Exception as exc:
-        if debug:
-            raise
-        message = " ".join(str(exc).split())
-        click.echo(f"Error: unexpected {type(exc).__name__}: {message} (run again with --debug for the traceback)", err=True)
-        sys.exit(1)
-    sys.exit(result if isinstance(result, int) else 0)
+    cli.main(args=argv, prog_name="fsdp-sdk")

@@ -1,0 +1,92 @@
+"""How fast does ``fsdp-sdk`` start?
+
+Times ``fsdp-sdk --help`` and ``fsdp-sdk config show`` against the floor any
+click + pluggy CLI pays, ``python -c "import click, pluggy"``: the median of N
+runs each, on the same machine, one after another. Prints the figures and the
+ratios; the target is at most 2x the floor for ``--help``.
+
+    python bench/cli_startup.py            # 15 runs each
+    python bench/cli_startup.py -n 31 --json
+
+Every command runs once unmeasured first, with bytecode caching on (in a
+temporary ``PYTHONPYCACHEPREFIX``), so all three are measured with warm ``.pyc``
+files, as an installed CLI runs. Exits with status 1 when ``--help`` misses the
+target (``--no-check`` to only report).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TARGET_RATIO = 2.0
+
+
+def console_script() -> list[str]:
+    """The installed ``fsdp-sdk`` script, run by this interpreter (as a user would run it)."""
+    script = Path(sys.executable).with_name("fsdp-sdk")
+    if not script.exists():
+        found = shutil.which("fsdp-sdk")
+        if found is None:
+            sys.exit("fsdp-sdk is not installed in this environment (pip install -e packages/core)")
+        script = Path(found)
+    return [str(script)]
+
+
+def time_command(command: list[str], runs: int, env: dict[str, str], cwd: str) -> list[float]:
+    """Wall-clock seconds of ``runs`` executions (after one unmeasured warm-up run)."""
+    timings = []
+    for i in range(runs + 1):
+        start = time.perf_counter()
+        result = subprocess.run(command, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        elapsed = time.perf_counter() - start
+        if result.returncode != 0:
+            sys.exit(f"{' '.join(command)} failed ({result.returncode}): {result.stderr.decode()[-500:]}")
+        if i:
+            timings.append(elapsed)
+    return timings
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-n", "--runs", type=int, default=15, help="measured runs per command (default 15)")
+    parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    parser.add_argument("--no-check", action="store_true", help="do not fail when --help misses the target")
+    args = parser.parse_args()
+
+    script = console_script()
+    with tempfile.TemporaryDirectory() as cwd:  # no stray .env; state in a throwaway directory
+        # Bytecode caches as users have them (written on the warm-up run), kept out of the source tree:
+        # with PYTHONDONTWRITEBYTECODE set, every run would recompile the editable sources.
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        env.update(FSDP_SDK_STATE_DIR=str(Path(cwd) / "state"), PYTHONPYCACHEPREFIX=str(Path(cwd) / "pycache"))
+        cases = {
+            "python -c 'import click, pluggy'": [sys.executable, "-c", "import click, pluggy"],
+            "fsdp-sdk --help": [*script, "--help"],
+            "fsdp-sdk config show": [*script, "config", "show"],
+        }
+        medians = {name: statistics.median(time_command(cmd, args.runs, env, cwd)) for name, cmd in cases.items()}
+
+    floor = medians["python -c 'import click, pluggy'"]
+    ratios = {name: value / floor for name, value in medians.items()}
+    if args.json:
+        print(json.dumps({"runs": args.runs, "median_s": medians, "ratio": ratios, "target_ratio": TARGET_RATIO}))
+    else:
+        print(f"median of {args.runs} runs each ({os.cpu_count()} CPUs, {sys.version.split()[0]})")
+        for name in cases:
+            print(f"  {name:34s} {medians[name] * 1000:7.1f} ms   {ratios[name]:4.2f}x")
+        print(f"target: fsdp-sdk --help <= {TARGET_RATIO:g}x the click + pluggy import")
+    if not args.no_check and ratios["fsdp-sdk --help"] > TARGET_RATIO:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

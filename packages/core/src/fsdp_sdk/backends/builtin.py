@@ -1,0 +1,34 @@
+"""The default plugin that registers the built-in backends (today: ``local``).
+
+It imports each backend only when a hook needs it, so building the plugin
+manager (which every ``fsdp-sdk`` start does) stays cheap.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from fsdp_sdk.hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    from fsdp_sdk.backends.base import BackendRegistry
+    from fsdp_sdk.config import Config
+    from fsdp_sdk.preflight import PreflightResult
+
+
+@hookimpl
+def fsdp_sdk_register_backends(registry: BackendRegistry) -> None:
+    """Register the local backend."""
+    from fsdp_sdk.backends.local import LocalBackend
+
+    registry.add(LocalBackend)
+
+
+@hookimpl
+def fsdp_sdk_preflight(config: Config) -> list[PreflightResult]:
+    """The local backend's checks, when it is the configured backend."""
+    if config.cluster.backend != "local":
+        return []
+    from fsdp_sdk.backends.local import local_preflight
+
+    return local_preflight(config)
