@@ -533,11 +533,11 @@ def load_config(
     if config_file is not None:
         settings += _read_yaml(Path(config_file))
     if env_file is not None:
-        settings += _read_dotenv(Path(env_file), explicit=True)
+        settings += _read_dotenv(Path(env_file))
     elif read_default_env_file:
         default = Path(cwd or ".") / ".env"
         if default.is_file():
-            settings += _read_dotenv(default, explicit=False)
+            settings += _read_dotenv(default)
     settings += _read_environ(environ)
     if overrides:
         if isinstance(overrides, Mapping):
@@ -600,12 +600,12 @@ def _unknown_key(key: str, known: list[str], source: str) -> ConfigError:
     return ConfigError(key, "unknown setting", fix, source=source)
 
 
-def _read_dotenv(path: Path, *, explicit: bool) -> list[Setting]:
+def _read_dotenv(path: Path) -> list[Setting]:
     if not path.is_file():
         raise ConfigError("--env-file", f"file {str(path)!r} does not exist", "pass the path of an existing .env file")
     from dotenv import dotenv_values  # does not touch os.environ
 
-    source = ".env" if path.name == ".env" else str(path)
+    source = path.name
     settings: list[Setting] = []
     for name, value in dotenv_values(path).items():
         if value is None or value == "":
@@ -689,7 +689,7 @@ def _apply(config: Config, setting: Setting) -> None:
     if check is not None and value is not None:
         predicate, problem, fix = check
         if not predicate(value):
-            raise ConfigError(origin.name, f"{_show(setting.value)} {problem}", fix.format(name=origin.name), source=origin.source)
+            raise ConfigError(origin.name, f"{_show(value)} {problem}", fix.format(name=origin.name), source=origin.source)
     setattr(getattr(config, section), name, value)
     config.origins[path] = origin
 

@@ -1,0 +1,259 @@
+"""The plugin system: hook documentation, default and entry-point plugins, duplicates, broken plugins."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import inspect
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import fsdp_sdk.instance_types
+from fsdp_sdk import hookimpl, hookspecs
+from fsdp_sdk.backends.local import LocalBackend
+from fsdp_sdk.entry_points import entry_points
+from fsdp_sdk.errors import PluginError
+from fsdp_sdk.instance_types import InstanceType
+from fsdp_sdk.plugins import DEFAULT_PLUGINS, build_plugins, get_plugins
+from fsdp_sdk.testing import InstanceTypePluginConformance
+
+from .conftest import run_cli
+
+LOOKUP_HOOKS = {"fsdp_sdk_job_image"}
+
+
+def _hookspecs() -> list[tuple[str, object]]:
+    return [(n, f) for n, f in inspect.getmembers(hookspecs, inspect.isfunction) if n.startswith("fsdp_sdk_")]
+
+
+@pytest.mark.parametrize("name, spec", _hookspecs(), ids=[n for n, _ in _hookspecs()])
+def test_every_hook_is_documented(name: str, spec: object) -> None:
+    doc = inspect.getdoc(spec)
+    assert doc, f"{name} has no docstring"
+    for parameter in inspect.signature(spec).parameters:
+        assert f":param {parameter}:" in doc, f"{name} does not document {parameter}"
+    firstresult = getattr(spec, "fsdp_sdk_spec").get("firstresult", False)
+    assert firstresult == (name in LOOKUP_HOOKS), "firstresult only for look-ups"
+    assert ("Stops at first non-None result" in doc) == firstresult
+
+
+def test_the_hook_groups_the_issue_asks_for_exist() -> None:
+    names = {n for n, _ in _hookspecs()}
+    assert {
+        "fsdp_sdk_register_backends", "fsdp_sdk_register_instance_types", "fsdp_sdk_register_commands",
+        "fsdp_sdk_render_job", "fsdp_sdk_monitoring_components", "fsdp_sdk_preflight",
+        "fsdp_sdk_cluster_created", "fsdp_sdk_before_cluster_delete", "fsdp_sdk_job_submitted",
+        "fsdp_sdk_job_finished",
+    } <= names
+
+
+def test_default_plugins_are_registered_like_any_plugin() -> None:
+    plugins = build_plugins(autoload=False)
+    infos = plugins.infos()
+    assert [i.name for i in infos] == list(DEFAULT_PLUGINS)
+    assert all(i.builtin and not i.broken for i in infos)
+    assert plugins.backends.get("local") is LocalBackend
+    assert "p5.48xlarge" in plugins.instance_types
+
+
+def test_the_plugin_manager_is_built_on_first_use_and_cached() -> None:
+    import fsdp_sdk.plugins as module
+
+    assert not any(isinstance(v, module.Plugins) for v in vars(module).values()), "built at import time"
+    assert get_plugins() is get_plugins()
+
+
+class TestBuiltinInstanceTypes(InstanceTypePluginConformance):
+    plugin = fsdp_sdk.instance_types
+    expected_names = (
+        "p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge", "g5.48xlarge", "g6e.48xlarge",
+    )
+
+
+# name, gpus, model, GB per GPU, EFA, vCPUs, GiB, dense BF16 TFLOP/s per GPU
+PUBLIC_SPECS = [
+    ("p4d.24xlarge", 8, "A100", 40, 4, 96, 1152, 312),
+    ("p4de.24xlarge", 8, "A100", 80, 4, 96, 1152, 312),
+    ("p5.48xlarge", 8, "H100", 80, 32, 192, 2048, 989),
+    ("p5e.48xlarge", 8, "H200", 141, 32, 192, 2048, 989),
+    ("p5en.48xlarge", 8, "H200", 141, 16, 192, 2048, 989),
+    ("g5.48xlarge", 8, "A10G", 24, 1, 192, 768, 125),
+    ("g6e.48xlarge", 8, "L40S", 48, 4, 192, 1536, 362),
+]
+
+
+@pytest.mark.parametrize("spec", PUBLIC_SPECS, ids=[s[0] for s in PUBLIC_SPECS])
+def test_builtin_instance_types_have_the_public_specs(spec: tuple) -> None:
+    name, gpus, model, memory, efa, vcpus, host_memory, tflops = spec
+    t = build_plugins(autoload=False).instance_types[name]
+    assert (t.gpu_count, t.gpu_model, t.gpu_memory_gib, t.efa_interfaces, t.vcpus, t.memory_gib, t.bf16_tflops_per_gpu) == (
+        gpus, model, memory, efa, vcpus, host_memory, tflops)
+    assert t.price_date == fsdp_sdk.instance_types.PRICE_DATE
+
+
+# ---------------------------------------------------------------------- entry points
+
+
+def test_entry_point_scan_agrees_with_importlib_metadata(example_plugin: Path) -> None:
+    for group in ("console_scripts", "fsdp_sdk"):
+        ours = {(ep.name, ep.value) for ep in entry_points(group)}
+        reference = {(ep.name, ep.value) for ep in importlib.metadata.entry_points(group=group)}
+        assert ours == reference, group
+
+
+def test_example_plugin_is_loaded_through_its_entry_point(example_plugin: Path) -> None:
+    plugins = build_plugins()
+    assert plugins.instance_types.owner("p6-b200.48xlarge") == "b200"
+    info = next(i for i in plugins.infos() if i.name == "b200")
+    assert (info.builtin, info.distribution, info.hooks) == (False, "fsdp_sdk_plugin_b200", ("fsdp_sdk_register_instance_types",))
+
+
+def test_example_plugin_shows_in_the_instance_types_command(example_plugin: Path) -> None:
+    result = run_cli("instance-types", "--json")
+    assert result.returncode == 0, result.stderr
+    b200 = next(t for t in json.loads(result.stdout) if t["name"] == "p6-b200.48xlarge")
+    assert (b200["gpu_count"], b200["gpu_model"], b200["plugin"]) == (8, "B200", "b200")
+    assert "p6-b200.48xlarge" in run_cli("instance-types").stdout
+
+
+def test_autoload_can_be_switched_off(example_plugin: Path) -> None:
+    result = run_cli("instance-types", "--json", env={"FSDP_SDK_DISABLE_PLUGIN_AUTOLOAD": "1"})
+    assert result.returncode == 0, result.stderr
+    names = {t["name"] for t in json.loads(result.stdout)}
+    assert "p6-b200.48xlarge" not in names and "p5.48xlarge" in names
+
+
+# ---------------------------------------------------------------------- duplicates
+
+
+class _Backend(LocalBackend):
+    """A second backend that claims the name 'local'."""
+
+
+def test_a_duplicate_backend_name_is_refused() -> None:
+    class Duplicate:
+        @hookimpl
+        def fsdp_sdk_register_backends(self, registry):
+            registry.add(_Backend)
+
+    plugins = build_plugins(autoload=False)
+    plugins.register(Duplicate(), name="dup")
+    with pytest.raises(PluginError, match="backend 'local' from plugin dup is already registered by plugin fsdp_sdk.backends.builtin"):
+        plugins.backends
+
+
+def test_a_duplicate_instance_type_is_refused() -> None:
+    p5 = fsdp_sdk.instance_types.BUILTIN_INSTANCE_TYPES[2]
+
+    class Duplicate:
+        @hookimpl
+        def fsdp_sdk_register_instance_types(self, registry):
+            registry.add(InstanceType(**{**p5.to_dict(), "gpu_count": 4}))
+
+    plugins = build_plugins(autoload=False)
+    plugins.register(Duplicate(), name="dup")
+    with pytest.raises(PluginError, match=r"instance type 'p5\.48xlarge' from plugin dup is already registered"):
+        plugins.instance_types
+
+
+def test_a_duplicate_plugin_name_or_bad_signature_is_refused() -> None:
+    plugins = build_plugins(autoload=False)
+    with pytest.raises(PluginError, match="fsdp_sdk.instance_types"):
+        plugins.register(object(), name="fsdp_sdk.instance_types")
+
+    class BadSignature:
+        @hookimpl
+        def fsdp_sdk_preflight(self, config, cluster):  # 'cluster' is no argument of the spec
+            return []
+
+    with pytest.raises(PluginError, match="cluster"):
+        plugins.register(BadSignature(), name="bad")
+    assert not plugins.pm.has_plugin("bad")
+
+
+def test_registering_something_that_is_not_a_backend_is_refused() -> None:
+    class Wrong:
+        @hookimpl
+        def fsdp_sdk_register_backends(self, registry):
+            registry.add(dict)
+
+    plugins = build_plugins(autoload=False)
+    plugins.register(Wrong(), name="wrong")
+    with pytest.raises(PluginError, match="plugin wrong: registry.add\\(\\) takes a ClusterBackend subclass"):
+        plugins.backends
+
+
+# ---------------------------------------------------------------------- broken third-party plugins
+
+
+@pytest.fixture
+def fake_site(tmp_path: Path) -> Path:
+    """A directory with three installed-looking distributions declaring fsdp_sdk entry points:
+    one whose module raises on import, one with a misspelled hook, one adding a CLI command."""
+    site = tmp_path / "site"
+    modules = {
+        "broken_plugin": "raise ImportError('needs nvidia-magic, which is not installed')\n",
+        "typo_plugin": """
+            from fsdp_sdk import hookimpl
+
+            @hookimpl
+            def fsdp_sdk_register_backend(registry):  # missing 's'
+                pass
+        """,
+        "hello_plugin": """
+            import click
+            from fsdp_sdk import hookimpl
+
+            @hookimpl
+            def fsdp_sdk_register_commands(cli):
+                @cli.command()
+                def hello():
+                    '''Say hello from a plugin.'''
+                    click.echo("hello from a plugin")
+        """,
+    }
+    for module, source in modules.items():
+        (site / module).mkdir(parents=True)
+        (site / module / "__init__.py").write_text(textwrap.dedent(source))
+        dist = site / f"{module}-1.0.dist-info"
+        dist.mkdir()
+        (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module}\nVersion: 1.0\n")
+        (dist / "entry_points.txt").write_text(f"[fsdp_sdk]\n{module.removesuffix('_plugin')} = {module}\n")
+    return site
+
+
+def test_broken_plugins_are_reported_by_name_and_disabled(
+    fake_site: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.syspath_prepend(str(fake_site))
+    plugins = build_plugins()
+    err = capsys.readouterr().err
+    assert "plugin 'broken' (from broken_plugin 1.0) failed to load" in err and "nvidia-magic" in err
+    assert "plugin 'typo'" in err and "fsdp_sdk_register_backend" in err
+    broken = {i.name: i for i in plugins.infos() if i.broken}
+    assert set(broken) == {"broken", "typo"}
+    assert not plugins.pm.has_plugin("typo")
+    assert plugins.backends.get("local") is LocalBackend  # everything else still works
+
+
+def test_the_cli_survives_broken_plugins(fake_site: Path) -> None:
+    env = {"PYTHONPATH": str(fake_site)}
+    listing = run_cli("plugins", env=env)
+    assert listing.returncode == 1  # something is broken: say so in the status
+    rows = {line.split()[0]: line for line in listing.stdout.splitlines() if line.strip()}
+    assert "broken" in rows["broken"] and "nvidia-magic" in rows["broken"]
+    assert "broken" in rows["typo"]
+    assert "ok" in rows["hello"]
+
+    types = run_cli("instance-types", env=env)
+    assert types.returncode == 0 and "p5.48xlarge" in types.stdout
+    assert "plugin 'broken'" in types.stderr
+
+
+def test_plugins_add_cli_commands(fake_site: Path) -> None:
+    env = {"PYTHONPATH": str(fake_site)}
+    assert "Say hello from a plugin." in run_cli("--help", env=env).stdout
+    hello = run_cli("hello", env=env)
+    assert (hello.returncode, hello.stdout) == (0, "hello from a plugin\n")
