@@ -6,12 +6,13 @@ import dataclasses
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from conftest import trainer_env
 from fsdp_trainer import options
-from fsdp_trainer.config import TrainerConfig, help_text, known_flags, load_config
+from fsdp_trainer.config import TrainerConfig, flag_prefix, help_text, known_flags, load_config
 from fsdp_trainer.errors import ConfigError
 from fsdp_trainer.presets import PRESETS, num_params
 
@@ -158,3 +159,12 @@ def test_preset_shapes():
     l3 = PRESETS["llama3.1-70b"]()
     assert (l3["hidden_size"], l3["num_hidden_layers"], l3["num_attention_heads"], l3["num_key_value_heads"]) == (8192, 80, 64, 8)
     assert l3["vocab_size"] == 128256 and l3["rope_theta"] == 500000.0
+
+
+def test_readme_documents_every_flag():
+    readme = (Path(__file__).resolve().parents[2] / "packages" / "trainer" / "README.md").read_text()
+    for name, section in options.sections(TrainerConfig):
+        for f in dataclasses.fields(section):
+            flag = f"`--{flag_prefix(name)}.{f.name}`"
+            assert flag in readme, f"README lacks {flag}"
+            assert options.field_docs(section)[f.name].replace("|", "\\|") in readme, f"README's text for {flag} is stale"
