@@ -118,3 +118,44 @@ def test_dataloader_with_a_trained_bpe_tokenizer(bpe_tokenizer_dir, corpus_file)
     assert int(b0.input_ids.max()) < len(tok)
     with pytest.raises(ConfigError, match="--model.tokenizer: token id .* vocabulary of 100"):
         build_dataloader(cfg, tok, 100, 2, 0, 2, torch.device("cpu"))
+
+
+class FakeHubDataset:
+    def __init__(self, rows):
+        self.rows, self.column_names = rows, list(rows[0])
+
+    def __iter__(self):
+        return iter(self.rows)
+
+    def __getitem__(self, column):
+        return [r[column] for r in self.rows]
+
+
+def test_hub_dataset_uses_the_samsum_prompt(monkeypatch):
+    """data.source=hf without the network: a stand-in ``datasets`` module records what is asked for."""
+    import sys
+    import types
+
+    calls = []
+    rows = {"samsum": [{"id": "1", "dialogue": "A: hi\nB: hello", "summary": "They greet."}], "wiki": [{"text": "Plain text."}]}
+    fake = types.ModuleType("datasets")
+    fake.load_dataset = lambda name, split, token=None: calls.append((name, split)) or FakeHubDataset(rows[name])
+    monkeypatch.setitem(sys.modules, "datasets", fake)
+    from fsdp_trainer.data import load_documents
+
+    docs = load_documents(DataConfig(source="hf", dataset="samsum", split="train"))
+    assert docs == ["Summarize this dialog:\nA: hi\nB: hello\n---\nSummary:\nThey greet."]
+    assert load_documents(DataConfig(source="hf", dataset="wiki", split="validation")) == ["Plain text."]
+    assert calls == [("samsum", "train"), ("wiki", "validation")]
+    with pytest.raises(ConfigError, match="--data.text_field: dataset wiki has no column 'body'"):
+        load_documents(DataConfig(source="hf", dataset="wiki", text_field="body"))
+
+
+def test_hub_source_without_datasets_says_what_to_install(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "datasets", None)  # import fails
+    from fsdp_trainer.data import load_documents
+
+    with pytest.raises(ConfigError, match=r"^--data.source: 'hf' needs the datasets library; pip install fsdp-trainer\[hub\]$"):
+        load_documents(DataConfig(source="hf"))

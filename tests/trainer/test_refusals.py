@@ -42,3 +42,17 @@ def test_cli_refuses_fp8_on_cpu(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1] == "error: --fp8.enabled: float8 training needs a Hopper-class GPU (sm_89+); this run is on cpu"
     assert "Traceback" not in proc.stderr
+
+
+def test_mesh_shapes():
+    from fsdp_trainer.config import ParallelConfig
+    from fsdp_trainer.distributed import mesh_shape
+    from fsdp_trainer.errors import ConfigError
+
+    assert mesh_shape(ParallelConfig(sharding="full_shard"), 16, 8) == (1, 16)
+    assert mesh_shape(ParallelConfig(sharding="no_shard"), 16, 8) == (16, 1)
+    assert mesh_shape(ParallelConfig(sharding="hybrid_shard"), 16, 8) == (2, 8)  # shard within a node
+    assert mesh_shape(ParallelConfig(sharding="hybrid_shard", replicate_size=4), 16, 8) == (4, 4)
+    assert mesh_shape(ParallelConfig(sharding="hybrid_shard", shard_size=2, replicate_size=8), 16, 8) == (8, 2)
+    with pytest.raises(ConfigError, match="--parallel.shard_size: shard_size 4 x replicate_size 3 must equal the world size 16"):
+        mesh_shape(ParallelConfig(sharding="hybrid_shard", shard_size=4, replicate_size=3), 16, 8)

@@ -42,7 +42,7 @@ def test_kill_after_step_5_then_resume_matches_straight_run(straight, tmp_path):
     assert_ok(resumed)
     assert "resumed from" in resumed.stderr
     steps = [r["step"] for r in resumed.records]
-    assert steps == list(range(1, STEPS + 1)), "the resumed run must continue at step 6"
+    assert steps == list(range(1, STEPS + 1)), "the metrics file continues at step 6"
     losses = resumed.losses()
     for step in range(6, STEPS + 1):
         assert losses[step] == pytest.approx(straight[step], abs=1e-6), f"step {step}"
@@ -67,6 +67,7 @@ def test_save_killed_midway_leaves_the_previous_checkpoint(straight, tmp_path):
     assert "step_00000002 (step 2)" in resumed.stderr
     assert not partial.exists(), "the partial save is cleaned up"
     assert resumed.losses()[STEPS] == pytest.approx(straight[STEPS], abs=1e-6)
+    assert [r["step"] for r in resumed.records] == list(range(1, STEPS + 1)), "steps 3-4 of the crashed run are replaced"
     assert sorted(p.name for p in ckpt.iterdir()) == ["step_00000006", "step_00000008", "step_00000010"]
 
 
@@ -81,3 +82,24 @@ def test_fsdp1_checkpoint_resumes(straight, tmp_path):
     losses = resumed.losses()
     for step in range(6, STEPS + 1):  # FSDP1 vs FSDP2 straight run: equal to float rounding
         assert losses[step] == pytest.approx(straight[step], rel=1e-4), f"step {step}"
+
+
+def test_resume_picks_the_newest_complete_checkpoint(tmp_path):
+    from fsdp_trainer.checkpoint import Checkpointer, complete_checkpoints
+    from fsdp_trainer.config import CheckpointConfig
+    from fsdp_trainer.errors import ConfigError
+
+    for name, complete in [("step_00000002", True), ("step_00000003", False), ("step_00000004.tmp", False), ("step_00000001", True)]:
+        (tmp_path / name).mkdir()
+        if complete:
+            (tmp_path / name / "COMPLETE").write_text("")
+    assert [step for step, _ in complete_checkpoints(tmp_path)] == [1, 2]
+
+    def finder(resume: str) -> Checkpointer:
+        return Checkpointer(CheckpointConfig(dir=str(tmp_path), resume=resume), env=None, model=None, optimizer=None, stateful={})
+
+    assert finder("auto").find_resume() == tmp_path / "step_00000002"
+    assert finder("never").find_resume() is None
+    assert finder(str(tmp_path / "step_00000001")).find_resume() == tmp_path / "step_00000001"
+    with pytest.raises(ConfigError, match="--checkpoint.resume: .*step_00000003 is not a complete checkpoint"):
+        finder(str(tmp_path / "step_00000003")).find_resume()

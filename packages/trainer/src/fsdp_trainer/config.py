@@ -117,7 +117,7 @@ class PrecisionConfig:
     param_dtype: Dtype | None = None
     """Dtype of gathered parameters and compute. Default: precision.mode."""
     reduce_dtype: Dtype | None = None
-    """Dtype of gradient reduction across ranks. Default: fp32."""
+    """Dtype of gradient reduction across ranks. Default: fp32 (sums over many ranks lose precision in 16 bits; bf16 halves the traffic)."""
 
 
 @dataclass

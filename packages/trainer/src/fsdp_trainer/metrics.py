@@ -37,10 +37,19 @@ class Metrics:
         self.name = device_name(device)
         self.peak = peak if peak is not None else (peak_tflops(self.name, fp8) if device.type == "cuda" else None)
         self.records: list[dict[str, Any]] = []
-        self._file = None
-        if is_leader and file:
-            Path(file).parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(file, "a", encoding="utf-8")
+        self.path = Path(file) if is_leader and file else None
+        self._file: Any = None
+
+    def open(self, start_step: int) -> None:
+        """Start the metrics file: keep the records up to ``start_step`` (a resume), drop any later ones."""
+        if self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        kept = []
+        if start_step and self.path.is_file():
+            kept = [line for line in self.path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= start_step]
+        self.path.write_text("".join(line + "\n" for line in kept))
+        self._file = open(self.path, "a", encoding="utf-8")
 
     def start_step(self) -> None:
         if self.device.type == "cuda":

@@ -134,6 +134,7 @@ class Trainer:
             resume = self.checkpointer.find_resume()
             if resume is not None:
                 self.step = self.checkpointer.load(resume)
+        self.metrics.open(self.step)
         self.model.train()
         fault_step = int(os.environ.get(FAULT_AFTER_STEP, "0"))
         every = cfg.checkpoint.every_steps
