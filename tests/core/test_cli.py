@@ -1,0 +1,110 @@
+"""The command line, in process: commands, their options, JSON output, lazy loading."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from fsdp_sdk.cli import COMMANDS, LazyGroup, cli
+
+OWN_COMMANDS = ["up", "down", "scale", "status", "run", "plugins", "instance-types", "config"]
+# command -> (returns data: --json, changes something: --dry-run, reads the configuration)
+TRAITS = {
+    ("up",): (True, True, True),
+    ("down",): (True, True, True),
+    ("scale",): (True, True, True),
+    ("status",): (True, False, True),
+    ("run",): (True, True, True),
+    ("plugins",): (True, False, False),
+    ("instance-types",): (True, False, False),
+    ("config", "show"): (True, False, True),
+}
+
+
+def test_help_lists_every_command(invoke) -> None:
+    result = invoke("--help")
+    assert result.exit_code == 0
+    for name in OWN_COMMANDS:
+        assert f"\n  {name} " in result.stdout
+    assert "[env var: FSDP_SDK_CONFIG]" in result.stdout and "[env var: FSDP_SDK_ENV_FILE]" in result.stdout
+
+
+def test_the_table_names_the_kubernetes_commands() -> None:
+    assert {COMMANDS[n] for n in ("prereqs", "image", "job")} == {
+        "fsdp_sdk.cli.prereqs:prereqs", "fsdp_sdk.cli.image:image", "fsdp_sdk.cli.job:job"}
+
+
+@pytest.mark.parametrize("command", list(TRAITS), ids=[" ".join(c) for c in TRAITS])
+def test_each_command_has_the_options_it_should(invoke, command: tuple[str, ...]) -> None:
+    returns_data, changes, configured = TRAITS[command]
+    result = invoke(*command, "--help")
+    assert result.exit_code == 0, result.stderr
+    text = result.stdout
+    assert ("--json" in text) == returns_data
+    assert ("--dry-run" in text) == changes
+    for option in ("--backend", "-c, --config", "--env-file", "--debug", "--set"):
+        assert (option in text) == configured, option
+
+
+def test_a_missing_command_module_does_not_break_help() -> None:
+    @click.group(cls=LazyGroup, lazy_commands={"ghost": "fsdp_sdk.cli.ghost:ghost", "status": COMMANDS["status"]})
+    def group() -> None:
+        """A group with a command whose module does not exist (yet)."""
+
+    runner = CliRunner()
+    result = runner.invoke(group, ["--help"])
+    assert result.exit_code == 0 and "status" in result.stdout and "ghost" not in result.stdout
+    result = runner.invoke(group, ["ghost"])
+    assert result.exit_code == 2
+    assert "command 'ghost' is not available here (module fsdp_sdk.cli.ghost is not available)" in result.stderr
+
+
+def test_status_up_dry_run_and_instance_types_print_json(invoke, state_dir: Path) -> None:
+    status = json.loads(invoke("status", "--json").stdout)
+    assert (status["backend"], status["state"]) == ("local", "absent")
+    plan = json.loads(invoke("up", "--dry-run", "--json").stdout)
+    assert plan["plan"]["backend"] == "local" and plan["status"]["state"] == "absent"
+    assert not state_dir.exists()
+    types = json.loads(invoke("instance-types", "--json").stdout)
+    assert {"p5.48xlarge", "g6e.48xlarge"} <= {t["name"] for t in types}
+
+
+def test_config_show_prints_the_resolved_configuration(invoke) -> None:
+    result = invoke("config", "show", "--set", "cluster.instance_type=p4d.24xlarge", "--set", "model.preset=tiny")
+    assert result.exit_code == 0, result.stderr
+    assert "instance_type: p4d.24xlarge" in result.stdout and "efa_per_worker: 4" in result.stdout
+    assert "preset: tiny" in result.stdout
+    data = json.loads(invoke("config", "show", "--json", "--origins", "--backend", "local").stdout)
+    assert data["origins"]["cluster.backend"] == "--backend (command line)"
+
+
+def test_run_dry_run_shows_the_agents_commands(invoke, state_dir: Path) -> None:
+    result = invoke("run", "--nodes", "2", "--nproc-per-node", "1", "--preset", "tiny", "--steps", "5", "--dry-run",
+                    "--", "--train.lr", "0.01")
+    assert result.exit_code == 0, result.stderr
+    commands = [line for line in result.stdout.splitlines() if "torch.distributed.run" in line]
+    assert len(commands) == 2
+    assert "--model.preset tiny" in commands[0] and "--train.steps 5" in commands[0] and "--train.lr 0.01" in commands[0]
+    assert not state_dir.exists()
+
+
+def test_local_lifecycle_through_the_cli(invoke, state_dir: Path) -> None:
+    up = invoke("up", "--set", "job.rdzv_backend=c10d", "--json")  # no etcd needed: fast
+    assert up.exit_code == 0, up.stderr
+    assert json.loads(up.stdout)["state"] == "ready" and "c10d" in up.stderr
+    scaled = json.loads(invoke("scale", "4", "--json").stdout)
+    assert scaled["nodes"] == 4
+    assert invoke("status").stdout.startswith("backend: local\n")
+    down = invoke("down", "--json")
+    assert json.loads(down.stdout)["state"] == "absent"
+    assert not (state_dir / "local" / "state.json").exists()
+
+
+def test_version(invoke) -> None:
+    from fsdp_sdk import __version__
+
+    assert invoke("--version").stdout == f"fsdp-sdk, version {__version__}\n"

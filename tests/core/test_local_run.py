@@ -1,0 +1,165 @@
+"""End to end on this machine: a real etcd, torchrun agents, the tiny trainer, through the console script.
+
+These tests start real processes (etcd, 2 torchrun agents, 2 trainer ranks) and take several seconds each.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fsdp_sdk import Client, etcd, hookimpl
+from fsdp_sdk.plugins import get_plugins
+
+from .conftest import FSDP_SDK, etcd_or_skip, run_cli
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(importlib.util.find_spec("fsdp_trainer") is None,
+                       reason="the trainer package (fsdp_trainer) is not installed: pip install -e packages/trainer"),
+]
+
+TINY = ["--backend", "local", "--nodes", "2", "--nproc-per-node", "1", "--preset", "tiny", "--steps", "3"]
+NO_CHECKPOINT = ["--", "--checkpoint.enabled", "false"]
+
+
+def _run_id(stderr: str) -> str:
+    match = re.search(r"^run (\w+): 2 agents x 1 processes", stderr, re.MULTILINE)
+    assert match, stderr
+    return match.group(1)
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    """Pids whose command line contains ``text`` (agents and trainer ranks carry the run id in their arguments)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if text in cmdline and etcd.pid_alive(int(entry.name)):
+                found.append(int(entry.name))
+    return found
+
+
+def _wait_until_gone(run_id: str, timeout: float = 20.0) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while (left := _processes_mentioning(run_id)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
+
+
+@pytest.fixture
+def local_cluster(state_dir: Path) -> Iterator[dict]:
+    """``fsdp-sdk up --backend local``: a real etcd on free ports, stopped by ``fsdp-sdk down`` afterwards."""
+    etcd_or_skip()
+    up = run_cli("up", "--backend", "local", "--json")
+    assert up.returncode == 0, up.stderr
+    status = json.loads(up.stdout)
+    try:
+        yield status
+    finally:
+        down = run_cli("down", "--backend", "local")
+        assert down.returncode == 0, down.stderr
+        assert not etcd.pid_alive(status["details"]["etcd_pid"])
+
+
+def test_two_runs_in_a_row(local_cluster: dict, state_dir: Path) -> None:
+    """The same command twice (a fresh rendezvous id each time, the old keys cleared): first with --json, then
+    with the text output."""
+    port = int(local_cluster["endpoint"].rsplit(":", 1)[1])
+    run_ids = []
+    for as_json in (True, False):
+        result = run_cli("run", *TINY, *(["--json"] if as_json else []), *NO_CHECKPOINT, timeout=240)
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert "RendezvousClosedError" not in result.stderr
+        run_id = _run_id(result.stderr)
+        run_ids.append(run_id)
+        run_dir = state_dir / "local" / "runs" / run_id
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert (summary["steps"], summary["world_size"]) == (3, 2)
+        assert sorted(p.name for p in (run_dir / "logs").iterdir()) == ["agent-0.log", "agent-1.log"]
+        if as_json:
+            # stdout is only the summary, one JSON object on one line; the leader's log went to stderr
+            assert result.stdout.count("\n") == 1 and json.loads(result.stdout) == summary
+            log = result.stderr
+        else:
+            assert f"Run {run_id} finished; outputs in {run_dir}" in result.stdout
+            assert f"final_loss: {summary['final_loss']}" in result.stdout
+            log = result.stdout
+        assert re.search(r"^\[agent\d\] .*master_addr=127\.0\.0\.1", log, re.M)
+        assert re.search(r'^\[agent\d\] \{"step": 3', log, re.M)
+        assert not etcd.delete_rendezvous_keys(port, run_id), "the run's rendezvous keys were left in etcd"
+    assert run_ids[0] != run_ids[1]
+
+
+def test_a_failing_run_stops_every_agent_and_exits_1(local_cluster: dict) -> None:
+    result = run_cli("run", *TINY, "--", "--runtime.backend", "nccl", timeout=240)  # no CUDA here
+    assert result.returncode == 1
+    last = result.stderr.rstrip().splitlines()[-1]
+    assert re.match(r"^Error: agent \d exited with code 1: .*nccl needs CUDA.*; logs in ", last), last
+    assert not _wait_until_gone(_run_id(result.stderr))
+
+
+def test_ctrl_c_stops_every_agent(local_cluster: dict) -> None:
+    process = subprocess.Popen(
+        [FSDP_SDK, "run", *TINY[:-1], "500", "--json", *NO_CHECKPOINT],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy(),
+    )
+    seen = []
+    try:
+        assert process.stderr is not None
+        for line in process.stderr:
+            seen.append(line)
+            if '"step":' in line:  # training is under way on both agents
+                break
+        run_id = _run_id("".join(seen))
+        assert _processes_mentioning(run_id), "no agent is running"
+        process.send_signal(signal.SIGINT)
+        rest = process.communicate(timeout=60)[1]
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, "".join(seen)[-2000:] + rest[-2000:]
+    assert "stopping 2 agent(s)" in rest and rest.rstrip().endswith("Aborted.")
+    assert not _wait_until_gone(run_id)
+
+
+def test_the_library_starts_etcd_when_up_was_not_run(state_dir: Path) -> None:
+    etcd_or_skip()
+    events = []
+
+    class Recorder:
+        @hookimpl
+        def fsdp_sdk_job_submitted(self, job):
+            events.append(("submitted", job.run_id))
+
+        @hookimpl
+        def fsdp_sdk_job_finished(self, job, succeeded, summary):
+            events.append(("finished", job.run_id, succeeded, summary["steps"]))
+
+    get_plugins().register(Recorder(), name="recorder")
+    progress: list[str] = []
+    output: list[str] = []
+    client = Client.from_sources(overrides={"job.num_workers": 2}, progress=progress.append)
+    assert client.status().state == "absent"
+    try:
+        result = client.run(trainer_overrides={"model.preset": "tiny", "train.steps": 2, "checkpoint.enabled": False},
+                            on_output=output.append)
+        assert result.summary["steps"] == 2 and result.output_dir == state_dir / "local" / "runs" / result.run_id
+        assert any("not up: starting it now" in line for line in progress)
+        assert any("master_addr=" in line for line in output)
+        assert events == [("submitted", result.run_id), ("finished", result.run_id, True, 2)]
+        assert client.status().ready, "etcd is left running for the next run"
+    finally:
+        client.down()
