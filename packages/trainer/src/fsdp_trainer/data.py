@@ -27,6 +27,7 @@ import torch
 from .config import DataConfig
 from .corpus import builtin_documents
 from .errors import ConfigError
+from .model import IGNORE_INDEX
 from .tokenizer import encode_documents
 
 log = logging.getLogger(__name__)
@@ -181,6 +182,8 @@ class Batch:
 
     input_ids: torch.Tensor
     labels: torch.Tensor
+    num_targets: int
+    """Labels that count in the loss (not IGNORE_INDEX), counted on CPU to avoid a device sync."""
 
 
 class DataLoader:
@@ -191,8 +194,9 @@ class DataLoader:
 
     def next_batch(self) -> Batch:
         rows = torch.stack([self.dataset[i] for i in self.sampler.next_local()]).long()
+        num_targets = int((rows[:, 1:] != IGNORE_INDEX).sum())
         rows = rows.to(self.device, non_blocking=True)
-        return Batch(input_ids=rows[:, :-1], labels=rows[:, 1:])
+        return Batch(input_ids=rows[:, :-1], labels=rows[:, 1:], num_targets=num_targets)
 
     def state_dict(self) -> dict[str, int]:
         return self.sampler.state_dict()

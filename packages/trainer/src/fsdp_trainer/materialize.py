@@ -102,7 +102,7 @@ def build_model(cfg: TrainerConfig, env: DistEnv, mesh: DeviceMesh | None) -> Bu
             wrapper, cfg, mesh, device=device, param_init_fn=param_init_fn,
             sync_module_states=strategy == "pretrained" and api == "fsdp1" and not fsdp1_cpu_copy,
         )
-        if api != "fsdp2":  # fully_shard already placed the shards (on CPU, with parallel.cpu_offload)
+        if api == "none":  # FSDP placed its shards itself (and keeps them on CPU with parallel.cpu_offload)
             model.to(device)
         return BuiltModel(model, hf_config, num_params, num_embedding)
 

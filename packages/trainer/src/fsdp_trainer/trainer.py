@@ -48,7 +48,6 @@ class Trainer:
     def __init__(self, cfg: TrainerConfig, env: DistEnv):
         self.cfg, self.env = cfg, env
         self.start_time = time.perf_counter()
-        torch.manual_seed(cfg.runtime.seed or 0)
         self.mesh = build_mesh(cfg.parallel, env)
         built = build_model(cfg, env, self.mesh)
         self.model, self.hf_config = built.model, built.hf_config
@@ -98,7 +97,7 @@ class Trainer:
         """One optimizer step over ``grad_accum_steps`` micro-batches; returns (loss, grad norm, tokens on this rank)."""
         accum = self.cfg.train.grad_accum_steps
         batches = [self.data.next_batch() for _ in range(accum)]
-        local_count = sum(int((b.labels != -100).sum()) for b in batches)
+        local_count = sum(b.num_targets for b in batches)
         (global_count,) = self.env.all_reduce_sum([local_count])
         scale = self.env.world_size / max(global_count, 1.0)
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.env.device)
