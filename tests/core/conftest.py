@@ -8,7 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -54,7 +54,7 @@ def work_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def invoke() -> "callable":
+def invoke() -> Callable[..., Result]:
     """Run the CLI in process: ``invoke("up", "--dry-run")`` returns click's Result (exit_code, stdout, stderr)."""
     runner = CliRunner()
 

@@ -34,7 +34,7 @@ def test_from_sources_plan_and_catalogue(work_dir: Path) -> None:
 
 
 def test_a_client_refuses_an_invalid_configuration() -> None:
-    with pytest.raises(ConfigError, match="job.gpu_per_worker"):
+    with pytest.raises(ConfigError, match=r"job\.gpu_per_worker"):
         Client(fsdp_sdk.Config().with_overrides({"job.gpu_per_worker": 9}))
 
 
@@ -45,7 +45,7 @@ def test_the_kubernetes_seam_is_not_for_the_local_backend() -> None:
 
 def test_trainer_arguments_must_look_like_trainer_options() -> None:
     client = Client.from_sources()
-    with pytest.raises(ConfigError, match=r"^--train.steps: is not a trainer option"):
+    with pytest.raises(ConfigError, match=r"^--train\.steps: is not a trainer option"):
         client.run(trainer_args=["--train.steps"], dry_run=True)
 
 

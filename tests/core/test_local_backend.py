@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -75,12 +76,12 @@ def test_the_run_command_line(state_dir: Path) -> None:
     assert len(first.commands) == 3 and len(set(first.commands)) == 1
     command = list(first.commands[0])
     assert command[1:3] == ["-m", "torch.distributed.run"]
-    flags = dict(zip(command[3:], command[4:]))
+    flags = dict(itertools.pairwise(command[3:]))
     assert flags["--nnodes"] == "3" and flags["--nproc-per-node"] == "2" and flags["--max-restarts"] == "0"
     assert flags["--rdzv-id"] == first.run_id and flags["--local-addr"] == "127.0.0.1"
     assert "--node-rank" not in command
     trainer = command[command.index("fsdp_trainer") + 1:]
-    assert dict(zip(trainer[::2], trainer[1::2])) == {
+    assert dict(zip(trainer[::2], trainer[1::2], strict=True)) == {
         "--model.preset": "tiny", "--train.steps": "20", "--train.lr": "0.01", "--parallel.api": "fsdp1",
         "--train.output_dir": str(state_dir / "local" / "runs" / first.run_id),
     }

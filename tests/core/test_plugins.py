@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.metadata
 import inspect
 import json
+import re
 import textwrap
 from pathlib import Path
 
@@ -34,7 +35,7 @@ def test_every_hook_is_documented(name: str, spec: object) -> None:
     assert doc, f"{name} has no docstring"
     for parameter in inspect.signature(spec).parameters:
         assert f":param {parameter}:" in doc, f"{name} does not document {parameter}"
-    firstresult = getattr(spec, "fsdp_sdk_spec").get("firstresult", False)
+    firstresult = spec.fsdp_sdk_spec.get("firstresult", False)
     assert firstresult == (name in LOOKUP_HOOKS), "firstresult only for look-ups"
     assert ("Stops at first non-None result" in doc) == firstresult
 
@@ -140,8 +141,9 @@ def test_a_duplicate_backend_name_is_refused() -> None:
 
     plugins = build_plugins(autoload=False)
     plugins.register(Duplicate(), name="dup")
-    with pytest.raises(PluginError, match="backend 'local' from plugin dup is already registered by plugin fsdp_sdk.backends.builtin"):
-        plugins.backends
+    with pytest.raises(PluginError, match=re.escape(
+            "backend 'local' from plugin dup is already registered by plugin fsdp_sdk.backends.builtin")):
+        _ = plugins.backends
 
 
 def test_a_duplicate_instance_type_is_refused() -> None:
@@ -155,12 +157,12 @@ def test_a_duplicate_instance_type_is_refused() -> None:
     plugins = build_plugins(autoload=False)
     plugins.register(Duplicate(), name="dup")
     with pytest.raises(PluginError, match=r"instance type 'p5\.48xlarge' from plugin dup is already registered"):
-        plugins.instance_types
+        _ = plugins.instance_types
 
 
 def test_a_duplicate_plugin_name_or_bad_signature_is_refused() -> None:
     plugins = build_plugins(autoload=False)
-    with pytest.raises(PluginError, match="fsdp_sdk.instance_types"):
+    with pytest.raises(PluginError, match=r"fsdp_sdk\.instance_types"):
         plugins.register(object(), name="fsdp_sdk.instance_types")
 
     class BadSignature:
@@ -181,8 +183,8 @@ def test_registering_something_that_is_not_a_backend_is_refused() -> None:
 
     plugins = build_plugins(autoload=False)
     plugins.register(Wrong(), name="wrong")
-    with pytest.raises(PluginError, match="plugin wrong: registry.add\\(\\) takes a ClusterBackend subclass"):
-        plugins.backends
+    with pytest.raises(PluginError, match=re.escape("plugin wrong: registry.add() takes a ClusterBackend subclass")):
+        _ = plugins.backends
 
 
 # ---------------------------------------------------------------------- broken third-party plugins

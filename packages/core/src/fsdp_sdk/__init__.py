@@ -41,7 +41,28 @@ _LAZY: dict[str, str] = {
     "RunError": "fsdp_sdk.errors",
 }
 
-__all__ = ["__version__", *sorted(_LAZY)]
+__all__ = [
+    "BackendError",
+    "Client",
+    "ClusterBackend",
+    "ClusterStatus",
+    "Config",
+    "ConfigError",
+    "FsdpSdkError",
+    "InstanceType",
+    "JobRef",
+    "KubernetesError",
+    "MonitoringComponent",
+    "Plan",
+    "PluginError",
+    "PreflightResult",
+    "RunError",
+    "RunResult",
+    "Secret",
+    "__version__",
+    "hookimpl",
+    "load_config",
+]
 
 if TYPE_CHECKING:
     from fsdp_sdk.backends.base import ClusterBackend, ClusterStatus, Plan

@@ -9,6 +9,7 @@ a later run with the same id could trip over (``RendezvousClosedError``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -125,10 +126,8 @@ def pid_alive(pid: int) -> bool:
 
 
 def _reap(pid: int) -> None:
-    try:
+    with contextlib.suppress(ChildProcessError):  # not our child: init reaps it
         os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass  # not our child: init reaps it
 
 
 def start_etcd(

@@ -26,6 +26,7 @@ fresh port instead, and ``up`` says so.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib.util
 import json
@@ -394,10 +395,8 @@ class _Agents:
         for process in running:
             etcd.stop_process(process.pid, timeout=timeout)
         for process in self.processes:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                pass
 
 
 _EXCEPTION = re.compile(r"\b(\w*(?:Error|Exception)): ")

@@ -5,12 +5,13 @@ from __future__ import annotations
 import click
 
 from fsdp_sdk.cli.application import Application
-from fsdp_sdk.cli.options import json_option
+from fsdp_sdk.cli.options import debug_option, json_option
 from fsdp_sdk.cli.output import table
 
 
 @click.command("instance-types", short_help="List the known GPU instance types.")
 @json_option
+@debug_option
 @click.pass_obj
 def instance_types(app: Application, as_json: bool) -> None:
     """List the instance types cluster.instance_type may name: GPUs, EFA, memory,

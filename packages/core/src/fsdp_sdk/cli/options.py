@@ -85,6 +85,14 @@ def common_options(function: F) -> F:
     return function
 
 
+def debug_option(function: F) -> F:
+    """``--debug`` alone, for commands that read no configuration."""
+    return click.option(
+        "--debug", is_flag=True, envvar="FSDP_SDK_DEBUG", show_envvar=True, expose_value=False,
+        callback=_store("debug"), help="Show tracebacks on errors.",
+    )(function)
+
+
 def json_option(function: F) -> F:
     """``--json``: print the result as JSON on stdout."""
     return click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")(function)

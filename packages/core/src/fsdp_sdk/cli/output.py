@@ -12,8 +12,8 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """Columns aligned on the widest cell; ``None`` shows as ``-``."""
     cells = [[("-" if value is None else str(value)) for value in row] for row in rows]
     widths = [max([len(h), *(len(row[i]) for row in cells)]) for i, h in enumerate(headers)]
-    lines = ["  ".join(h.upper().ljust(w) for h, w in zip(headers, widths)).rstrip()]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
+    lines = ["  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
     return "\n".join(lines)
 
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 import click
 
 from fsdp_sdk.cli.application import Application
-from fsdp_sdk.cli.options import json_option
+from fsdp_sdk.cli.options import debug_option, json_option
 from fsdp_sdk.cli.output import table
 from fsdp_sdk.errors import PluginError
 
 
 @click.command(short_help="List plugins and the backends they provide.")
 @json_option
+@debug_option
 @click.pass_obj
 def plugins(app: Application, as_json: bool) -> None:
     """List the loaded plugins (built-in and from the 'fsdp_sdk' entry-point group), the backends
