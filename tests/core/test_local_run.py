@@ -111,7 +111,8 @@ def test_a_failing_run_stops_every_agent_and_exits_1(local_cluster: dict) -> Non
     assert not _wait_until_gone(_run_id(result.stderr))
 
 
-def test_ctrl_c_stops_every_agent(local_cluster: dict) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_an_interrupt_stops_every_agent(local_cluster: dict, sig: signal.Signals) -> None:
     process = subprocess.Popen(
         [FSDP_SDK, "run", *TINY[:-1], "500", "--json", *NO_CHECKPOINT],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy(),
@@ -125,7 +126,7 @@ def test_ctrl_c_stops_every_agent(local_cluster: dict) -> None:
                 break
         run_id = _run_id("".join(seen))
         assert _processes_mentioning(run_id), "no agent is running"
-        process.send_signal(signal.SIGINT)
+        process.send_signal(sig)
         rest = process.communicate(timeout=60)[1]
     finally:
         if process.poll() is None:

@@ -34,6 +34,7 @@ import os
 import queue
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -308,6 +309,10 @@ def _with_nodes(config: Config, nodes: int) -> Config:
     return new
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 class _Agents:
     """The torchrun agents of one run: start, stream the leader, stop them all on failure or Ctrl-C."""
 
@@ -338,6 +343,10 @@ class _Agents:
         self.lines.put((index, None))
 
     def run(self, on_started: Callable[[], Any]) -> None:
+        # SIGTERM (kill, a CI timeout) must stop the agents too, like Ctrl-C: turn it into KeyboardInterrupt.
+        previous = None
+        if threading.current_thread() is threading.main_thread():
+            previous = signal.signal(signal.SIGTERM, _interrupt)
         try:
             for index in range(self.count):
                 process = subprocess.Popen(
@@ -350,6 +359,8 @@ class _Agents:
             self._follow()
         finally:
             self.stop()
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
 
     def _follow(self) -> None:
         leader: int | None = None

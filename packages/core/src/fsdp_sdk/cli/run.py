@@ -38,7 +38,7 @@ def run(app: Application, run_id: str | None, dry_run: bool, as_json: bool, trai
     \b
     On the local backend, one torchrun agent per simulated node runs on this
     machine, all joining the local etcd (started if 'fsdp-sdk up' was not run,
-    and left running). Ctrl-C stops every agent.
+    and left running). Ctrl-C or SIGTERM stops every agent (exit 130).
 
     With --json, stdout carries only the summary, as one JSON object; the log
     and progress go to stderr.
