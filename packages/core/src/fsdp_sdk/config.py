@@ -57,6 +57,7 @@ __all__ = [
     "Secret",
     "Setting",
     "load_config",
+    "trainer_arguments",
 ]
 
 #: Prefix of the environment variables that set configuration fields.
@@ -465,15 +466,23 @@ class Config:
         return out
 
     def trainer_args(self) -> list[str]:
-        """The trainer section as ``--section.field value`` arguments, in a stable order."""
-        args: list[str] = []
-        for path, value in _flatten_mapping(self.trainer):
-            if isinstance(value, bool):
-                value = "true" if value else "false"
-            elif isinstance(value, (list, tuple)):
-                value = ",".join(str(v) for v in value)
-            args += [f"--{path}", str(value)]
-        return args
+        """The trainer section as ``--section.field value`` arguments (see :func:`trainer_arguments`)."""
+        return trainer_arguments(self.trainer)
+
+
+def trainer_arguments(trainer: Mapping[str, Any]) -> list[str]:
+    """Trainer settings by section as the trainer's ``--section.field value`` arguments, in insertion order.
+
+    :param trainer: ``{"model": {"preset": "tiny"}, "train": {"steps": 20}}``.
+    """
+    args: list[str] = []
+    for path, value in _flatten_mapping(trainer):
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        elif isinstance(value, (list, tuple)):
+            value = ",".join(str(v) for v in value)
+        args += [f"--{path}", str(value)]
+    return args
 
 
 def _section_to_dict(section: Any, redact: bool) -> dict[str, Any]:

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from fsdp_sdk import etcd
 from fsdp_sdk.backends.base import ClusterBackend, ClusterStatus, Plan, ProgressCallback, no_progress
+from fsdp_sdk.config import trainer_arguments
 from fsdp_sdk.errors import BackendError, ConfigError, RunError
 from fsdp_sdk.preflight import PreflightResult
 from fsdp_sdk.runs import JobRef, RunResult
@@ -242,9 +243,6 @@ class LocalBackend(ClusterBackend):
         trainer["train"]["output_dir"] = str(output_dir)
         log_dir = run_dir / "logs"
 
-        from fsdp_sdk.config import Config as _Config
-
-        trainer_config = _Config(trainer=trainer)
         command = [
             sys.executable, "-m", "torch.distributed.run",
             "--nnodes", str(nodes),
@@ -256,7 +254,7 @@ class LocalBackend(ClusterBackend):
             "--max-restarts", "0",
             "--local-addr", "127.0.0.1",
             "-m", "fsdp_trainer",
-            *trainer_config.trainer_args(),
+            *trainer_arguments(trainer),
             *trainer_args,
         ]
         job = JobRef(name=f"{config.job.name}-{run_id[:8]}", backend=self.name, run_id=run_id)
@@ -273,8 +271,12 @@ class LocalBackend(ClusterBackend):
         log_dir.mkdir(parents=True, exist_ok=True)
         env = self._environment(config, nodes * nproc)
         progress(f"run {run_id}: {nodes} agents x {nproc} processes, {rdzv} rendezvous at {endpoint}, outputs in {output_dir}")
+        def started() -> None:
+            if on_started is not None:
+                on_started(job)
+
         try:
-            _Agents(command, nodes, env, log_dir, on_output, progress).run(on_started=lambda: on_started and on_started(job))
+            _Agents(command, nodes, env, log_dir, on_output, progress).run(on_started=started)
         finally:
             if rdzv == "etcd-v2" and server and etcd.is_healthy(server["client_port"]):
                 etcd.delete_rendezvous_keys(server["client_port"], run_id)
