@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 from fsdp_sdk.k8s.kube import Kube
-from fsdp_sdk.k8s.rendezvous import EtcdV2, clear_rendezvous, rendezvous_keys
+from fsdp_sdk.rendezvous import EtcdV2, clear_rendezvous, rendezvous_keys
 
 from .fake_apiserver import FakeApiServer
 

@@ -2,9 +2,8 @@
 
 torch's ``etcd-v2`` rendezvous speaks etcd's v2 API, which etcd 3.4 serves only
 with ``--enable-v2=true``. The server listens on 127.0.0.1 only, on free ports.
-Each rendezvous keeps its keys under ``/torchelastic/p2p/run_<rdzv id>``;
-:func:`delete_rendezvous_keys` removes them so a finished run leaves nothing that
-a later run with the same id could trip over (``RendezvousClosedError``).
+Clearing a run's rendezvous keys is :func:`fsdp_sdk.rendezvous.clear_rendezvous`,
+shared with the Kubernetes job layer.
 """
 
 from __future__ import annotations
@@ -23,9 +22,7 @@ from pathlib import Path
 from fsdp_sdk.errors import BackendError
 
 __all__ = [
-    "RDZV_PREFIX",
     "EtcdServer",
-    "delete_rendezvous_keys",
     "etcd_binary",
     "find_free_port",
     "is_healthy",
@@ -34,8 +31,6 @@ __all__ = [
     "stop_process",
 ]
 
-#: Where torch's etcd-v2 rendezvous keeps its keys (``etcd_prefix`` default).
-RDZV_PREFIX = "/torchelastic/p2p"
 HOST = "127.0.0.1"
 
 
@@ -221,22 +216,4 @@ def stop_process(pid: int, timeout: float = 10.0) -> bool:
             if not pid_alive(pid):
                 return True
             time.sleep(0.05)
-    return True
-
-
-def delete_rendezvous_keys(client_port: int, run_id: str, prefix: str = RDZV_PREFIX) -> bool:
-    """Delete the etcd-v2 keys of rendezvous ``run_id``.
-
-    :return: True if keys existed and were deleted, False if there were none.
-    :raises BackendError: etcd refused the deletion.
-    """
-    path = f"/v2/keys{prefix.rstrip('/')}/run_{run_id}?recursive=true"
-    try:
-        status, body = _request(client_port, "DELETE", path, timeout=5.0)
-    except (OSError, _http_exception()) as exc:
-        raise BackendError(f"etcd: cannot reach 127.0.0.1:{client_port} to clear rendezvous {run_id}: {exc}") from exc
-    if status == 404:
-        return False
-    if status >= 300:
-        raise BackendError(f"etcd: deleting the keys of rendezvous {run_id} failed: HTTP {status} {body[:200]!r}")
     return True

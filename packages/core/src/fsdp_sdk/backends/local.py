@@ -265,7 +265,7 @@ class LocalBackend(ClusterBackend):
         if rdzv == "etcd-v2" and server:
             previous = state.get("last_run_id")
             if previous:
-                etcd.delete_rendezvous_keys(server["client_port"], previous)
+                _clear_rendezvous(server["client_port"], previous)
             state["last_run_id"] = run_id
             self._write_state(config, state)
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -279,7 +279,7 @@ class LocalBackend(ClusterBackend):
             _Agents(command, nodes, env, log_dir, on_output, progress).run(on_started=started)
         finally:
             if rdzv == "etcd-v2" and server and etcd.is_healthy(server["client_port"]):
-                etcd.delete_rendezvous_keys(server["client_port"], run_id)
+                _clear_rendezvous(server["client_port"], run_id)
         summary_path = output_dir / "summary.json"
         try:
             summary = json.loads(summary_path.read_text())
@@ -454,3 +454,10 @@ def local_preflight(config: Config) -> list[PreflightResult]:
             f"install {what} to run jobs locally", severity="warning",
         ))
     return results
+
+
+def _clear_rendezvous(client_port: int, run_id: str) -> list[str]:
+    """Delete the etcd-v2 rendezvous keys of ``run_id`` from the local etcd; returns the keys deleted."""
+    from fsdp_sdk.rendezvous import EtcdV2, clear_rendezvous
+
+    return clear_rendezvous(EtcdV2.direct(f"http://{etcd.HOST}:{client_port}", timeout=5), "etcd-v2", run_id)

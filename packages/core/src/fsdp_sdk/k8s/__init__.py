@@ -7,7 +7,7 @@ Modules, in the order data flows through them:
 * :mod:`~fsdp_sdk.k8s.validate`: offline schema validation of rendered objects;
 * :mod:`~fsdp_sdk.k8s.kube`: the REST layer over the ``kubernetes`` client;
 * :mod:`~fsdp_sdk.k8s.jobs`: :class:`~fsdp_sdk.k8s.jobs.JobClient` (submit, status, logs, stop, wait);
-* :mod:`~fsdp_sdk.k8s.rendezvous`: clearing a stopped job's rendezvous keys in etcd;
+* :mod:`~fsdp_sdk.rendezvous` (shared with the local backend): clearing a stopped job's rendezvous keys in etcd;
 * :mod:`~fsdp_sdk.k8s.image`: the trainer image (Dockerfile, build, push to ECR).
 
 Nothing is imported here, so ``import fsdp_sdk.k8s`` stays cheap.

@@ -381,8 +381,8 @@ class JobClient:
         undo the deletion: it is reported in :attr:`StopResult.rendezvous_error`
         (torch's keys also expire by TTL, after two hours).
         """
-        from fsdp_sdk.k8s.rendezvous import EtcdV2
-        from fsdp_sdk.k8s.rendezvous import clear_rendezvous as clear
+        from fsdp_sdk.rendezvous import EtcdV2
+        from fsdp_sdk.rendezvous import clear_rendezvous as clear
 
         api_version, kind, _ = self._api(api)
         name = self._name(job)

@@ -1,8 +1,8 @@
-"""Clearing a job's torch elastic rendezvous state from etcd (v2 API).
+"""Clearing a run's torch elastic rendezvous state from etcd (v2 API).
 
 The seed's workaround for ``RendezvousClosedError`` on the next run was to delete
-the etcd pod. Instead, ``fsdp-sdk job stop`` deletes exactly the keys that belong
-to the stopped job's rendezvous id. Where torch keeps them (checked against
+the etcd pod. Instead, ``fsdp-sdk job stop`` (and every local run, before and
+after) deletes exactly the keys that belong to that run's rendezvous id. Where torch keeps them (checked against
 ``torch/distributed/elastic/rendezvous`` of torch 2.x):
 
 * backend ``etcd-v2`` (``etcd_rendezvous_backend.py``, the one the SDK renders):
@@ -16,10 +16,10 @@ to the stopped job's rendezvous id. Where torch keeps them (checked against
 The operator passes the PyTorchJob's ``elasticPolicy.rdzvId`` to torchrun as the
 run id (``PET_RDZV_ID``), so the rendezvous id of the job is the run id here.
 
-etcd is reached from outside the cluster through the API server's service proxy
+In a cluster, etcd is reached from outside through the API server's service proxy
 (``/api/v1/namespaces/<ns>/services/etcd:2379/proxy/v2/keys/...``): it needs no
 extra process or open port, only the ``services/proxy`` RBAC verb that cluster
-admins have. :class:`EtcdV2` also talks to an etcd URL directly.
+admins have. The local backend talks to its own etcd directly (:meth:`EtcdV2.direct`).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from fsdp_sdk.errors import KubernetesError
+from fsdp_sdk.errors import BackendError
 
 if TYPE_CHECKING:
     from fsdp_sdk.k8s.kube import Kube
@@ -105,7 +105,7 @@ class EtcdV2:
             except urllib.error.HTTPError as error:
                 return error.code, _json_or_none(error.read())
             except OSError as error:
-                raise KubernetesError(f"etcd at {base}: cannot connect ({error}); check the endpoint") from error
+                raise BackendError(f"etcd at {base}: cannot connect ({error}); check that etcd is running there") from error
 
         return cls(send, where=base)
 
@@ -153,8 +153,8 @@ class EtcdV2:
     def _check(self, status: int, body: Any, method: str, key: str) -> None:
         if not 200 <= status <= 299:
             message = body.get("message") if isinstance(body, dict) else body
-            raise KubernetesError(f"etcd {method} {key} at {self.where}: {status} {message}; "
-                                  "check that etcd runs with --enable-v2=true ('fsdp-sdk prereqs status')")
+            raise BackendError(f"etcd {method} {key} at {self.where}: {status} {message}; "
+                               "check that etcd runs with --enable-v2=true ('fsdp-sdk prereqs status' in a cluster)")
 
 
 def _json_or_none(data: bytes) -> Any:
