@@ -75,7 +75,7 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60) 
 def example_plugin() -> Path:
     """The example plugin distribution, installed (editable) in this environment.
 
-    ``scripts/dev-setup.sh`` installs it; when a checkout skipped that, it is installed here, once.
+    ``scripts/setup.sh`` installs it; when a checkout skipped that, it is installed here, once.
     """
     from fsdp_sdk.entry_points import entry_points
 

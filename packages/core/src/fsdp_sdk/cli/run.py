@@ -61,4 +61,7 @@ def run(app: Application, run_id: str | None, dry_run: bool, as_json: bool, trai
         click.echo(json.dumps(result.summary, separators=(",", ":"), default=str))
         return
     click.echo(f"Run {result.run_id} finished; outputs in {result.output_dir or '-'}")
-    click.echo(key_values(result.summary))
+    # The resolved trainer configuration is long: it stays in summary.json (and in --json output).
+    click.echo(key_values({k: v for k, v in result.summary.items() if k != "config"}))
+    if "config" in result.summary and result.output_dir:
+        click.echo(f"resolved configuration: {result.output_dir}/summary.json")
