@@ -1,0 +1,229 @@
+"""One call, every GPU measurement: the trainer's variants, torchtitan and accelerate, side by side.
+
+Run on a machine with N GPUs (the lent 2 x H200 here), from the repository root:
+
+    python bench/gpu_compare.py --suite issue2 --out $OUT     # Llama-2-7B, FSDP2 + FSDP1 at the reference settings
+    python bench/gpu_compare.py --suite speed  --out $OUT     # best trainer settings vs torchtitan vs accelerate, FP8
+    python bench/gpu_compare.py --only fsdp2-noac-mb2,tt-8b-mb2-compile --out $OUT
+
+Every variant is a separate `torchrun --standalone` process (random init, synthetic tokens, seq 4096,
+bf16): the trainer runs from source (`PYTHONPATH=packages/trainer/src`), torchtitan and accelerate from
+what is installed (carry torchtitan's wheels, see bench/RESULTS.md). A variant that fails (out of
+memory, say) is recorded with its error and the rest go on. Results go to `<out>/results.json` and a
+markdown table is printed last; the logs are packed into `<out>/logs.tar.gz`.
+
+The tokens check compares the trainer's side count of consumed tokens (`tokens_processed`) with
+steps x GPUs x micro batch x seq_len: the throughput figures and the work actually done must agree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+TRAINER_SRC = ROOT / "packages" / "trainer" / "src"
+
+# Required on the benchmark machines: NVLink multicast must stay off.
+CHILD_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
+             "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "OMP_NUM_THREADS": "4"}
+
+# Trainer variants: name -> trainer overrides on top of BASE.
+BASE = {"model.init": "random", "data.source": "synthetic", "data.seq_len": "4096", "precision.mode": "bf16",
+        "train.warmup_steps": "2", "checkpoint.enabled": "false"}
+
+
+def tv(preset: str, api: str, ac: str, mb: int, **extra: str) -> dict[str, str]:
+    return {"model.preset": preset, "parallel.api": api, "ac.mode": ac, "train.micro_batch_size": str(mb), **extra}
+
+
+TRAINER_VARIANTS: dict[str, dict[str, str]] = {
+    # issue 2: the reference settings (plain FSDP2 script: AC mb1 6,700; AC mb2 7,500; no AC mb1 8,240; mb2 9,370)
+    "fsdp2-ac-mb1": tv("llama2-7b", "fsdp2", "full", 1),
+    "fsdp2-ac-mb2": tv("llama2-7b", "fsdp2", "full", 2),
+    "fsdp2-noac-mb1": tv("llama2-7b", "fsdp2", "none", 1),
+    "fsdp2-noac-mb2": tv("llama2-7b", "fsdp2", "none", 2),
+    "fsdp1-ac-mb1": tv("llama2-7b", "fsdp1", "full", 1),
+    "fsdp1-noac-mb2": tv("llama2-7b", "fsdp1", "none", 2),
+    # speed
+    "fsdp2-noac-mb2-compile": tv("llama2-7b", "fsdp2", "none", 2, **{"compile.enabled": "true", "compile.loss": "true"}),
+    "fsdp2-sel2-mb4-compile": tv("llama2-7b", "fsdp2", "selective", 4, **{"ac.every": "2", "compile.enabled": "true", "compile.loss": "true"}),
+    "fsdp2-noac-mb2-compile-fp8": tv("llama2-7b", "fsdp2", "none", 2, **{"compile.enabled": "true", "compile.loss": "true", "fp8.enabled": "true", "fp8.all_gather": "true"}),
+    "8b-fsdp2-noac-mb2-compile": tv("llama3.1-8b", "fsdp2", "none", 2, **{"compile.enabled": "true", "compile.loss": "true"}),
+    "8b-fsdp2-sel2-mb4-compile": tv("llama3.1-8b", "fsdp2", "selective", 4, **{"ac.every": "2", "compile.enabled": "true", "compile.loss": "true"}),
+    # smoke: a tiny model through both APIs with compile, to fail fast before the big runs
+    "smoke-fsdp2": tv("tiny", "fsdp2", "none", 2, **{"compile.enabled": "true", "data.seq_len": "256"}),
+    "smoke-fsdp1": tv("tiny", "fsdp1", "full", 2, **{"data.seq_len": "256"}),
+}
+TORCHTITAN_VARIANTS = {  # name -> (flavor, batch, ac mode, compile)
+    "tt-8b-mb2-compile": ("8B", 2, "none", True),
+    "tt-8b-mb1-selective": ("8B", 1, "selective", False),
+}
+ACCELERATE_VARIANTS = {  # name -> (preset shape, micro batch, activation checkpointing)
+    "accelerate-7b-noac-mb2": ("llama2-7b", 2, False),
+    "accelerate-7b-ac-mb1": ("llama2-7b", 1, True),
+}
+SUITES = {
+    "issue2": ["smoke-fsdp2", "smoke-fsdp1", "fsdp2-ac-mb1", "fsdp2-ac-mb2", "fsdp2-noac-mb1", "fsdp2-noac-mb2",
+               "fsdp1-ac-mb1", "fsdp1-noac-mb2"],
+    "speed": ["fsdp2-noac-mb2-compile", "fsdp2-sel2-mb4-compile", "fsdp2-noac-mb2-compile-fp8",
+              "8b-fsdp2-noac-mb2-compile", "8b-fsdp2-sel2-mb4-compile", "tt-8b-mb2-compile", "accelerate-7b-noac-mb2"],
+}
+
+
+def child_env() -> dict[str, str]:
+    path = os.pathsep.join(filter(None, [str(TRAINER_SRC), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, **CHILD_ENV, "PYTHONPATH": path}
+
+
+def run_trainer(name: str, args: argparse.Namespace, nproc: int, work: Path) -> dict:
+    overrides = {**BASE, "train.steps": str(args.steps), "metrics.warmup_steps": str(args.warmup),
+                 **TRAINER_VARIANTS[name], "train.output_dir": str(work / name)}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", "-m", "fsdp_trainer"]
+    for key, value in overrides.items():
+        cmd += [f"--{key}", value]
+    record: dict = {"variant": name, "kind": "trainer", "command": " ".join(["torchrun"] + cmd[3:])}
+    proc_rc, log = _run(cmd, work / f"{name}.log", args.timeout)
+    summary_file = work / name / "summary.json"
+    if proc_rc == 0 and summary_file.is_file():
+        summary = json.loads(summary_file.read_text())
+        mb, seq = int(overrides["train.micro_batch_size"]), int(overrides["data.seq_len"])
+        expected = summary["steps_run"] * nproc * mb * seq * int(overrides.get("train.grad_accum_steps", 1))
+        summary.pop("config", None)
+        record.update(summary, ok=True, tokens_expected=expected, tokens_check=summary["tokens_processed"] == expected)
+    else:
+        record.update(ok=False, error=_error_line(log, proc_rc))
+    return record
+
+
+def run_torchtitan_variant(name: str, args: argparse.Namespace, nproc: int, work: Path) -> dict:
+    from peers.torchtitan_run import prepare_assets, run_torchtitan
+
+    assets = work / "torchtitan_assets"
+    if not (assets / "tokenizer" / "tokenizer.json").exists():
+        prepare_assets(assets)
+    flavor, batch, ac, compile_ = TORCHTITAN_VARIANTS[name]
+    rec = run_torchtitan(nproc=nproc, flavor=flavor, seq_len=4096, batch=batch, ac=ac, compile_=compile_,
+                         steps=args.steps + 3, assets=assets, out_dir=work, env=CHILD_ENV, timeout=args.timeout)
+    rec.update(variant=name, kind="torchtitan", ok="error" not in rec)
+    return rec
+
+
+def run_accelerate_variant(name: str, args: argparse.Namespace, nproc: int, work: Path) -> dict:
+    sys.path.insert(0, str(TRAINER_SRC))
+    from fsdp_trainer.presets import PRESETS
+
+    preset, mb, ac = ACCELERATE_VARIANTS[name]
+    p = PRESETS[preset]()
+    out = work / f"{name}.json"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+           str(ROOT / "bench" / "peers" / "accelerate_fsdp.py"),
+           "--hidden", str(p["hidden_size"]), "--layers", str(p["num_hidden_layers"]),
+           "--heads", str(p["num_attention_heads"]), "--kv-heads", str(p.get("num_key_value_heads", p["num_attention_heads"])),
+           "--ffn", str(p["intermediate_size"]), "--vocab", str(p["vocab_size"]),
+           "--rope-theta", str(p.get("rope_theta", 10000.0)),
+           "--seq-len", "4096", "--micro-batch", str(mb), "--steps", str(args.steps), "--warmup", str(args.warmup),
+           "--out", str(out)] + (["--activation-checkpointing"] if ac else [])
+    rc, log = _run(cmd, work / f"{name}.log", args.timeout)
+    if rc == 0 and out.is_file():
+        return {**json.loads(out.read_text()), "variant": name, "kind": "accelerate", "ok": True}
+    return {"variant": name, "kind": "accelerate", "ok": False, "error": _error_line(log, rc)}
+
+
+def _run(cmd: list[str], log_path: Path, timeout: int) -> tuple[int, str]:
+    print(f"== {log_path.stem}", file=sys.stderr, flush=True)
+    try:
+        proc = subprocess.run(cmd, env=child_env(), capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+        rc, log = proc.returncode, proc.stdout + proc.stderr
+    except subprocess.TimeoutExpired as e:
+        rc, log = -1, f"timed out after {timeout}s\n" + ((e.stdout or b"") + (e.stderr or b"")).decode(errors="replace")
+    log_path.write_text(log)
+    return rc, log
+
+
+def _error_line(log: str, rc: int) -> str:
+    if "out of memory" in log.lower() or "OutOfMemoryError" in log:
+        return "CUDA out of memory"
+    lines = [line for line in log.splitlines() if "Error" in line or "error:" in line]
+    return f"rc={rc}: " + (lines[-1] if lines else log.strip()[-300:])[:300]
+
+
+def table(records: list[dict]) -> str:
+    rows = ["| variant | tokens/s/GPU | TFLOP/s/GPU | MFU | peak GiB | loss | tokens check |",
+            "|---|---:|---:|---:|---:|---:|---|"]
+    for r in records:
+        if not r["ok"]:
+            rows.append(f"| {r['variant']} | failed: {r['error'][:120]} | | | | | |")
+            continue
+        check = "-" if "tokens_check" not in r else ("ok" if r["tokens_check"] else f"MISMATCH {r['tokens_processed']}!={r['tokens_expected']}")
+        mfu = "-" if r.get("mfu") is None else f"{100 * r['mfu']:.1f}%"
+        rows.append(f"| {r['variant']} | {r['tokens_per_s_per_gpu']:,.0f} | {r['tflops_per_gpu']:.1f} | {mfu} | "
+                    f"{r.get('peak_mem_gib') or 0:.1f} | {r.get('final_loss', float('nan')):.3f} | {check} |")
+    return "\n".join(rows)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=os.environ.get("OUT", ".bench"), help="folder for results.json and logs.tar.gz (default: $OUT or .bench)")
+    parser.add_argument("--suite", default="issue2", help=f"a named list of variants: {', '.join(SUITES)}, or 'all'")
+    parser.add_argument("--only", default="", help="comma-separated variants instead of a suite")
+    parser.add_argument("--steps", type=int, default=12, help="optimizer steps per variant")
+    parser.add_argument("--warmup", type=int, default=4, help="first steps left out of the averages")
+    parser.add_argument("--nproc", type=int, default=0, help="GPUs per run (default: all visible)")
+    parser.add_argument("--timeout", type=int, default=420, help="seconds per variant before it is recorded as failed")
+    args = parser.parse_args()
+
+    known = {**TRAINER_VARIANTS, **TORCHTITAN_VARIANTS, **ACCELERATE_VARIANTS}
+    if args.only:
+        names = [n for n in args.only.split(",") if n]
+    elif args.suite == "all":
+        names = [n for suite in SUITES.values() for n in suite]
+    else:
+        names = SUITES.get(args.suite) or parser.error(f"--suite: unknown {args.suite!r}; use one of {', '.join(SUITES)} or all")
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        parser.error(f"--only: unknown variants {', '.join(unknown)}; known: {', '.join(known)}")
+    import torch
+
+    nproc = args.nproc or torch.cuda.device_count()
+    if nproc < 1:
+        parser.error("--nproc: no GPU visible; this benchmark needs CUDA GPUs")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="fsdp-bench-"))
+    header = {"gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu", "gpus": nproc, "torch": torch.__version__,
+              "date": time.strftime("%Y-%m-%d"), "steps": args.steps, "warmup": args.warmup}
+    records: list[dict] = []
+    for name in names:
+        t0 = time.perf_counter()
+        if name in TRAINER_VARIANTS:
+            rec = run_trainer(name, args, nproc, work)
+        elif name in TORCHTITAN_VARIANTS:
+            rec = run_torchtitan_variant(name, args, nproc, work)
+        else:
+            rec = run_accelerate_variant(name, args, nproc, work)
+        rec["run_s"] = round(time.perf_counter() - t0, 1)
+        records.append(rec)
+        (out / "results.json").write_text(json.dumps({"header": header, "records": records}, indent=1))
+        print(f"   {name}: {'ok' if rec['ok'] else 'FAILED ' + rec['error']} ({rec['run_s']} s)", file=sys.stderr, flush=True)
+        if name.startswith("smoke") and not rec["ok"]:
+            print("smoke run failed: stopping before the large runs", file=sys.stderr)
+            break
+    with tarfile.open(out / "logs.tar.gz", "w:gz") as tar:
+        for log in sorted(work.glob("*.log")):
+            tar.add(log, arcname=log.name)
+    print(f"\n{header}\n")
+    print(table(records))
+    return 0 if all(r["ok"] for r in records) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
