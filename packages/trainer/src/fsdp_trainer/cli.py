@@ -1,12 +1,15 @@
 """``fsdp-train`` / ``python -m fsdp_trainer``: parse ``--config FILE`` and ``--section.field VALUE`` flags, then train.
 
 Imports nothing heavy before the config is valid, so ``--help`` and config errors are instant.
-Exit status: 0 done, 2 bad settings (one line naming the flag), 1 any other failure.
+Exit status: 0 done, 2 bad settings (one line naming the flag), 1 any other failure. A process
+that trained ends with ``os._exit`` (see the end of ``main``), so call ``train.run`` in-process instead.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
 import sys
 
 from .config import help_text, load_config
@@ -20,7 +23,7 @@ Train a Llama model with PyTorch FSDP. Options (also --section.field=VALUE; 'non
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Console-script entry point; returns the exit status."""
+    """Console-script entry point: returns the exit status, or ends the process once it has trained."""
     args = list(sys.argv[1:] if argv is None else argv)
     if "-h" in args or "--help" in args:
         print(USAGE + help_text())
@@ -54,4 +57,11 @@ def main(argv: list[str] | None = None) -> int:
     from .train import main_with_config
 
     setup_logging(cfg.runtime.log_all_ranks)
-    return main_with_config(cfg)
+    code = main_with_config(cfg)
+    # Leave without interpreter finalization: after a clean run, gloo's worker threads can abort
+    # it (SIGABRT, "terminate called without an active exception") and turn success into a
+    # failed torchrun. Everything is written and flushed by now, and the process group destroyed.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -298,7 +298,8 @@ class TrainerConfig:
         if d.source == "jsonl" and not d.path:
             raise ConfigError("--data.path: data.source=jsonl needs a file or directory of .jsonl files")
         if (par.shard_size or par.replicate_size) and par.sharding != "hybrid_shard":
-            raise ConfigError("--parallel.shard_size: only used with --parallel.sharding hybrid_shard")
+            flag = "--parallel.shard_size" if par.shard_size else "--parallel.replicate_size"
+            raise ConfigError(f"{flag}: only used with --parallel.sharding hybrid_shard")
         if par.api == "fsdp2" and par.backward_prefetch != "pre":
             raise ConfigError(f"--parallel.backward_prefetch: {par.backward_prefetch!r} is fsdp1-only; fsdp2 always prefetches the previous block ('pre')")
         if par.api == "fsdp1" and self.compile.enabled:

@@ -39,9 +39,13 @@ def run(cfg: TrainerConfig) -> dict:
         if env.is_leader:
             print(json.dumps(summary), flush=True)  # last stdout line: the run's summary
         env.barrier()  # leave together: a rank tearing down its group while a peer still uses it can abort
-        return summary
-    finally:
-        destroy_distributed()
+    except TrainerError:
+        destroy_distributed()  # our own errors are raised alike on every rank: tear down together
+        raise
+    # Any other failure skips the teardown: a rank that failed alone must not wait on peers
+    # still inside a collective (destroying an NCCL group can hang); torchrun stops them.
+    destroy_distributed()
+    return summary
 
 
 def main_with_config(cfg: TrainerConfig) -> int:
