@@ -55,6 +55,9 @@ TRAINER_VARIANTS: dict[str, dict[str, str]] = {
     "fsdp1-noac-mb2": tv("llama2-7b", "fsdp1", "none", 2),
     # speed
     "fsdp2-noac-mb2-compile": tv("llama2-7b", "fsdp2", "none", 2, **{"compile.enabled": "true", "compile.loss": "true"}),
+    "fsdp2-noac-mb1-noclip": tv("llama2-7b", "fsdp2", "none", 1, **{"train.max_grad_norm": "0"}),
+    "fsdp2-noac-mb3-compile": tv("llama2-7b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true"}),
+    "8b-fsdp2-noac-mb3-compile": tv("llama3.1-8b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true"}),
     "fsdp2-sel2-mb4-compile": tv("llama2-7b", "fsdp2", "selective", 4, **{"ac.every": "2", "compile.enabled": "true", "compile.loss": "true"}),
     "fsdp2-noac-mb2-compile-fp8": tv("llama2-7b", "fsdp2", "none", 2, **{"compile.enabled": "true", "compile.loss": "true", "fp8.enabled": "true", "fp8.all_gather": "true"}),
     "8b-fsdp2-noac-mb2-compile": tv("llama3.1-8b", "fsdp2", "none", 2, **{"compile.enabled": "true", "compile.loss": "true"}),

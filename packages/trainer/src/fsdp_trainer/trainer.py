@@ -96,13 +96,16 @@ class Trainer:
 
     def _clip_grad_norm(self) -> torch.Tensor:
         """Clip to ``train.max_grad_norm``; returns the total norm as a device tensor (no host sync)."""
-        max_norm = self.cfg.train.max_grad_norm or float("inf")
+        max_norm = self.cfg.train.max_grad_norm
         if self.cfg.parallel.api == "fsdp1":
-            norm = self.model.clip_grad_norm_(max_norm)
-        else:
-            norm = nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.grad is not None], max_norm, foreach=True)
-            if hasattr(norm, "full_tensor"):  # DTensor under FSDP2
-                norm = norm.full_tensor()
+            return self.model.clip_grad_norm_(max_norm or float("inf"))
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        if max_norm:
+            norm = nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
+        else:  # clipping off: measure the norm only, and spare a read-modify-write of every gradient
+            norm = nn.utils.get_total_norm([p.grad for p in params], foreach=True)
+        if hasattr(norm, "full_tensor"):  # DTensor under FSDP2
+            norm = norm.full_tensor()
         return norm
 
     def train_step(self) -> tuple[torch.Tensor, torch.Tensor, int]:
