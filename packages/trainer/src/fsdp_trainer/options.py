@@ -9,13 +9,9 @@ Torch-free on purpose.
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-import difflib
 import functools
-import inspect
 import sys
-import textwrap
 import types
 import typing
 from typing import Any, Literal, Union
@@ -30,6 +26,12 @@ _FALSE_WORDS = ("false", "0", "no", "off")
 @functools.cache
 def field_docs(cls: type) -> dict[str, str]:
     """Docstrings written under the fields of dataclass ``cls`` (empty string when missing)."""
+    # ast/inspect are needed for help texts only: imported here to keep `import fsdp_trainer.config` cheap
+    # (the SDK's CLI imports it to validate trainer settings).
+    import ast
+    import inspect
+    import textwrap
+
     source = textwrap.dedent(inspect.getsource(cls))
     body = ast.parse(source).body[0].body  # type: ignore[attr-defined]
     docs: dict[str, str] = {}
@@ -139,6 +141,8 @@ def check(flag: str, tp: Any, value: Any) -> None:
 
 def unknown_option(flag: str, known: list[str]) -> ConfigError:
     """The error for an option that does not exist, with the closest known flag as a hint."""
+    import difflib
+
     close = difflib.get_close_matches(flag, known, n=1)
     hint = f" (did you mean {close[0]}?)" if close else ""
     return ConfigError(f"{flag}: unknown option{hint}")
