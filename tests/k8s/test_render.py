@@ -127,6 +127,15 @@ def test_instance_without_rdma_and_c10d(plugins: Plugins, pytorchjob_crd: Path) 
     env = env_of(container)
     assert "FI_PROVIDER" not in env and "FI_EFA_USE_DEVICE_RDMA" not in env
     assert job["spec"]["elasticPolicy"]["rdzvBackend"] == "c10d" and job["spec"]["nprocPerNode"] == "4"
+    # c10d does not use etcd: without an explicit endpoint the operator points torchrun at worker 0's service
+    assert "rdzvHost" not in job["spec"]["elasticPolicy"] and "rdzvPort" not in job["spec"]["elasticPolicy"]
+    explicit = make_config(rdzv_backend="c10d", rdzv_host="rdzv.example", rdzv_port=29400)
+    elastic = render_job(explicit, plugins=plugins)[0]["spec"]["elasticPolicy"]
+    assert (elastic["rdzvHost"], elastic["rdzvPort"]) == ("rdzv.example", 29400)
+    # set explicitly to the defaults' values still counts as set
+    explicit = make_config(rdzv_backend="c10d", rdzv_host="etcd")
+    elastic = render_job(explicit, plugins=plugins)[0]["spec"]["elasticPolicy"]
+    assert elastic["rdzvHost"] == "etcd" and "rdzvPort" not in elastic
 
 
 def test_trainjob_validates(plugins: Plugins, trainjob_crd: Path) -> None:

@@ -19,6 +19,7 @@ The Hugging Face token is only ever referenced (``secretKeyRef``); the optional
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shlex
 import uuid
@@ -170,6 +171,34 @@ def _tolerations() -> list[dict[str, str]]:
     return [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
 
 
+def _elastic_policy(config: Config, rdzv_id: str) -> dict[str, Any]:
+    """The PyTorchJob's ``elasticPolicy``.
+
+    etcd-v2 always names its endpoint (``job.rdzv_host``/``job.rdzv_port``, the SDK's
+    etcd by default). c10d leaves it out unless the user set it, so the Training
+    Operator points torchrun at the job's own worker-0 service; the defaults name etcd,
+    which does not speak c10d.
+    """
+    job = config.job
+    policy: dict[str, Any] = {"rdzvBackend": job.rdzv_backend}
+    for path, key, value in (("job.rdzv_host", "rdzvHost", job.rdzv_host),
+                             ("job.rdzv_port", "rdzvPort", job.rdzv_port)):
+        if job.rdzv_backend != "c10d" or _explicit(config, path):
+            policy[key] = value
+    policy.update({"rdzvId": rdzv_id, "minReplicas": job.num_workers, "maxReplicas": job.num_workers,
+                   "maxRestarts": job.max_restarts})
+    return policy
+
+
+def _explicit(config: Config, path: str) -> bool:
+    """Whether the user set ``path`` (a ``job.<field>``): a source recorded it, or it differs from the default."""
+    if path in config.origins:
+        return True
+    name = path.split(".", 1)[1]
+    default = next(f.default for f in dataclasses.fields(type(config.job)) if f.name == name)
+    return getattr(config.job, name) != default
+
+
 def render_pytorchjob(config: Config, instance: InstanceType, image: str, rdzv_id: str) -> dict[str, Any]:
     """The ``kubeflow.org/v1`` PyTorchJob of a resolved configuration."""
     job = config.job
@@ -193,15 +222,7 @@ def render_pytorchjob(config: Config, instance: InstanceType, image: str, rdzv_i
         "metadata": {"name": job.name, "namespace": job.namespace, "labels": labels},
         "spec": {
             "nprocPerNode": str(job.nproc_per_node or job.gpu_per_worker),
-            "elasticPolicy": {
-                "rdzvBackend": job.rdzv_backend,
-                "rdzvHost": job.rdzv_host,
-                "rdzvPort": job.rdzv_port,
-                "rdzvId": rdzv_id,
-                "minReplicas": job.num_workers,
-                "maxReplicas": job.num_workers,
-                "maxRestarts": job.max_restarts,
-            },
+            "elasticPolicy": _elastic_policy(config, rdzv_id),
             "runPolicy": {"cleanPodPolicy": "None", "backoffLimit": job.max_restarts},
             "pytorchReplicaSpecs": {
                 "Worker": {
