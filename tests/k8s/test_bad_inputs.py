@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from fsdp_sdk.cli import main
-from fsdp_sdk.plugins import reset_plugins
+from fsdp_sdk.config import Config
+from fsdp_sdk.hookspecs import hookimpl
+from fsdp_sdk.plugins import get_plugins, reset_plugins
 
 from .fake_apiserver import FakeApiServer
 
@@ -42,6 +44,8 @@ CASES = {
     "an invalid job name": (["--set", "job.name=Bad_Name"], "job.name"),
     "an invalid rendezvous id": (["--rdzv-id", "bad id/with slash"], "--rdzv-id"),
     "an unknown trainer setting value": (["--set", "parallel.sharding=everything"], "parallel.sharding"),
+    "the token in job.command": (["--set", f"job.command=python train.py --hf-token {TOKEN}"], "job.hf_token"),
+    "the token in a trainer setting": (["--set", f"train.output_dir=/local/{TOKEN}"], "job.hf_token"),
 }
 
 
@@ -63,3 +67,23 @@ def test_render_refuses_the_same_inputs_without_a_cluster(capsys: pytest.Capture
         main(["job", "render", "--set", f"job.registry={REGISTRY}", "--set", "job.env=MY_TOKEN=abc"])
     assert exit_info.value.code == 2
     assert "job.env.MY_TOKEN" in capsys.readouterr().err
+
+
+def test_a_plugin_that_copies_the_token_into_an_object_is_refused(
+    apiserver: FakeApiServer, kubeconfig: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    class LeakToken:
+        @hookimpl
+        def fsdp_sdk_render_job(self, config: Config, objects: list[dict]) -> None:
+            token = config.job.hf_token.get_secret_value()
+            objects[0]["metadata"].setdefault("annotations", {})["example.com/hub-auth"] = token
+
+    get_plugins().register(LeakToken(), name="leak-token")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["job", "submit", "--set", f"job.registry={REGISTRY}", "--set", f"job.hf_token={TOKEN}"])
+    out, err = capsys.readouterr()
+    assert exit_info.value.code == 2, err
+    assert err.count("\n") == 1 and err.startswith("Error: job.hf_token: "), err
+    assert "in the rendered PyTorchJob fsdp" in err and "HF_TOKEN" in err
+    assert TOKEN not in err and TOKEN not in out
+    assert apiserver.writes() == []

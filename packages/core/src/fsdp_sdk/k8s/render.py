@@ -20,6 +20,7 @@ The Hugging Face token is only ever referenced (``secretKeyRef``); the optional
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import shlex
 import uuid
@@ -38,6 +39,7 @@ __all__ = [
     "RUN_ID_LABEL",
     "TRAINJOB_RUNTIME",
     "check_env",
+    "check_token_not_inline",
     "job_labels",
     "new_rdzv_id",
     "render_job",
@@ -100,6 +102,33 @@ def check_env(config: Config) -> None:
             raise ConfigError(
                 f"job.env.{name}", "has the Hugging Face token as its value and would store it in plain text",
                 "remove it; the workers get HF_TOKEN from the Secret named by job.hf_token_secret",
+            )
+
+
+def check_token_not_inline(config: Config, objects: list[dict[str, Any]]) -> None:
+    """Refuse rendered objects that carry the Hugging Face token's value in plain text.
+
+    Every object but the ``Secret`` (which gets the token at apply time) is
+    serialised and searched, so the token is caught wherever it came from:
+    ``job.command``, a trainer setting, ``job.env`` or a plugin's render hook.
+
+    :param config: the configuration (``job.hf_token``).
+    :param objects: the rendered objects, after the plugins' ``fsdp_sdk_render_job``.
+    :raises ConfigError: the token's value appears in an object other than a Secret.
+    """
+    token = config.job.hf_token.get_secret_value() if config.job.hf_token else ""
+    if not token:
+        return
+    forms = {token, json.dumps(token)[1:-1], json.dumps(token, ensure_ascii=False)[1:-1]}  # as json.dumps escapes it
+    for obj in objects:
+        if obj.get("kind") == "Secret":
+            continue
+        text = json.dumps(obj, ensure_ascii=False, default=str)
+        if any(form in text for form in forms):
+            where = f"{obj.get('kind', 'object')} {(obj.get('metadata') or {}).get('name', '?')}"
+            raise ConfigError(
+                "job.hf_token", f"the token's value would appear in plain text in the rendered {where}",
+                "pass it only through HF_TOKEN / job.hf_token (it is mounted from the Kubernetes Secret)",
             )
 
 
@@ -308,7 +337,8 @@ def render_job(
     :param api: ``pytorchjob`` or ``trainjob``; defaults to ``job.api``.
     :param plugins: the plugin set (defaults to the process-wide one).
     :returns: the objects, the job first, then what plugins appended.
-    :raises ConfigError: the configuration cannot make a valid job.
+    :raises ConfigError: the configuration cannot make a valid job, or the Hugging Face
+        token's value would appear in plain text in an object (:func:`check_token_not_inline`).
     """
     if plugins is None:
         from fsdp_sdk.plugins import get_plugins
@@ -333,4 +363,5 @@ def render_job(
     if create_secret if create_secret is not None else bool(config.job.hf_token):
         objects.append(render_hf_secret(config))
     plugins.hooks.render_job(config, objects)
+    check_token_not_inline(config, objects)
     return objects
