@@ -10,7 +10,7 @@ import pytest
 from fsdp_sdk.cli import main
 from fsdp_sdk.config import Config
 from fsdp_sdk.hookspecs import hookimpl
-from fsdp_sdk.plugins import get_plugins, reset_plugins
+from fsdp_sdk.plugins import build_plugins, get_plugins, reset_plugins
 
 from .fake_apiserver import FakeApiServer
 
@@ -44,6 +44,7 @@ CASES = {
     "an invalid job name": (["--set", "job.name=Bad_Name"], "job.name"),
     "an invalid rendezvous id": (["--rdzv-id", "bad id/with slash"], "--rdzv-id"),
     "an unknown trainer setting value": (["--set", "parallel.sharding=everything"], "parallel.sharding"),
+    "more processes than GPUs": (["--set", "job.nproc_per_node=16"], "job.nproc_per_node"),
     "the token in job.command": (["--set", f"job.command=python train.py --hf-token {TOKEN}"], "job.hf_token"),
     "the token in a trainer setting": (["--set", f"train.output_dir=/local/{TOKEN}"], "job.hf_token"),
 }
@@ -87,3 +88,18 @@ def test_a_plugin_that_copies_the_token_into_an_object_is_refused(
     assert "in the rendered PyTorchJob fsdp" in err and "HF_TOKEN" in err
     assert TOKEN not in err and TOKEN not in out
     assert apiserver.writes() == []
+
+
+def test_more_processes_than_gpus_names_the_gpu_count(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["job", "render", "--set", f"job.registry={REGISTRY}", "--set", "job.nproc_per_node=16"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2
+    assert err.startswith("Error: job.nproc_per_node (from --set): 16 processes per worker but p5.48xlarge "
+                          "has 8 GPUs; set it to 8 or less, or leave it unset"), err
+    with pytest.raises(SystemExit):
+        main(["job", "render", "--set", f"job.registry={REGISTRY}", "--set", "job.gpu_per_worker=4",
+              "--set", "job.nproc_per_node=8"])
+    assert "each worker gets 4 GPUs" in capsys.readouterr().err
+    # the local backend runs CPU processes: the configuration itself still allows more processes than GPUs
+    assert Config.from_dict({"job": {"nproc_per_node": 16}}).resolved(build_plugins(autoload=False)).job.nproc_per_node == 16

@@ -132,6 +132,22 @@ def check_token_not_inline(config: Config, objects: list[dict[str, Any]]) -> Non
             )
 
 
+def _check_nproc(config: Config, instance: InstanceType) -> None:
+    """Refuse more trainer processes per worker than the worker has GPUs (one process per GPU on Kubernetes)."""
+    nproc, gpus = config.job.nproc_per_node, config.job.gpu_per_worker or 0
+    if nproc is None or gpus == 0 or nproc <= gpus:
+        return
+    origin = config.origins.get("job.nproc_per_node")
+    have = f"{instance.name} has {instance.gpu_count} GPUs"
+    if gpus != instance.gpu_count:
+        have = f"each worker gets {gpus} GPUs (job.gpu_per_worker; {have})"
+    raise ConfigError(
+        origin.name if origin else "job.nproc_per_node", f"{nproc} processes per worker but {have}",
+        f"set it to {gpus} or less, or leave it unset (one process per GPU)",
+        source=origin.source if origin else None,
+    )
+
+
 def _check_image(image: str) -> str:
     repository = image.rsplit("@", 1)[0]
     repository = repository.rsplit(":", 1)[0] if ":" in repository.rsplit("/", 1)[-1] else repository
@@ -350,6 +366,7 @@ def render_job(
     if api not in ("pytorchjob", "trainjob"):
         raise ConfigError("--api", f"unknown job API {api!r}", "use pytorchjob or trainjob")
     check_env(config)
+    _check_nproc(config, instance)
     if not config.job.image.strip() or not config.job.tag.strip():
         field = "job.image" if not config.job.image.strip() else "job.tag"
         raise ConfigError(field, "is empty", f"set {field} (IMAGE / TAG in .env), e.g. fsdp-sdk-trainer:latest")
