@@ -6,8 +6,9 @@
 #   VENV=/path/to/venv scripts/setup.sh
 #   FSDP_SDK_TORCH="torch==2.13.0" scripts/setup.sh   # the torch requirement (default: the pinned CPU build)
 #
-# 1. etcd (Debian package etcd-server) for torchrun's etcd-v2 rendezvous; installed with apt-get when
-#    `etcd` is not on PATH (as root, or through sudo).
+# 1. Python 3.11+ (the scripts read pyproject.toml with tomllib). etcd (Debian package etcd-server) for
+#    torchrun's etcd-v2 rendezvous, and python3-venv where Debian's Python lacks venv: installed with apt-get
+#    when missing (as root, or through sudo).
 # 2. torch, pinned: an unpinned torch pulls a multi-GB CUDA build; 2.13.0 is the version CI and the
 #    tests use. Install a CUDA build yourself first on a GPU machine: a satisfied pin installs nothing.
 # 3. The members of [tool.fsdp-sdk.workspace] in pyproject.toml, editable, and the [dependency-groups] dev
@@ -18,12 +19,19 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 venv="${VENV:-$root/.venv}"
 torch_req="${FSDP_SDK_TORCH:-torch==2.13.0}"
 
-if ! command -v etcd >/dev/null 2>&1; then
+python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' || {
+    echo "setup: Python 3.11 or newer is needed (python3 is $(python3 -V 2>&1)); install one and put it first on PATH" >&2
+    exit 2
+}
+apt_packages=()
+command -v etcd >/dev/null 2>&1 || apt_packages+=(etcd-server)
+[ -x "$venv/bin/python" ] || python3 -c 'import ensurepip, venv' 2>/dev/null || apt_packages+=(python3-venv)
+if [ ${#apt_packages[@]} -gt 0 ]; then
     sudo=""
     [ "$(id -u)" = 0 ] || sudo="sudo"
-    echo "setup: installing etcd-server (apt-get)" >&2
+    echo "setup: installing ${apt_packages[*]} (apt-get)" >&2
     $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq etcd-server >/dev/null
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${apt_packages[@]}" >/dev/null
 fi
 
 if [ ! -x "$venv/bin/python" ]; then
