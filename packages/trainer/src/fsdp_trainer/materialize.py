@@ -58,6 +58,17 @@ def init_strategy(cfg: TrainerConfig, num_params: int) -> str:
     return cfg.model.random_init
 
 
+def materialize_device(cfg: TrainerConfig, device: torch.device) -> torch.device:
+    """Where FSDP2's meta-built shards are allocated: CPU under ``parallel.cpu_offload``, else the training device.
+
+    ``CPUOffloadPolicy`` refuses parameters materialised on CUDA ("FSDP parameters should be
+    materialized on CPU when enabling CPU offloading"); the optimizer then runs on CPU and FSDP
+    copies each shard to the GPU for its all-gather. Buffers that are not parameters (the
+    rotary-embedding ``inv_freq``) are not offloaded and stay on the training device.
+    """
+    return torch.device("cpu") if cfg.parallel.cpu_offload else device
+
+
 def build_model(cfg: TrainerConfig, env: DistEnv, mesh: DeviceMesh | None) -> BuiltModel:
     """Build ``CausalLMWithLoss``, give it weights, parallelize it; returns it on ``env.device``."""
     hf_config = build_hf_config(cfg.model)
@@ -109,8 +120,10 @@ def build_model(cfg: TrainerConfig, env: DistEnv, mesh: DeviceMesh | None) -> Bu
     # FSDP2 from the meta device: shard first, then allocate only the local shards.
     full_sd = load_pretrained_state_dict(cfg.model.name_or_path or "") if strategy == "pretrained" and env.is_leader else {}
     model = parallelize_llama(wrapper, cfg, mesh, device=device)
-    model.to_empty(device=device)
-    reset_rotary_(model, device)
+    # With parallel.cpu_offload the shards live on CPU (not yet run on GPU: CPU runs refuse cpu_offload);
+    # set_model_state_dict then broadcasts over the CPU (gloo) side of the group.
+    model.to_empty(device=materialize_device(cfg, device))
+    reset_rotary_(model, device)  # non-persistent, not offloaded: on the training device
     if strategy == "sharded":
         init_weights_(model, std, seed)
     else:
