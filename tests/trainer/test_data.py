@@ -137,16 +137,17 @@ def test_hub_dataset_uses_the_samsum_prompt(monkeypatch):
     import types
 
     calls = []
-    rows = {"samsum": [{"id": "1", "dialogue": "A: hi\nB: hello", "summary": "They greet."}], "wiki": [{"text": "Plain text."}]}
+    rows = {"knkarthick/samsum": [{"id": "1", "dialogue": "A: hi\nB: hello", "summary": "They greet."}], "wiki": [{"text": "Plain text."}]}
     fake = types.ModuleType("datasets")
     fake.load_dataset = lambda name, split, token=None: calls.append((name, split)) or FakeHubDataset(rows[name])
     monkeypatch.setitem(sys.modules, "datasets", fake)
     from fsdp_trainer.data import load_documents
 
-    docs = load_documents(DataConfig(source="hf", dataset="samsum", split="train"))
+    assert DataConfig().dataset == "knkarthick/samsum"  # parquet; the script-based 'samsum' fails with datasets>=4
+    docs = load_documents(DataConfig(source="hf", split="train"))
     assert docs == ["Summarize this dialog:\nA: hi\nB: hello\n---\nSummary:\nThey greet."]
     assert load_documents(DataConfig(source="hf", dataset="wiki", split="validation")) == ["Plain text."]
-    assert calls == [("samsum", "train"), ("wiki", "validation")]
+    assert calls == [("knkarthick/samsum", "train"), ("wiki", "validation")]
     with pytest.raises(ConfigError, match="--data.text_field: dataset wiki has no column 'body'"):
         load_documents(DataConfig(source="hf", dataset="wiki", text_field="body"))
 

@@ -46,8 +46,8 @@ class DataConfig:
     """synthetic: seeded random tokens (benchmarks); text: .txt files, documents split on blank lines; jsonl: one JSON object per line (data.text_field); hf: a Hugging Face dataset (pip install fsdp-trainer[hub]). Default: jsonl when data.path ends in .jsonl, text when data.path is any other path; without data.path, text (the builtin corpus) for tiny presets without model.name_or_path, synthetic otherwise."""
     path: str | None = None
     """File or directory for text/jsonl sources. For text, unset means the builtin corpus: docstrings of Python standard-library modules (no download, nothing shipped)."""
-    dataset: str = "samsum"
-    """Hub dataset name for data.source=hf. Datasets with 'dialogue' and 'summary' columns (samsum) use the summarisation prompt; others use data.text_field."""
+    dataset: str = "knkarthick/samsum"
+    """Hub dataset name for data.source=hf. Datasets with 'dialogue' and 'summary' columns (samsum; the default is its parquet copy, since the original 'samsum' is a loading script that datasets>=4 no longer runs) use the summarisation prompt; others use data.text_field."""
     split: str = "train"
     """Dataset split for data.source=hf."""
     text_field: str = "text"
