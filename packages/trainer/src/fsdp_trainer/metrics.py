@@ -12,6 +12,7 @@ CPU. The summary averages over steps after ``metrics.warmup_steps``.
 from __future__ import annotations
 
 import json
+import os
 import platform
 import sys
 from pathlib import Path
@@ -27,6 +28,16 @@ def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     return platform.processor() or platform.machine() or "cpu"
+
+
+def _step_of(line: str) -> int | None:
+    """The step of one metrics line; None for a line that does not parse (a run killed mid-write leaves a truncated last line)."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    step = record.get("step") if isinstance(record, dict) else None
+    return step if isinstance(step, int) else None
 
 
 class Metrics:
@@ -47,8 +58,14 @@ class Metrics:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         kept = []
         if start_step and self.path.is_file():
-            kept = [line for line in self.path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= start_step]
-        self.path.write_text("".join(line + "\n" for line in kept))
+            kept = [line for line in self.path.read_text(encoding="utf-8", errors="replace").splitlines() if _step_of(line) is not None and _step_of(line) <= start_step]
+        # Rewrite through a temporary file and a rename: a kill here leaves the old file or the new one, never half of one.
+        tmp = self.path.with_name(self.path.name + f".tmp-{os.getpid()}")
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write("".join(line + "\n" for line in kept))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
         self._file = open(self.path, "a", encoding="utf-8")
 
     def start_step(self) -> None:

@@ -1,0 +1,43 @@
+"""The metrics file across a resume."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from fsdp_trainer.metrics import Metrics
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _metrics(path) -> Metrics:
+    return Metrics(str(path), True, 1, 1000, torch.device("cpu"), None, False)
+
+
+def test_resume_skips_a_truncated_last_line_and_later_steps(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    lines = [json.dumps({"step": s, "loss": 1.0 / s}) for s in (1, 2, 3, 4)]
+    # A SIGKILL in the middle of step 5's write: a truncated last line (and some junk before it).
+    path.write_text("\n".join(lines[:2]) + "\nnot json\n" + "\n".join(lines[2:]) + '\n{"step": 5, "lo')
+    m = _metrics(path)
+    m.open(3)
+    m.end_step(4, 0.5, 1e-3, 1.0, 10, 0.1)
+    m.close()
+    steps = [json.loads(line)["step"] for line in path.read_text().splitlines()]
+    assert steps == [1, 2, 3, 4]
+    assert not list(tmp_path.glob("metrics.jsonl.tmp*")), "the temporary file is renamed into place"
+    m = _metrics(path)
+    m.open(4)  # and a second resume reads the rewritten file
+    m.close()
+    assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [1, 2, 3, 4]
+
+
+def test_fresh_run_truncates(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1}\n')
+    m = _metrics(path)
+    m.open(0)
+    m.close()
+    assert path.read_text() == ""
