@@ -217,13 +217,19 @@ def fake_site(tmp_path: Path) -> Path:
         """,
     }
     for module, source in modules.items():
-        (site / module).mkdir(parents=True)
-        (site / module / "__init__.py").write_text(textwrap.dedent(source))
-        dist = site / f"{module}-1.0.dist-info"
-        dist.mkdir()
-        (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module}\nVersion: 1.0\n")
-        (dist / "entry_points.txt").write_text(f"[fsdp_sdk]\n{module.removesuffix('_plugin')} = {module}\n")
+        _install(site, module, source)
     return site
+
+
+def _install(site: Path, module: str, source: str, entry_point: str | None = None) -> None:
+    """Write ``module`` and a ``<module>-1.0.dist-info`` declaring it in the fsdp_sdk group (named
+    ``entry_point``, by default the module name without ``_plugin``)."""
+    (site / module).mkdir(parents=True)
+    (site / module / "__init__.py").write_text(textwrap.dedent(source))
+    dist = site / f"{module}-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module}\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(f"[fsdp_sdk]\n{entry_point or module.removesuffix('_plugin')} = {module}\n")
 
 
 def test_broken_plugins_are_reported_by_name_and_disabled(
@@ -259,3 +265,61 @@ def test_plugins_add_cli_commands(fake_site: Path) -> None:
     assert "Say hello from a plugin." in run_cli("--help", env=env).stdout
     hello = run_cli("hello", env=env)
     assert (hello.returncode, hello.stdout) == (0, "hello from a plugin\n")
+
+
+# ---------------------------------------------------------------------- duplicate names across distributions
+
+
+@pytest.fixture
+def duplicate_site(fake_site: Path) -> Path:
+    """:func:`fake_site` plus three distributions whose names collide: ``other_hello`` declares the entry point
+    ``hello`` again, ``shadow`` declares one named like a built-in plugin, and ``greet`` adds a second command
+    named ``hello``."""
+    _install(fake_site, "other_hello", "from fsdp_sdk import hookimpl\n", entry_point="hello")
+    _install(fake_site, "shadow", "from fsdp_sdk import hookimpl\n", entry_point="fsdp_sdk.instance_types")
+    _install(fake_site, "greet_plugin", """
+        import click
+        from fsdp_sdk import hookimpl
+
+        @hookimpl
+        def fsdp_sdk_register_commands(cli):
+            @cli.command()
+            def hello():
+                '''Say hello from another plugin.'''
+                click.echo("hello from greet")
+    """)
+    return fake_site
+
+
+def test_a_duplicate_entry_point_name_is_reported_not_dropped(
+    duplicate_site: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.syspath_prepend(str(duplicate_site))
+    plugins = build_plugins()
+    err = capsys.readouterr().err
+    broken = {(i.name, i.distribution): i for i in plugins.infos() if i.broken}
+    assert ("hello", "other_hello") in broken and ("fsdp_sdk.instance_types", "shadow") in broken
+    # the first distribution on the path keeps the name; the second is listed as broken, naming both
+    assert plugins.describe("hello") == "'hello' (from hello_plugin 1.0)"
+    assert "hello_plugin 1.0" in broken["hello", "other_hello"].error
+    assert ("plugin 'hello' (from other_hello 1.0) is not loaded: the name 'hello' is already taken by "
+            "hello_plugin 1.0") in err
+    shadow = broken["fsdp_sdk.instance_types", "shadow"].error
+    assert "built-in plugin of fsdp-sdk" in shadow and "shadow" in shadow
+    assert "plugin 'fsdp_sdk.instance_types' (from shadow 1.0) is not loaded" in err
+    assert plugins.pm.get_plugin("fsdp_sdk.instance_types") is fsdp_sdk.instance_types
+    assert "p5.48xlarge" in plugins.instance_types  # the built-in plugin still works
+
+
+def test_two_plugins_with_the_same_command_name_are_refused(duplicate_site: Path) -> None:
+    env = {"PYTHONPATH": str(duplicate_site)}
+    expected = ("plugins 'greet' (from greet_plugin 1.0) and 'hello' (from hello_plugin 1.0) both register a "
+                "command named 'hello'")
+    helped = run_cli("--help", env=env)
+    assert helped.returncode == 0 and "Say hello" not in helped.stdout
+    assert expected in helped.stderr
+    hello = run_cli("hello", env=env)
+    assert hello.returncode == 2 and hello.stdout == ""
+    assert f"Error: command 'hello' is not available here ({expected}" in hello.stderr
+    listing = run_cli("plugins", env=env)
+    assert listing.returncode == 1 and "other_hello 1.0" in listing.stdout and "shadow 1.0" in listing.stdout

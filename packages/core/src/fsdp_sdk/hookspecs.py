@@ -86,7 +86,8 @@ def fsdp_sdk_register_commands(cli: click.Group) -> None:
     Decorate functions with ``@cli.command()`` or call ``cli.add_command(cmd)``.
     Keep heavy imports inside the command bodies: this hook runs on every
     ``fsdp-sdk`` start-up, including ``--help``. A command whose name is
-    already taken by a built-in command is ignored with a warning.
+    already taken by a built-in command is ignored with a warning; a name that
+    two plugins register is refused for both, with a warning naming them.
 
     :param cli: a click group whose commands are merged into the root group.
     """

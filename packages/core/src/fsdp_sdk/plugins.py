@@ -6,11 +6,14 @@ same way as third-party plugins, which come from the ``fsdp_sdk`` entry-point
 group and are loaded once. ``FSDP_SDK_DISABLE_PLUGIN_AUTOLOAD=1`` turns the
 entry-point loading off.
 
-A third-party plugin that fails to import, or that implements a hook with a
-wrong name or signature, is unregistered, reported by name on stderr and listed
-as broken by ``fsdp-sdk plugins``; the rest of the CLI keeps working. A plugin
-that registers a backend or instance type under a name that is already taken
-makes the registry raise :class:`~fsdp_sdk.errors.PluginError`.
+A third-party plugin that fails to import, that implements a hook with a
+wrong name or signature, or whose entry-point name is already taken (by a
+built-in plugin or by another distribution's entry point, which keeps it), is
+unregistered, reported by name on stderr and listed as broken by
+``fsdp-sdk plugins``; the rest of the CLI keeps working. A plugin that registers
+a backend or instance type under a name that is already taken makes the
+registry raise :class:`~fsdp_sdk.errors.PluginError`; a command name that two
+plugins register is added for neither (see :meth:`PluginHooks.register_commands`).
 
 Internal code calls hooks through :class:`PluginHooks` (``get_plugins().hooks``),
 a typed facade over ``pm.hook.*``.
@@ -28,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import pluggy
 
-from fsdp_sdk import hookspecs
+from fsdp_sdk import __version__, hookspecs
 from fsdp_sdk.errors import PluginError
 
 if TYPE_CHECKING:
@@ -152,13 +155,34 @@ class PluginHooks:
         self._register_into("fsdp_sdk_register_instance_types", registry)
         return registry
 
-    def register_commands(self, cli: click.Group) -> None:
-        """Let plugins add commands to ``cli``; a plugin whose hook fails is reported and skipped."""
-        for plugin_name, call in self._each_impl("fsdp_sdk_register_commands", cli=cli):
+    def register_commands(self, cli: click.Group) -> dict[str, list[str]]:
+        """Let plugins add commands to ``cli``; a plugin whose hook fails is reported and skipped.
+
+        Each plugin fills a group of its own, whose commands are then added to ``cli``,
+        so a command name that two plugins register is seen rather than silently
+        replaced: such a name is added for none of them.
+
+        :param cli: the group receiving the plugins' commands.
+        :returns: each command name more than one plugin registered, with those plugins' names.
+        """
+        import click
+
+        owners: dict[str, list[str]] = {}
+        commands: dict[str, click.Command] = {}
+        for impl in self._pm.hook.fsdp_sdk_register_commands.get_hookimpls():
+            group = click.Group()
             try:
-                call()
+                impl.function(**({"cli": group} if "cli" in impl.argnames else {}))
             except Exception as exc:
-                _warn(f"plugin {plugin_name!r} failed to register its commands: {type(exc).__name__}: {exc}")
+                _warn(f"plugin {impl.plugin_name!r} failed to register its commands: {type(exc).__name__}: {exc}")
+                continue
+            for name, command in group.commands.items():
+                owners.setdefault(name, []).append(impl.plugin_name)
+                commands[name] = command
+        for name, command in commands.items():
+            if len(owners[name]) == 1:
+                cli.add_command(command, name)
+        return {name: plugins for name, plugins in owners.items() if len(plugins) > 1}
 
     def render_job(self, config: Config, objects: list[dict[str, Any]]) -> None:
         """Let plugins append to or modify the rendered Kubernetes objects in place."""
@@ -261,13 +285,39 @@ class Plugins:
             infos.append(PluginInfo(name, module, name in DEFAULT_PLUGINS, distribution, version, hooks))
         return infos + self.broken
 
+    def describe(self, name: str) -> str:
+        """A plugin's name and where it comes from, for messages: ``'b200' (from fsdp_sdk_plugin_b200 0.1.0)``.
+
+        :param name: the name the plugin is registered (or was refused) under.
+        """
+        if name in DEFAULT_PLUGINS:
+            return f"{name!r} (built into fsdp-sdk)"
+        distribution, version = self._distributions.get(name, (None, None))
+        if distribution is None:
+            distribution, version = next(((i.distribution, i.version) for i in self._broken if i.name == name),
+                                         (None, None))
+        return f"{name!r} (from {distribution} {version})" if distribution else repr(name)
+
     def _load_entry_points(self) -> None:
         from fsdp_sdk.entry_points import entry_points
 
+        claimed: dict[str, tuple[str, str]] = {}  # entry-point name -> the distribution that declared it first
         for ep in entry_points(ENTRY_POINT_GROUP):
-            if self.pm.has_plugin(ep.name) or self.pm.is_blocked(ep.name):
+            if self.pm.is_blocked(ep.name):
                 continue
             distribution = (ep.distribution, ep.version)
+            taken_by = (f"the built-in plugin of fsdp-sdk {__version__}" if ep.name in DEFAULT_PLUGINS
+                        else f"{claimed[ep.name][0]} {claimed[ep.name][1]}" if ep.name in claimed
+                        else "the plugin registered before it" if self.pm.has_plugin(ep.name) else None)
+            if taken_by is not None:
+                self._mark_broken(
+                    ep.name, ep.value, distribution,
+                    f"the name {ep.name!r} is already taken by {taken_by}, which is kept; rename the entry point "
+                    f"in {ep.distribution}'s [project.entry-points.{ENTRY_POINT_GROUP}] or uninstall one of the two",
+                    verb="is not loaded",
+                )
+                continue
+            claimed[ep.name] = distribution
             try:
                 plugin = ep.load()
                 self.pm.register(plugin, name=ep.name)
@@ -288,12 +338,19 @@ class Plugins:
                 module = getattr(exc.plugin, "__name__", repr(exc.plugin))
                 self._mark_broken(name, module, self._distributions.pop(name, (None, None)), exc)
 
-    def _mark_broken(self, name: str, module: str, distribution: tuple[str | None, str | None], exc: BaseException) -> None:
-        reason = " ".join(f"{type(exc).__name__}: {exc}".split())
+    def _mark_broken(self, name: str, module: str, distribution: tuple[str | None, str | None],
+                     problem: BaseException | str, *, verb: str = "failed to load and is disabled") -> None:
+        """List a plugin as broken and say so on stderr.
+
+        :param problem: the exception that stopped it, or a sentence saying why it was not loaded.
+        :param verb: what happened to it, for the warning.
+        """
+        text = problem if isinstance(problem, str) else f"{type(problem).__name__}: {problem}"
+        reason = " ".join(text.split())
         dist_name, version = distribution
         self._broken.append(PluginInfo(name, module, False, dist_name, version, (), reason))
         origin = f" (from {dist_name} {version})" if dist_name else ""
-        _warn(f"plugin {name!r}{origin} failed to load and is disabled: {reason}")
+        _warn(f"plugin {name!r}{origin} {verb}: {reason}")
 
 
 def _warn(message: str) -> None:

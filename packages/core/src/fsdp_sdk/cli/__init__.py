@@ -53,12 +53,27 @@ class LazyGroup(click.Group):
         self._unavailable: dict[str, str] = {}
 
     def plugin_commands(self) -> dict[str, click.Command]:
-        """Commands plugins registered (collected once); names of built-in commands win."""
+        """Commands plugins registered (collected once); names of built-in commands win.
+
+        A name two plugins register is refused: it is left out with a warning naming both,
+        and running it is a usage error saying which plugins claim it.
+        """
         if self._plugin_commands is None:
             from fsdp_sdk.plugins import get_plugins
 
+            plugins = get_plugins()
             collector = click.Group()
-            get_plugins().hooks.register_commands(collector)
+            conflicts = plugins.hooks.register_commands(collector)
+            for name, owners in conflicts.items():
+                if name in self.lazy_commands or name in self.commands:
+                    _warn(f"a plugin command named {name!r} is ignored: a built-in command has that name")
+                    continue
+                claimants = " and ".join(plugins.describe(owner) for owner in owners)
+                every = "both" if len(owners) == 2 else "all"
+                problem = f"plugins {claimants} {every} register a command named {name!r}"
+                fix = "uninstall one of them, or ask its author to rename the command"
+                self._unavailable[name] = f"{problem}; {fix}"
+                _warn(f"{problem}, so it is left out; {fix}")
             self._plugin_commands = {}
             for name, command in collector.commands.items():
                 if name in self.lazy_commands or name in self.commands:
