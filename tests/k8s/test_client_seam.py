@@ -16,6 +16,8 @@ from fsdp_sdk.plugins import build_plugins
 from .fake_apiserver import FakeApiServer
 
 REGISTRY = "123456789012.dkr.ecr.us-west-2.amazonaws.com"
+#: What the trainer's rank 0 logs at start (fsdp_trainer.logs format); it marks the leader pod.
+LEADER_LINE = "[rank0] 12:00:00 INFO fsdp_trainer.distributed: master_addr=fsdp-worker-0"
 
 
 def _backend(kubeconfig: Path) -> type[ClusterBackend]:
@@ -52,7 +54,7 @@ def _operator(apiserver: FakeApiServer) -> None:
         time.sleep(0.05)
     labels = {"training.kubeflow.org/job-name": "fsdp"}
     apiserver.add_pod("fsdp-worker-1", labels=labels, log="torchrun starting\n")
-    apiserver.add_pod("fsdp-worker-0", labels=labels, log="master_addr=fsdp-worker-0\n", follow_open=True)
+    apiserver.add_pod("fsdp-worker-0", labels=labels, log=f"{LEADER_LINE}\n", follow_open=True)
     apiserver.set_status("kubeflow.org/v1", "PyTorchJob", "fsdp", {
         "conditions": [{"type": "Running", "status": "True"}], "replicaStatuses": {"Worker": {"active": 2}}})
     time.sleep(0.3)
@@ -81,7 +83,7 @@ def test_client_run_submits_follows_and_returns_the_summary(apiserver: FakeApiSe
                         on_output=lines.append)
     assert result.summary == {"steps": 5, "final_loss": 3.0}
     assert result.job.name == "fsdp" and result.job.run_id == "fsdp-seam1"
-    assert lines[0] == "master_addr=fsdp-worker-0"
+    assert lines[0] == LEADER_LINE
     job = apiserver.writes()[0].body
     assert job["spec"]["elasticPolicy"]["rdzvId"] == "fsdp-seam1"
     args = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["args"]

@@ -150,23 +150,28 @@ def test_status_phases_from_conditions() -> None:
         "jobsStatus": [{"name": "node", "active": 3}]}}).replicas == {"node": {"active": 3, "succeeded": 0, "failed": 0}}
 
 
+def leader_line(host: str) -> str:
+    """The line the trainer's rank 0 logs at start (fsdp_trainer.logs format), which marks the leader pod."""
+    return f"[rank0] 12:00:00 INFO fsdp_trainer.distributed: master_addr={host}"
+
+
 def _add_workers(apiserver: FakeApiServer, *, follow_open: bool = False) -> None:
     labels = {JOB_LABEL: "fsdp"}
     apiserver.add_pod("fsdp-worker-0", labels=labels, log="waiting for rendezvous\nstep 1\n", follow_open=follow_open)
     apiserver.add_pod("fsdp-worker-1", labels=labels, follow_open=follow_open,
-                      log='master_addr=fsdp-worker-1\n{"step": 1, "loss": 2.5}\n')
-    apiserver.add_pod("other-worker-0", labels={JOB_LABEL: "other"}, log="master_addr=other\n")
+                      log=f'{leader_line("fsdp-worker-1")}\n{{"step": 1, "loss": 2.5}}\n')
+    apiserver.add_pod("other-worker-0", labels={JOB_LABEL: "other"}, log=f"{leader_line('other')}\n")
 
 
 def test_logs_show_the_leader(apiserver: FakeApiServer, kubeconfig: Path, capsys) -> None:
     _add_workers(apiserver)
     code, out, err = cli(capsys, "job", "logs")
     assert code == 0, err
-    assert out.splitlines() == ["master_addr=fsdp-worker-1", '{"step": 1, "loss": 2.5}']
+    assert out.splitlines() == [leader_line("fsdp-worker-1"), '{"step": 1, "loss": 2.5}']
     pod_lists = [r for r in apiserver.requests if r.path.endswith("/pods") and r.method == "GET"]
     assert pod_lists[0].query["labelSelector"] == [f"{JOB_LABEL}=fsdp"]
     code, out, _ = cli(capsys, "job", "logs", "--all")
-    assert "[fsdp-worker-0] step 1" in out and "[fsdp-worker-1] master_addr=fsdp-worker-1" in out
+    assert "[fsdp-worker-0] step 1" in out and f"[fsdp-worker-1] {leader_line('fsdp-worker-1')}" in out
     assert "other" not in out
 
 
@@ -196,7 +201,7 @@ def test_logs_follow_all_workers(apiserver: FakeApiServer, kubeconfig: Path) -> 
 def test_wait_returns_the_summary_for_client_run(apiserver: FakeApiServer, kubeconfig: Path) -> None:
     jobs = client(kubeconfig)
     ref = jobs.submit(run_id="fsdp-c1")
-    apiserver.add_pod("fsdp-worker-0", labels={JOB_LABEL: "fsdp"}, log="master_addr=fsdp-worker-0\n")
+    apiserver.add_pod("fsdp-worker-0", labels={JOB_LABEL: "fsdp"}, log=f"{leader_line('fsdp-worker-0')}\n")
     apiserver.set_status("kubeflow.org/v1", "PyTorchJob", "fsdp", {"conditions": _conditions("Created", "Running")})
     apiserver.append_log("fsdp-worker-0", '{"step": 1}\n{"steps": 20, "final_loss": 1.5}\n')
 
@@ -209,7 +214,7 @@ def test_wait_returns_the_summary_for_client_run(apiserver: FakeApiServer, kubec
     seen: list[str] = []
     summary = jobs.wait(ref, on_output=seen.append, poll=0.1)
     assert summary == {"steps": 20, "final_loss": 1.5}
-    assert seen[0] == "master_addr=fsdp-worker-0"
+    assert seen[0] == leader_line("fsdp-worker-0")
 
 
 def test_stop_deletes_and_clears_the_rendezvous(apiserver: FakeApiServer, kubeconfig: Path, etcd_endpoint: str,
