@@ -86,6 +86,9 @@ def test_two_runs_in_a_row(local_cluster: dict, state_dir: Path) -> None:
         assert "RendezvousClosedError" not in result.stderr
         run_id = _run_id(result.stderr)
         run_ids.append(run_id)
+        # the run used the cluster's etcd through torch's etcd-v2 rendezvous, not the c10d fallback
+        assert re.search(rf"^run {run_id}: .*, etcd-v2 rendezvous at 127\.0\.0\.1:{port}, ", result.stderr, re.M), \
+            result.stderr[-3000:]
         run_dir = state_dir / "local" / "runs" / run_id
         summary = json.loads((run_dir / "summary.json").read_text())
         assert (summary["steps"], summary["world_size"]) == (3, 2)
