@@ -103,3 +103,86 @@ def test_resume_picks_the_newest_complete_checkpoint(tmp_path):
     assert finder(str(tmp_path / "step_00000001")).find_resume() == tmp_path / "step_00000001"
     with pytest.raises(ConfigError, match="--checkpoint.resume: .*step_00000003 is not a complete checkpoint"):
         finder(str(tmp_path / "step_00000003")).find_resume()
+
+
+def test_pruning_removes_the_marker_before_the_files(tmp_path, monkeypatch):
+    """A deletion cut short (here: rmtree fails at once) never leaves a directory that still looks complete."""
+    from fsdp_trainer import checkpoint
+    from fsdp_trainer.checkpoint import complete_checkpoints, remove_checkpoint
+
+    d = tmp_path / "step_00000003"
+    (d / "rng").mkdir(parents=True)
+    (d / "COMPLETE").write_text("3\n")
+    (d / "__0_0.distcp").write_bytes(b"x")
+    monkeypatch.setattr(checkpoint.shutil, "rmtree", lambda *a, **k: None)  # killed right after the marker
+    remove_checkpoint(d)
+    assert d.is_dir() and not (d / "COMPLETE").exists()
+    assert complete_checkpoints(tmp_path) == []
+    monkeypatch.undo()
+    remove_checkpoint(d)
+    assert not d.exists()
+
+
+def test_replacing_a_checkpoint_keeps_the_old_one_until_the_new_is_in_place(tmp_path, monkeypatch):
+    import os
+
+    from fsdp_trainer import checkpoint
+    from fsdp_trainer.checkpoint import Checkpointer, replace_dir
+    from fsdp_trainer.config import CheckpointConfig
+
+    final, tmp = tmp_path / "step_00000005", tmp_path / "step_00000005.tmp"
+    for d, tag in ((final, "old"), (tmp, "new")):
+        d.mkdir()
+        (d / "COMPLETE").write_text("5\n")
+        (d / "train_state.json").write_text(tag)
+    replace_dir(tmp, final)
+    assert (final / "train_state.json").read_text() == "new" and not tmp.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step_00000005"]
+
+    # A kill between the two renames: the old checkpoint is aside, nothing at the final name.
+    tmp.mkdir()
+    (tmp / "COMPLETE").write_text("5\n")
+    real_replace = os.replace
+    calls = []
+
+    def replace_once(src, dst):
+        calls.append((src, dst))
+        if len(calls) == 2:
+            raise KeyboardInterrupt("killed")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(checkpoint.os, "replace", replace_once)
+    with pytest.raises(KeyboardInterrupt):
+        replace_dir(tmp, final)
+    monkeypatch.setattr(checkpoint.os, "replace", real_replace)
+    assert not final.exists() and len(list(tmp_path.glob("step_00000005.old-*"))) == 1
+
+    class Leader:
+        is_leader = True
+
+        def barrier(self):
+            pass
+
+    Checkpointer(CheckpointConfig(dir=str(tmp_path)), env=Leader(), model=None, optimizer=None, stateful={}).clean_partial()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step_00000005"], "the aside checkpoint is restored, the .tmp removed"
+    assert (final / "train_state.json").read_text() == "new"
+
+
+def test_explicit_resume_prunes_the_abandoned_runs_newer_checkpoints(tmp_path):
+    from fsdp_trainer.checkpoint import Checkpointer, complete_checkpoints
+    from fsdp_trainer.config import CheckpointConfig
+
+    for step in (2, 4, 6, 8):
+        (tmp_path / f"step_{step:08d}").mkdir()
+        (tmp_path / f"step_{step:08d}" / "COMPLETE").write_text("")
+
+    class Leader:
+        is_leader = True
+
+        def barrier(self):
+            pass
+
+    ck = Checkpointer(CheckpointConfig(dir=str(tmp_path), resume=str(tmp_path / "step_00000004")), env=Leader(), model=None, optimizer=None, stateful={})
+    assert ck.find_resume() == tmp_path / "step_00000004"
+    ck.prune_newer_than(4)
+    assert [s for s, _ in complete_checkpoints(tmp_path)] == [2, 4]

@@ -9,9 +9,19 @@ Layout of one checkpoint, ``<checkpoint.dir>/step_00000010/``:
 * ``COMPLETE``: the marker, written last.
 
 Atomicity: everything is written to ``step_00000010.tmp/``; after a barrier the
-leader writes ``COMPLETE`` and renames the directory (atomic on POSIX). Resume
-takes the newest directory that has the marker; ``.tmp`` leftovers of a crashed
-save are ignored and deleted.
+leader writes ``COMPLETE`` and renames the directory (atomic on POSIX). The small
+files (train state, RNG states, marker) and the parent directory are fsynced. An
+existing ``step_00000010`` (a rerun of the same step) is first renamed aside to
+``step_00000010.old-<pid>``, the new one renamed into place, then the aside one
+deleted; a crash in between is repaired at the next start. Resume takes the newest
+directory that has the marker; ``.tmp`` leftovers of a crashed save are ignored and
+deleted. Pruning removes a checkpoint's marker before its files, so a half-deleted
+directory is never taken as complete.
+
+After an explicit ``checkpoint.resume <path>`` at step S, the
+complete checkpoints newer than S in ``checkpoint.dir`` belong to the abandoned run:
+they are deleted once the resume is loaded, so they neither outrank the new run's
+checkpoints in pruning nor are picked by a later ``resume=auto``.
 
 Testing aid: ``FSDP_TRAINER_FAULT_DURING_SAVE=<step>`` SIGKILLs every rank in the
 middle of that step's save (shards written, no marker yet).
@@ -43,6 +53,7 @@ log = logging.getLogger(__name__)
 
 MARKER = "COMPLETE"
 STEP_DIR = re.compile(r"^step_(\d{8})$")
+ASIDE_DIR = re.compile(r"^(step_\d{8})\.old-\d+$")
 FAULT_DURING_SAVE = "FSDP_TRAINER_FAULT_DURING_SAVE"
 
 
@@ -60,6 +71,50 @@ def complete_checkpoints(root: Path) -> list[tuple[int, Path]]:
         if m and (p / MARKER).is_file():
             found.append((int(m.group(1)), p))
     return sorted(found)
+
+
+def _fsync_dir(path: Path) -> None:
+    """Make a directory's entries (a rename, a new file) durable."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # some filesystems do not fsync directories
+        pass
+    finally:
+        os.close(fd)
+
+
+def _write_synced(path: Path, data: bytes | str) -> None:
+    """Write a small file and fsync it."""
+    with open(path, "wb") as f:
+        f.write(data.encode() if isinstance(data, str) else data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def remove_checkpoint(path: Path) -> None:
+    """Delete a checkpoint directory, marker first: a deletion cut short never leaves a 'complete' checkpoint behind."""
+    try:
+        (path / MARKER).unlink()
+        _fsync_dir(path)
+    except FileNotFoundError:
+        pass
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def replace_dir(tmp: Path, final: Path) -> None:
+    """Rename ``tmp`` to ``final``; an existing ``final`` is renamed aside first and deleted after (never a moment with neither)."""
+    aside = None
+    if final.exists():
+        aside = final.with_name(f"{final.name}.old-{os.getpid()}")
+        os.replace(final, aside)
+    os.replace(tmp, final)
+    _fsync_dir(final.parent)
+    if aside is not None:
+        remove_checkpoint(aside)
 
 
 def _rng_state(device: torch.device) -> dict[str, Any]:
@@ -90,8 +145,17 @@ class Checkpointer:
         return {"model": model_sd, "optim": optim_sd}
 
     def clean_partial(self) -> None:
-        """Delete ``.tmp`` directories left by a save that never finished (leader only, then a barrier)."""
+        """Delete ``.tmp`` directories left by a save that never finished, and repair an interrupted replace (leader only, then a barrier)."""
         if self.env.is_leader and self.root.is_dir():
+            for p in self.root.glob("step_*.old-*"):
+                m = ASIDE_DIR.match(p.name)
+                final = self.root / m.group(1) if m else None
+                if final is not None and not final.exists() and (p / MARKER).is_file():
+                    log.warning("checkpoint: restoring %s (a replace was interrupted)", final)
+                    os.replace(p, final)
+                    _fsync_dir(self.root)
+                else:
+                    remove_checkpoint(p)
             for p in self.root.glob("step_*.tmp"):
                 log.warning("checkpoint: removing incomplete %s", p)
                 shutil.rmtree(p, ignore_errors=True)
@@ -99,6 +163,18 @@ class Checkpointer:
 
     def find_resume(self) -> Path | None:
         """The checkpoint ``checkpoint.resume`` points at (None: start fresh)."""
+        return self._find_resume_local()
+
+    def prune_newer_than(self, step: int) -> None:
+        """After an explicit resume at ``step``: delete the abandoned run's newer checkpoints (leader only, then a barrier)."""
+        if self.env.is_leader:
+            for s, p in complete_checkpoints(self.root):
+                if s > step:
+                    log.warning("checkpoint: removing %s, newer than the explicit resume point (step %d)", p, step)
+                    remove_checkpoint(p)
+        self.env.barrier()
+
+    def _find_resume_local(self) -> Path | None:
         if not self.cfg.enabled or self.cfg.resume == "never":
             return None
         if self.cfg.resume == "auto":
@@ -133,21 +209,25 @@ class Checkpointer:
             (tmp / "rng").mkdir(parents=True)
         self.env.barrier()
         dcp.save(self._dcp_state(), checkpoint_id=str(tmp))
-        torch.save(_rng_state(self.env.device), tmp / "rng" / f"rank_{self.env.rank:05d}.pt")
+        with open(tmp / "rng" / f"rank_{self.env.rank:05d}.pt", "wb") as f:
+            torch.save(_rng_state(self.env.device), f)
+            f.flush()
+            os.fsync(f.fileno())
         if self.env.is_leader:
             train_state = {"step": step, "world_size": self.env.world_size}
             train_state.update({name: obj.state_dict() for name, obj in self.stateful.items() if obj is not None})
-            (tmp / "train_state.json").write_text(json.dumps(train_state, indent=1))
+            _write_synced(tmp / "train_state.json", json.dumps(train_state, indent=1))
         if os.environ.get(FAULT_DURING_SAVE) == str(step):
             log.warning("checkpoint: %s=%d, killing this process mid-save", FAULT_DURING_SAVE, step)
             os.kill(os.getpid(), signal.SIGKILL)
         self.env.barrier()  # every rank's shards are on disk
         if self.env.is_leader:
-            (tmp / MARKER).write_text(f"{step}\n")
-            shutil.rmtree(final, ignore_errors=True)
-            os.replace(tmp, final)
+            _fsync_dir(tmp / "rng")
+            _write_synced(tmp / MARKER, f"{step}\n")
+            _fsync_dir(tmp)
+            replace_dir(tmp, final)
             for _, old in complete_checkpoints(self.root)[: -self.cfg.keep]:
-                shutil.rmtree(old, ignore_errors=True)
+                remove_checkpoint(old)
         self.env.barrier()
         log.info("checkpoint: saved %s", final)
         return final

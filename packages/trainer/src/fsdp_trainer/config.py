@@ -157,7 +157,7 @@ class CheckpointConfig:
     keep: int = 2
     """Complete checkpoints to keep (older ones are deleted)."""
     resume: str = "auto"
-    """auto: resume from the newest complete checkpoint in checkpoint.dir if any; never: start fresh; or the path of a step_XXXXXXXX directory."""
+    """auto: resume from the newest complete checkpoint in checkpoint.dir if any; never: start fresh; or the path of a step_XXXXXXXX directory (then the complete checkpoints in checkpoint.dir newer than it, left by the abandoned run, are deleted once it is loaded)."""
     export_hf: str | None = None
     """At the end, write a consolidated Hugging Face model directory (save_pretrained, plus tokenizer) here."""
     export_dtype: Dtype | None = None

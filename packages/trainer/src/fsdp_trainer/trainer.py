@@ -153,6 +153,8 @@ class Trainer:
             resume = self.checkpointer.find_resume()
             if resume is not None:
                 self.step = self.checkpointer.load(resume)
+                if cfg.checkpoint.resume != "auto":  # an explicit resume abandons the later checkpoints (checkpoint.py)
+                    self.checkpointer.prune_newer_than(self.step)
         self.metrics.open(self.step)
         self.model.train()
         fault_step = int(os.environ.get(FAULT_AFTER_STEP, "0"))
