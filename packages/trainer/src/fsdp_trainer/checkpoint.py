@@ -18,7 +18,8 @@ directory that has the marker; ``.tmp`` leftovers of a crashed save are ignored 
 deleted. Pruning removes a checkpoint's marker before its files, so a half-deleted
 directory is never taken as complete.
 
-After an explicit ``checkpoint.resume <path>`` at step S, the
+Which checkpoint to resume is decided by the leader and broadcast, so every rank
+loads the same one. After an explicit ``checkpoint.resume <path>`` at step S, the
 complete checkpoints newer than S in ``checkpoint.dir`` belong to the abandoned run:
 they are deleted once the resume is loaded, so they neither outrank the new run's
 checkpoints in pruning nor are picked by a later ``resume=auto``.
@@ -162,8 +163,28 @@ class Checkpointer:
         self.env.barrier()
 
     def find_resume(self) -> Path | None:
-        """The checkpoint ``checkpoint.resume`` points at (None: start fresh)."""
-        return self._find_resume_local()
+        """The checkpoint ``checkpoint.resume`` points at (None: start fresh), as the leader sees it, on every rank.
+
+        Each rank choosing for itself could pick different checkpoints (a save landing
+        between two ranks' directory listings, a lagging shared filesystem), so with a
+        process group of more than one rank the leader decides and broadcasts.
+        """
+        import torch.distributed as dist
+
+        if self.env is None or not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+            return self._find_resume_local()
+        choice: list[Any] = [None]
+        if self.env.is_leader:
+            try:
+                path = self._find_resume_local()
+                choice[0] = ("path", None if path is None else str(path))
+            except ConfigError as e:
+                choice[0] = ("error", str(e))
+        dist.broadcast_object_list(choice, src=0, device=torch.device("cpu"))
+        kind, value = choice[0]
+        if kind == "error":
+            raise ConfigError(value)
+        return None if value is None else Path(value)
 
     def prune_newer_than(self, step: int) -> None:
         """After an explicit resume at ``step``: delete the abandoned run's newer checkpoints (leader only, then a barrier)."""
