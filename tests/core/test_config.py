@@ -152,6 +152,26 @@ def test_secrets_are_redacted_everywhere(invoke, work_dir: Path) -> None:
         assert "hf_s3cr3t" not in result.output and "**********" in result.output
 
 
+def test_config_show_redacts_secret_looking_env_values(invoke, work_dir: Path) -> None:
+    (work_dir / ".env").write_text("HF_TOKEN=hf_s3cr3t\n")
+    env = "WANDB_API_KEY=k3y,DB_PASSWORD=hunter2,MY_SECRET=s1,GH_TOKEN=t0k,HUB_AUTH=hf_s3cr3t,LOG_LEVEL=debug"
+    for args in (("config", "show", "--json"), ("config", "show")):
+        result = invoke(*args, "--set", f"job.env={env}")
+        assert result.exit_code == 0, result.stderr
+        for secret in ("k3y", "hunter2", "s1", "t0k", "hf_s3cr3t"):
+            assert secret not in result.output, (args, secret)
+    shown = json.loads(invoke("config", "show", "--json", "--set", f"job.env={env}").stdout)["job"]["env"]
+    assert shown == {"WANDB_API_KEY": "**********", "DB_PASSWORD": "**********", "MY_SECRET": "**********",
+                     "GH_TOKEN": "**********", "HUB_AUTH": "**********", "LOG_LEVEL": "debug"}
+    # one pattern for config show and for the renderer's refusal
+    import fsdp_sdk.k8s.render as render
+    from fsdp_sdk.config import SECRET_ENV_NAME
+
+    assert render.SECRET_ENV_NAME is SECRET_ENV_NAME
+    c = load_config().with_overrides({"job.env": env})
+    assert c.to_dict(redact=False)["job"]["env"]["DB_PASSWORD"] == "hunter2"
+
+
 # ---------------------------------------------------------------------- resolution
 
 

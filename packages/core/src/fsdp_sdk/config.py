@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DOTENV_NAMES",
     "ENV_PREFIX",
+    "SECRET_ENV_NAME",
     "STATE_DIR_ENV",
     "ClusterConfig",
     "Config",
@@ -66,6 +67,11 @@ ENV_PREFIX = "FSDP_SDK_"
 STATE_DIR_ENV = "FSDP_SDK_STATE_DIR"
 #: Sections of :class:`Config` that are dataclasses (``trainer`` is a free-form dict).
 SECTIONS = ("cluster", "job", "observability")
+
+#: Environment variable names that look like they hold secrets (``*TOKEN*``, ``*SECRET*``, ``*PASSWORD*``,
+#: ``*API_KEY*``...). ``config show`` redacts such ``job.env`` values, and rendering a Kubernetes job refuses
+#: them (:func:`fsdp_sdk.k8s.render.check_env`): they belong in a Kubernetes Secret.
+SECRET_ENV_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|CREDENTIAL|PRIVATE_?KEY", re.IGNORECASE)
 
 _REDACTED = "**********"
 # The trainer's flag prefixes that differ from its section names (``--ac.mode`` sets activation_checkpointing).
@@ -456,11 +462,18 @@ class Config:
     def to_dict(self, *, redact: bool = True) -> dict[str, Any]:
         """The configuration as plain data (what ``fsdp-sdk config show`` prints).
 
-        :param redact: replace secrets by ``**********`` (the default); ``False`` reveals them.
+        :param redact: replace secrets by ``**********`` (the default): ``job.hf_token``, and the ``job.env``
+            values named like secrets (:data:`SECRET_ENV_NAME`) or equal to the token; ``False`` reveals them.
         """
         out: dict[str, Any] = {}
         for section in ("cluster", "job"):
             out[section] = _section_to_dict(getattr(self, section), redact)
+        if redact:
+            token = self.job.hf_token.get_secret_value() if self.job.hf_token else None
+            out["job"]["env"] = {
+                name: _REDACTED if SECRET_ENV_NAME.search(name) or (token and value == token) else value
+                for name, value in out["job"]["env"].items()
+            }
         out["trainer"] = copy.deepcopy(self.trainer)
         out["observability"] = _section_to_dict(self.observability, redact)
         return out

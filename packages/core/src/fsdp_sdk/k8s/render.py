@@ -26,6 +26,7 @@ import shlex
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from fsdp_sdk.config import SECRET_ENV_NAME
 from fsdp_sdk.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -62,8 +63,6 @@ LOCAL_NVME_HOST_PATH = "/mnt/k8s-disks/0"
 LOCAL_MOUNT_PATH = "/local"
 CONTAINER_NAME = "pytorch"  # the Training Operator requires this container name
 
-# Environment names that look like they hold secrets; such values belong in a Kubernetes Secret.
-_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|CREDENTIAL|PRIVATE_?KEY", re.IGNORECASE)
 # Instance families whose EFA supports GPUDirect RDMA (FI_EFA_USE_DEVICE_RDMA=1).
 _RDMA_FAMILIES = re.compile(r"^(p4d|p4de|p5|p5e|p5en|p6|p6e|trn1|trn1n|trn2)\.")
 
@@ -92,7 +91,7 @@ def check_env(config: Config) -> None:
     """
     token = config.job.hf_token.get_secret_value() if config.job.hf_token else None
     for name, value in config.job.env.items():
-        if name == "HF_TOKEN" or _SECRET_NAME.search(name):
+        if name == "HF_TOKEN" or SECRET_ENV_NAME.search(name):
             raise ConfigError(
                 f"job.env.{name}", "looks like a secret and would be stored in plain text in the job object",
                 "put the token in job.hf_token (HF_TOKEN in .env), which goes to a Kubernetes Secret, "
