@@ -90,8 +90,8 @@ def test_each_source_overrides_the_one_before(sources: dict[str, Path]) -> None:
     assert c.origins["job.tag"].source == "team.env" and c.origins["cluster.region"].source == "cluster.yaml"
 
 
-def test_precedence_through_the_cli(sources: dict[str, Path], invoke) -> None:
-    os.environ["FSDP_SDK_JOB__IMAGE"] = "from-environment"
+def test_precedence_through_the_cli(sources: dict[str, Path], invoke, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FSDP_SDK_JOB__IMAGE", "from-environment")  # undone after the test, unlike os.environ[...]
     result = invoke("config", "show", "--json", "-c", str(sources["yaml"]), "--env-file", str(sources["env"]),
                     "--set", "job.tag=from-cli")
     assert result.exit_code == 0, result.stderr
