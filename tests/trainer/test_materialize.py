@@ -73,3 +73,26 @@ def test_fsdp2_init_with_cpu_offload_builds(init, world_of_one, monkeypatch, tmp
     ids = torch.randint(0, built.hf_config.vocab_size, (1, 16))
     loss, count = built.model(ids, ids)
     assert torch.isfinite(loss) and int(count) == 16
+
+
+@pytest.mark.parametrize("api,random_init", [("none", "replicated"), ("fsdp2", "replicated"), ("fsdp2", "sharded"), ("fsdp1", "sharded")])
+def test_tied_embeddings_stay_tied(api, random_init, world_of_one, monkeypatch):
+    """to_empty allocates each parameter on its own; the build re-ties lm_head to the input embeddings."""
+    import fsdp_trainer.materialize as materialize
+    from fsdp_trainer.distributed import build_mesh
+
+    real = materialize.build_hf_config
+
+    def tied_config(model_cfg):
+        hf = real(model_cfg)
+        hf.tie_word_embeddings = True
+        return hf
+
+    monkeypatch.setattr(materialize, "build_hf_config", tied_config)
+    cfg = _cfg(parallel={"api": api}, model={"random_init": random_init})
+    built = build_model(cfg, world_of_one, build_mesh(cfg.parallel, world_of_one))
+    lm = built.model.lm if api != "fsdp1" else built.model.module.lm
+    assert lm.lm_head.weight is lm.model.embed_tokens.weight
+    ids = torch.randint(0, built.hf_config.vocab_size, (1, 16))
+    loss, _ = built.model(ids, ids)
+    assert torch.isfinite(loss)

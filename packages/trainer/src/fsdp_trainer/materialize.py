@@ -58,6 +58,16 @@ def init_strategy(cfg: TrainerConfig, num_params: int) -> str:
     return cfg.model.random_init
 
 
+def tie_embeddings_(lm: nn.Module, hf_config: Any) -> None:
+    """Re-tie lm_head to the input embeddings when the config ties them.
+
+    ``to_empty`` allocates each parameter separately, so it silently unties shared
+    weights: the model would train two matrices and export a tied config.
+    """
+    if getattr(hf_config, "tie_word_embeddings", False) and lm.lm_head.weight is not lm.get_input_embeddings().weight:
+        lm.tie_weights()
+
+
 def materialize_device(cfg: TrainerConfig, device: torch.device) -> torch.device:
     """Where FSDP2's meta-built shards are allocated: CPU under ``parallel.cpu_offload``, else the training device.
 
@@ -85,6 +95,7 @@ def build_model(cfg: TrainerConfig, env: DistEnv, mesh: DeviceMesh | None) -> Bu
     full_on_cpu = strategy == "replicated" or fsdp1_cpu_copy or (strategy == "pretrained" and (api == "none" or (api == "fsdp1" and env.is_leader)))
     if full_on_cpu:
         wrapper.to_empty(device="cpu")
+        tie_embeddings_(lm, hf_config)
         if strategy == "replicated":
             init_weights_(wrapper, std, seed)
         elif env.is_leader or api == "none":
@@ -103,7 +114,14 @@ def build_model(cfg: TrainerConfig, env: DistEnv, mesh: DeviceMesh | None) -> Bu
         if not full_on_cpu:  # FSDP1 materialises each meta unit on the device, just before sharding it
             torch.manual_seed(seed)
 
+            tied = (lm.get_input_embeddings(), lm.lm_head) if getattr(hf_config, "tie_word_embeddings", False) else ()
+
             def param_init_fn(module: nn.Module) -> None:
+                if module in tied:  # the second of the tied pair takes the first one's materialised weight
+                    other = tied[1] if module is tied[0] else tied[0]
+                    if not other.weight.is_meta:
+                        module.weight = other.weight
+                        return
                 module.to_empty(device=device, recurse=False)
                 if strategy == "sharded":
                     init_module_(module, std)
