@@ -62,6 +62,20 @@ def test_random_init_is_deterministic_per_seed():
     assert weights[0].std().item() == pytest.approx(0.02, rel=0.1)
 
 
+def test_random_init_leaves_the_global_generator_alone():
+    """init draws from a private generator: runtime.seed's global stream is not reset to train.seed."""
+    hf_config = build_hf_config(ModelConfig(preset="tiny"))
+    torch.manual_seed(123)
+    expected = torch.rand(4)
+    torch.manual_seed(123)
+    lm = meta_model(hf_config)
+    lm.to_empty(device="cpu")
+    init_weights_(lm, hf_config.initializer_range, seed=7)
+    assert torch.equal(torch.rand(4), expected)
+    torch.manual_seed(7)  # same numbers as seeding the global generator (replicated weights are unchanged)
+    assert torch.equal(lm.model.embed_tokens.weight, torch.empty_like(lm.model.embed_tokens.weight).normal_(0.0, hf_config.initializer_range))
+
+
 @pytest.mark.parametrize("name", list(PRESETS))
 def test_preset_parameter_count_matches_transformers(name):
     lm = meta_model(build_hf_config(ModelConfig(preset=name)))

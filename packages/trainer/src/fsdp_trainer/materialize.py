@@ -112,7 +112,7 @@ def build_model(cfg: TrainerConfig, env: DistEnv, mesh: DeviceMesh | None) -> Bu
     if api == "fsdp1" or full_on_cpu:
         param_init_fn = None
         if not full_on_cpu:  # FSDP1 materialises each meta unit on the device, just before sharding it
-            torch.manual_seed(seed)
+            generator = torch.Generator(device=device).manual_seed(seed)  # private: runtime.seed's global generator stays
 
             tied = (lm.get_input_embeddings(), lm.lm_head) if getattr(hf_config, "tie_word_embeddings", False) else ()
 
@@ -124,7 +124,7 @@ def build_model(cfg: TrainerConfig, env: DistEnv, mesh: DeviceMesh | None) -> Bu
                         return
                 module.to_empty(device=device, recurse=False)
                 if strategy == "sharded":
-                    init_module_(module, std)
+                    init_module_(module, std, generator)
                 reset_rotary_(module, device)
 
         model = parallelize_llama(

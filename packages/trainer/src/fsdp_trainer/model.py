@@ -92,14 +92,14 @@ def meta_model(hf_config: Any) -> nn.Module:
 
 
 @torch.no_grad()
-def init_module_(module: nn.Module, std: float) -> None:
+def init_module_(module: nn.Module, std: float, generator: torch.Generator | None = None) -> None:
     """Llama initialisation of one module's own parameters: normal(0, std) for Linear/Embedding, ones for RMSNorm.
 
-    Works on plain tensors and on FSDP2's DTensor shards; draws from torch's global
-    generator, so call ``torch.manual_seed`` first for reproducible weights.
+    Works on plain tensors and on FSDP2's DTensor shards; draws from ``generator``
+    (a generator on the parameters' device), or from torch's global one when None.
     """
     if isinstance(module, (nn.Linear, nn.Embedding)):
-        module.weight.normal_(mean=0.0, std=std)
+        module.weight.normal_(mean=0.0, std=std, generator=generator)
         if getattr(module, "bias", None) is not None:
             module.bias.zero_()
     elif type(module).__name__.endswith("RMSNorm"):
@@ -107,10 +107,28 @@ def init_module_(module: nn.Module, std: float) -> None:
 
 
 def init_weights_(model: nn.Module, std: float, seed: int) -> None:
-    """Initialise every parameter of ``model`` in module order from ``seed``."""
-    torch.manual_seed(seed)
+    """Initialise every parameter of ``model`` in module order from ``seed``, leaving torch's global generators as they were.
+
+    Plain tensors draw from a private ``torch.Generator`` (same numbers as
+    ``torch.manual_seed(seed)`` would give). FSDP2's DTensor shards keep drawing
+    through DTensor's own RNG handling, inside ``fork_rng`` so that the global state
+    (``runtime.seed``'s) is restored afterwards.
+    """
+    from torch.distributed.tensor import DTensor
+
+    params = list(model.parameters())
+    if not params:
+        return
+    if any(isinstance(p, DTensor) for p in params):
+        cuda = sorted({p.device for p in params if p.device.type == "cuda"}, key=str)
+        with torch.random.fork_rng(devices=cuda):
+            torch.manual_seed(seed)
+            for module in model.modules():
+                init_module_(module, std)
+        return
+    generator = torch.Generator(device=params[0].device).manual_seed(seed)
     for module in model.modules():
-        init_module_(module, std)
+        init_module_(module, std, generator)
 
 
 @torch.no_grad()
