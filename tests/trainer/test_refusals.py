@@ -22,6 +22,8 @@ pytestmark = [
     [
         (["--fp8.enabled", "true"], "error: --fp8.enabled: float8 training needs a Hopper-class GPU (sm_89+); this run is on cpu"),
         (["--parallel.cpu_offload", "true"], "error: --parallel.cpu_offload: offloading to CPU needs CUDA; this run is on cpu"),
+        (["--model.attn_implementation", "flash_attention_2"],
+         "error: --model.attn_implementation: flash_attention_2 needs CUDA; this run is on cpu (use sdpa or eager)"),
         (["--runtime.device", "cuda"], "error: --runtime.device: 'cuda' requested but no GPU is visible (use auto or cpu)"),
         (["--runtime.backend", "nccl"], "error: --runtime.backend: nccl needs CUDA; use gloo (or auto) on CPU"),
         (["--parallel.sharding", "hybrid_shard", "--parallel.shard_size", "3"],

@@ -27,6 +27,8 @@ def run(cfg: TrainerConfig) -> dict:
     device = resolve_device(cfg.runtime)
     if cfg.parallel.cpu_offload and device.type != "cuda":
         raise ConfigError("--parallel.cpu_offload: offloading to CPU needs CUDA; this run is on cpu")
+    if cfg.model.attn_implementation == "flash_attention_2" and device.type != "cuda":
+        raise ConfigError(f"--model.attn_implementation: flash_attention_2 needs CUDA; this run is on {device.type} (use sdpa or eager)")
     if cfg.fp8.enabled:
         from .fp8 import check_fp8_supported
 
