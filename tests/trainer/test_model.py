@@ -112,3 +112,37 @@ def test_lr_schedule(schedule):
     assert f(110) == pytest.approx(end)
     if schedule == "cosine":
         assert f(60) == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.5)))
+
+
+def test_fp16_skipped_step_does_not_advance_the_schedule():
+    """When the scaler finds inf gradients it skips the optimizer step; the LR schedule stays put too."""
+    import types
+
+    from fsdp_trainer.optim import build_scheduler
+    from fsdp_trainer.trainer import Trainer
+
+    model = torch.nn.Linear(4, 4)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1.0)
+    t = Trainer.__new__(Trainer)
+    t.cfg = types.SimpleNamespace(fp8=types.SimpleNamespace(enabled=False))
+    t.model, t.optimizer, t.step = model, optimizer, 0
+    t.scheduler = build_scheduler(optimizer, TrainConfig(steps=10, warmup_steps=5))
+    t.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**8)
+
+    def backward(bad: bool):
+        loss = t.scaler.scale(model(torch.ones(1, 4)).sum())
+        loss.backward()
+        if bad:
+            model.weight.grad[0, 0] = float("inf")
+        t.scaler.unscale_(optimizer)
+
+    backward(bad=False)
+    assert t._optimizer_step() is True
+    lr, weight = optimizer.param_groups[0]["lr"], model.weight.detach().clone()
+    assert t.scheduler.last_epoch == 1
+    backward(bad=True)
+    assert t._optimizer_step() is False
+    assert t.scheduler.last_epoch == 1 and optimizer.param_groups[0]["lr"] == lr
+    assert torch.equal(model.weight, weight) and t.scaler.get_scale() == 2.0**7
+    backward(bad=False)
+    assert t._optimizer_step() is True and t.scheduler.last_epoch == 2

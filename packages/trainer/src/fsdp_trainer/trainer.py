@@ -108,6 +108,30 @@ class Trainer:
             norm = norm.full_tensor()
         return norm
 
+    def _optimizer_step(self) -> bool:
+        """Step optimizer and schedule; returns False when the fp16 scaler skipped the step (inf/nan gradients).
+
+        A skipped step leaves the weights as they were, so the schedule does not advance
+        either (the scaler lowered its scale: compare before and after ``update``; one
+        host sync per step, fp16 only).
+        """
+        stepped = True
+        if self.scaler is not None:
+            scale_before = self.scaler.get_scale()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+            stepped = self.scaler.get_scale() >= scale_before
+        else:
+            self.optimizer.step()
+        if stepped:
+            precompute_scales(self.model, self.cfg.fp8)
+        self.optimizer.zero_grad(set_to_none=True)
+        if stepped:
+            self.scheduler.step()
+        else:
+            log.warning("step %d: fp16 gradients overflowed; optimizer step skipped, grad scale lowered to %g", self.step + 1, self.scaler.get_scale())
+        return stepped
+
     def train_step(self) -> tuple[torch.Tensor, torch.Tensor, int]:
         """One optimizer step over ``grad_accum_steps`` micro-batches.
 
@@ -131,14 +155,7 @@ class Trainer:
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
         grad_norm = self._clip_grad_norm()
-        if self.scaler is not None:
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-        else:
-            self.optimizer.step()
-        precompute_scales(self.model, self.cfg.fp8)
-        self.optimizer.zero_grad(set_to_none=True)
-        self.scheduler.step()
+        self._optimizer_step()
         dist_loss = loss_sum.clone()
         if self.env.world_size > 1:
             torch.distributed.all_reduce(dist_loss)  # queued on the device; read after the step's sync
