@@ -8,12 +8,13 @@ from typing import Any
 import pytest
 import yaml
 
+from fsdp_sdk.cli import main
 from fsdp_sdk.config import Config
 from fsdp_sdk.hookspecs import hookimpl
 from fsdp_sdk.k8s.prereqs import render_etcd
 from fsdp_sdk.k8s.render import JOB_NAME_LABEL, RUN_ID_LABEL, render_job
 from fsdp_sdk.k8s.validate import validate_objects, validate_pod_template
-from fsdp_sdk.plugins import Plugins, build_plugins
+from fsdp_sdk.plugins import Plugins, build_plugins, reset_plugins
 
 REGISTRY = "123456789012.dkr.ecr.us-west-2.amazonaws.com"
 TOKEN = "hf_SuperSecretTokenValue123"
@@ -167,8 +168,45 @@ def test_validation_catches_a_broken_object(plugins: Plugins, pytorchjob_crd: Pa
     assert any("runtimeRef" in e for e in validate_objects([trainjob], crd_paths=[trainjob_crd]).errors)
     # without the CRD, the custom resource is reported as skipped, not as valid
     report = validate_objects([trainjob])
-    assert report.skipped == ["TrainJob/fsdp"] and report.ok
+    assert report.skipped == ["TrainJob/fsdp"] and report.ok and report.checks == []
     assert validate_pod_template({"spec": {"containers": [{"name": "x"}]}}, owner="t") == []
+    # ... but a PyTorchJob's pod template is still checked against the Kubernetes OpenAPI
+    report = validate_objects([job])
+    assert report.skipped == ["PyTorchJob/fsdp"] and report.validated == []
+    assert [(c.subject, c.schema, c.ok) for c in report.checks] == [
+        ("PyTorchJob/fsdp Worker pod template", "the Kubernetes 1.31 OpenAPI (as a Pod)", False)]
+    assert any("pod template" in e and "volumeMount" in e for e in report.errors)
+    report = validate_objects([job], crd_paths=[pytorchjob_crd])
+    assert [c.schema for c in report.checks] == ["the CRD kubeflow.org_pytorchjobs.yaml",
+                                                 "the Kubernetes 1.31 OpenAPI (as a Pod)"]
+
+
+def test_render_validate_says_what_was_checked_against_what(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, pytorchjob_crd: Path,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FSDP_SDK_DISABLE_PLUGIN_AUTOLOAD", "1")
+    reset_plugins()
+    base = ["job", "render", "--validate", "--set", f"job.registry={REGISTRY}", "--set", f"job.hf_token={TOKEN}"]
+    try:
+        with pytest.raises(SystemExit) as exit_info:
+            main(base)
+        err = capsys.readouterr().err.splitlines()
+        assert exit_info.value.code == 0
+        assert err == [
+            "valid: PyTorchJob/fsdp Worker pod template, checked against the Kubernetes 1.31 OpenAPI (as a Pod)",
+            "valid: Secret/hf-token, checked against the Kubernetes 1.31 OpenAPI",
+            "not validated: PyTorchJob/fsdp itself (no schema for its kind without its CRD; "
+            "pass --crd kubeflow.org_pytorchjobs.yaml to check it)",
+        ]
+        with pytest.raises(SystemExit) as exit_info:
+            main([*base, "--crd", str(pytorchjob_crd)])
+        err = capsys.readouterr().err.splitlines()
+        assert exit_info.value.code == 0
+        assert err[0] == "valid: PyTorchJob/fsdp, checked against the CRD kubeflow.org_pytorchjobs.yaml"
+        assert not any(line.startswith("not validated") for line in err)
+    finally:
+        reset_plugins()
 
 
 def test_plugins_adjust_the_rendered_objects(plugins: Plugins, pytorchjob_crd: Path) -> None:

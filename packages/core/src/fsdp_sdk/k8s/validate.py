@@ -12,11 +12,14 @@ Two sources of truth, both usable without a cluster:
 
 The pod templates embedded in a PyTorchJob are also checked as Pods against the
 Kubernetes OpenAPI, because the CRD keeps them loosely typed in places the
-API server will reject later, when the operator creates the pods.
+API server will reject later, when the operator creates the pods. They are
+checked even when the CRD is not given; the PyTorchJob itself is then reported
+as skipped, not as valid. :attr:`ValidationReport.checks` says what was checked
+against which schema.
 
 What this cannot check: CEL rules (``x-kubernetes-validations``), admission
 webhooks, quotas. Against a real cluster use a server-side dry run
-(``fsdp-sdk job submit --dry-run=server``).
+(``fsdp-sdk job submit --dry-run``: the API server validates, stores nothing).
 
 Usage::
 
@@ -42,6 +45,7 @@ from fsdp_sdk.errors import ConfigError, KubernetesError
 __all__ = [
     "DEFAULT_KUBERNETES_VERSION",
     "CrdSchema",
+    "ValidationCheck",
     "ValidationReport",
     "load_crd_schema",
     "structural_to_jsonschema",
@@ -172,6 +176,8 @@ class CrdSchema:
     plural: str
     versions: Mapping[str, Any] = field(repr=False)
     """``version -> jsonschema validator`` for the whole object."""
+    source: str = ""
+    """The CRD file's name, for reports."""
 
     def matches(self, obj: Mapping[str, Any]) -> bool:
         """Whether ``obj`` is an instance of this CRD (any served version)."""
@@ -208,7 +214,8 @@ def _load_crd_cached(path: str, mtime: float) -> CrdSchema:
         body["properties"]["metadata"] = _OBJECT_META
         body["required"] = sorted({*body.get("required", []), "apiVersion", "kind", "metadata"})
         validators[entry["name"]] = jsonschema.Draft7Validator(body)
-    return CrdSchema(group=group, kind=kind, plural=spec["names"]["plural"], versions=validators)
+    return CrdSchema(group=group, kind=kind, plural=spec["names"]["plural"], versions=validators,
+                     source=Path(path).name)
 
 
 def load_crd_schema(path: str | Path) -> CrdSchema:
@@ -228,6 +235,27 @@ def load_crd_schema(path: str | Path) -> CrdSchema:
 # --------------------------------------------------------------------------- many objects
 
 
+@dataclass(frozen=True)
+class ValidationCheck:
+    """One thing :func:`validate_objects` checked, and against what.
+
+    :param subject: an object (``Secret/hf-token``) or an embedded pod template
+        (``PyTorchJob/fsdp Worker pod template``).
+    :param schema: what it was checked against (``the Kubernetes 1.31 OpenAPI``,
+        ``the CRD kubeflow.org_pytorchjobs.yaml``).
+    :param errors: the problems found; empty when it is valid.
+    """
+
+    subject: str
+    schema: str
+    errors: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        """Whether the subject is valid against the schema."""
+        return not self.errors
+
+
 @dataclass
 class ValidationReport:
     """What :func:`validate_objects` found."""
@@ -235,9 +263,16 @@ class ValidationReport:
     errors: list[str] = field(default_factory=list)
     """One line per problem: ``Kind/name: path: message``."""
     validated: list[str] = field(default_factory=list)
-    """``Kind/name`` of every object that was checked."""
+    """``Kind/name`` of every object that was checked as a whole."""
     skipped: list[str] = field(default_factory=list)
-    """``Kind/name`` of objects no schema was available for (a CRD not passed in)."""
+    """``Kind/name`` of objects no schema was available for (a CRD not passed in); an embedded
+    pod template of theirs may still have been checked (see :attr:`checks`)."""
+    checks: list[ValidationCheck] = field(default_factory=list)
+    """Every object and pod template checked, with the schema it was checked against."""
+
+    def _add(self, subject: str, schema: str, errors: list[str]) -> None:
+        self.checks.append(ValidationCheck(subject, schema, tuple(errors)))
+        self.errors += errors
 
     @property
     def ok(self) -> bool:
@@ -261,32 +296,36 @@ def validate_objects(
 
     Built-in kinds use the Kubernetes OpenAPI; custom resources use the CRD files
     given in ``crd_paths``; the pod templates of PyTorchJob replicas are also
-    validated as Pods. Objects of a custom kind with no matching CRD file are
-    listed in :attr:`ValidationReport.skipped`.
+    validated as Pods, with or without the CRD. Objects of a custom kind with no
+    matching CRD file are listed in :attr:`ValidationReport.skipped`.
 
     :param objects: rendered objects (dicts).
     :param crd_paths: CRD YAML files, e.g. the Training Operator's PyTorchJob CRD.
     :param version: Kubernetes minor version for built-in kinds.
     """
     crds = [load_crd_schema(p) for p in crd_paths]
+    openapi = f"the Kubernetes {version} OpenAPI"
     report = ValidationReport()
     for obj in objects:
         ref = _ref(obj)
         crd = next((c for c in crds if c.matches(obj)), None)
         if crd is not None:
-            report.errors += crd.errors(obj)
+            report._add(ref, f"the CRD {crd.source or crd.plural + '.' + crd.group}", crd.errors(obj))
             report.validated.append(ref)
         else:
             try:
-                report.errors += validate_builtin(obj, version=version)
-                report.validated.append(ref)
+                errors = validate_builtin(obj, version=version)
             except KeyError:
                 report.skipped.append(ref)
-                continue
+            else:
+                report._add(ref, openapi, errors)
+                report.validated.append(ref)
         if obj.get("kind") == "PyTorchJob":
             replicas = (obj.get("spec") or {}).get("pytorchReplicaSpecs") or {}
             for replica_type, replica in replicas.items():
                 template = (replica or {}).get("template")
                 if isinstance(template, Mapping):
-                    report.errors += validate_pod_template(template, owner=f"{ref} {replica_type}", version=version)
+                    owner = f"{ref} {replica_type}"
+                    report._add(f"{owner} pod template", f"{openapi} (as a Pod)",
+                                validate_pod_template(template, owner=owner, version=version))
     return report
