@@ -58,6 +58,18 @@ def test_seed_fixes_the_order():
     assert sorted(first_epoch) == sorted(second_epoch) and first_epoch != second_epoch
 
 
+
+def test_epoch_orders_of_neighbouring_seeds_differ():
+    """Seed 1's second epoch is not seed 2's first (seed + epoch made them collide)."""
+    from fsdp_trainer.data import epoch_seed
+
+    seeds = {epoch_seed(seed, epoch) for seed in range(50) for epoch in range(50)}
+    assert len(seeds) == 50 * 50
+    second_of_1 = (s := GlobalBatchSampler(100, 1, 0, 1, 100), s.next_local(), s.next_local())[2]
+    first_of_2 = GlobalBatchSampler(100, 2, 0, 1, 100).next_local()
+    assert second_of_1 != first_of_2
+
+
 def test_sampler_state_resumes_the_stream():
     straight = GlobalBatchSampler(50, 5, 1, 2, 3)
     expected = drain(straight, 30)

@@ -130,6 +130,11 @@ class SyntheticDataset:
         return torch.randint(0, self.vocab_size, (self.seq_len + 1,), generator=g, dtype=torch.int32)
 
 
+def epoch_seed(seed: int, epoch: int) -> int:
+    """The generator seed of one epoch's order: distinct for every (seed, epoch) of realistic size."""
+    return seed * 1_000_003 + epoch
+
+
 class GlobalBatchSampler:
     """The seeded global sample stream, sliced by data-parallel rank (see the module docstring)."""
 
@@ -147,7 +152,8 @@ class GlobalBatchSampler:
 
     def _order(self) -> torch.Tensor:
         if self._perm is None:
-            g = torch.Generator().manual_seed(self.seed + self.epoch)
+            # Mixed, not seed + epoch: seed 1's epoch 1 would be seed 2's epoch 0 (one order shared by two runs).
+            g = torch.Generator().manual_seed(epoch_seed(self.seed, self.epoch))
             self._perm = torch.randperm(self.num_samples or 0, generator=g)
         return self._perm
 
