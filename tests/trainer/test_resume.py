@@ -186,3 +186,19 @@ def test_explicit_resume_prunes_the_abandoned_runs_newer_checkpoints(tmp_path):
     assert ck.find_resume() == tmp_path / "step_00000004"
     ck.prune_newer_than(4)
     assert [s for s, _ in complete_checkpoints(tmp_path)] == [2, 4]
+
+
+def test_relaunching_a_finished_run_reports_it_and_does_nothing(tmp_path):
+    out = tmp_path / "out"
+    args = [*TINY, "--train.steps", "2", "--parallel.api", "none", "--checkpoint.export_hf", str(tmp_path / "hf")]
+    first = run_trainer(args, out)
+    assert_ok(first)
+    assert (tmp_path / "hf" / "config.json").is_file()
+    (tmp_path / "hf" / "config.json").unlink()
+    again = run_trainer(args, out)
+    assert_ok(again)
+    assert "nothing to train: resumed at step 2" in again.stderr
+    assert again.summary["steps"] == 2 and again.summary["steps_run"] == 0
+    assert again.summary["final_loss"] == first.summary["final_loss"] is not None
+    assert not (tmp_path / "hf" / "config.json").exists(), "no second export"
+    assert [r["step"] for r in again.records] == [1, 2]

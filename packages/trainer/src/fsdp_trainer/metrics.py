@@ -50,9 +50,12 @@ class Metrics:
         self.records: list[dict[str, Any]] = []
         self.path = Path(file) if is_leader and file else None
         self._file: Any = None
+        self.resumed_step = 0
+        self.last_kept: dict[str, Any] | None = None  # the last record before a resume (leader only)
 
     def open(self, start_step: int) -> None:
         """Start the metrics file: keep the records up to ``start_step`` (a resume), drop any later ones."""
+        self.resumed_step = start_step
         if self.path is None:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -66,6 +69,7 @@ class Metrics:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
+        self.last_kept = json.loads(kept[-1]) if kept else None
         self._file = open(self.path, "a", encoding="utf-8")
 
     def start_step(self) -> None:
@@ -105,8 +109,10 @@ class Metrics:
         tps = sum(r["tokens"] for r in measured) / time if time > 0 else 0.0
         tflops = self.flops_per_token * tps / 1e12
         mems = [r["peak_mem_gib"] for r in self.records if r["peak_mem_gib"] is not None]
+        # Nothing ran (a finished run relaunched): report where the run stands, from before the resume.
+        last = self.records[-1] if self.records else self.last_kept
         return {
-            "steps": self.records[-1]["step"] if self.records else 0,
+            "steps": self.records[-1]["step"] if self.records else self.resumed_step,
             "steps_run": len(self.records),
             "measured_steps": len(measured),
             "tokens_per_s_per_gpu": tps,
@@ -114,7 +120,7 @@ class Metrics:
             "mfu": tflops / self.peak if self.peak else None,
             "peak_tflops": self.peak,
             "peak_mem_gib": max(mems) if mems else None,
-            "final_loss": self.records[-1]["loss"] if self.records else None,
+            "final_loss": last["loss"] if last else None,
             "flops_per_token": self.flops_per_token,
             "device": self.device.type,
             "gpu_name": self.name if self.device.type == "cuda" else None,

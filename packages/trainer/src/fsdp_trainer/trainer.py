@@ -176,13 +176,16 @@ class Trainer:
         self.model.train()
         fault_step = int(os.environ.get(FAULT_AFTER_STEP, "0"))
         every = cfg.checkpoint.every_steps
+        nothing_to_do = self.step >= cfg.train.steps
+        if nothing_to_do:  # a finished run relaunched: no training, no second export
+            log.info("nothing to train: resumed at step %d and train.steps is %d; skipping training and export", self.step, cfg.train.steps)
         gc.disable()
         gc.collect()
         try:
             self._train_loop(fault_step, every)
         finally:
             gc.enable()
-        if cfg.checkpoint.export_hf:
+        if cfg.checkpoint.export_hf and not nothing_to_do:
             export_hf(self.model, self.hf_config, self.tokenizer, cfg.checkpoint.export_hf, cfg.checkpoint.export_dtype or "fp32", env)
         (tokens_processed,) = env.all_reduce_sum([self.tokens_processed])
         summary = self.metrics.summary(
