@@ -58,3 +58,22 @@ def test_mesh_shapes():
     assert mesh_shape(ParallelConfig(sharding="hybrid_shard", shard_size=2, replicate_size=8), 16, 8) == (8, 2)
     with pytest.raises(ConfigError, match="--parallel.shard_size: shard_size 4 x replicate_size 3 must equal the world size 16"):
         mesh_shape(ParallelConfig(sharding="hybrid_shard", shard_size=4, replicate_size=3), 16, 8)
+
+
+def test_leader_log_names_master_addr_then_host(caplog, monkeypatch):
+    import logging
+    import socket
+
+    import torch
+
+    from fsdp_trainer.config import RuntimeConfig
+    from fsdp_trainer.distributed import destroy_distributed, init_distributed
+
+    monkeypatch.setenv("MASTER_ADDR", "localhost")  # what torchrun --standalone sets
+    for key in ("RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(key, raising=False)
+    with caplog.at_level(logging.INFO, logger="fsdp_trainer"):
+        init_distributed(RuntimeConfig(device="cpu"), torch.device("cpu"))
+        destroy_distributed()
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("master_addr=")]
+    assert lines == [f"master_addr=localhost host={socket.getfqdn()}"]

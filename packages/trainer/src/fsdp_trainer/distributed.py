@@ -83,7 +83,9 @@ def init_distributed(cfg: RuntimeConfig, device: torch.device) -> DistEnv:
         local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
         device=device,
     )
-    log.info("master_addr=%s", os.environ.get("MASTER_ADDR") or socket.gethostname())
+    # master_addr= first: the SDK finds the leader's log by this token. Under torchrun --standalone
+    # MASTER_ADDR is localhost, so the host is named too.
+    log.info("master_addr=%s host=%s", os.environ.get("MASTER_ADDR") or socket.gethostname(), socket.getfqdn())
     log.info("rank=%d world_size=%d local_world_size=%d device=%s backend=%s", env.rank, env.world_size, env.local_world_size, device, backend)
     return env
 
