@@ -36,7 +36,7 @@ def reference_run(common, tmp_path_factory):
     losses = run.losses()
     assert sorted(losses) == list(range(1, STEPS + 1))
     assert losses[STEPS] < losses[1], "the reference did not learn"
-    assert all(r["grad_norm"] > 1.0 for r in run.records), "max_grad_norm 1.0 would have clipped these steps"
+    assert any(r["grad_norm"] > 1.0 for r in run.records), "max_grad_norm 1.0 would have clipped some of these steps"
     return run
 
 
