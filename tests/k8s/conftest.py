@@ -102,3 +102,18 @@ def etcd_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "cluster: runs against the real Kubernetes cluster named by KUBECONFIG (skipped without one)")
+
+
+@pytest.fixture
+def isolated_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Run in an empty directory (no ./.env), with no FSDP_SDK_* / AWS_* from outside and no third-party plugins."""
+    from fsdp_sdk.plugins import reset_plugins
+
+    monkeypatch.chdir(tmp_path)
+    for name in list(os.environ):
+        if name.startswith(("FSDP_SDK_", "AWS_")):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("FSDP_SDK_DISABLE_PLUGIN_AUTOLOAD", "1")
+    reset_plugins()
+    yield
+    reset_plugins()

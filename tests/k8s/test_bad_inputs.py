@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -10,7 +9,7 @@ import pytest
 from fsdp_sdk.cli import main
 from fsdp_sdk.config import Config
 from fsdp_sdk.hookspecs import hookimpl
-from fsdp_sdk.plugins import build_plugins, get_plugins, reset_plugins
+from fsdp_sdk.plugins import build_plugins, get_plugins
 
 from .fake_apiserver import FakeApiServer
 
@@ -18,16 +17,7 @@ REGISTRY = "123456789012.dkr.ecr.us-west-2.amazonaws.com"
 TOKEN = "hf_TheRealTokenValue0001"
 
 
-@pytest.fixture(autouse=True)
-def isolated_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.chdir(tmp_path)
-    for name in list(os.environ):
-        if name.startswith("FSDP_SDK_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("FSDP_SDK_DISABLE_PLUGIN_AUTOLOAD", "1")
-    reset_plugins()
-    yield
-    reset_plugins()
+pytestmark = pytest.mark.usefixtures("isolated_cli")
 
 
 CASES = {

@@ -3,39 +3,20 @@
 from __future__ import annotations
 
 import base64
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from fsdp_sdk.cli import main
 from fsdp_sdk.k8s.image import BUILD_ARGS, render_dockerfile
-from fsdp_sdk.plugins import reset_plugins
 
 from .conftest import PROJECT_ROOT, free_port
-from .tools import install_fake_tools, recorded
+from .tools import cli, install_fake_tools, recorded
 
 TRAINER_SRC = PROJECT_ROOT / "packages" / "trainer"
 
 
-@pytest.fixture(autouse=True)
-def isolated_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.chdir(tmp_path)
-    for name in list(os.environ):
-        if name.startswith(("FSDP_SDK_", "AWS_")):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("FSDP_SDK_DISABLE_PLUGIN_AUTOLOAD", "1")
-    reset_plugins()
-    yield
-    reset_plugins()
-
-
-def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exit_info:
-        main(list(args))
-    out, err = capsys.readouterr()
-    return int(exit_info.value.code or 0), out, err
+pytestmark = pytest.mark.usefixtures("isolated_cli")
 
 
 def tools_on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *names: str) -> Path:

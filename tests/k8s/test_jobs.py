@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 import urllib.error
@@ -15,13 +14,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fsdp_sdk.cli import main
 from fsdp_sdk.config import Config
 from fsdp_sdk.k8s.jobs import JobClient, JobStatus
 from fsdp_sdk.k8s.kube import Kube
-from fsdp_sdk.plugins import build_plugins, reset_plugins
+from fsdp_sdk.plugins import build_plugins
 
 from .fake_apiserver import FakeApiServer
+from .tools import cli
 
 REGISTRY = "123456789012.dkr.ecr.us-west-2.amazonaws.com"
 TOKEN = "hf_NeverPrintThisToken42"
@@ -29,24 +28,8 @@ JOB_LABEL = "training.kubeflow.org/job-name"
 
 
 @pytest.fixture(autouse=True)
-def isolated_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    """No ./.env, no FSDP_SDK_* from the outside, no third-party plugins."""
-    monkeypatch.chdir(tmp_path)
-    for name in list(os.environ):
-        if name.startswith("FSDP_SDK_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("FSDP_SDK_DISABLE_PLUGIN_AUTOLOAD", "1")
+def _isolated(isolated_cli: None, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FSDP_SDK_JOB__REGISTRY", REGISTRY)
-    reset_plugins()
-    yield
-    reset_plugins()
-
-
-def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exit_info:
-        main(list(args))
-    out, err = capsys.readouterr()
-    return int(exit_info.value.code or 0), out, err
 
 
 def client(kubeconfig: Path, **job: object) -> JobClient:

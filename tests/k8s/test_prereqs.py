@@ -12,28 +12,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fsdp_sdk.cli import main
 from fsdp_sdk.config import Config
 from fsdp_sdk.k8s.prereqs import render_etcd
-from fsdp_sdk.plugins import reset_plugins
 
 from .conftest import free_port
 from .fake_apiserver import FakeApiServer
-from .tools import install_fake_tools, recorded
+from .tools import cli, install_fake_tools, recorded
 
 OPERATOR_URL = "github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=v1.9.2"
 
 
-@pytest.fixture(autouse=True)
-def isolated_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.chdir(tmp_path)
-    for name in list(os.environ):
-        if name.startswith("FSDP_SDK_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("FSDP_SDK_DISABLE_PLUGIN_AUTOLOAD", "1")
-    reset_plugins()
-    yield
-    reset_plugins()
+pytestmark = pytest.mark.usefixtures("isolated_cli")
 
 
 @pytest.fixture
@@ -42,13 +31,6 @@ def fake_kubectl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     bin_dir = install_fake_tools(tmp_path / "bin", log, "kubectl")
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     return log
-
-
-def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exit_info:
-        main(list(args))
-    out, err = capsys.readouterr()
-    return int(exit_info.value.code or 0), out, err
 
 
 def test_dry_run_prints_yaml_and_applies_nothing(apiserver: FakeApiServer, kubeconfig: Path, fake_kubectl: Path,

@@ -6,6 +6,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 _SCRIPT = """#!{python}
 import json, os, sys
 stdin = sys.stdin.read() if "--password-stdin" in sys.argv else None
@@ -30,3 +32,13 @@ def recorded(log: Path) -> list[dict]:
     if not log.exists():
         return []
     return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """Run ``fsdp-sdk ARGS`` in this process; returns (exit code, stdout, stderr)."""
+    from fsdp_sdk.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(list(args))
+    out, err = capsys.readouterr()
+    return int(exit_info.value.code or 0), out, err
