@@ -3,15 +3,15 @@
 Times ``fsdp-sdk --help`` and ``fsdp-sdk config show`` against the floor any
 click + pluggy CLI pays, ``python -c "import click, pluggy"``: the median of N
 runs each, on the same machine, one after another. Prints the figures and the
-ratios; the target is at most 2x the floor for ``--help``.
+ratios; the target is at most 2x the floor for both commands.
 
     python bench/cli_startup.py            # 15 runs each
     python bench/cli_startup.py -n 31 --json
 
 Every command runs once unmeasured first, with bytecode caching on (in a
 temporary ``PYTHONPYCACHEPREFIX``), so all three are measured with warm ``.pyc``
-files, as an installed CLI runs. Exits with status 1 when ``--help`` misses the
-target (``--no-check`` to only report).
+files, as an installed CLI runs. Exits with status 1 when either command misses
+the target (``--no-check`` to only report).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", "--runs", type=int, default=15, help="measured runs per command (default 15)")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
-    parser.add_argument("--no-check", action="store_true", help="do not fail when --help misses the target")
+    parser.add_argument("--no-check", action="store_true", help="do not fail when a command misses the target")
     args = parser.parse_args()
 
     script = console_script()
@@ -83,8 +83,10 @@ def main() -> None:
         print(f"median of {args.runs} runs each ({os.cpu_count()} CPUs, {sys.version.split()[0]})")
         for name in cases:
             print(f"  {name:34s} {medians[name] * 1000:7.1f} ms   {ratios[name]:4.2f}x")
-        print(f"target: fsdp-sdk --help <= {TARGET_RATIO:g}x the click + pluggy import")
-    if not args.no_check and ratios["fsdp-sdk --help"] > TARGET_RATIO:
+        print(f"target: each fsdp-sdk command <= {TARGET_RATIO:g}x the click + pluggy import")
+    missed = [name for name in cases if name.startswith("fsdp-sdk") and ratios[name] > TARGET_RATIO]
+    if missed and not args.no_check:
+        print(f"missed the target: {', '.join(missed)}", file=sys.stderr)
         sys.exit(1)
 
 

@@ -323,3 +323,24 @@ def test_two_plugins_with_the_same_command_name_are_refused(duplicate_site: Path
     assert f"Error: command 'hello' is not available here ({expected}" in hello.stderr
     listing = run_cli("plugins", env=env)
     assert listing.returncode == 1 and "other_hello 1.0" in listing.stdout and "shadow 1.0" in listing.stdout
+
+
+def test_lazily_registered_backend_is_imported_on_first_use_and_checked() -> None:
+    from fsdp_sdk.backends.base import BackendRegistry
+    from fsdp_sdk.errors import PluginError
+
+    registry = BackendRegistry()
+    registry.current_plugin = "lazy-test"
+    registry.add_lazy("local", "fsdp_sdk.backends.local:LocalBackend")
+    assert "local" in registry and registry.names() == ["local"] and len(registry) == 1
+    assert registry.get("local") is LocalBackend
+    with pytest.raises(PluginError, match="already registered by plugin lazy-test"):
+        registry.add(LocalBackend)
+    registry.add_lazy("wrong-name", "fsdp_sdk.backends.local:LocalBackend")
+    with pytest.raises(PluginError, match="is backend 'local', registered as 'wrong-name'"):
+        registry.get("wrong-name")
+    registry.add_lazy("missing", "fsdp_sdk.backends.nowhere:Backend")
+    with pytest.raises(PluginError, match="cannot import fsdp_sdk.backends.nowhere:Backend"):
+        registry.get("missing")
+    with pytest.raises(PluginError, match="is not 'package.module:ClassName'"):
+        registry.add_lazy("bad", "fsdp_sdk.backends.local.LocalBackend")

@@ -40,3 +40,10 @@ def test_importing_the_package_imports_only_the_package() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "['fsdp_sdk'] fsdp_sdk.client"
+
+
+def test_config_show_does_not_import_the_local_backend_module() -> None:
+    """The built-in backend is registered by import path: naming it in the configuration imports nothing."""
+    modules = imported_modules("config", "show")
+    assert "fsdp_sdk.config" in modules, "the importtime output was not parsed"
+    assert "fsdp_sdk.backends.local" not in modules

@@ -60,8 +60,9 @@ def fsdp_sdk_register_backends(registry: BackendRegistry) -> None:
     """Register cluster backends.
 
     Call ``registry.add(cls)`` with each :class:`~fsdp_sdk.backends.base.ClusterBackend`
-    subclass the plugin provides. The class's ``name`` is what users pass to
-    ``--backend`` and ``cluster.backend``.
+    subclass the plugin provides, or ``registry.add_lazy(name, "package.module:Class")``
+    to defer importing a heavy module until the backend is used. The class's ``name``
+    is what users pass to ``--backend`` and ``cluster.backend``.
 
     :param registry: the backend registry; ``add`` raises
         :class:`~fsdp_sdk.errors.PluginError` when the name is already taken.

@@ -249,6 +249,7 @@ class BackendRegistry:
 
     def __init__(self) -> None:
         self._classes: dict[str, type[ClusterBackend]] = {}
+        self._lazy: dict[str, str] = {}
         self._owners: dict[str, str] = {}
         #: Name of the plugin whose hook is running; set by the plugin manager for error messages.
         self.current_plugin: str | None = None
@@ -260,6 +261,38 @@ class BackendRegistry:
         :raises PluginError: ``cls`` is not a concrete backend class, has no name, or the name is taken.
         """
         who = self.current_plugin or "?"
+        name = self._check_class(cls, who)
+        self._claim(name, who)
+        self._classes[name] = cls
+
+    def add_lazy(self, name: str, target: str) -> None:
+        """Register backend ``name`` by import path, imported only when :meth:`get` first asks for it.
+
+        Commands that only need the backend's name (``config show``, ``--help``) then never import
+        its module: use this for backends whose module imports much.
+
+        :param name: the backend's name; the class's ``name`` must match it.
+        :param target: ``"package.module:ClassName"``.
+        :raises PluginError: the name is empty or taken, or ``target`` is not ``module:Class``.
+        """
+        who = self.current_plugin or "?"
+        if not isinstance(name, str) or not name:
+            raise PluginError(f"plugin {who}: registry.add_lazy() needs a backend name, got {name!r}")
+        if not isinstance(target, str) or target.count(":") != 1:
+            raise PluginError(f"plugin {who}: backend {name!r}: target {target!r} is not 'package.module:ClassName'")
+        self._claim(name, who)
+        self._lazy[name] = target
+
+    def _claim(self, name: str, who: str) -> None:
+        if name in self:
+            raise PluginError(
+                f"backend {name!r} from plugin {who} is already registered by plugin {self._owners[name]}; "
+                "uninstall one of the two plugins"
+            )
+        self._owners[name] = who
+
+    @staticmethod
+    def _check_class(cls: object, who: str) -> str:
         if not (isinstance(cls, type) and issubclass(cls, ClusterBackend)):
             raise PluginError(f"plugin {who}: registry.add() takes a ClusterBackend subclass, got {cls!r}")
         name = getattr(cls, "name", None)
@@ -268,19 +301,30 @@ class BackendRegistry:
         missing = sorted(getattr(cls, "__abstractmethods__", ()))
         if missing:
             raise PluginError(f"plugin {who}: backend {name!r} does not implement {', '.join(missing)}")
-        if name in self._classes:
-            raise PluginError(
-                f"backend {name!r} from plugin {who} is already registered by plugin {self._owners[name]}; "
-                "uninstall one of the two plugins"
-            )
+        return name
+
+    def _load(self, name: str) -> type[ClusterBackend]:
+        import importlib
+
+        target, who = self._lazy[name], self._owners[name]
+        module_name, _, attr = target.partition(":")
+        try:
+            cls = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as exc:
+            raise PluginError(f"plugin {who}: backend {name!r}: cannot import {target} ({exc})") from exc
+        if self._check_class(cls, who) != name:
+            raise PluginError(f"plugin {who}: {target} is backend {cls.name!r}, registered as {name!r}")
+        del self._lazy[name]
         self._classes[name] = cls
-        self._owners[name] = who
+        return cls
 
     def get(self, name: str) -> type[ClusterBackend]:
         """The backend class called ``name``.
 
         :raises ConfigError: no backend has that name (the message lists the known ones).
         """
+        if name in self._lazy:
+            return self._load(name)
         try:
             return self._classes[name]
         except KeyError:
@@ -292,17 +336,18 @@ class BackendRegistry:
             ) from None
 
     def __contains__(self, name: object) -> bool:
-        return name in self._classes
+        return name in self._classes or name in self._lazy
 
     def __iter__(self) -> Iterator[type[ClusterBackend]]:
-        return iter(self._classes[n] for n in self.names())
+        """Every backend class (lazily registered ones are imported here)."""
+        return iter([self.get(n) for n in self.names()])
 
     def __len__(self) -> int:
-        return len(self._classes)
+        return len(self._classes) + len(self._lazy)
 
     def names(self) -> list[str]:
-        """Registered names, sorted."""
-        return sorted(self._classes)
+        """Registered names, sorted (imports nothing)."""
+        return sorted([*self._classes, *self._lazy])
 
     def owner(self, name: str) -> str:
         """Name of the plugin that registered ``name``."""

@@ -18,10 +18,8 @@ if TYPE_CHECKING:
 
 @hookimpl
 def fsdp_sdk_register_backends(registry: BackendRegistry) -> None:
-    """Register the local backend."""
-    from fsdp_sdk.backends.local import LocalBackend
-
-    registry.add(LocalBackend)
+    """Register the local backend (by import path: ``config show`` and ``--help`` never import it)."""
+    registry.add_lazy("local", "fsdp_sdk.backends.local:LocalBackend")
 
 
 @hookimpl
