@@ -6,6 +6,7 @@ import click
 
 from fsdp_sdk.cli.application import Application
 from fsdp_sdk.cli.options import common_options, json_option
+from fsdp_sdk.cli.output import to_yaml
 
 
 @click.group(short_help="Inspect the configuration.")
@@ -29,6 +30,4 @@ def show(app: Application, as_json: bool, origins: bool) -> None:
     if as_json:
         app.echo_json(data)
         return
-    import yaml
-
-    click.echo(yaml.safe_dump(data, sort_keys=False, default_flow_style=False).rstrip())
+    click.echo(to_yaml(data))
