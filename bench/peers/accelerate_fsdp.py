@@ -67,7 +67,7 @@ def main() -> None:
     gen = torch.Generator(device="cpu").manual_seed(1234 + acc.process_index)
     times: list[float] = []
     losses: list[float] = []
-    for step in range(args.steps):
+    for _ in range(args.steps):
         ids = torch.randint(0, args.vocab, (args.micro_batch, args.seq_len), generator=gen).to(acc.device)
         torch.cuda.synchronize()
         t0 = time.perf_counter()

@@ -62,7 +62,7 @@ def _corpus() -> list[str]:
             continue
         try:
             mod = importlib.import_module(name)
-        except Exception:  # noqa: BLE001 - platform-specific modules may not import
+        except Exception:  # platform-specific modules may not import
             continue
         for _, obj in inspect.getmembers(mod):
             doc = inspect.getdoc(obj) if callable(obj) else None

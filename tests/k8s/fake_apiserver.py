@@ -388,7 +388,7 @@ class _Handler(BaseHTTPRequestHandler):
             namespace, rest = rest[1], rest[2:]
         plural, name, sub = rest[0], (rest[1] if len(rest) > 1 else ""), rest[2:]
         res = next((r for r in served if r.plural == plural), None)
-        if res is None or res.namespaced != bool(namespace) and not (method == "GET" and not name):
+        if res is None or (res.namespaced != bool(namespace) and not (method == "GET" and not name)):
             self._fail(404, "NotFound", f"the server could not find the requested resource ({plural})")
             return
         if res.kind == "Service" and sub[:1] == ["proxy"]:

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import trainer_env
+
 from fsdp_trainer import options
 from fsdp_trainer.config import TrainerConfig, flag_prefix, help_text, known_flags, load_config
 from fsdp_trainer.errors import ConfigError
@@ -33,15 +33,7 @@ def test_every_field_has_a_docstring():
 
 
 def test_required_flags_exist():
-    required = """model.preset model.name_or_path model.init model.attn_implementation model.tokenizer
-    data.source data.path data.dataset data.split data.text_field data.seq_len data.seed
-    train.steps train.micro_batch_size train.grad_accum_steps train.lr train.min_lr_ratio train.warmup_steps
-    train.schedule train.weight_decay train.max_grad_norm train.seed train.output_dir train.log_every
-    parallel.api parallel.sharding parallel.shard_size parallel.replicate_size parallel.reshard_after_forward
-    parallel.cpu_offload parallel.forward_prefetch parallel.backward_prefetch parallel.limit_all_gathers
-    precision.mode precision.param_dtype precision.reduce_dtype ac.mode ac.every compile.enabled compile.loss
-    fp8.enabled checkpoint.dir checkpoint.every_steps checkpoint.keep checkpoint.resume checkpoint.export_hf
-    metrics.file metrics.peak_tflops runtime.device runtime.backend runtime.seed""".split()
+    required = ["model.preset", "model.name_or_path", "model.init", "model.attn_implementation", "model.tokenizer", "data.source", "data.path", "data.dataset", "data.split", "data.text_field", "data.seq_len", "data.seed", "train.steps", "train.micro_batch_size", "train.grad_accum_steps", "train.lr", "train.min_lr_ratio", "train.warmup_steps", "train.schedule", "train.weight_decay", "train.max_grad_norm", "train.seed", "train.output_dir", "train.log_every", "parallel.api", "parallel.sharding", "parallel.shard_size", "parallel.replicate_size", "parallel.reshard_after_forward", "parallel.cpu_offload", "parallel.forward_prefetch", "parallel.backward_prefetch", "parallel.limit_all_gathers", "precision.mode", "precision.param_dtype", "precision.reduce_dtype", "ac.mode", "ac.every", "compile.enabled", "compile.loss", "fp8.enabled", "checkpoint.dir", "checkpoint.every_steps", "checkpoint.keep", "checkpoint.resume", "checkpoint.export_hf", "metrics.file", "metrics.peak_tflops", "runtime.device", "runtime.backend", "runtime.seed"]
     missing = {f"--{r}" for r in required} - set(known_flags())
     assert not missing
 

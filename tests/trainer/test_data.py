@@ -8,7 +8,14 @@ import pytest
 import torch
 
 from fsdp_trainer.config import DataConfig
-from fsdp_trainer.data import GlobalBatchSampler, SyntheticDataset, build_dataloader, jsonl_documents, pack, text_documents
+from fsdp_trainer.data import (
+    GlobalBatchSampler,
+    SyntheticDataset,
+    build_dataloader,
+    jsonl_documents,
+    pack,
+    text_documents,
+)
 from fsdp_trainer.errors import ConfigError
 from fsdp_trainer.tokenizer import byte_tokenizer, encode_documents, load_tokenizer
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-
 from conftest import TINY, assert_ok, run_trainer
 
 pytestmark = pytest.mark.timeout(240)

@@ -10,7 +10,15 @@ import torch.nn.functional as F
 
 from fsdp_trainer.config import ModelConfig, TrainConfig
 from fsdp_trainer.flops import flops_per_token, peak_tflops
-from fsdp_trainer.model import CausalLMWithLoss, build_hf_config, chunked_cross_entropy, count_params, init_weights_, meta_model, reset_rotary_
+from fsdp_trainer.model import (
+    CausalLMWithLoss,
+    build_hf_config,
+    chunked_cross_entropy,
+    count_params,
+    init_weights_,
+    meta_model,
+    reset_rotary_,
+)
 from fsdp_trainer.optim import lr_multiplier
 from fsdp_trainer.presets import PRESETS, num_params
 

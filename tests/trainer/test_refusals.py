@@ -6,8 +6,8 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import trainer_env
+
 from fsdp_trainer.config import load_config
 from fsdp_trainer.train import main_with_config
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import TINY, assert_ok, run_trainer
 
 pytestmark = pytest.mark.timeout(240)

@@ -371,7 +371,7 @@ def read_config_file(path: str) -> dict[str, Any]:
             import yaml
 
             data = yaml.safe_load(text)
-    except Exception as e:  # noqa: BLE001 - any parse error becomes one line
+    except Exception as e:  # any parse error becomes one line
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ConfigError(f"--config: cannot parse {path}: {first}") from None
     if data is None:

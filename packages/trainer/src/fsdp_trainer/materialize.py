@@ -31,7 +31,16 @@ from torch.distributed.device_mesh import DeviceMesh
 
 from .config import TrainerConfig
 from .distributed import DistEnv
-from .model import CausalLMWithLoss, build_hf_config, count_params, init_module_, init_weights_, load_pretrained_state_dict, meta_model, reset_rotary_
+from .model import (
+    CausalLMWithLoss,
+    build_hf_config,
+    count_params,
+    init_module_,
+    init_weights_,
+    load_pretrained_state_dict,
+    meta_model,
+    reset_rotary_,
+)
 from .parallelize import parallelize_llama
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,8 @@ The order matters, and is the same as torchtitan's:
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn as nn

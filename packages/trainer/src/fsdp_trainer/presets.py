@@ -8,7 +8,8 @@ validate ``--model.preset`` offline. ``model.build_hf_config`` turns a spec into
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 Spec = dict[str, Any]
 
