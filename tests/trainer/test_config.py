@@ -87,7 +87,6 @@ def test_round_trip_through_dict():
         (["--model.preset", "llama9"], "--model.preset: 'llama9' is not one of tiny,"),
         (["--model.init", "pretrained"], "--model.init: 'pretrained' needs --model.name_or_path"),
         (["--parallel.api", "fsdp2", "--parallel.backward_prefetch", "post"], "--parallel.backward_prefetch:"),
-        (["--parallel.api", "fsdp1", "--compile.enabled", "true"], "--compile.enabled:"),
         (["--parallel.shard_size", "2"], "--parallel.shard_size: only used with --parallel.sharding hybrid_shard"),
         (["--fp8.all_gather", "true", "--fp8.recipe", "rowwise"], "--fp8.all_gather:"),
         (["--checkpoint.resume", "latest"], "--checkpoint.resume:"),

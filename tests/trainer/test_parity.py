@@ -121,10 +121,15 @@ def test_sharded_random_init_trains(api, common, reference, tmp_path):
     assert losses[STEPS] < losses[1] - 0.1
 
 
-def test_compiled_blocks_and_loss_match(common, reference, reference_grad_norms, tmp_path):
-    """Per-block torch.compile inside FSDP2 (with activation checkpointing and a compiled loss) changes no numbers."""
-    flags = ["--parallel.api", "fsdp2", "--compile.enabled", "true", "--compile.loss", "true", "--ac.mode", "full", "--train.micro_batch_size", "4"]
-    run = run_trainer([*common, *flags], tmp_path / "out")
+@pytest.mark.parametrize("api", ["fsdp2", "fsdp1"])
+def test_compiled_blocks_and_loss_match(api, common, reference, reference_grad_norms, tmp_path):
+    """Per-block torch.compile inside FSDP (with activation checkpointing and a compiled loss) changes no numbers.
+
+    FSDP2 on one process; FSDP1 on two (FULL_SHARD), where the compiled blocks see use_orig_params views.
+    """
+    nproc, mb = (0, "4") if api == "fsdp2" else (2, "2")
+    flags = ["--parallel.api", api, "--compile.enabled", "true", "--compile.loss", "true", "--ac.mode", "full", "--train.micro_batch_size", mb]
+    run = run_trainer([*common, *flags], tmp_path / "out", nproc=nproc)
     assert_ok(run)
     for step, ref in reference.items():
         assert run.losses()[step] == pytest.approx(ref, rel=1e-4), f"step {step}"

@@ -131,7 +131,7 @@ class ActivationCheckpointConfig:
 @dataclass
 class CompileConfig:
     enabled: bool = False
-    """torch.compile each decoder block (fsdp2 or none)."""
+    """torch.compile each decoder block (before FSDP wraps it; FSDP1 keeps use_orig_params=True for it)."""
     loss: bool = False
     """torch.compile the chunked lm_head + cross-entropy."""
 
@@ -302,8 +302,6 @@ class TrainerConfig:
             raise ConfigError(f"{flag}: only used with --parallel.sharding hybrid_shard")
         if par.api == "fsdp2" and par.backward_prefetch != "pre":
             raise ConfigError(f"--parallel.backward_prefetch: {par.backward_prefetch!r} is fsdp1-only; fsdp2 always prefetches the previous block ('pre')")
-        if par.api == "fsdp1" and self.compile.enabled:
-            raise ConfigError("--compile.enabled: per-block compile is supported with --parallel.api fsdp2 or none")
         if par.api == "none" and par.cpu_offload:
             raise ConfigError("--parallel.cpu_offload: needs --parallel.api fsdp2 or fsdp1")
         if self.fp8.enabled and par.api == "fsdp1":
