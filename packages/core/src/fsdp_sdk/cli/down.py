@@ -34,10 +34,4 @@ def down(app: Application, yes: bool, dry_run: bool, as_json: bool) -> None:
                 raise ConfigError("--yes", f"deleting cluster {current.cluster!r} needs a confirmation",
                                   "pass --yes to delete without a prompt")
             click.confirm(f"Delete cluster {current.cluster!r} ({backend.name})?", abort=True, err=True)
-    status = client.down(dry_run=dry_run)
-    if as_json:
-        app.echo_json(status.to_dict())
-    else:
-        echo_status(status)
-        if dry_run:
-            click.echo("dry run: nothing changed")
+    echo_status(client.down(dry_run=dry_run), as_json=as_json, dry_run=dry_run)

@@ -32,10 +32,15 @@ def key_values(data: Mapping[str, Any], indent: str = "") -> str:
     return "\n".join(lines)
 
 
-def echo_status(status: Any) -> None:
-    """Print a :class:`~fsdp_sdk.backends.base.ClusterStatus` as text."""
+def echo_status(status: Any, *, as_json: bool = False, dry_run: bool = False) -> None:
+    """Print a :class:`~fsdp_sdk.backends.base.ClusterStatus`: JSON, or text (noting a dry run)."""
     data = status.to_dict()
+    if as_json:
+        click.echo(json.dumps(data, indent=2, default=str))
+        return
     click.echo(key_values(data))
+    if dry_run:
+        click.echo("dry run: nothing changed")
 
 
 # A plain (unquoted) YAML scalar that no YAML 1.1 or 1.2 reader takes for anything but a string.

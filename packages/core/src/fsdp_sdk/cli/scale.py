@@ -20,10 +20,4 @@ def scale(app: Application, nodes: int, dry_run: bool, as_json: bool) -> None:
 
     On the local backend this sets the number of simulated nodes runs may use.
     """
-    status = app.client.scale(nodes, dry_run=dry_run)
-    if as_json:
-        app.echo_json(status.to_dict())
-    else:
-        echo_status(status)
-        if dry_run:
-            click.echo("dry run: nothing changed")
+    echo_status(app.client.scale(nodes, dry_run=dry_run), as_json=as_json, dry_run=dry_run)

@@ -19,9 +19,6 @@ def status(app: Application, as_json: bool) -> None:
     Exits with status 1 when the cluster exists but is degraded.
     """
     result = app.client.status()
-    if as_json:
-        app.echo_json(result.to_dict())
-    else:
-        echo_status(result)
+    echo_status(result, as_json=as_json)
     if result.state == "degraded":
         raise click.exceptions.Exit(1)

@@ -39,8 +39,4 @@ def up(app: Application, dry_run: bool, as_json: bool) -> None:
             click.echo(f"On-demand cost: ${plan.hourly_cost_usd:,.2f}/hour")
         click.echo(f"Current state: {status.state} (dry run: nothing changed)")
         return
-    status = client.up()
-    if as_json:
-        app.echo_json(status.to_dict())
-    else:
-        echo_status(status)
+    echo_status(client.up(), as_json=as_json)
