@@ -1,0 +1,54 @@
+"""The trainer's SDPA function: same numbers as transformers' own, and the kernel order it asks for."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fsdp_trainer import attention
+from fsdp_trainer.config import ModelConfig
+from fsdp_trainer.model import build_hf_config, init_weights_, meta_model, reset_rotary_
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_kernel_order():
+    cpu = torch.device("cpu")
+    assert attention.kernel_order("auto", cpu) is None  # torch's own choice off Hopper
+    assert attention.kernel_order("default", cpu) is None
+    assert attention.kernel_order("cudnn", cpu) == ["cudnn", "flash", "efficient", "math"]
+    assert attention.kernel_order("efficient", cpu) == ["efficient", "flash", "math"]
+    assert attention.kernel_order("math", cpu) == ["math", "flash", "efficient"]
+
+
+def _lm(hf_config):
+    lm = meta_model(hf_config)
+    lm.to_empty(device="cpu")
+    init_weights_(lm, 0.02, seed=3)
+    reset_rotary_(lm, "cpu")
+    return lm
+
+
+@pytest.mark.parametrize("preset", ["tiny", "tiny-gqa"])  # tiny-gqa: grouped key/value heads, repeated by the function
+def test_trainer_sdpa_matches_transformers_sdpa(preset):
+    ids = torch.randint(0, 512, (2, 40), generator=torch.Generator().manual_seed(0))
+    stock = build_hf_config(ModelConfig(preset=preset))
+    ref_lm = _lm(stock)
+    ref = ref_lm(input_ids=ids).logits
+    ref.sum().backward()
+
+    ours = build_hf_config(ModelConfig(preset=preset))
+    assert attention.configure_attention(ours, "math", torch.device("cpu")) == "sdpa (math, flash, efficient)"
+    assert ours._attn_implementation == attention.ATTENTION_NAME
+    lm = _lm(ours)
+    out = lm(input_ids=ids).logits
+    out.sum().backward()
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    q_proj = "model.layers.0.self_attn.q_proj.weight"
+    torch.testing.assert_close(dict(lm.named_parameters())[q_proj].grad, dict(ref_lm.named_parameters())[q_proj].grad, rtol=1e-4, atol=1e-6)
+
+
+def test_non_sdpa_implementations_are_left_alone():
+    hf_config = build_hf_config(ModelConfig(preset="tiny", attn_implementation="eager"))
+    assert attention.configure_attention(hf_config, "cudnn", torch.device("cpu")) == "eager"
+    assert hf_config._attn_implementation == "eager"
