@@ -15,6 +15,7 @@ from fsdp_trainer.model import (
     build_hf_config,
     chunked_cross_entropy,
     count_params,
+    linear_cross_entropy,
     init_weights_,
     meta_model,
     reset_rotary_,
@@ -41,6 +42,47 @@ def test_chunked_loss_and_grads_equal_full_cross_entropy():
     torch.testing.assert_close(loss.double(), full, rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(g_hidden, hidden.grad)
     torch.testing.assert_close(g_weight, weight.grad)
+
+
+@pytest.mark.parametrize("chunk_tokens", [8, 74, 200])  # several chunks with a short last one, exactly one, one larger than the input
+def test_fused_loss_gradients_made_in_forward_equal_autograd(chunk_tokens):
+    torch.manual_seed(0)
+    hidden = torch.randn(2, 37, 16, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(50, 16, dtype=torch.float64, requires_grad=True)
+    labels = torch.randint(0, 50, (2, 37))
+    labels[0, :5] = -100
+    labels[1, -1] = -100
+    loss, count = linear_cross_entropy(hidden, weight, labels, chunk_tokens)
+    (loss * 0.25).backward()  # backward scales the kept gradients by the incoming one
+    g_hidden, g_weight = hidden.grad.clone(), weight.grad.clone()
+    hidden.grad = weight.grad = None
+    full = F.cross_entropy((hidden @ weight.T).flatten(0, 1), labels.flatten(), ignore_index=-100, reduction="sum")
+    (full * 0.25).backward()
+    assert int(count) == 2 * 37 - 6
+    torch.testing.assert_close(loss.double(), full, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(g_hidden, hidden.grad)
+    torch.testing.assert_close(g_weight, weight.grad)
+    assert torch.count_nonzero(g_hidden[0, :5]) == 0  # rows whose label is ignored take no gradient
+
+
+def test_fused_and_checkpointed_loss_give_the_same_wrapper_gradients():
+    hf_config = build_hf_config(ModelConfig(preset="tiny-gqa"))
+    ids = torch.randint(0, 512, (2, 33), generator=torch.Generator().manual_seed(2))
+    grads = []
+    for fused in (True, False):
+        lm = meta_model(hf_config)
+        lm.to_empty(device="cpu")
+        init_weights_(lm, 0.02, seed=1)
+        reset_rotary_(lm, "cpu")
+        wrapper = CausalLMWithLoss(lm, loss_chunk_tokens=24, fused_loss=fused)
+        loss_sum, _ = wrapper(ids[:, :-1], ids[:, 1:])
+        loss_sum.backward()
+        grads.append((loss_sum.detach(), {n: p.grad for n, p in wrapper.named_parameters()}))
+    (loss_a, grads_a), (loss_b, grads_b) = grads
+    torch.testing.assert_close(loss_a, loss_b, rtol=1e-6, atol=0)
+    assert grads_a.keys() == grads_b.keys()
+    for name in grads_a:
+        torch.testing.assert_close(grads_a[name], grads_b[name], rtol=1e-4, atol=1e-6 * float(grads_b[name].abs().max()), msg=name)
 
 
 def test_wrapper_loss_equals_hf_model_loss():
