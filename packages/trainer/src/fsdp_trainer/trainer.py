@@ -7,10 +7,9 @@ FSDP averages gradients over the ``dp_size`` data-parallel ranks, which leaves
 exactly the gradient of the global mean (the same as one process on the whole
 batch). The reported loss is the all-reduced sum over the all-reduced count.
 
-Host syncs: a step waits for the GPU only twice, for the count of label tokens
-before its first forward (a tiny all-reduce) and once at its end (for the step
-time); loss and grad norm stay on the device until then, so the host keeps
-queueing kernels ahead of the GPU. Python's cyclic garbage collector is switched
+Host syncs: a step waits for the GPU once, at its end (for the step time); the
+count of label tokens is all-reduced on the device and loss and grad norm stay
+there until then, so the host keeps queueing kernels ahead of the GPU. Python's cyclic garbage collector is switched
 off during training and run every ``GC_EVERY`` steps instead: an automatic
 collection in the middle of a step stalls the host for tens of milliseconds at
 an arbitrary point (seen as single slow steps on H200).
@@ -139,9 +138,12 @@ class Trainer:
         """
         accum = self.cfg.train.grad_accum_steps
         batches = [self.data.next_batch() for _ in range(accum)]
-        local_count = sum(b.num_targets for b in batches)
-        (global_count,) = self.env.all_reduce_sum([local_count])
-        scale = self.env.world_size / max(global_count, 1.0)
+        # The global count of label tokens, all-reduced on the device: the host does not wait for it.
+        global_count = torch.tensor(float(sum(b.num_targets for b in batches)), dtype=torch.float64, device=self.env.device)
+        if self.env.world_size > 1:
+            torch.distributed.all_reduce(global_count)
+        global_count = global_count.clamp(min=1.0)
+        scale = self.env.world_size / global_count
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.env.device)
         for i, batch in enumerate(batches):
             with self._no_grad_sync(i == accum - 1):
@@ -160,7 +162,7 @@ class Trainer:
         if self.env.world_size > 1:
             torch.distributed.all_reduce(dist_loss)  # queued on the device; read after the step's sync
         tokens = sum(b.input_ids.numel() for b in batches)
-        return dist_loss / max(global_count, 1.0), grad_norm, tokens
+        return dist_loss / global_count, grad_norm, tokens
 
     def fit(self) -> dict[str, Any]:
         """Resume if asked, train to ``train.steps``, save, export; returns the summary (leader prints it)."""
@@ -194,6 +196,7 @@ class Trainer:
             tokens_processed=int(tokens_processed),
             wall_time_s=time.perf_counter() - self.start_time,
             config=cfg.to_dict(),
+            auto=cfg.auto_choice,
         )
         if env.is_leader:
             out = Path(cfg.train.output_dir)
