@@ -18,6 +18,7 @@ from .errors import ConfigError
 USAGE = """usage: torchrun [torchrun options] -m fsdp_trainer [--config FILE.yaml] [--section.field VALUE ...]
        fsdp-train [--config FILE.yaml] [--section.field VALUE ...]     (one process)
        fsdp-train --print-config [...]                                 (resolved config as JSON, then exit)
+       --auto                                                          (= --auto.enabled true: fastest settings that fit)
 
 Train a Llama model with PyTorch FSDP. Options (also --section.field=VALUE; 'none' clears an optional field):"""
 
@@ -34,6 +35,8 @@ def main(argv: list[str] | None = None) -> int:
         arg = args[i]
         if arg == "--print-config":
             print_only = True
+        elif arg == "--auto":  # short for --auto.enabled true
+            overrides.append("--auto.enabled=true")
         elif arg == "--config" or arg.startswith("--config="):
             if "=" in arg:
                 config_path = arg.split("=", 1)[1]

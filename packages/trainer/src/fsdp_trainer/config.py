@@ -36,6 +36,8 @@ class ModelConfig:
     """Where random weights are drawn. replicated: every rank draws the full model on CPU from train.seed, so the weights are identical whatever the sharding (parity tests); sharded: each rank draws its own shards on the device after sharding (no full copy anywhere; differs with the sharding). auto: replicated up to 1B parameters, sharded above."""
     attn_implementation: str = "sdpa"
     """Attention kernel passed to transformers (sdpa, eager, flash_attention_2, flex_attention)."""
+    sdpa_backend: Literal["auto", "cudnn", "flash", "efficient", "math", "default"] = "auto"
+    """SDPA kernel tried first when model.attn_implementation is sdpa (the others follow as fallbacks). auto: cudnn on sm_90+ GPUs (H100/H200: faster than flash for training), torch's default order elsewhere; default: always torch's default order."""
     tokenizer: str | None = None
     """Tokenizer directory or Hub id, or 'bytes' for the builtin byte-level tokenizer (256 bytes + BOS/EOS/PAD). Default: model.name_or_path when set, 'bytes' for tiny presets, none otherwise (synthetic data needs none)."""
 
@@ -79,7 +81,9 @@ class TrainConfig:
     max_grad_norm: float = 1.0
     """Clip the global gradient norm to this value; 0 disables clipping (the norm is still reported)."""
     loss_chunk_tokens: int = 4096
-    """Tokens per chunk of the fused lm_head + cross-entropy; only one chunk's logits exist at a time."""
+    """Tokens per chunk of the lm_head + cross-entropy; only one chunk's logits exist at a time."""
+    fused_loss: bool = True
+    """Compute each loss chunk's gradients during the forward (no logits kept, no lm_head recompute in backward; holds one lm_head-sized gradient from forward to backward). false: checkpoint each chunk and recompute its logits in backward."""
     seed: int = 42
     """Master seed: random weights, and data.seed / runtime.seed unless set."""
     output_dir: str = "./outputs"
@@ -133,7 +137,7 @@ class CompileConfig:
     enabled: bool = False
     """torch.compile each decoder block (before FSDP wraps it; FSDP1 keeps use_orig_params=True for it)."""
     loss: bool = False
-    """torch.compile the chunked lm_head + cross-entropy."""
+    """torch.compile the lm_head + cross-entropy of one chunk (fused or chunked, see train.fused_loss)."""
 
 
 @dataclass
@@ -144,6 +148,14 @@ class Fp8Config:
     """torchao scaling recipe."""
     all_gather: bool = False
     """fsdp2 + tensorwise: all-gather weights in float8 (halves all-gather traffic)."""
+
+
+@dataclass
+class AutoConfig:
+    enabled: bool = False
+    """Pick the fastest settings that fit in memory (--auto for short): micro-batch (keeping micro_batch_size x grad_accum_steps when either is given), activation checkpointing and compile, from a memory model of the architecture; settings given explicitly are kept. The choice is logged and recorded in summary.json."""
+    memory_fraction: float = 0.88
+    """Share of each device's memory the estimated peak may fill (the rest: CUDA context, communication buffers, allocator slack)."""
 
 
 @dataclass
@@ -210,6 +222,8 @@ class TrainerConfig:
     """torch.compile."""
     fp8: Fp8Config = field(default_factory=Fp8Config)
     """Float8 training."""
+    auto: AutoConfig = field(default_factory=AutoConfig)
+    """Automatic choice of the fastest settings that fit."""
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     """Sharded checkpoints, resume and Hugging Face export."""
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
@@ -218,6 +232,10 @@ class TrainerConfig:
     """Device and process group."""
 
     def __post_init__(self) -> None:
+        #: ``section.field`` names given in the config file or as flags (``--auto`` keeps these); not a config field.
+        self.explicit: frozenset[str] = frozenset()
+        #: What ``--auto`` chose (set at start-up, recorded in summary.json); not a config field.
+        self.auto_choice: dict[str, Any] | None = None
         for name, cls in options.sections(TrainerConfig):
             section = getattr(self, name)
             if not isinstance(section, cls):
@@ -289,6 +307,8 @@ class TrainerConfig:
                 raise ConfigError(f"{flag}: must be zero or positive (got {value})")
         if t.lr <= 0:
             raise ConfigError(f"--train.lr: must be positive (got {t.lr})")
+        if not 0.0 < self.auto.memory_fraction <= 1.0:
+            raise ConfigError(f"--auto.memory_fraction: must be above 0 and at most 1 (got {self.auto.memory_fraction})")
         if not 0.0 <= t.min_lr_ratio <= 1.0:
             raise ConfigError(f"--train.min_lr_ratio: must be between 0 and 1 (got {t.min_lr_ratio})")
         if m.init == "pretrained" and not m.name_or_path:
@@ -323,6 +343,7 @@ class TrainerConfig:
         by_key = {flag_prefix(name): (name, sec) for name, sec in options.sections(cls)}
         by_key.update({name: (name, sec) for name, sec in options.sections(cls)})
         built: dict[str, Any] = {}
+        explicit: set[str] = set()
         for key, values in d.items():
             if key not in by_key:
                 raise options.unknown_option(f"--{key}", known)
@@ -338,8 +359,11 @@ class TrainerConfig:
                 if fname not in hints:
                     raise options.unknown_option(flag, known)
                 kwargs[fname] = options.coerce(flag, hints[fname], value)
+                explicit.add(f"{flag_prefix(name)}.{fname}")
             built[name] = sec(**kwargs)
-        return cls(**built)
+        cfg = cls(**built)
+        cfg.explicit = frozenset(explicit)
+        return cfg
 
     def to_dict(self) -> dict[str, Any]:
         """Nested plain dict keyed by CLI flag prefixes (``ac`` for activation checkpointing)."""

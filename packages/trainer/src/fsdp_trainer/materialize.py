@@ -29,6 +29,7 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.device_mesh import DeviceMesh
 
+from .attention import configure_attention
 from .config import TrainerConfig
 from .distributed import DistEnv
 from .model import (
@@ -91,11 +92,13 @@ def materialize_device(cfg: TrainerConfig, device: torch.device) -> torch.device
 def build_model(cfg: TrainerConfig, env: DistEnv, mesh: DeviceMesh | None) -> BuiltModel:
     """Build ``CausalLMWithLoss``, give it weights, parallelize it; returns it on ``env.device``."""
     hf_config = build_hf_config(cfg.model)
+    attention = configure_attention(hf_config, cfg.model.sdpa_backend, env.device)
+    log.info("attention: %s", attention)
     lm = meta_model(hf_config)
     num_params, num_embedding = count_params(lm)
     strategy = init_strategy(cfg, num_params)
     log.info("model: %.2fM parameters, %d layers, init=%s", num_params / 1e6, hf_config.num_hidden_layers, strategy)
-    wrapper = CausalLMWithLoss(lm, cfg.train.loss_chunk_tokens, cfg.compile.loss)
+    wrapper = CausalLMWithLoss(lm, cfg.train.loss_chunk_tokens, cfg.compile.loss, cfg.train.fused_loss)
     std, seed, device, api = hf_config.initializer_range, cfg.train.seed, env.device, cfg.parallel.api
 
     # FSDP1's sync_module_states needs CUDA: on CPU (small test runs) every rank takes a full copy from rank 0.

@@ -37,6 +37,8 @@ def run(cfg: TrainerConfig) -> dict:
     torch.manual_seed(cfg.runtime.seed or 0)
     env = init_distributed(cfg.runtime, device)
     try:
+        if cfg.auto.enabled:
+            _apply_auto(cfg, env)
         summary = Trainer(cfg, env).fit()
         if env.is_leader:
             print(json.dumps(summary), flush=True)  # last stdout line: the run's summary
@@ -48,6 +50,29 @@ def run(cfg: TrainerConfig) -> dict:
     # still inside a collective (destroying an NCCL group can hang); torchrun stops them.
     destroy_distributed()
     return summary
+
+
+def _apply_auto(cfg: TrainerConfig, env) -> None:
+    """``--auto``: choose the settings from the smallest device memory among the ranks, the same on every rank."""
+    import os
+
+    import torch
+    import torch.distributed as dist
+
+    from .autotune import apply_auto
+    from .model import build_hf_config
+
+    if env.device.type == "cuda":
+        total = torch.cuda.get_device_properties(env.device).total_memory
+    else:  # CPU: this process's share of the host's memory
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    smallest = torch.tensor([total], dtype=torch.int64, device=env.device)
+    if env.world_size > 1:
+        dist.all_reduce(smallest, op=dist.ReduceOp.MIN)
+    record = apply_auto(cfg, build_hf_config(cfg.model), world_size=env.world_size, device_bytes=int(smallest.item()), on_gpu=env.device.type == "cuda")
+    cfg.auto_choice = record
+    log.info("auto: %s (estimated peak %.1f GiB of %.1f GiB per device; kept as given: %s)",
+             record["chosen"], record["estimated_peak_gib"], record["device_gib"], ", ".join(record["kept"]) or "nothing")
 
 
 def main_with_config(cfg: TrainerConfig) -> int:

@@ -1,0 +1,242 @@
+"""``--auto``: pick the fastest settings that fit in the accelerator's memory.
+
+What it chooses, among the settings the user did not give explicitly:
+
+- ``compile.enabled`` and ``compile.loss``: on for CUDA runs (off on CPU, where
+  compile time outweighs the gain for the small models trained there);
+- ``ac.mode`` / ``ac.every``: no activation checkpointing when it fits, else
+  selective (one block in 4, then one in 2), else full (``AC_CANDIDATES``);
+- ``train.micro_batch_size``: the largest that fits, up to ``MAX_MICRO_BATCH``; when
+  the user fixed the per-rank batch (``micro_batch_size`` x ``grad_accum_steps``)
+  it is kept, split into the largest micro-batches that fit.
+
+Candidates are ranked by a throughput model (recompute cost of checkpointing, and the
+per-step overhead that larger micro-batches amortise) and the first one whose
+estimated peak memory fits in ``auto.memory_fraction`` of the device is taken.
+
+The memory model, per GPU, for N parameters sharded over S ranks:
+
+- optimizer step: fp32 parameters, fp32 gradients and AdamW's two moments, ``16 N / S``;
+- forward/backward: fp32 parameters and moments ``12 N / S`` (sharded gradients come as
+  activations go), plus activations, plus unsharded bf16 copies of the blocks in flight
+  and of the root (embeddings, lm_head), plus the loss's per-chunk buffers;
+- activations per token per decoder layer without checkpointing, compiled:
+  ``12.7 d + 6 ffn + 4 kv_dim`` bytes (eager: 1.42 times that); a checkpointed layer keeps
+  its bf16 input (``2 d``) and one layer's activations are rebuilt at a time.
+
+The coefficients were fitted to peaks measured on H200s (bench/RESULTS.md: Llama-2-7B and
+Llama-3.1-8B, FSDP2, micro-batches 1 to 4, compiled and eager, full and selective
+checkpointing); ``tests/trainer/test_autotune.py`` holds those measurements against the
+model. Torch-free: the runtime side passes in the device memory and world size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+GiB = 2**30
+#: Micro-batches beyond this rarely pay (the step's fixed costs are amortised by then).
+MAX_MICRO_BATCH = 8
+#: Activation checkpointing candidates, fastest first: (mode, every, share of forward FLOPs recomputed).
+AC_CANDIDATES = (("none", 1, 0.0), ("selective", 4, 0.25), ("selective", 2, 0.5), ("full", 1, 1.0))
+#: Default share of the device's memory the estimate may fill; the rest is the CUDA context, NCCL
+#: buffers and the caching allocator's slack (the estimate is of allocated bytes).
+MEMORY_FRACTION = 0.88
+#: Candidates this close in estimated speed count as a tie, settled by memory.
+NEAR_TIE = 0.015
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the memory model needs of a Llama architecture."""
+
+    vocab: int
+    hidden: int
+    ffn: int
+    layers: int
+    heads: int
+    kv_heads: int
+    tied: bool = False
+
+    @classmethod
+    def from_config(cls, hf: Any) -> Shape:
+        """From a ``LlamaConfig`` (or any object / dict with its field names)."""
+        get = hf.get if isinstance(hf, dict) else lambda k, d=None: getattr(hf, k, d)
+        heads = get("num_attention_heads")
+        return cls(
+            vocab=get("vocab_size"), hidden=get("hidden_size"), ffn=get("intermediate_size"), layers=get("num_hidden_layers"),
+            heads=heads, kv_heads=get("num_key_value_heads") or heads, tied=bool(get("tie_word_embeddings", False)),
+        )
+
+    @property
+    def kv_dim(self) -> int:
+        return self.hidden // self.heads * self.kv_heads
+
+    @property
+    def block_params(self) -> int:
+        d = self.hidden
+        return d * d * 2 + d * self.kv_dim * 2 + 3 * d * self.ffn + 2 * d
+
+    @property
+    def params(self) -> int:
+        embeddings = self.vocab * self.hidden * (1 if self.tied else 2)
+        return self.layers * self.block_params + embeddings + self.hidden
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One setting the tuner considers, with its estimates."""
+
+    ac_mode: str
+    ac_every: int
+    micro_batch_size: int
+    grad_accum_steps: int
+    compiled: bool
+    peak_bytes: int
+    speed: float  # relative tokens/s, comparable between candidates of one run only
+
+    def describe(self) -> str:
+        ac = self.ac_mode if self.ac_mode != "selective" else f"selective every {self.ac_every}"
+        return f"micro_batch_size={self.micro_batch_size} grad_accum_steps={self.grad_accum_steps} ac={ac} compile={'on' if self.compiled else 'off'}"
+
+
+def activation_bytes_per_token(shape: Shape, compiled: bool, ac_mode: str, ac_every: int) -> float:
+    """Bytes kept per token for the whole decoder between forward and backward."""
+    full_layer = 12.7 * shape.hidden + 6 * shape.ffn + 4 * shape.kv_dim
+    if not compiled:
+        full_layer *= 1.42
+    checkpointed = {"none": 0, "full": shape.layers}.get(ac_mode, shape.layers // max(ac_every, 1))
+    kept = (shape.layers - checkpointed) * full_layer + checkpointed * 2 * shape.hidden
+    if checkpointed:
+        kept += full_layer  # one checkpointed layer rebuilt at a time in backward
+    return kept
+
+
+def estimate_peak_bytes(
+    shape: Shape, seq_len: int, micro_batch: int, *, shard_degree: int, compiled: bool, ac_mode: str, ac_every: int = 2,
+    loss_chunk_tokens: int = 4096, fused_loss: bool = True, cpu_offload: bool = False, param_bytes: int = 2,
+) -> int:
+    """Estimated peak of allocated bytes (``torch.cuda.max_memory_allocated``) on one GPU in a training step."""
+    n_shard = shape.params / max(shard_degree, 1)
+    states_fwd, states_step = (0.0, 0.0) if cpu_offload else (12 * n_shard, 16 * n_shard)
+    tokens = micro_batch * seq_len
+    activations = tokens * activation_bytes_per_token(shape, compiled, ac_mode, ac_every)
+    gathered = param_bytes * (3 * shape.block_params + shape.vocab * shape.hidden * (1 if shape.tied else 2))
+    chunk = min(loss_chunk_tokens, tokens)
+    logits = chunk * shape.vocab
+    if fused_loss:  # fp32 logits and their softmax, bf16 gradient; lm_head gradient (+ fp32 sum over chunks)
+        loss = logits * (4 + 4 + 2) + shape.vocab * shape.hidden * (2 + (4 if tokens > chunk else 0))
+    else:  # fp32 logits, bf16 logits, fp32 gradient in the checkpointed recompute
+        loss = logits * (4 + 2 + 4)
+    hidden_states = tokens * shape.hidden * 2 * 4  # embeddings out, final norm, its gradient
+    forward_peak = states_fwd + activations + gathered + loss + hidden_states
+    # End of backward / optimizer step: the last unsharded gradients (low precision, and fp32 for the reduce).
+    root_params = shape.vocab * shape.hidden * (1 if shape.tied else 2)
+    step_peak = states_step + (param_bytes + 4) * (shape.block_params + root_params)
+    return int(max(forward_peak, step_peak))
+
+
+def relative_speed(ac_recompute: float, micro_batch: int, compiled: bool) -> float:
+    """Relative tokens/s: forward recompute costs a third of a step per recomputed forward; fixed step costs amortise over the micro-batch.
+
+    Fitted to the H200 runs: micro-batch 1 -> 2 gains about 13% eager, 2 -> 3 about 5% compiled.
+    """
+    return (1.0 / (1.0 + ac_recompute / 3.0)) * (micro_batch / (micro_batch + 0.3)) * (1.2 if compiled else 1.0)
+
+
+def choose(
+    shape: Shape, seq_len: int, *, device_bytes: int, memory_fraction: float, shard_degree: int, compiled: bool,
+    fixed_batch: int | None, fixed_micro_batch: int | None, ac_fixed: tuple[str, int] | None, loss_chunk_tokens: int,
+    fused_loss: bool, cpu_offload: bool, param_bytes: int = 2,
+) -> tuple[Candidate | None, list[Candidate]]:
+    """The fastest candidate that fits (None when none does) and every candidate considered, fastest first.
+
+    ``fixed_batch``: micro-batch x accumulation per rank to keep (micro-batches must divide it);
+    ``fixed_micro_batch``: a micro-batch the user set; ``ac_fixed``: (mode, every) the user set.
+    """
+    budget = device_bytes * memory_fraction
+    acs = [(m, e, r) for m, e, r in AC_CANDIDATES] if ac_fixed is None else [(ac_fixed[0], ac_fixed[1], _recompute_share(*ac_fixed))]
+    if fixed_micro_batch is not None:
+        micro_batches = [fixed_micro_batch]
+    elif fixed_batch is not None:
+        micro_batches = [m for m in range(1, fixed_batch + 1) if fixed_batch % m == 0]
+    else:
+        micro_batches = list(range(1, MAX_MICRO_BATCH + 1))
+    considered = []
+    for mode, every, recompute in acs:
+        for mb in micro_batches:
+            peak = estimate_peak_bytes(
+                shape, seq_len, mb, shard_degree=shard_degree, compiled=compiled, ac_mode=mode, ac_every=every,
+                loss_chunk_tokens=loss_chunk_tokens, fused_loss=fused_loss, cpu_offload=cpu_offload, param_bytes=param_bytes,
+            )
+            accum = (fixed_batch // mb) if fixed_batch is not None else 1
+            considered.append(Candidate(mode, every, mb, accum, compiled, peak, relative_speed(recompute, mb, compiled)))
+    considered.sort(key=lambda c: (-c.speed, c.peak_bytes))
+    fitting = [c for c in considered if c.peak_bytes <= budget]
+    if not fitting:
+        return None, considered
+    # Near-ties (within NEAR_TIE of the fastest) go to the smallest footprint: the estimate is a model.
+    near = [c for c in fitting if c.speed >= fitting[0].speed * (1 - NEAR_TIE)]
+    return min(near, key=lambda c: c.peak_bytes), considered
+
+
+def _recompute_share(mode: str, every: int) -> float:
+    return {"none": 0.0, "full": 1.0}.get(mode, 1.0 / max(every, 1))
+
+
+def shard_degree(cfg: Any, world_size: int) -> int:
+    """Over how many ranks parameters and optimizer state are split."""
+    par = cfg.parallel
+    if par.api == "none" or par.sharding == "no_shard":
+        return 1
+    if par.sharding == "hybrid_shard":
+        return par.shard_size or world_size
+    return world_size
+
+
+def apply_auto(cfg: Any, hf_config: Any, *, world_size: int, device_bytes: int, on_gpu: bool) -> dict[str, Any]:
+    """Fill the settings ``--auto`` owns into ``cfg`` (those not set explicitly); returns a record for logs and the summary.
+
+    Raises ``ConfigError`` when nothing fits, naming what would.
+    """
+    from .errors import ConfigError
+
+    explicit: frozenset[str] = getattr(cfg, "explicit", frozenset())
+    t, ac, comp = cfg.train, cfg.activation_checkpointing, cfg.compile
+    compiled = comp.enabled if "compile.enabled" in explicit else on_gpu
+    mb_set, accum_set = "train.micro_batch_size" in explicit, "train.grad_accum_steps" in explicit
+    fixed_batch = t.micro_batch_size * t.grad_accum_steps if accum_set else None
+    ac_fixed = (ac.mode, ac.every) if "ac.mode" in explicit else None
+    shape = Shape.from_config(hf_config)
+    degree = shard_degree(cfg, world_size)
+    param_bytes = 4 if cfg.precision.param_dtype == "fp32" else 2
+    best, considered = choose(
+        shape, cfg.data.seq_len, device_bytes=device_bytes, memory_fraction=cfg.auto.memory_fraction, shard_degree=degree,
+        compiled=compiled, fixed_batch=fixed_batch, fixed_micro_batch=t.micro_batch_size if mb_set else None, ac_fixed=ac_fixed,
+        loss_chunk_tokens=t.loss_chunk_tokens, fused_loss=t.fused_loss, cpu_offload=cfg.parallel.cpu_offload, param_bytes=param_bytes,
+    )
+    where = f"{world_size} x {device_bytes / GiB:.1f} GiB ({'GPUs' if on_gpu else 'CPU processes'})"
+    if best is None:
+        smallest = min(considered, key=lambda c: c.peak_bytes)
+        raise ConfigError(
+            f"--auto: nothing fits on {where} (at best {smallest.describe()} needs about {smallest.peak_bytes / GiB:.0f} GiB per device "
+            f"with {cfg.auto.memory_fraction:.0%} usable); use more GPUs, --parallel.cpu_offload true, or a shorter --data.seq_len"
+        )
+    t.micro_batch_size, t.grad_accum_steps = best.micro_batch_size, best.grad_accum_steps
+    ac.mode, ac.every = best.ac_mode, best.ac_every if best.ac_mode == "selective" else ac.every
+    comp.enabled = compiled
+    if "compile.loss" not in explicit:
+        comp.loss = compiled
+    return {
+        "chosen": best.describe(),
+        "estimated_peak_gib": round(best.peak_bytes / GiB, 1),
+        "device_gib": round(device_bytes / GiB, 1),
+        "memory_fraction": cfg.auto.memory_fraction,
+        "shard_degree": degree,
+        "kept": sorted(k for k in explicit if k in AUTO_FIELDS),
+    }
+
+
+#: The settings ``--auto`` may choose; any of them given explicitly is kept.
+AUTO_FIELDS = ("train.micro_batch_size", "train.grad_accum_steps", "ac.mode", "ac.every", "compile.enabled", "compile.loss")

@@ -1,0 +1,99 @@
+"""``--auto``: the memory model against peaks measured on H200s, the choices it makes, and a CPU run."""
+
+from __future__ import annotations
+
+import pytest
+
+from fsdp_trainer.autotune import GiB, Shape, apply_auto, choose, estimate_peak_bytes
+from fsdp_trainer.config import load_config
+from fsdp_trainer.errors import ConfigError
+from fsdp_trainer.presets import PRESETS
+
+from conftest import TINY, assert_ok, run_trainer
+
+pytestmark = pytest.mark.timeout(120)
+
+H200 = 143_771 * 2**20  # torch.cuda.get_device_properties(...).total_memory on the lent H200s
+L7, L8 = Shape.from_config(PRESETS["llama2-7b"]()), Shape.from_config(PRESETS["llama3.1-8b"]())
+
+# Peaks (torch.cuda.max_memory_allocated, GiB) measured on 2 x H200 with FSDP2, seq 4096, bf16, the
+# checkpointed (non-fused) loss: bench/results/2026-11-30-*.json.
+MEASURED = [
+    (L7, 2, 2, True, "none", 2, 71.8),
+    (L7, 2, 3, True, "none", 2, 88.2),
+    (L7, 2, 1, False, "none", 2, 62.9),
+    (L7, 2, 2, False, "none", 2, 86.1),
+    (L7, 2, 1, False, "full", 2, 52.3),
+    (L7, 2, 2, False, "full", 2, 53.3),
+    (L8, 2, 2, True, "none", 2, 84.6),
+    (L8, 2, 3, True, "none", 2, 101.7),
+    (L8, 2, 4, True, "selective", 2, 88.2),
+    (L7, 1, 3, True, "none", 2, 125.8),
+]
+
+
+@pytest.mark.parametrize("shape,gpus,mb,compiled,ac,every,measured_gib", MEASURED)
+def test_memory_model_within_6_percent_of_measured_peaks(shape, gpus, mb, compiled, ac, every, measured_gib):
+    est = estimate_peak_bytes(shape, 4096, mb, shard_degree=gpus, compiled=compiled, ac_mode=ac, ac_every=every, fused_loss=False) / GiB
+    assert est == pytest.approx(measured_gib, rel=0.06)
+
+
+def test_shape_counts_the_presets_parameters():
+    from fsdp_trainer.presets import num_params
+
+    for name in ("llama2-7b", "llama2-13b", "llama3.1-8b", "llama3.1-70b", "tiny-gqa"):
+        assert Shape.from_config(PRESETS[name]()).params == num_params(PRESETS[name]())
+
+
+def _choose(shape, gpus, **kw):
+    args = dict(device_bytes=H200, memory_fraction=0.88, shard_degree=gpus, compiled=True, fixed_batch=None, fixed_micro_batch=None,
+                ac_fixed=None, loss_chunk_tokens=4096, fused_loss=True, cpu_offload=False)
+    args.update(kw)
+    return choose(shape, 4096, **args)
+
+
+def test_choices_on_h200s():
+    best, considered = _choose(L8, 2)
+    assert best.ac_mode == "none" and best.micro_batch_size >= 3  # measured: no AC at micro batch 3 fits (101.7 GiB)
+    assert best.peak_bytes <= 0.88 * H200
+    assert all(c.speed <= considered[0].speed for c in considered)
+    # 70B: the fp32 state alone (16 bytes x 70.6B / 8) fills 8 H200s; 16 fit with full checkpointing.
+    assert _choose(Shape.from_config(PRESETS["llama3.1-70b"]()), 8)[0] is None
+    big = _choose(Shape.from_config(PRESETS["llama3.1-70b"]()), 16)[0]
+    assert big is not None and big.ac_mode != "none"
+
+
+def test_a_fixed_batch_is_split_not_changed():
+    best, _ = _choose(L8, 2, fixed_batch=8)
+    assert best.micro_batch_size * best.grad_accum_steps == 8 and best.micro_batch_size in (1, 2, 4, 8)
+    best, _ = _choose(L8, 2, fixed_micro_batch=1, ac_fixed=("full", 1))
+    assert (best.micro_batch_size, best.ac_mode) == (1, "full")
+
+
+def test_apply_auto_keeps_explicit_settings_and_refuses_what_cannot_fit():
+    from fsdp_trainer.model import build_hf_config
+
+    cfg = load_config(None, ["--model.preset", "llama3.1-8b", "--data.seq_len", "4096", "--ac.mode", "full", "--train.grad_accum_steps", "4"])
+    record = apply_auto(cfg, build_hf_config(cfg.model), world_size=2, device_bytes=H200, on_gpu=True)
+    assert cfg.activation_checkpointing.mode == "full"
+    assert cfg.train.micro_batch_size * cfg.train.grad_accum_steps == 4
+    assert cfg.compile.enabled and cfg.compile.loss
+    assert record["kept"] == ["ac.mode", "train.grad_accum_steps"]
+
+    cfg = load_config(None, ["--model.preset", "llama3.1-70b", "--data.seq_len", "4096"])
+    with pytest.raises(ConfigError) as err:
+        apply_auto(cfg, build_hf_config(cfg.model), world_size=8, device_bytes=H200, on_gpu=True)
+    message = str(err.value)
+    assert message.startswith("--auto: nothing fits on 8 x 140.4 GiB (GPUs)") and "--parallel.cpu_offload true" in message
+    assert "\n" not in message
+
+
+def test_auto_run_on_cpu(tmp_path):
+    run = run_trainer([*TINY, "--auto", "--train.steps", "3", "--checkpoint.enabled", "false"], tmp_path / "out", nproc=2)
+    assert_ok(run)
+    summary = run.summary
+    assert summary["auto"]["chosen"].startswith("micro_batch_size=") and "compile=off" in summary["auto"]["chosen"]
+    assert summary["config"]["compile"]["enabled"] is False
+    mb = summary["config"]["train"]["micro_batch_size"]
+    assert summary["tokens_processed"] == 3 * 2 * mb * 64
+    assert "auto: micro_batch_size=" in run.stderr
