@@ -62,6 +62,19 @@ TRAINER_VARIANTS: dict[str, dict[str, str]] = {
     "fsdp2-noac-mb2-compile-fp8": tv("llama2-7b", "fsdp2", "none", 2, **{"compile.enabled": "true", "compile.loss": "true", "fp8.enabled": "true", "fp8.all_gather": "true"}),
     "8b-fsdp2-noac-mb2-compile": tv("llama3.1-8b", "fsdp2", "none", 2, **{"compile.enabled": "true", "compile.loss": "true"}),
     "8b-fsdp2-sel2-mb4-compile": tv("llama3.1-8b", "fsdp2", "selective", 4, **{"ac.every": "2", "compile.enabled": "true", "compile.loss": "true"}),
+    "fsdp2-noac-mb1-flash": tv("llama2-7b", "fsdp2", "none", 1, **{"model.sdpa_backend": "flash"}),
+    "fsdp2-noac-mb1-unfused": tv("llama2-7b", "fsdp2", "none", 1, **{"train.fused_loss": "false"}),
+    "fsdp2-noac-mb4-compile": tv("llama2-7b", "fsdp2", "none", 4, **{"compile.enabled": "true", "compile.loss": "true"}),
+    "fsdp2-noac-mb3-compile-fp8": tv("llama2-7b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "fp8.enabled": "true", "fp8.all_gather": "true"}),
+    "fsdp1-noac-mb2-compile": tv("llama2-7b", "fsdp1", "none", 2, **{"compile.enabled": "true", "compile.loss": "true"}),
+    "8b-fsdp2-noac-mb4-compile": tv("llama3.1-8b", "fsdp2", "none", 4, **{"compile.enabled": "true", "compile.loss": "true"}),
+    "8b-fsdp2-noac-mb3-compile-flash": tv("llama3.1-8b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "model.sdpa_backend": "flash"}),
+    # --auto: the trainer picks micro-batch, checkpointing and compile itself
+    "7b-auto": {"model.preset": "llama2-7b", "auto.enabled": "true"},
+    "8b-auto": {"model.preset": "llama3.1-8b", "auto.enabled": "true"},
+    # FSDP2 with parameters and optimizer on CPU, shards drawn on CPU (a correctness run: few steps)
+    "fsdp2-cpu-offload": tv("llama2-7b", "fsdp2", "none", 1, **{"parallel.cpu_offload": "true", "model.random_init": "sharded",
+                                                                "train.steps": "4", "metrics.warmup_steps": "2"}),
     # smoke: a tiny model through both APIs with compile, to fail fast before the big runs
     "smoke-fsdp2": tv("tiny", "fsdp2", "none", 2, **{"compile.enabled": "true", "data.seq_len": "256"}),
     "smoke-fsdp1": tv("tiny", "fsdp1", "full", 2, **{"data.seq_len": "256"}),
@@ -69,6 +82,7 @@ TRAINER_VARIANTS: dict[str, dict[str, str]] = {
 TORCHTITAN_VARIANTS = {  # name -> (flavor, batch, ac mode, compile)
     "tt-8b-mb2-compile": ("8B", 2, "none", True),
     "tt-8b-mb1-selective": ("8B", 1, "selective", False),
+    "tt-8b-mb3-compile": ("8B", 3, "none", True),
 }
 ACCELERATE_VARIANTS = {  # name -> (preset shape, micro batch, activation checkpointing)
     "accelerate-7b-noac-mb2": ("llama2-7b", 2, False),
@@ -98,9 +112,8 @@ def run_trainer(name: str, args: argparse.Namespace, nproc: int, work: Path) -> 
     summary_file = work / name / "summary.json"
     if proc_rc == 0 and summary_file.is_file():
         summary = json.loads(summary_file.read_text())
-        mb, seq = int(overrides["train.micro_batch_size"]), int(overrides["data.seq_len"])
-        expected = summary["steps_run"] * nproc * mb * seq * int(overrides.get("train.grad_accum_steps", 1))
-        summary.pop("config", None)
+        train = summary.pop("config")["train"]  # resolved settings (--auto chooses the micro-batch)
+        expected = summary["steps_run"] * nproc * train["micro_batch_size"] * train["grad_accum_steps"] * int(overrides["data.seq_len"])
         record.update(summary, ok=True, tokens_expected=expected, tokens_check=summary["tokens_processed"] == expected)
     else:
         record.update(ok=False, error=_error_line(log, proc_rc))
@@ -182,6 +195,7 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=4, help="first steps left out of the averages")
     parser.add_argument("--nproc", type=int, default=0, help="GPUs per run (default: all visible)")
     parser.add_argument("--timeout", type=int, default=420, help="seconds per variant before it is recorded as failed")
+    parser.add_argument("--deadline", type=int, default=0, help="start no variant after this many seconds (0: no limit); skipped ones are listed")
     args = parser.parse_args()
 
     known = {**TRAINER_VARIANTS, **TORCHTITAN_VARIANTS, **ACCELERATE_VARIANTS}
@@ -205,8 +219,12 @@ def main() -> int:
     header = {"gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu", "gpus": nproc, "torch": torch.__version__,
               "date": time.strftime("%Y-%m-%d"), "steps": args.steps, "warmup": args.warmup}
     records: list[dict] = []
+    started = time.perf_counter()
     for name in names:
         t0 = time.perf_counter()
+        if args.deadline and t0 - started > args.deadline:
+            records.append({"variant": name, "ok": False, "error": f"skipped: past --deadline {args.deadline}s"})
+            continue
         if name in TRAINER_VARIANTS:
             rec = run_trainer(name, args, nproc, work)
         elif name in TORCHTITAN_VARIANTS:
