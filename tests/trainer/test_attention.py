@@ -12,13 +12,17 @@ from fsdp_trainer.model import build_hf_config, init_weights_, meta_model, reset
 pytestmark = pytest.mark.timeout(60)
 
 
-def test_kernel_order():
+def test_kernel_choice():
     cpu = torch.device("cpu")
-    assert attention.kernel_order("auto", cpu) is None  # torch's own choice off Hopper
-    assert attention.kernel_order("default", cpu) is None
-    assert attention.kernel_order("cudnn", cpu) == ["cudnn", "flash", "efficient", "math"]
-    assert attention.kernel_order("efficient", cpu) == ["efficient", "flash", "math"]
-    assert attention.kernel_order("math", cpu) == ["math", "flash", "efficient"]
+    assert attention.kernel_choice("auto", cpu) is None  # torch's own choice off Hopper
+    assert attention.kernel_choice("default", cpu) is None
+    assert attention.kernel_choice("cudnn", cpu) == "cudnn"
+
+
+def test_probe_asks_the_dispatcher():
+    cpu = torch.device("cpu")
+    assert attention.probe("flash", cpu, torch.float32, 4, 16, 64) is None  # torch's CPU flash kernel
+    assert attention.probe("cudnn", cpu, torch.float32, 4, 16, 64)  # no cuDNN attention on CPU: a reason
 
 
 def _lm(hf_config):
@@ -29,8 +33,9 @@ def _lm(hf_config):
     return lm
 
 
+@pytest.mark.parametrize("kernel", ["flash", "math"])
 @pytest.mark.parametrize("preset", ["tiny", "tiny-gqa"])  # tiny-gqa: grouped key/value heads, repeated by the function
-def test_trainer_sdpa_matches_transformers_sdpa(preset):
+def test_trainer_sdpa_matches_transformers_sdpa(preset, kernel):
     ids = torch.randint(0, 512, (2, 40), generator=torch.Generator().manual_seed(0))
     stock = build_hf_config(ModelConfig(preset=preset))
     ref_lm = _lm(stock)
@@ -38,7 +43,7 @@ def test_trainer_sdpa_matches_transformers_sdpa(preset):
     ref.sum().backward()
 
     ours = build_hf_config(ModelConfig(preset=preset))
-    assert attention.configure_attention(ours, "math", torch.device("cpu")) == "sdpa (math, flash, efficient)"
+    assert attention.configure_attention(ours, kernel, torch.device("cpu"), torch.float32, 40) == f"sdpa, {kernel} kernel (math as fallback)"
     assert ours._attn_implementation == attention.ATTENTION_NAME
     lm = _lm(ours)
     out = lm(input_ids=ids).logits
@@ -48,7 +53,15 @@ def test_trainer_sdpa_matches_transformers_sdpa(preset):
     torch.testing.assert_close(dict(lm.named_parameters())[q_proj].grad, dict(ref_lm.named_parameters())[q_proj].grad, rtol=1e-4, atol=1e-6)
 
 
+def test_a_kernel_that_refuses_the_shapes_leaves_the_default(caplog):
+    hf_config = build_hf_config(ModelConfig(preset="tiny"))
+    with caplog.at_level("WARNING"):
+        used = attention.configure_attention(hf_config, "cudnn", torch.device("cpu"), torch.float32, 64)
+    assert used == "sdpa, torch's default kernel order" and hf_config._attn_implementation == "sdpa"
+    assert "model.sdpa_backend=cudnn: the cudnn kernel does not take this run's attention" in caplog.text
+
+
 def test_non_sdpa_implementations_are_left_alone():
     hf_config = build_hf_config(ModelConfig(preset="tiny", attn_implementation="eager"))
-    assert attention.configure_attention(hf_config, "cudnn", torch.device("cpu")) == "eager"
+    assert attention.configure_attention(hf_config, "cudnn", torch.device("cpu"), torch.float32, 64) == "eager"
     assert hf_config._attn_implementation == "eager"

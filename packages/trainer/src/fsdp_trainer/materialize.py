@@ -33,6 +33,7 @@ from .attention import configure_attention
 from .config import TrainerConfig
 from .distributed import DistEnv
 from .model import (
+    DTYPES,
     CausalLMWithLoss,
     build_hf_config,
     count_params,
@@ -92,9 +93,10 @@ def materialize_device(cfg: TrainerConfig, device: torch.device) -> torch.device
 def build_model(cfg: TrainerConfig, env: DistEnv, mesh: DeviceMesh | None) -> BuiltModel:
     """Build ``CausalLMWithLoss``, give it weights, parallelize it; returns it on ``env.device``."""
     hf_config = build_hf_config(cfg.model)
-    attention = configure_attention(hf_config, cfg.model.sdpa_backend, env.device)
-    log.info("attention: %s", attention)
+    compute_dtype = torch.float32 if env.device.type == "cpu" else DTYPES[cfg.precision.param_dtype or "fp32"]
+    attention = configure_attention(hf_config, cfg.model.sdpa_backend, env.device, compute_dtype, cfg.data.seq_len)
     lm = meta_model(hf_config)
+    log.info("attention: %s [%s]", attention, lm.config._attn_implementation)
     num_params, num_embedding = count_params(lm)
     strategy = init_strategy(cfg, num_params)
     log.info("model: %.2fM parameters, %d layers, init=%s", num_params / 1e6, hf_config.num_hidden_layers, strategy)

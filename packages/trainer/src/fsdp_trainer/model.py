@@ -13,8 +13,11 @@ logits live at a time. Two implementations (``train.fused_loss``):
 - chunked: each chunk under activation checkpointing; its backward recomputes the
   chunk's logits. Holds no lm_head-sized gradient between forward and backward.
 
-The wrapper is the FSDP root, so the root's hooks gather the embeddings, final
-norm and lm_head around its forward.
+The loss lives on the lm_head itself (``LossHead``, an ``nn.Linear`` with a ``loss``
+method), so under FSDP2 the lm_head can be its own unit: its all-gather is separate
+from the embeddings', and its gradient is reduce-scattered as soon as the loss's
+backward has run, overlapping the last decoder block's backward instead of waiting
+for the root at the very end (see ``parallelize.apply_fsdp2``).
 """
 
 from __future__ import annotations
@@ -132,23 +135,48 @@ def linear_cross_entropy(
     return LinearCrossEntropy.apply(h, weight, y, chunk_tokens, chunk_fn), (y != IGNORE_INDEX).sum()
 
 
+class LossHead(nn.Linear):
+    """The lm_head with a ``loss(hidden, labels) -> (loss_sum, num_tokens)`` method; ``forward`` stays the plain projection.
+
+    FSDP2 treats ``loss`` as a forward method (``register_fsdp_forward_method``), so its
+    parameter is gathered around it like around a forward.
+    """
+
+    def configure(self, chunk_tokens: int, compile_loss: bool, fused: bool) -> LossHead:
+        self.chunk_tokens, self.fused = chunk_tokens, fused
+        self._loss_fn = torch.compile(_chunk_loss) if compile_loss else _chunk_loss
+        self._fused_fn = torch.compile(_chunk_loss_and_grads) if compile_loss else _chunk_loss_and_grads
+        return self
+
+    @classmethod
+    def replace(cls, linear: nn.Linear) -> LossHead:
+        """A LossHead sharing ``linear``'s weight (meta or real), to put in its place."""
+        head = cls(linear.in_features, linear.out_features, bias=False, device="meta")
+        head.weight = linear.weight
+        return head
+
+    def loss(self, hidden: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        weight = self.weight
+        if self.fused and torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
+            return linear_cross_entropy(hidden, weight, labels, self.chunk_tokens, self._fused_fn)
+        return chunked_cross_entropy(hidden, weight, labels, self.chunk_tokens, self._loss_fn)
+
+
 class CausalLMWithLoss(nn.Module):
-    """``forward(input_ids, labels) -> (loss_sum, num_tokens)``; ``self.lm`` is the untouched HF model."""
+    """``forward(input_ids, labels) -> (loss_sum, num_tokens)``; ``self.lm`` is the HF model, its lm_head a ``LossHead``."""
 
     def __init__(self, lm: nn.Module, loss_chunk_tokens: int, compile_loss: bool = False, fused_loss: bool = True):
         super().__init__()
+        if lm.lm_head.bias is not None:
+            raise ValueError("CausalLMWithLoss: an lm_head with a bias is not supported")
+        if not isinstance(lm.lm_head, LossHead):
+            lm.lm_head = LossHead.replace(lm.lm_head)
+        lm.lm_head.configure(loss_chunk_tokens, compile_loss, fused_loss)
         self.lm = lm
-        self.loss_chunk_tokens = loss_chunk_tokens
-        self.fused_loss = fused_loss
-        self._loss_fn = torch.compile(_chunk_loss) if compile_loss else _chunk_loss
-        self._fused_fn = torch.compile(_chunk_loss_and_grads) if compile_loss else _chunk_loss_and_grads
 
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         hidden = self.lm.model(input_ids=input_ids, use_cache=False).last_hidden_state
-        weight = self.lm.lm_head.weight
-        if self.fused_loss and torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
-            return linear_cross_entropy(hidden, weight, labels, self.loss_chunk_tokens, self._fused_fn)
-        return chunked_cross_entropy(hidden, weight, labels, self.loss_chunk_tokens, self._loss_fn)
+        return self.lm.lm_head.loss(hidden, labels)
 
 
 def count_params(lm: nn.Module) -> tuple[int, int]:

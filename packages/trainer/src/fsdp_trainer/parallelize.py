@@ -8,9 +8,13 @@ The order matters, and is the same as torchtitan's:
    compiler sees the recompute region) and FSDP's hooks stay outside the graph.
 3. FSDP per block next: each block becomes one all-gather / reduce-scatter unit,
    which is what lets communication for block i+1 overlap compute of block i.
-4. The root last: it picks up what no block owns (embeddings, final norm,
-   lm_head), and as the outermost unit its hooks gather them around the wrapper's
-   forward, which computes the chunked loss.
+4. FSDP2: the lm_head (``model.LossHead``, which computes the loss) as its own unit,
+   kept gathered from its forward to its backward, so its gradient's
+   reduce-scatter starts right after the loss's backward and overlaps the blocks'
+   backward (a tied lm_head shares the embedding's weight and stays with the root).
+5. The root last: it picks up what no unit owns (embeddings, final norm, and under
+   FSDP1 the lm_head), and as the outermost unit its hooks gather them around the
+   wrapper's forward.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ def apply_compile(blocks: nn.ModuleList) -> None:
 
 def apply_fsdp2(model: CausalLMWithLoss, blocks: nn.ModuleList, cfg: TrainerConfig, mesh: DeviceMesh) -> None:
     """``fully_shard`` each block, then the root, on a 1-D ("shard") or 2-D ("replicate", "shard") mesh."""
-    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard, register_fsdp_forward_method
 
     par, prec = cfg.parallel, cfg.precision
     kwargs: dict[str, Any] = dict(
@@ -57,6 +61,11 @@ def apply_fsdp2(model: CausalLMWithLoss, blocks: nn.ModuleList, cfg: TrainerConf
     for i, block in enumerate(blocks):
         # The last block's parameters are needed again right away by backward: keep them gathered.
         fully_shard(block, reshard_after_forward=reshard and i < len(blocks) - 1, **kwargs)
+    head = model.lm.lm_head
+    if head.weight is not model.lm.get_input_embeddings().weight:
+        # Its backward (LossHead's fused loss) comes first in the backward pass: keep it gathered too.
+        fully_shard(head, reshard_after_forward=False, **kwargs)
+        register_fsdp_forward_method(head, "loss")
     fully_shard(model, reshard_after_forward=reshard, **kwargs)
     if par.forward_prefetch:
         for block, nxt in zip(blocks, blocks[1:]):
