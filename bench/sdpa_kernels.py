@@ -133,8 +133,7 @@ def main() -> int:
             results["kernels"][name] = {"error": str(e).splitlines()[0][:200]}
             print(f"| {name} | refused: {str(e).splitlines()[0][:100]} | | |")
     for name, (choice, compiled, priority_only) in {"auto-eager": ("auto", False, False), "auto-compiled": ("auto", True, False),
-                                                    "default-compiled": ("default", True, False),
-                                                    "priority-eager": ("auto", False, True), "priority-compiled": ("auto", True, True)}.items():
+                                                    "priority-compiled": ("auto", True, True)}.items():
         try:
             results[f"trainer_{name}"] = trainer_path(choice, compiled, priority_only)
         except Exception as e:  # a diagnosis: report, don't stop
