@@ -3,12 +3,13 @@
     python bench/fp8_loss.py --out $OUT [--steps 200] [--preset llama2-7b] [--micro-batch 2]
 
 Both runs train the same randomly initialised model (same seed) on the same real text in the
-same order: Python's own documentation (``pydoc_data.topics``, English prose) followed by
+same order (``--runs`` picks the pair; the default is bf16 on GPU 0 against float8 on GPU 1): Python's own documentation (``pydoc_data.topics``, English prose) followed by
 standard-library source files, read from the interpreter running this script, tokenised by the
-trainer's byte-level tokenizer. Each run has one GPU (bf16 on GPU 0, float8 on GPU 1, compiled
-blocks and loss). The check: the mean loss of the last ``--window`` steps of the float8 run is
-within ``--tolerance`` (1%) of the bf16 run's. Writes ``fp8_loss.json`` (both loss curves) and
-prints a summary table.
+trainer's byte-level tokenizer. Each run has one GPU (compiled blocks and loss). The check: the
+mean loss of the last ``--window`` steps of the second run is within ``--tolerance`` (1%) of the
+first's. ``--runs bf16,bf16-flash`` measures the noise floor of that check: the same bf16 training
+whose only change is the attention kernel. Writes ``loss_<first>_vs_<second>.json`` (both loss
+curves) and prints a summary table.
 """
 
 from __future__ import annotations
@@ -60,6 +61,8 @@ def main() -> int:
     parser.add_argument("--window", type=int, default=20, help="steps at the end whose mean loss is compared")
     parser.add_argument("--tolerance", type=float, default=0.01)
     parser.add_argument("--timeout", type=int, default=540)
+    parser.add_argument("--runs", default="bf16,fp8", help="the two runs compared, the reference first: bf16,fp8 (the check) "
+                        "or bf16,bf16-flash (the noise floor: the same bf16 training with another attention kernel)")
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="fsdp-fp8-loss-"))
@@ -69,7 +72,11 @@ def main() -> int:
               "--data.source", "text", "--data.path", str(corpus), "--data.seq_len", str(args.seq_len),
               "--train.micro_batch_size", str(args.micro_batch), "--train.steps", str(args.steps), "--train.warmup_steps", "20",
               "--compile.enabled", "true", "--compile.loss", "true", "--checkpoint.enabled", "false", "--train.log_every", "20"]
-    runs = {"bf16": (0, []), "fp8": (1, ["--fp8.enabled", "true"])}
+    variants = {"bf16": [], "fp8": ["--fp8.enabled", "true"], "bf16-flash": ["--model.sdpa_backend", "flash"]}
+    names = args.runs.split(",")
+    if len(names) != 2 or any(n not in variants for n in names):
+        parser.error(f"--runs: two of {', '.join(variants)}, comma-separated")
+    runs = {name: (gpu, variants[name]) for gpu, name in enumerate(names)}
     procs = {}
     for name, (gpu, extra) in runs.items():
         env = {**os.environ, **ENV, "CUDA_VISIBLE_DEVICES": str(gpu),
@@ -94,7 +101,8 @@ def main() -> int:
         summary.pop("config", None)
         result["runs"][name] = {"rc": rc, "command": " ".join(["torchrun"] + cmd[3:]), "losses": [r["loss"] for r in records],
                                 "summary": summary, "errors": _error_lines(work / f"{name}.log") if rc else []}
-    bf16, fp8 = (result["runs"][k]["losses"] for k in ("bf16", "fp8"))
+    ref_name, other_name = names
+    bf16, fp8 = (result["runs"][k]["losses"] for k in names)
     ok = len(bf16) == len(fp8) == args.steps
     if ok:
         w = args.window
@@ -103,10 +111,10 @@ def main() -> int:
         per_step = [abs(f - b) / b for b, f in zip(bf16[w:], fp8[w:])]
         result.update(mean_last_bf16=mean_b, mean_last_fp8=mean_f, relative_difference=rel, max_step_relative_difference=max(per_step),
                       within_tolerance=rel <= args.tolerance)
-        speed = {k: result["runs"][k]["summary"].get("tokens_per_s_per_gpu") for k in ("bf16", "fp8")}
+        speed = {k: result["runs"][k]["summary"].get("tokens_per_s_per_gpu") for k in names}
         print(f"| run | first loss | loss at step {args.steps // 2} | mean loss, last {w} steps | tokens/s/GPU |")
         print("|---|---:|---:|---:|---:|")
-        for k, losses in (("bf16", bf16), ("fp8", fp8)):
+        for k, losses in ((ref_name, bf16), (other_name, fp8)):
             print(f"| {k} | {losses[0]:.4f} | {losses[args.steps // 2 - 1]:.4f} | {sum(losses[-w:]) / w:.4f} | {speed[k]:,.0f} |")
         print(f"relative difference of the final means: {100 * rel:.3f}% (tolerance {100 * args.tolerance:.1f}%): "
               f"{'ok' if rel <= args.tolerance else 'OUTSIDE'}; largest per-step difference after step {w}: {100 * max(per_step):.2f}%")
@@ -116,7 +124,7 @@ def main() -> int:
             if v["rc"]:
                 print(k, *v["errors"], sep="\n  ")
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    (Path(args.out) / "fp8_loss.json").write_text(json.dumps(result, indent=1))
+    (Path(args.out) / f"loss_{ref_name}_vs_{other_name}.json").write_text(json.dumps(result, indent=1))
     return 0 if ok and result["within_tolerance"] else 1
 
 
