@@ -109,7 +109,7 @@ def main() -> int:
         mean_b, mean_f = sum(bf16[-w:]) / w, sum(fp8[-w:]) / w
         rel = abs(mean_f - mean_b) / mean_b
         per_step = [abs(f - b) / b for b, f in zip(bf16[w:], fp8[w:])]
-        result.update(mean_last_bf16=mean_b, mean_last_fp8=mean_f, relative_difference=rel, max_step_relative_difference=max(per_step),
+        result.update(mean_last_reference=mean_b, mean_last_other=mean_f, relative_difference=rel, max_step_relative_difference=max(per_step),
                       within_tolerance=rel <= args.tolerance)
         speed = {k: result["runs"][k]["summary"].get("tokens_per_s_per_gpu") for k in names}
         print(f"| run | first loss | loss at step {args.steps // 2} | mean loss, last {w} steps | tokens/s/GPU |")
