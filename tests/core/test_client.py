@@ -49,6 +49,13 @@ def test_trainer_arguments_must_look_like_trainer_options() -> None:
         client.run(trainer_args=["--train.steps"], dry_run=True)
 
 
+def test_the_trainers_auto_shorthand_passes_through() -> None:
+    from fsdp_sdk.client import parse_trainer_args
+
+    settings = parse_trainer_args(["--auto", "--train.steps", "3"])
+    assert [(s.path, s.value) for s in settings] == [("trainer.auto.enabled", "true"), ("trainer.train.steps", "3")]
+
+
 class Recorder:
     """A plugin that records lifecycle events."""
 

@@ -62,15 +62,20 @@ class JobLayer(Protocol):
 
 
 def parse_trainer_args(args: Sequence[str]) -> list[Setting]:
-    """Turn trailing trainer arguments (``--train.steps 20``, ``--model.preset=tiny``) into settings.
+    """Turn trailing trainer arguments (``--train.steps 20``, ``--model.preset=tiny``, ``--auto``) into settings.
 
-    :param args: arguments as given after ``--`` on the command line.
+    :param args: arguments as given after ``--`` on the command line; ``--auto`` is the trainer's
+        shorthand for ``--auto.enabled true``.
     :raises ConfigError: an argument is not ``--section.field VALUE``.
     """
     settings: list[Setting] = []
     i = 0
     while i < len(args):
         arg = args[i]
+        if arg == "--auto":
+            settings.append(Setting("trainer.auto.enabled", "true", "--auto", "trainer arguments"))
+            i += 1
+            continue
         key = arg[2:] if arg.startswith("--") else ""
         if "=" in key:
             key, value = key.split("=", 1)
