@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn as nn
 
 from .checkpoint import Checkpointer, export_hf
 from .config import TrainerConfig
@@ -50,6 +49,37 @@ log = logging.getLogger(__name__)
 FAULT_AFTER_STEP = "FSDP_TRAINER_FAULT_AFTER_STEP"
 #: Steps between explicit garbage collections while the automatic collector is off.
 GC_EVERY = 50
+
+
+def clip_grad_norm_local_(parameters: Any, max_norm: float) -> torch.Tensor:
+    """The global L2 norm of the gradients, clipped to ``max_norm`` (0: only measured), working on local shards.
+
+    FSDP2's gradients are DTensors. ``nn.utils.clip_grad_norm_`` on them goes through DTensor
+    dispatch for every tensor of every foreach call, host work that sits between the end of
+    backward and the optimizer with the GPU waiting. Here the foreach kernels run on the
+    local shards as plain tensors; the squared norm is all-reduced over the mesh dimensions
+    the gradients are sharded on (not over replicas, which hold the same values); the clip
+    factor multiplies the local shards in place. Same result, to rounding.
+    """
+    from torch.distributed.tensor import DTensor
+
+    grads = [p.grad for p in parameters if p.grad is not None]
+    if not grads:
+        return torch.zeros(())
+    with torch.no_grad():
+        local = [g.to_local() if isinstance(g, DTensor) else g for g in grads]
+        squares = torch.stack([n.float() for n in torch._foreach_norm(local, 2.0)]).square().sum()
+        first = grads[0]
+        if isinstance(first, DTensor):
+            if any(not isinstance(g, DTensor) or g.device_mesh != first.device_mesh or g.placements != first.placements for g in grads):
+                raise RuntimeError("clip_grad_norm_local_: the gradients are not all sharded alike")
+            for dim, placement in enumerate(first.placements):
+                if placement.is_shard():
+                    torch.distributed.all_reduce(squares, group=first.device_mesh.get_group(dim))
+        norm = squares.sqrt()
+        if max_norm:
+            torch._foreach_mul_(local, (max_norm / (norm + 1e-6)).clamp(max=1.0))
+    return norm
 
 
 class Trainer:
@@ -98,14 +128,7 @@ class Trainer:
         max_norm = self.cfg.train.max_grad_norm
         if self.cfg.parallel.api == "fsdp1":
             return self.model.clip_grad_norm_(max_norm or float("inf"))
-        params = [p for p in self.model.parameters() if p.grad is not None]
-        if max_norm:
-            norm = nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
-        else:  # clipping off: measure the norm only, and spare a read-modify-write of every gradient
-            norm = nn.utils.get_total_norm([p.grad for p in params], foreach=True)
-        if hasattr(norm, "full_tensor"):  # DTensor under FSDP2
-            norm = norm.full_tensor()
-        return norm
+        return clip_grad_norm_local_(self.model.parameters(), max_norm)
 
     def _optimizer_step(self) -> bool:
         """Step optimizer and schedule; returns False when the fp16 scaler skipped the step (inf/nan gradients).
