@@ -92,8 +92,10 @@ ACCELERATE_VARIANTS = {  # name -> (preset shape, micro batch, activation checkp
 SUITES = {
     "issue2": ["smoke-fsdp2", "smoke-fsdp1", "fsdp2-ac-mb1", "fsdp2-ac-mb2", "fsdp2-noac-mb1", "fsdp2-noac-mb2",
                "fsdp1-ac-mb1", "fsdp1-noac-mb2"],
-    "speed": ["fsdp2-noac-mb2-compile", "fsdp2-sel2-mb4-compile", "fsdp2-noac-mb2-compile-fp8",
-              "8b-fsdp2-noac-mb2-compile", "8b-fsdp2-sel2-mb4-compile", "tt-8b-mb2-compile", "accelerate-7b-noac-mb2"],
+    # issue 5 in one call: the 8B head to head (trainer --auto and its pick, torchtitan's two best), the 7B MFU,
+    # FP8 against bf16 at the same settings, and accelerate
+    "speed": ["8b-auto", "8b-fsdp2-noac-mb3-compile", "tt-8b-mb3-compile", "tt-8b-mb2-compile", "fsdp2-noac-mb4-compile",
+              "fsdp2-noac-mb3-compile", "fsdp2-noac-mb3-compile-fp8", "accelerate-7b-noac-mb2"],
 }
 
 
