@@ -196,3 +196,16 @@ def test_fp16_skipped_step_does_not_advance_the_schedule():
     assert torch.equal(model.weight, weight) and t.scaler.get_scale() == 2.0**7
     backward(bad=False)
     assert t._optimizer_step() is True and t.scheduler.last_epoch == 2
+
+
+def test_fp16_keeps_the_checkpointed_loss(monkeypatch):
+    """The fused loss would cast unscaled gradients to fp16; fp16 runs take the checkpointed chunks instead."""
+    from fsdp_trainer import model as model_module
+
+    head = model_module.LossHead(16, 50, bias=False).configure(8, compile_loss=False, fused=True)
+    monkeypatch.setattr(model_module, "linear_cross_entropy", lambda *a, **k: pytest.fail("fused loss used for fp16"))
+    labels = torch.randint(0, 50, (2, 5))
+    head.half().loss(torch.randn(2, 5, 16, dtype=torch.float16, requires_grad=True), labels)  # checkpointed: no failure
+    head.float()
+    with pytest.raises(pytest.fail.Exception):  # fp32 with grad: the fused path
+        head.loss(torch.randn(2, 5, 16, requires_grad=True), labels)

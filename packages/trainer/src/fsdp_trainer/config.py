@@ -83,7 +83,7 @@ class TrainConfig:
     loss_chunk_tokens: int = 4096
     """Tokens per chunk of the lm_head + cross-entropy; only one chunk's logits exist at a time."""
     fused_loss: bool = True
-    """Compute each loss chunk's gradients during the forward (no logits kept, no lm_head recompute in backward; holds one lm_head-sized gradient from forward to backward). false: checkpoint each chunk and recompute its logits in backward."""
+    """Compute each loss chunk's gradients during the forward (no logits kept, no lm_head recompute in backward; holds one lm_head-sized gradient from forward to backward). false: checkpoint each chunk and recompute its logits in backward (what fp16 runs always do: their loss scale must reach the gradients before the cast to fp16)."""
     seed: int = 42
     """Master seed: random weights, and data.seed / runtime.seed unless set."""
     output_dir: str = "./outputs"

@@ -157,7 +157,10 @@ class LossHead(nn.Linear):
 
     def loss(self, hidden: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         weight = self.weight
-        if self.fused and torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
+        # fp16 keeps the checkpointed loss: the fused one casts its gradients to fp16 before
+        # backward brings the loss scale, and softmax terms of ~1/vocab would underflow.
+        fused = self.fused and hidden.dtype != torch.float16
+        if fused and torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
             return linear_cross_entropy(hidden, weight, labels, self.chunk_tokens, self._fused_fn)
         return chunked_cross_entropy(hidden, weight, labels, self.chunk_tokens, self._loss_fn)
 
