@@ -37,7 +37,7 @@ class ModelConfig:
     attn_implementation: str = "sdpa"
     """Attention kernel passed to transformers (sdpa, eager, flash_attention_2, flex_attention)."""
     sdpa_backend: Literal["auto", "cudnn", "flash", "efficient", "math", "default"] = "auto"
-    """SDPA kernel tried first when model.attn_implementation is sdpa (the others follow as fallbacks). auto: cudnn on sm_90+ GPUs (H100/H200: faster than flash for training), torch's default order elsewhere; default: always torch's default order."""
+    """SDPA kernel when model.attn_implementation is sdpa: checked at start-up against the run's shapes (if it refuses them, torch's default order is used, with a warning); math is the fallback for other calls. auto: cudnn on sm_90+ GPUs (H100/H200: 1.8x flash, forward + backward), torch's default order elsewhere; default: always torch's default order."""
     tokenizer: str | None = None
     """Tokenizer directory or Hub id, or 'bytes' for the builtin byte-level tokenizer (256 bytes + BOS/EOS/PAD). Default: model.name_or_path when set, 'bytes' for tiny presets, none otherwise (synthetic data needs none)."""
 
