@@ -202,6 +202,8 @@ class DataLoader:
     def next_batch(self) -> Batch:
         rows = torch.stack([self.dataset[i] for i in self.sampler.next_local()]).long()
         num_targets = int((rows[:, 1:] != IGNORE_INDEX).sum())
+        if self.device.type == "cuda":  # pinned, so the copy is queued without waiting for the GPU
+            rows = rows.pin_memory()
         rows = rows.to(self.device, non_blocking=True)
         return Batch(input_ids=rows[:, :-1], labels=rows[:, 1:], num_targets=num_targets)
 

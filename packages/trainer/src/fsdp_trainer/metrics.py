@@ -6,7 +6,11 @@ tflops_per_gpu, mfu, peak_mem_gib, step_time_s``. Throughput is per process
 ("per GPU"; on CPU, per process). ``mfu`` is a fraction (0.42 = 42 %) of
 ``metrics.peak_tflops`` or the GPU's looked-up peak, and null when neither is
 known (CPU). ``peak_mem_gib`` is CUDA's peak allocated memory in the step, null on
-CPU. The summary averages over steps after ``metrics.warmup_steps``.
+CPU. ``step_time_s`` is the wall time on the device from the previous step's end
+(CUDA events; ``perf_counter`` on CPU). On GPUs a step's line is written once the
+next step is queued (the trainer does not stop the host at each step), at the
+latest at a checkpoint and at the end. The summary averages over steps after
+``metrics.warmup_steps``.
 """
 
 from __future__ import annotations
@@ -76,8 +80,12 @@ class Metrics:
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
 
-    def end_step(self, step: int, loss: float, lr: float, grad_norm: float, tokens: int, step_time: float) -> dict[str, Any]:
-        """Record one optimizer step; ``tokens`` is what this process consumed in it."""
+    def peak_mem_gib(self) -> float | None:
+        """CUDA's peak allocated memory since ``start_step`` (the caching allocator counts on the host: no sync); None on CPU."""
+        return torch.cuda.max_memory_allocated(self.device) / 2**30 if self.device.type == "cuda" else None
+
+    def end_step(self, step: int, loss: float, lr: float, grad_norm: float, tokens: int, step_time: float, peak_mem_gib: float | None = None) -> dict[str, Any]:
+        """Record one optimizer step; ``tokens`` is what this process consumed in it, ``peak_mem_gib`` its peak (default: now)."""
         tps = tokens / step_time if step_time > 0 else 0.0
         tflops = self.flops_per_token * tps / 1e12
         record = {
@@ -88,7 +96,7 @@ class Metrics:
             "tokens_per_s_per_gpu": tps,
             "tflops_per_gpu": tflops,
             "mfu": tflops / self.peak if self.peak else None,
-            "peak_mem_gib": torch.cuda.max_memory_allocated(self.device) / 2**30 if self.device.type == "cuda" else None,
+            "peak_mem_gib": peak_mem_gib if peak_mem_gib is not None else self.peak_mem_gib(),
             "step_time_s": step_time,
             "tokens": tokens,
         }

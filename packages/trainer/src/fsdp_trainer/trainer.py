@@ -7,9 +7,12 @@ FSDP averages gradients over the ``dp_size`` data-parallel ranks, which leaves
 exactly the gradient of the global mean (the same as one process on the whole
 batch). The reported loss is the all-reduced sum over the all-reduced count.
 
-Host syncs: a step waits for the GPU once, at its end (for the step time); the
-count of label tokens is all-reduced on the device and loss and grad norm stay
-there until then, so the host keeps queueing kernels ahead of the GPU. Python's cyclic garbage collector is switched
+Host syncs: none inside a step, and none between steps. The count of label
+tokens is all-reduced on the device; loss and grad norm stay there; a step's
+metrics record is written once the next step has been queued, when its values are
+ready (``StepClock`` times steps with CUDA events), so the host is a step ahead of
+the GPU instead of idling it at every step boundary. Checkpoint, fault-injection,
+garbage-collection and final steps are recorded at once (a sync point). Python's cyclic garbage collector is switched
 off during training and run every ``GC_EVERY`` steps instead: an automatic
 collection in the middle of a step stalls the host for tens of milliseconds at
 an arbitrary point (seen as single slow steps on H200).
@@ -27,6 +30,7 @@ import logging
 import os
 import signal
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +84,45 @@ def clip_grad_norm_local_(parameters: Any, max_norm: float) -> torch.Tensor:
         if max_norm:
             torch._foreach_mul_(local, (max_norm / (norm + 1e-6)).clamp(max=1.0))
     return norm
+
+
+class StepClock:
+    """Step times without stopping the host: CUDA events on GPUs, ``perf_counter`` on CPU.
+
+    A step's time runs from the previous step's end mark (or from a fresh mark after a
+    sync point) to its own end mark, so all wall time on the device is counted, including
+    any wait for the host.
+    """
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+
+    def mark(self) -> Any:
+        if not self.cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def seconds(self, start: Any, end: Any) -> float:
+        if not self.cuda:
+            return end - start
+        end.synchronize()
+        return start.elapsed_time(end) / 1000.0
+
+
+@dataclass
+class PendingStep:
+    """A queued step whose record waits for its results on the device."""
+
+    step: int
+    loss: torch.Tensor
+    lr: float
+    grad_norm: torch.Tensor
+    tokens: int
+    peak_mem_gib: float | None
+    start: Any
+    end: Any
 
 
 class Trainer:
@@ -162,7 +205,8 @@ class Trainer:
         accum = self.cfg.train.grad_accum_steps
         batches = [self.data.next_batch() for _ in range(accum)]
         # The global count of label tokens, all-reduced on the device: the host does not wait for it.
-        global_count = torch.tensor(float(sum(b.num_targets for b in batches)), dtype=torch.float64, device=self.env.device)
+        # torch.full fills on the device (the value travels as a kernel argument): no host-to-device copy to wait for.
+        global_count = torch.full((), float(sum(b.num_targets for b in batches)), dtype=torch.float64, device=self.env.device)
         if self.env.world_size > 1:
             torch.distributed.all_reduce(global_count)
         global_count = global_count.clamp(min=1.0)
@@ -229,22 +273,39 @@ class Trainer:
         return summary
 
     def _train_loop(self, fault_step: int, every: int) -> None:
-        cfg, env = self.cfg, self.env
+        """Train to ``train.steps``. Each step's record is written once the *next* step is queued (see the module docstring)."""
+        cfg = self.cfg
+        clock = StepClock(self.env.device)
+        pending: PendingStep | None = None
+        mark = None
         while self.step < cfg.train.steps:
+            if pending is None:  # after a sync point (start, checkpoint, collection): time from here
+                mark = clock.mark()
             lr = self.optimizer.param_groups[0]["lr"]
             self.metrics.start_step()
-            t0 = time.perf_counter()
             loss, grad_norm, tokens = self.train_step()
-            if env.device.type == "cuda":
-                torch.cuda.synchronize(env.device)
-            step_time = time.perf_counter() - t0
+            peak = self.metrics.peak_mem_gib()  # the allocator's count is kept on the host: read it before the next step resets it
             self.step += 1
             self.tokens_processed += tokens
-            self.metrics.end_step(self.step, loss.item(), lr, grad_norm.item(), tokens, step_time)
-            if cfg.checkpoint.enabled and (self.step == cfg.train.steps or (every and self.step % every == 0)):
+            step = PendingStep(self.step, loss, lr, grad_norm, tokens, peak, mark, clock.mark())
+            mark = step.end
+            if pending is not None:
+                self._record(pending, clock)  # waits for the previous step only: this one is queued behind it
+            pending = step
+            checkpoint_due = cfg.checkpoint.enabled and (self.step == cfg.train.steps or (every and self.step % every == 0))
+            if checkpoint_due or self.step == fault_step or self.step % GC_EVERY == 0 or self.step == cfg.train.steps:
+                self._record(pending, clock)
+                pending = None
+            if checkpoint_due:
                 self.checkpointer.save(self.step)
             if self.step == fault_step:
                 log.warning("%s=%d: killing this process", FAULT_AFTER_STEP, fault_step)
                 os.kill(os.getpid(), signal.SIGKILL)
             if self.step % GC_EVERY == 0:
                 gc.collect(1)
+        if pending is not None:
+            self._record(pending, clock)
+
+    def _record(self, step: PendingStep, clock: StepClock) -> None:
+        step_time = clock.seconds(step.start, step.end)  # waits for the step's end on the device
+        self.metrics.end_step(step.step, step.loss.item(), step.lr, step.grad_norm.item(), step.tokens, step_time, peak_mem_gib=step.peak_mem_gib)
