@@ -53,6 +53,21 @@ def test_trainer_sdpa_matches_transformers_sdpa(preset, kernel):
     torch.testing.assert_close(dict(lm.named_parameters())[q_proj].grad, dict(ref_lm.named_parameters())[q_proj].grad, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.parametrize("native", [True, False])  # enable_gqa (flash, math) or repeated heads (cuDNN, efficient)
+def test_grouped_heads_either_way_match_plain_attention(native, monkeypatch):
+    import torch.nn.functional as F
+
+    monkeypatch.setattr(attention, "_enabled", [torch.nn.attention.SDPBackend.MATH])
+    monkeypatch.setattr(attention, "_gqa_native", native)
+    module = torch.nn.Module()
+    module.num_key_value_groups, module.is_causal = 2, True
+    g = torch.Generator().manual_seed(0)
+    q, k, v = torch.randn(2, 4, 9, 8, generator=g), torch.randn(2, 2, 9, 8, generator=g), torch.randn(2, 2, 9, 8, generator=g)
+    out, _ = attention.sdpa_attention(module, q, k, v, None)
+    expected = F.scaled_dot_product_attention(q, k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1), is_causal=True)
+    torch.testing.assert_close(out, expected.transpose(1, 2))
+
+
 def test_a_kernel_that_refuses_the_shapes_leaves_the_default(caplog):
     hf_config = build_hf_config(ModelConfig(preset="tiny"))
     with caplog.at_level("WARNING"):

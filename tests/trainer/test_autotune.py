@@ -87,19 +87,46 @@ def test_a_fixed_batch_is_split_not_changed():
     assert (best.micro_batch_size, best.ac_mode) == (1, "full")
 
 
+def test_accumulation_and_resharding_cost_memory():
+    base = estimate_peak_bytes(L8, 4096, 2, shard_degree=8, compiled=True, ac_mode="none")
+    accum = estimate_peak_bytes(L8, 4096, 2, shard_degree=8, compiled=True, ac_mode="none", grad_accum_steps=2)
+    assert accum - base == 4 * L8.params  # unsharded fp32 gradients kept between micro-steps
+    kept = estimate_peak_bytes(L8, 4096, 2, shard_degree=8, compiled=True, ac_mode="none", reshard_after_forward=False)
+    assert kept - base == 2 * (L8.layers - 3) * L8.block_params  # every block stays gathered (shard_grad_op)
+
+
+def test_shard_degree_follows_the_mesh():
+    from fsdp_trainer.autotune import shard_degree
+
+    def degree(*flags, world=16, local=8):
+        return shard_degree(load_config(None, list(flags)), world, local)
+
+    assert degree() == 16
+    assert degree("--parallel.sharding", "hybrid_shard") == 8  # one node's GPUs, the default shard group
+    assert degree("--parallel.sharding", "hybrid_shard", "--parallel.replicate_size", "4") == 4
+    assert degree("--parallel.sharding", "no_shard") == 1
+
+
 def test_apply_auto_keeps_explicit_settings_and_refuses_what_cannot_fit():
     from fsdp_trainer.model import build_hf_config
 
     cfg = load_config(None, ["--model.preset", "llama3.1-8b", "--data.seq_len", "4096", "--ac.mode", "full", "--train.grad_accum_steps", "4"])
-    record = apply_auto(cfg, build_hf_config(cfg.model), world_size=2, device_bytes=H200, on_gpu=True)
+    record = apply_auto(cfg, build_hf_config(cfg.model), world_size=2, local_world_size=2, device_bytes=H200, on_gpu=True)
     assert cfg.activation_checkpointing.mode == "full"
     assert cfg.train.micro_batch_size * cfg.train.grad_accum_steps == 4
     assert cfg.compile.enabled and cfg.compile.loss
-    assert record["kept"] == ["ac.mode", "train.grad_accum_steps"]
+    assert record["kept"] == ["ac.mode", "per-rank batch 4 (micro_batch_size x grad_accum_steps)"]
+    assert record["global_batch_sequences"] == 8
+
+    cfg = load_config(None, ["--model.preset", "llama3.1-8b", "--data.seq_len", "4096", "--ac.every", "3"])
+    # 4 x 54 GiB (85%: 45.9 GiB): no checkpointing (49 GiB at micro batch 1) does not fit; the given ac.every stays.
+    record = apply_auto(cfg, build_hf_config(cfg.model), world_size=4, local_world_size=4, device_bytes=54 * GiB, on_gpu=True)
+    assert cfg.activation_checkpointing.mode in ("selective", "full") and cfg.activation_checkpointing.every == 3
+    assert record["kept"] == ["ac.every"]
 
     cfg = load_config(None, ["--model.preset", "llama3.1-70b", "--data.seq_len", "4096"])
     with pytest.raises(ConfigError) as err:
-        apply_auto(cfg, build_hf_config(cfg.model), world_size=8, device_bytes=H200, on_gpu=True)
+        apply_auto(cfg, build_hf_config(cfg.model), world_size=8, local_world_size=8, device_bytes=H200, on_gpu=True)
     message = str(err.value)
     assert message.startswith("--auto: nothing fits on 8 x 140.4 GiB (GPUs)") and "--parallel.cpu_offload true" in message
     assert "\n" not in message

@@ -207,5 +207,7 @@ def test_fp16_keeps_the_checkpointed_loss(monkeypatch):
     labels = torch.randint(0, 50, (2, 5))
     head.half().loss(torch.randn(2, 5, 16, dtype=torch.float16, requires_grad=True), labels)  # checkpointed: no failure
     head.float()
+    with torch.autocast("cpu", dtype=torch.float16):  # parallel.api none: fp32 hidden states under fp16 autocast
+        head.loss(torch.randn(2, 5, 16, requires_grad=True), labels)
     with pytest.raises(pytest.fail.Exception):  # fp32 with grad: the fused path
         head.loss(torch.randn(2, 5, 16, requires_grad=True), labels)

@@ -9,13 +9,13 @@ everywhere else (CPU, older GPUs).
 
 The attention function is registered with transformers' ``AttentionInterface`` under
 ``ATTENTION_NAME`` (and the stock SDPA mask builder under the same name), and the
-model's config points at it. It expands grouped key/value heads itself
-(``repeat_kv``) and calls SDPA inside ``sdpa_kernel([kernel, MATH])``: only the chosen
-kernel, and math as the safety net for shapes it refuses, so neither eager dispatch nor
-a compiled block can prefer another kernel (a priority order, ``set_priority=True``, left
-the H200 runs as fast as with flash). Before training, a probe asks SDPA's dispatcher
-whether the kernel takes the run's shapes; if not, the run keeps torch's default order
-and says why.
+model's config points at it. Grouped key/value heads go to flash and math as they
+are (``enable_gqa``) and are expanded (``repeat_kv``) for cuDNN and memory-efficient
+attention; SDPA runs inside ``sdpa_kernel([kernel, MATH])``: only the chosen
+kernel, and math as the safety net for shapes it refuses, so the choice does not rest
+on torch's default order or on a priority order being honoured inside compiled
+graphs. Before training, a probe asks SDPA's dispatcher whether the kernel takes the
+run's shapes; if not, the run keeps torch's default order and says why.
 """
 
 from __future__ import annotations
@@ -40,6 +40,9 @@ _KERNELS = {
 
 #: Kernels enabled in the registered function; set by ``configure_attention`` before the model runs.
 _enabled: list[SDPBackend] = [SDPBackend.MATH]
+#: Kernels that take grouped key/value heads themselves (``enable_gqa``); for the others they are repeated.
+_GQA_NATIVE = {"flash", "math"}
+_gqa_native = False
 
 
 def kernel_choice(choice: str, device: torch.device) -> str | None:
@@ -91,12 +94,16 @@ def sdpa_attention(
 ) -> tuple[torch.Tensor, None]:
     """transformers' attention-function contract: ``[b, heads, s, d]`` in, ``([b, s, heads, d], None)`` out."""
     groups = getattr(module, "num_key_value_groups", 1)
-    key, value = repeat_kv(key, groups), repeat_kv(value, groups)
+    gqa = {}
+    if groups > 1 and _gqa_native and attention_mask is None:
+        gqa = {"enable_gqa": True}  # flash / math read each key/value head once for its query group
+    else:
+        key, value = repeat_kv(key, groups), repeat_kv(value, groups)
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     # Training sequences come without a mask (packed, causal): let the kernel apply causality itself.
     causal = bool(causal) and attention_mask is None and query.shape[2] > 1
     with sdpa_kernel(_enabled):
-        out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling, is_causal=causal)
+        out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling, is_causal=causal, **gqa)
     return out.transpose(1, 2).contiguous(), None
 
 
@@ -106,7 +113,7 @@ def configure_attention(hf_config: Any, choice: str, device: torch.device, dtype
     Returns what attention runs, for the log. Only configs using ``sdpa`` are touched: eager,
     flash_attention_2 and flex_attention stay as they are.
     """
-    global _enabled
+    global _enabled, _gqa_native
     if getattr(hf_config, "_attn_implementation", None) != "sdpa":
         return hf_config._attn_implementation
     kernel = kernel_choice(choice, device)
@@ -121,6 +128,7 @@ def configure_attention(hf_config: Any, choice: str, device: torch.device, dtype
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 
     _enabled = [_KERNELS[kernel]] + ([SDPBackend.MATH] if kernel != "math" else [])
+    _gqa_native = kernel in _GQA_NATIVE
     AttentionInterface.register(ATTENTION_NAME, sdpa_attention)
     AttentionMaskInterface.register(ATTENTION_NAME, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
     hf_config._attn_implementation = ATTENTION_NAME

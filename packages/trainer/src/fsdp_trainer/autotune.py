@@ -118,13 +118,22 @@ def activation_bytes_per_token(shape: Shape, compiled: bool, ac_mode: str, ac_ev
 def estimate_peak_bytes(
     shape: Shape, seq_len: int, micro_batch: int, *, shard_degree: int, compiled: bool, ac_mode: str, ac_every: int = 2,
     loss_chunk_tokens: int = 4096, fused_loss: bool = True, cpu_offload: bool = False, param_bytes: int = 2,
+    grad_accum_steps: int = 1, reshard_after_forward: bool = True, reduce_bytes: int = 4,
 ) -> int:
-    """Estimated peak of allocated bytes (``torch.cuda.max_memory_allocated``) on one GPU in a training step."""
+    """Estimated peak of allocated bytes (``torch.cuda.max_memory_allocated``) on one GPU in a training step.
+
+    ``grad_accum_steps`` > 1: between micro-steps FSDP keeps every gradient unsharded, in the
+    reduce dtype (the price of skipping the reduce-scatter). ``reshard_after_forward`` False
+    (shard_grad_op): every block stays gathered from its forward to its backward.
+    """
     n_shard = shape.params / max(shard_degree, 1)
     states_fwd, states_step = (0.0, 0.0) if cpu_offload else (12 * n_shard, 16 * n_shard)
     tokens = micro_batch * seq_len
     activations = tokens * activation_bytes_per_token(shape, compiled, ac_mode, ac_every)
-    gathered = param_bytes * (3 * shape.block_params + shape.vocab * shape.hidden * (1 if shape.tied else 2))
+    blocks_gathered = 3 if reshard_after_forward else shape.layers
+    gathered = param_bytes * (blocks_gathered * shape.block_params + shape.vocab * shape.hidden * (1 if shape.tied else 2))
+    if grad_accum_steps > 1:
+        gathered += reduce_bytes * shape.params
     chunk = min(loss_chunk_tokens, tokens)
     logits = chunk * shape.vocab
     if fused_loss:  # fp32 logits and their softmax, bf16 gradient; lm_head gradient (+ fp32 sum over chunks)
@@ -150,15 +159,22 @@ def relative_speed(ac_recompute: float, micro_batch: int, compiled: bool) -> flo
 def choose(
     shape: Shape, seq_len: int, *, device_bytes: int, memory_fraction: float, shard_degree: int, compiled: bool,
     fixed_batch: int | None, fixed_micro_batch: int | None, ac_fixed: tuple[str, int] | None, loss_chunk_tokens: int,
-    fused_loss: bool, cpu_offload: bool, param_bytes: int = 2,
+    fused_loss: bool, cpu_offload: bool, param_bytes: int = 2, ac_every_fixed: int | None = None,
+    reshard_after_forward: bool = True, reduce_bytes: int = 4,
 ) -> tuple[Candidate | None, list[Candidate]]:
     """The fastest candidate that fits (None when none does) and every candidate considered, fastest first.
 
     ``fixed_batch``: micro-batch x accumulation per rank to keep (micro-batches must divide it);
-    ``fixed_micro_batch``: a micro-batch the user set; ``ac_fixed``: (mode, every) the user set.
+    ``fixed_micro_batch``: a micro-batch the user set; ``ac_fixed``: (mode, every) the user set;
+    ``ac_every_fixed``: an ``ac.every`` the user set without a mode (selective candidates use it).
     """
     budget = device_bytes * memory_fraction
-    acs = [(m, e, r) for m, e, r in AC_CANDIDATES] if ac_fixed is None else [(ac_fixed[0], ac_fixed[1], _recompute_share(*ac_fixed))]
+    if ac_fixed is not None:
+        acs = [(ac_fixed[0], ac_fixed[1], _recompute_share(*ac_fixed))]
+    elif ac_every_fixed is not None:
+        acs = [("none", 1, 0.0), ("selective", ac_every_fixed, _recompute_share("selective", ac_every_fixed)), ("full", 1, 1.0)]
+    else:
+        acs = list(AC_CANDIDATES)
     if fixed_micro_batch is not None:
         micro_batches = [fixed_micro_batch]
     elif fixed_batch is not None:
@@ -168,11 +184,12 @@ def choose(
     considered = []
     for mode, every, recompute in acs:
         for mb in micro_batches:
+            accum = (fixed_batch // mb) if fixed_batch is not None else 1
             peak = estimate_peak_bytes(
                 shape, seq_len, mb, shard_degree=shard_degree, compiled=compiled, ac_mode=mode, ac_every=every,
                 loss_chunk_tokens=loss_chunk_tokens, fused_loss=fused_loss, cpu_offload=cpu_offload, param_bytes=param_bytes,
+                grad_accum_steps=accum, reshard_after_forward=reshard_after_forward, reduce_bytes=reduce_bytes,
             )
-            accum = (fixed_batch // mb) if fixed_batch is not None else 1
             considered.append(Candidate(mode, every, mb, accum, compiled, peak, relative_speed(recompute, mb, compiled)))
     considered.sort(key=lambda c: (-c.speed, c.peak_bytes))
     fitting = [c for c in considered if c.peak_bytes <= budget]
@@ -187,17 +204,16 @@ def _recompute_share(mode: str, every: int) -> float:
     return {"none": 0.0, "full": 1.0}.get(mode, 1.0 / max(every, 1))
 
 
-def shard_degree(cfg: Any, world_size: int) -> int:
-    """Over how many ranks parameters and optimizer state are split."""
-    par = cfg.parallel
-    if par.api == "none" or par.sharding == "no_shard":
+def shard_degree(cfg: Any, world_size: int, local_world_size: int) -> int:
+    """Over how many ranks parameters and optimizer state are split (the mesh's shard dimension)."""
+    from .distributed import mesh_shape
+
+    if cfg.parallel.api == "none":
         return 1
-    if par.sharding == "hybrid_shard":
-        return par.shard_size or world_size
-    return world_size
+    return mesh_shape(cfg.parallel, world_size, local_world_size)[1]
 
 
-def apply_auto(cfg: Any, hf_config: Any, *, world_size: int, device_bytes: int, on_gpu: bool) -> dict[str, Any]:
+def apply_auto(cfg: Any, hf_config: Any, *, world_size: int, local_world_size: int, device_bytes: int, on_gpu: bool) -> dict[str, Any]:
     """Fill the settings ``--auto`` owns into ``cfg`` (those not set explicitly); returns a record for logs and the summary.
 
     Raises ``ConfigError`` when nothing fits, naming what would.
@@ -211,16 +227,18 @@ def apply_auto(cfg: Any, hf_config: Any, *, world_size: int, device_bytes: int, 
     fixed_batch = t.micro_batch_size * t.grad_accum_steps if accum_set else None
     ac_fixed = (ac.mode, ac.every) if "ac.mode" in explicit else None
     shape = Shape.from_config(hf_config)
-    degree = shard_degree(cfg, world_size)
+    degree = shard_degree(cfg, world_size, local_world_size)
     param_bytes = 4 if cfg.precision.param_dtype == "fp32" else 2
     best, considered = choose(
         shape, cfg.data.seq_len, device_bytes=device_bytes, memory_fraction=cfg.auto.memory_fraction, shard_degree=degree,
         compiled=compiled, fixed_batch=fixed_batch, fixed_micro_batch=t.micro_batch_size if mb_set else None, ac_fixed=ac_fixed,
         loss_chunk_tokens=t.loss_chunk_tokens, fused_loss=t.fused_loss, cpu_offload=cfg.parallel.cpu_offload, param_bytes=param_bytes,
+        ac_every_fixed=ac.every if "ac.every" in explicit else None,
+        reshard_after_forward=bool(cfg.parallel.reshard_after_forward), reduce_bytes=4 if cfg.precision.reduce_dtype == "fp32" else 2,
     )
     where = f"{world_size} x {device_bytes / GiB:.1f} GiB ({'GPUs' if on_gpu else 'CPU processes'})"
     if best is None:
-        smallest = min(considered, key=lambda c: c.peak_bytes)
+        smallest = min(considered, key=lambda c: (c.peak_bytes, c.micro_batch_size))
         raise ConfigError(
             f"--auto: nothing fits on {where} (at best {smallest.describe()} needs about {smallest.peak_bytes / GiB:.0f} GiB per device "
             f"with {cfg.auto.memory_fraction:.0%} usable); use more GPUs, --parallel.cpu_offload true, or a shorter --data.seq_len"
@@ -230,15 +248,19 @@ def apply_auto(cfg: Any, hf_config: Any, *, world_size: int, device_bytes: int, 
     comp.enabled = compiled
     if "compile.loss" not in explicit:
         comp.loss = compiled
+    kept = sorted(k for k in explicit if k in AUTO_FIELDS)
+    if "train.grad_accum_steps" in kept and not mb_set:  # the per-rank batch is kept, split anew
+        kept[kept.index("train.grad_accum_steps")] = f"per-rank batch {fixed_batch} (micro_batch_size x grad_accum_steps)"
     return {
         "chosen": best.describe(),
         "estimated_peak_gib": round(best.peak_bytes / GiB, 1),
         "device_gib": round(device_bytes / GiB, 1),
         "memory_fraction": cfg.auto.memory_fraction,
         "shard_degree": degree,
-        "kept": sorted(k for k in explicit if k in AUTO_FIELDS),
+        "global_batch_sequences": best.micro_batch_size * best.grad_accum_steps * world_size,
+        "kept": kept,
     }
 
 
-#: The settings ``--auto`` may choose; any of them given explicitly is kept.
+#: The settings ``--auto`` may choose; any of them given explicitly is kept (grad_accum_steps: the per-rank batch it makes).
 AUTO_FIELDS = ("train.micro_batch_size", "train.grad_accum_steps", "ac.mode", "ac.every", "compile.enabled", "compile.loss")

@@ -88,9 +88,9 @@ def _chunk_loss_and_grads(hidden: torch.Tensor, weight: torch.Tensor, labels: to
     target = torch.where(valid, labels, 0).unsqueeze(1)
     lse = torch.logsumexp(logits, dim=-1, keepdim=True)
     loss = ((lse - logits.gather(1, target)).squeeze(1) * valid).sum()
-    grad_logits = torch.exp(logits - lse)
+    grad_logits = logits.sub_(lse).exp_()  # softmax, in the logits' own buffer (eager: no second fp32 copy)
     grad_logits.scatter_add_(1, target, torch.full_like(lse, -1.0))
-    grad_logits = (grad_logits * valid.unsqueeze(1)).to(hidden.dtype)
+    grad_logits = grad_logits.mul_(valid.unsqueeze(1)).to(hidden.dtype)
     return loss, grad_logits @ weight, grad_logits.t() @ hidden
 
 
@@ -159,7 +159,10 @@ class LossHead(nn.Linear):
         weight = self.weight
         # fp16 keeps the checkpointed loss: the fused one casts its gradients to fp16 before
         # backward brings the loss scale, and softmax terms of ~1/vocab would underflow.
-        fused = self.fused and hidden.dtype != torch.float16
+        # (parallel.api none runs fp16 under autocast, with fp32 hidden states.)
+        device = hidden.device.type
+        fp16 = hidden.dtype == torch.float16 or (torch.is_autocast_enabled(device) and torch.get_autocast_dtype(device) == torch.float16)
+        fused = self.fused and not fp16
         if fused and torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
             return linear_cross_entropy(hidden, weight, labels, self.chunk_tokens, self._fused_fn)
         return chunked_cross_entropy(hidden, weight, labels, self.chunk_tokens, self._loss_fn)

@@ -65,14 +65,16 @@ def _apply_auto(cfg: TrainerConfig, env) -> None:
     if env.device.type == "cuda":
         total = torch.cuda.get_device_properties(env.device).total_memory
     else:  # CPU: this process's share of the host's memory
-        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // env.local_world_size
     smallest = torch.tensor([total], dtype=torch.int64, device=env.device)
     if env.world_size > 1:
         dist.all_reduce(smallest, op=dist.ReduceOp.MIN)
-    record = apply_auto(cfg, build_hf_config(cfg.model), world_size=env.world_size, device_bytes=int(smallest.item()), on_gpu=env.device.type == "cuda")
+    record = apply_auto(cfg, build_hf_config(cfg.model), world_size=env.world_size, local_world_size=env.local_world_size,
+                        device_bytes=int(smallest.item()), on_gpu=env.device.type == "cuda")
     cfg.auto_choice = record
-    log.info("auto: %s (estimated peak %.1f GiB of %.1f GiB per device; kept as given: %s)",
-             record["chosen"], record["estimated_peak_gib"], record["device_gib"], ", ".join(record["kept"]) or "nothing")
+    log.info("auto: %s, global batch %d sequences (estimated peak %.1f GiB of %.1f GiB per device; kept as given: %s)",
+             record["chosen"], record["global_batch_sequences"], record["estimated_peak_gib"], record["device_gib"],
+             ", ".join(record["kept"]) or "nothing")
 
 
 def main_with_config(cfg: TrainerConfig) -> int:

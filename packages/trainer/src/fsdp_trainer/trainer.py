@@ -283,7 +283,13 @@ class Trainer:
                 mark = clock.mark()
             lr = self.optimizer.param_groups[0]["lr"]
             self.metrics.start_step()
-            loss, grad_norm, tokens = self.train_step()
+            try:
+                loss, grad_norm, tokens = self.train_step()
+            except Exception:  # the previous step did finish: write its record before the error goes on
+                if pending is not None:
+                    with contextlib.suppress(Exception):
+                        self._record(pending, clock)
+                raise
             peak = self.metrics.peak_mem_gib()  # the allocator's count is kept on the host: read it before the next step resets it
             self.step += 1
             self.tokens_processed += tokens
