@@ -60,6 +60,7 @@ def main() -> int:
     parser.add_argument("--seq-len", type=int, default=4096)
     parser.add_argument("--window", type=int, default=20, help="steps at the end whose mean loss is compared")
     parser.add_argument("--tolerance", type=float, default=0.01)
+    parser.add_argument("--seed", type=int, default=42, help="train.seed of both runs (initial weights and data order); repeat with others to see the spread")
     parser.add_argument("--timeout", type=int, default=540)
     parser.add_argument("--runs", default="bf16,fp8", help="the two runs compared, the reference first: bf16,fp8 (the check) "
                         "or bf16,bf16-flash (the noise floor: the same bf16 training with another attention kernel)")
@@ -71,7 +72,8 @@ def main() -> int:
     common = ["--model.preset", args.preset, "--model.init", "random", "--model.tokenizer", "bytes",
               "--data.source", "text", "--data.path", str(corpus), "--data.seq_len", str(args.seq_len),
               "--train.micro_batch_size", str(args.micro_batch), "--train.steps", str(args.steps), "--train.warmup_steps", "20",
-              "--compile.enabled", "true", "--compile.loss", "true", "--checkpoint.enabled", "false", "--train.log_every", "20"]
+              "--compile.enabled", "true", "--compile.loss", "true", "--checkpoint.enabled", "false", "--train.log_every", "20",
+              "--train.seed", str(args.seed)]
     variants = {"bf16": [], "fp8": ["--fp8.enabled", "true"], "bf16-flash": ["--model.sdpa_backend", "flash"]}
     names = args.runs.split(",")
     if len(names) != 2 or any(n not in variants for n in names):
@@ -85,7 +87,7 @@ def main() -> int:
                *common, *extra, "--train.output_dir", str(work / name)]
         log = open(work / f"{name}.log", "w")
         procs[name] = (subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT), log, cmd)
-    result: dict = {"corpus_bytes": size, "steps": args.steps, "preset": args.preset, "micro_batch": args.micro_batch,
+    result: dict = {"corpus_bytes": size, "steps": args.steps, "preset": args.preset, "micro_batch": args.micro_batch, "seed": args.seed,
                     "seq_len": args.seq_len, "window": args.window, "tolerance": args.tolerance, "runs": {}}
     for name, (proc, log, cmd) in procs.items():
         try:
@@ -124,7 +126,7 @@ def main() -> int:
             if v["rc"]:
                 print(k, *v["errors"], sep="\n  ")
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    (Path(args.out) / f"loss_{ref_name}_vs_{other_name}.json").write_text(json.dumps(result, indent=1))
+    (Path(args.out) / f"loss_{ref_name}_vs_{other_name}_seed{args.seed}.json").write_text(json.dumps(result, indent=1))
     return 0 if ok and result["within_tolerance"] else 1
 
 
