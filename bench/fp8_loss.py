@@ -85,7 +85,7 @@ def main() -> int:
                "PYTHONPATH": os.pathsep.join(filter(None, [str(TRAINER_SRC), os.environ.get("PYTHONPATH")]))}
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=1", "-m", "fsdp_trainer",
                *common, *extra, "--train.output_dir", str(work / name)]
-        log = open(work / f"{name}.log", "w")
+        log = open(work / f"{name}.log", "w")  # noqa: SIM115 - open while the run lasts, closed after wait()
         procs[name] = (subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT), log, cmd)
     result: dict = {"corpus_bytes": size, "steps": args.steps, "preset": args.preset, "micro_batch": args.micro_batch, "seed": args.seed,
                     "seq_len": args.seq_len, "window": args.window, "tolerance": args.tolerance, "runs": {}}
@@ -101,22 +101,22 @@ def main() -> int:
         summary_file = work / name / "summary.json"
         summary = json.loads(summary_file.read_text()) if summary_file.is_file() else {}
         summary.pop("config", None)
-        result["runs"][name] = {"rc": rc, "command": " ".join(["torchrun"] + cmd[3:]), "losses": [r["loss"] for r in records],
+        result["runs"][name] = {"rc": rc, "command": " ".join(["torchrun", *cmd[3:]]), "losses": [r["loss"] for r in records],
                                 "summary": summary, "errors": _error_lines(work / f"{name}.log") if rc else []}
     ref_name, other_name = names
-    bf16, fp8 = (result["runs"][k]["losses"] for k in names)
-    ok = len(bf16) == len(fp8) == args.steps
+    ref, other = (result["runs"][k]["losses"] for k in names)
+    ok = len(ref) == len(other) == args.steps
     if ok:
         w = args.window
-        mean_b, mean_f = sum(bf16[-w:]) / w, sum(fp8[-w:]) / w
-        rel = abs(mean_f - mean_b) / mean_b
-        per_step = [abs(f - b) / b for b, f in zip(bf16[w:], fp8[w:])]
-        result.update(mean_last_reference=mean_b, mean_last_other=mean_f, relative_difference=rel, max_step_relative_difference=max(per_step),
+        mean_ref, mean_other = sum(ref[-w:]) / w, sum(other[-w:]) / w
+        rel = abs(mean_other - mean_ref) / mean_ref
+        per_step = [abs(o - r) / r for r, o in zip(ref[w:], other[w:], strict=True)]
+        result.update(mean_last_reference=mean_ref, mean_last_other=mean_other, relative_difference=rel, max_step_relative_difference=max(per_step),
                       within_tolerance=rel <= args.tolerance)
         speed = {k: result["runs"][k]["summary"].get("tokens_per_s_per_gpu") for k in names}
         print(f"| run | first loss | loss at step {args.steps // 2} | mean loss, last {w} steps | tokens/s/GPU |")
         print("|---|---:|---:|---:|---:|")
-        for k, losses in ((ref_name, bf16), (other_name, fp8)):
+        for k, losses in ((ref_name, ref), (other_name, other)):
             print(f"| {k} | {losses[0]:.4f} | {losses[args.steps // 2 - 1]:.4f} | {sum(losses[-w:]) / w:.4f} | {speed[k]:,.0f} |")
         print(f"relative difference of the final means: {100 * rel:.3f}% (tolerance {100 * args.tolerance:.1f}%): "
               f"{'ok' if rel <= args.tolerance else 'OUTSIDE'}; largest per-step difference after step {w}: {100 * max(per_step):.2f}%")

@@ -110,7 +110,7 @@ def run_trainer(name: str, args: argparse.Namespace, nproc: int, work: Path) -> 
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", "-m", "fsdp_trainer"]
     for key, value in overrides.items():
         cmd += [f"--{key}", value]
-    record: dict = {"variant": name, "kind": "trainer", "command": " ".join(["torchrun"] + cmd[3:])}
+    record: dict = {"variant": name, "kind": "trainer", "command": " ".join(["torchrun", *cmd[3:]])}
     proc_rc, log = _run(cmd, work / f"{name}.log", args.timeout)
     summary_file = work / name / "summary.json"
     if proc_rc == 0 and summary_file.is_file():

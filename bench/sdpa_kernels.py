@@ -55,8 +55,8 @@ def agreement(kernel, b=1, h=8, s=512, d=128):
     out_ref = fwd_bwd(*ref, SDPBackend.MATH, grad)
     low = [t.to(torch.bfloat16).requires_grad_() for t in (q, k, v)]
     out = fwd_bwd(*low, kernel, grad.to(torch.bfloat16))
-    err = [(out.float() - out_ref).abs().max().item()] + [(a.grad.float() - r.grad).abs().max().item() for a, r in zip(low, ref)]
-    return dict(zip(["out", "dq", "dk", "dv"], err))
+    err = [(out.float() - out_ref).abs().max().item()] + [(a.grad.float() - r.grad).abs().max().item() for a, r in zip(low, ref, strict=True)]
+    return dict(zip(["out", "dq", "dk", "dv"], err, strict=True))
 
 
 def trainer_path(choice: str, compiled: bool, priority_only: bool = False) -> dict:

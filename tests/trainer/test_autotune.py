@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from conftest import TINY, assert_ok, run_trainer
 
 from fsdp_trainer.autotune import GiB, Shape, apply_auto, choose, estimate_peak_bytes
 from fsdp_trainer.config import load_config
 from fsdp_trainer.errors import ConfigError
 from fsdp_trainer.presets import PRESETS
-
-from conftest import TINY, assert_ok, run_trainer
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -53,11 +52,17 @@ def test_memory_model_within_6_percent_of_measured_peaks(fused):
         assert est == pytest.approx(measured_gib, rel=0.06), (shape, gpus, mb, compiled, ac)
 
 
-def test_shape_counts_the_presets_parameters():
-    from fsdp_trainer.presets import num_params
+@pytest.mark.parametrize("preset", ["llama3.1-8b", "tiny-gqa"])
+def test_shape_matches_the_built_model(preset):
+    from fsdp_trainer.config import ModelConfig
+    from fsdp_trainer.model import build_hf_config, meta_model
 
-    for name in ("llama2-7b", "llama2-13b", "llama3.1-8b", "llama3.1-70b", "tiny-gqa"):
-        assert Shape.from_config(PRESETS[name]()).params == num_params(PRESETS[name]())
+    hf = build_hf_config(ModelConfig(preset=preset))
+    lm = meta_model(hf)
+    shape = Shape.from_config(hf)
+    assert shape.params == sum(p.numel() for p in lm.parameters())
+    assert shape.block_params == sum(p.numel() for p in lm.model.layers[0].parameters())
+    assert shape.kv_dim == lm.model.layers[0].self_attn.k_proj.out_features
 
 
 def _choose(shape, gpus, **kw):

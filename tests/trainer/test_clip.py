@@ -52,7 +52,7 @@ def _check(rank: int, world: int, store: str, shard: int, max_norm: float, out: 
             results.append((float(norm), [p.grad.full_tensor() for p in params]))
         (norm_a, grads_a), (norm_b, grads_b) = results
         assert abs(norm_a - norm_b) <= 1e-5 * norm_b, (norm_a, norm_b)
-        for a, b in zip(grads_a, grads_b):
+        for a, b in zip(grads_a, grads_b, strict=True):
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
         if rank == 0:
             with open(out, "w") as f:

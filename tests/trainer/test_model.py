@@ -15,8 +15,8 @@ from fsdp_trainer.model import (
     build_hf_config,
     chunked_cross_entropy,
     count_params,
-    linear_cross_entropy,
     init_weights_,
+    linear_cross_entropy,
     meta_model,
     reset_rotary_,
 )

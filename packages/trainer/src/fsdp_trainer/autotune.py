@@ -35,6 +35,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from . import presets
+
 GiB = 2**30
 #: Micro-batches beyond this rarely pay (the step's fixed costs are amortised by then).
 MAX_MICRO_BATCH = 8
@@ -51,39 +53,28 @@ NEAR_TIE = 0.015
 
 @dataclass(frozen=True)
 class Shape:
-    """What the memory model needs of a Llama architecture."""
+    """What the memory model needs of a Llama architecture; counts come from ``presets``."""
 
     vocab: int
     hidden: int
     ffn: int
     layers: int
-    heads: int
-    kv_heads: int
-    tied: bool = False
+    tied: bool
+    kv_dim: int
+    block_params: int
+    params: int
 
     @classmethod
     def from_config(cls, hf: Any) -> Shape:
-        """From a ``LlamaConfig`` (or any object / dict with its field names)."""
-        get = hf.get if isinstance(hf, dict) else lambda k, d=None: getattr(hf, k, d)
-        heads = get("num_attention_heads")
+        """From a ``LlamaConfig`` or a preset spec (a dict with the same field names)."""
+        keys = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                "num_key_value_heads", "head_dim", "tie_word_embeddings")
+        spec = {k: (hf.get(k) if isinstance(hf, dict) else getattr(hf, k, None)) for k in keys}
         return cls(
-            vocab=get("vocab_size"), hidden=get("hidden_size"), ffn=get("intermediate_size"), layers=get("num_hidden_layers"),
-            heads=heads, kv_heads=get("num_key_value_heads") or heads, tied=bool(get("tie_word_embeddings", False)),
+            vocab=spec["vocab_size"], hidden=spec["hidden_size"], ffn=spec["intermediate_size"], layers=spec["num_hidden_layers"],
+            tied=bool(spec["tie_word_embeddings"]), kv_dim=presets.kv_dim(spec), block_params=presets.block_params(spec),
+            params=presets.num_params(spec),
         )
-
-    @property
-    def kv_dim(self) -> int:
-        return self.hidden // self.heads * self.kv_heads
-
-    @property
-    def block_params(self) -> int:
-        d = self.hidden
-        return d * d * 2 + d * self.kv_dim * 2 + 3 * d * self.ffn + 2 * d
-
-    @property
-    def params(self) -> int:
-        embeddings = self.vocab * self.hidden * (1 if self.tied else 2)
-        return self.layers * self.block_params + embeddings + self.hidden
 
 
 @dataclass(frozen=True)

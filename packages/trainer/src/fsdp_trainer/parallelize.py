@@ -49,7 +49,13 @@ def apply_compile(blocks: nn.ModuleList) -> None:
 
 def apply_fsdp2(model: CausalLMWithLoss, blocks: nn.ModuleList, cfg: TrainerConfig, mesh: DeviceMesh) -> None:
     """``fully_shard`` each block, then the root, on a 1-D ("shard") or 2-D ("replicate", "shard") mesh."""
-    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard, register_fsdp_forward_method
+    from torch.distributed.fsdp import (
+        CPUOffloadPolicy,
+        MixedPrecisionPolicy,
+        OffloadPolicy,
+        fully_shard,
+        register_fsdp_forward_method,
+    )
 
     par, prec = cfg.parallel, cfg.precision
     kwargs: dict[str, Any] = dict(

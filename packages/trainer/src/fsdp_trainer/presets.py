@@ -120,12 +120,22 @@ def is_tiny(name: str) -> bool:
     return name.startswith("tiny")
 
 
+def kv_dim(spec: Spec) -> int:
+    """Width of one token's keys (or values): key/value heads x head dim."""
+    head_dim = spec.get("head_dim") or spec["hidden_size"] // spec["num_attention_heads"]
+    return (spec.get("num_key_value_heads") or spec["num_attention_heads"]) * head_dim
+
+
+def block_params(spec: Spec) -> int:
+    """Parameters of one decoder block: attention projections, the gated MLP, two norms."""
+    h, f = spec["hidden_size"], spec["intermediate_size"]
+    head_dim = spec.get("head_dim") or h // spec["num_attention_heads"]
+    attn = h * spec["num_attention_heads"] * head_dim * 2 + h * kv_dim(spec) * 2
+    return attn + 3 * h * f + 2 * h
+
+
 def num_params(spec: Spec) -> int:
     """Parameter count of a spec, computed from its shapes (no model needed)."""
-    h, f, v, n = spec["hidden_size"], spec["intermediate_size"], spec["vocab_size"], spec["num_hidden_layers"]
-    head_dim = spec.get("head_dim") or h // spec["num_attention_heads"]
-    kv = spec["num_key_value_heads"] * head_dim
-    attn = h * spec["num_attention_heads"] * head_dim * 2 + h * kv * 2
-    block = attn + 3 * h * f + 2 * h
+    h, v = spec["hidden_size"], spec["vocab_size"]
     lm_head = 0 if spec.get("tie_word_embeddings") else v * h
-    return v * h + n * block + h + lm_head
+    return v * h + spec["num_hidden_layers"] * block_params(spec) + h + lm_head
