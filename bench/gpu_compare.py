@@ -69,6 +69,9 @@ TRAINER_VARIANTS: dict[str, dict[str, str]] = {
     "fsdp2-noac-mb3-compile-fp8": tv("llama2-7b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "fp8.enabled": "true", "fp8.all_gather": "true"}),
     "fsdp1-noac-mb2-compile": tv("llama2-7b", "fsdp1", "none", 2, **{"compile.enabled": "true", "compile.loss": "true"}),
     "8b-fsdp2-noac-mb4-compile": tv("llama3.1-8b", "fsdp2", "none", 4, **{"compile.enabled": "true", "compile.loss": "true"}),
+    "8b-fsdp2-noac-mb3-compile-noreshard": tv("llama3.1-8b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "parallel.reshard_after_forward": "false"}),
+    "8b-fsdp2-noac-mb2-compile-noreshard": tv("llama3.1-8b", "fsdp2", "none", 2, **{"compile.enabled": "true", "compile.loss": "true", "parallel.reshard_after_forward": "false"}),
+    "8b-fsdp2-noac-mb3-compile-bf16reduce": tv("llama3.1-8b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "precision.reduce_dtype": "bf16"}),
     "8b-fsdp2-noac-mb3-compile-flash": tv("llama3.1-8b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "model.sdpa_backend": "flash"}),
     # --auto: the trainer picks micro-batch, checkpointing and compile itself
     "7b-auto": {"model.preset": "llama2-7b", "auto.enabled": "true"},

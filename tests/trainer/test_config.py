@@ -92,6 +92,10 @@ def test_round_trip_through_dict():
         (["--checkpoint.resume", "latest"], "--checkpoint.resume:"),
         (["--model.preset", "llama2-7b", "--data.source", "hf"], "--model.tokenizer: data.source=hf needs a tokenizer"),
         (["--train.steps"], "--train.steps: missing value"),
+        (["--metrics.profile_steps", "3..4"], "--metrics.profile_steps: expected 'A-B' or 'A'"),
+        (["--metrics.profile_steps", "4-3"], "--metrics.profile_steps: steps count from 1 and A <= B"),
+        (["--metrics.profile_steps", "0"], "--metrics.profile_steps: steps count from 1"),
+        (["--train.steps", "5", "--metrics.profile_steps", "5-6"], "--metrics.profile_steps: step 6 is after the last step (5)"),
         (["train.steps", "3"], "expected an option like --section.field VALUE"),
     ],
 )

@@ -41,3 +41,22 @@ def test_fresh_run_truncates(tmp_path):
     m.open(0)
     m.close()
     assert path.read_text() == ""
+
+
+def test_profile_steps_trace_every_rank(tmp_path):
+    """Two gloo ranks trace steps 2-3: a trace per rank holding the traced steps' work, the kernel table on the leader."""
+    import gzip
+
+    from conftest import TINY, assert_ok, run_trainer
+
+    out = tmp_path / "run"
+    run = run_trainer([*TINY, "--train.steps", "4", "--metrics.profile_steps", "2-3"], out, nproc=2)
+    assert_ok(run)
+    assert [r["step"] for r in run.records] == [1, 2, 3, 4], "profiling changes no step's record"
+    for rank in (0, 1):
+        trace = json.loads(gzip.decompress((out / "profile" / f"trace-rank{rank}.json.gz").read_bytes()))
+        names = {e.get("name", "") for e in trace["traceEvents"]}
+        assert any("AdamW" in n or "adam" in n.lower() for n in names), "the optimizer step of a traced step is in the trace"
+        assert any("gloo:all_reduce" in n or "all_reduce" in n for n in names)
+    table = (out / "profile" / "kernels.txt").read_text()
+    assert "Self CPU" in table and "aten::mm" in table

@@ -184,6 +184,22 @@ class MetricsConfig:
     """Peak dense TFLOP/s of one accelerator for MFU. Default: looked up from the GPU name; unknown (MFU null) on CPU."""
     warmup_steps: int = 2
     """First steps left out of the summary's averages (compilation, allocator warm-up)."""
+    profile_steps: str = ""
+    """Steps to trace with torch.profiler, 'A-B' or 'A' (e.g. 8-9): every rank writes <train.output_dir>/profile/trace-rank<R>.json.gz (open it in Perfetto), the leader also kernels.txt (GPU time by kernel). Empty: no profiling."""
+
+    def profile_range(self) -> tuple[int, int] | None:
+        """``profile_steps`` as (first, last) steps, inclusive; None when off. Raises ConfigError on a bad value."""
+        text = self.profile_steps.strip()
+        if not text:
+            return None
+        first, _, last = text.partition("-")
+        try:
+            a, b = int(first), int(last or first)
+        except ValueError:
+            raise ConfigError(f"--metrics.profile_steps: expected 'A-B' or 'A' (step numbers), got {self.profile_steps!r}") from None
+        if not 1 <= a <= b:
+            raise ConfigError(f"--metrics.profile_steps: steps count from 1 and A <= B (got {self.profile_steps!r})")
+        return a, b
 
 
 @dataclass
@@ -307,6 +323,9 @@ class TrainerConfig:
                 raise ConfigError(f"{flag}: must be zero or positive (got {value})")
         if t.lr <= 0:
             raise ConfigError(f"--train.lr: must be positive (got {t.lr})")
+        profile = self.metrics.profile_range()
+        if profile and profile[1] > t.steps:
+            raise ConfigError(f"--metrics.profile_steps: step {profile[1]} is after the last step ({t.steps}); profile steps within --train.steps")
         if not 0.0 < self.auto.memory_fraction <= 1.0:
             raise ConfigError(f"--auto.memory_fraction: must be above 0 and at most 1 (got {self.auto.memory_fraction})")
         if not 0.0 <= t.min_lr_ratio <= 1.0:

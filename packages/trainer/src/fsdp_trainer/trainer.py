@@ -11,7 +11,7 @@ Host syncs: none inside a step, and none between steps. The count of label
 tokens is all-reduced on the device; loss and grad norm stay there; a step's
 metrics record is written once the next step has been queued, when its values are
 ready (``StepClock`` times steps with CUDA events), so the host is a step ahead of
-the GPU instead of idling it at every step boundary. Checkpoint, fault-injection,
+the GPU instead of idling it at every step boundary. Checkpoint, fault-injection, profiled,
 garbage-collection and final steps are recorded at once (a sync point). Python's cyclic garbage collector is switched
 off during training and run every ``GC_EVERY`` steps instead: an automatic
 collection in the middle of a step stalls the host for tens of milliseconds at
@@ -123,6 +123,53 @@ class PendingStep:
     peak_mem_gib: float | None
     start: Any
     end: Any
+
+
+class StepProfiler:
+    """``metrics.profile_steps``: a torch.profiler trace of steps A..B on every rank.
+
+    The traced steps are sync points (the trace starts and ends on an idle device), so a
+    trace holds exactly those steps. Every rank writes ``trace-rank<R>.json.gz`` (Perfetto or
+    chrome://tracing open it); the leader also writes ``kernels.txt``, GPU time by kernel.
+    """
+
+    def __init__(self, steps: tuple[int, int] | None, out_dir: Path, env: DistEnv):
+        self.first, self.last = steps or (0, -1)
+        self.out_dir, self.env = out_dir, env
+        self.prof: Any = None
+
+    def covers(self, step: int) -> bool:
+        return self.first <= step <= self.last
+
+    def before(self, step: int) -> None:
+        """Called before ``step`` runs: starts the trace at the first profiled step."""
+        if step != self.first:
+            return
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.env.device.type == "cuda" else [])
+        self._sync()
+        self.prof = profile(activities=activities, record_shapes=False, with_stack=False)
+        self.prof.start()
+
+    def after(self, step: int) -> None:
+        """Called after ``step`` is queued: at the last profiled step, waits for it and writes the trace."""
+        if step != self.last or self.prof is None:
+            return
+        self._sync()
+        self.prof.stop()
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        trace = self.out_dir / f"trace-rank{self.env.rank}.json.gz"
+        self.prof.export_chrome_trace(str(trace))
+        if self.env.is_leader:
+            sort = "self_cuda_time_total" if self.env.device.type == "cuda" else "self_cpu_time_total"
+            (self.out_dir / "kernels.txt").write_text(self.prof.key_averages().table(sort_by=sort, row_limit=60))
+            log.info("profiled steps %d-%d: %s", self.first, self.last, self.out_dir)
+        self.prof = None
+
+    def _sync(self) -> None:
+        if self.env.device.type == "cuda":
+            torch.cuda.synchronize(self.env.device)
 
 
 class Trainer:
@@ -276,9 +323,14 @@ class Trainer:
         """Train to ``train.steps``. Each step's record is written once the *next* step is queued (see the module docstring)."""
         cfg = self.cfg
         clock = StepClock(self.env.device)
+        profiler = StepProfiler(cfg.metrics.profile_range(), Path(cfg.train.output_dir) / "profile", self.env)
         pending: PendingStep | None = None
         mark = None
         while self.step < cfg.train.steps:
+            if profiler.covers(self.step + 1) and pending is not None:  # a traced step starts on an idle device
+                self._record(pending, clock)
+                pending = None
+            profiler.before(self.step + 1)
             if pending is None:  # after a sync point (start, checkpoint, collection): time from here
                 mark = clock.mark()
             lr = self.optimizer.param_groups[0]["lr"]
@@ -299,7 +351,9 @@ class Trainer:
                 self._record(pending, clock)  # waits for the previous step only: this one is queued behind it
             pending = step
             checkpoint_due = cfg.checkpoint.enabled and (self.step == cfg.train.steps or (every and self.step % every == 0))
-            if checkpoint_due or self.step == fault_step or self.step % GC_EVERY == 0 or self.step == cfg.train.steps:
+            profiler.after(self.step)
+            sync_point = profiler.covers(self.step) or self.step % GC_EVERY == 0 or self.step == cfg.train.steps
+            if checkpoint_due or self.step == fault_step or sync_point:
                 self._record(pending, clock)
                 pending = None
             if checkpoint_due:
