@@ -83,6 +83,15 @@ TRAINER_VARIANTS: dict[str, dict[str, str]] = {
     "smoke-fsdp2": tv("tiny", "fsdp2", "none", 2, **{"compile.enabled": "true", "data.seq_len": "256"}),
     "smoke-fsdp1": tv("tiny", "fsdp1", "full", 2, **{"data.seq_len": "256"}),
 }
+# Variants that differ only in the environment: name -> (base variant, extra environment).
+# NCCL_MAX_CTAS caps the SMs NCCL's kernels take from the GEMMs they overlap (H200: 132 SMs).
+ENV_VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
+    "fsdp2-noac-mb1-ctas8": ("fsdp2-noac-mb1", {"NCCL_MAX_CTAS": "8"}),
+    "8b-fsdp2-noac-mb3-compile-ctas8": ("8b-fsdp2-noac-mb3-compile", {"NCCL_MAX_CTAS": "8"}),
+    "8b-fsdp2-noac-mb3-compile-ctas4": ("8b-fsdp2-noac-mb3-compile", {"NCCL_MAX_CTAS": "4"}),
+}
+for _name, (_base, _env) in ENV_VARIANTS.items():
+    TRAINER_VARIANTS[_name] = TRAINER_VARIANTS[_base]
 TORCHTITAN_VARIANTS = {  # name -> (flavor, batch, ac mode, compile)
     "tt-8b-mb2-compile": ("8B", 2, "none", True),
     "tt-8b-mb1-selective": ("8B", 1, "selective", False),
@@ -102,9 +111,10 @@ SUITES = {
 }
 
 
-def child_env() -> dict[str, str]:
+def child_env(variant: str = "") -> dict[str, str]:
     path = os.pathsep.join(filter(None, [str(TRAINER_SRC), os.environ.get("PYTHONPATH")]))
-    return {**os.environ, **CHILD_ENV, "PYTHONPATH": path}
+    extra = ENV_VARIANTS[variant][1] if variant in ENV_VARIANTS else {}
+    return {**os.environ, **CHILD_ENV, "PYTHONPATH": path, **extra}
 
 
 def run_trainer(name: str, args: argparse.Namespace, nproc: int, work: Path) -> dict:
@@ -113,7 +123,8 @@ def run_trainer(name: str, args: argparse.Namespace, nproc: int, work: Path) -> 
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", "-m", "fsdp_trainer"]
     for key, value in overrides.items():
         cmd += [f"--{key}", value]
-    record: dict = {"variant": name, "kind": "trainer", "command": " ".join(["torchrun", *cmd[3:]])}
+    env_prefix = [f"{k}={v}" for k, v in ENV_VARIANTS.get(name, ("", {}))[1].items()]
+    record: dict = {"variant": name, "kind": "trainer", "command": " ".join([*env_prefix, "torchrun", *cmd[3:]])}
     proc_rc, log = _run(cmd, work / f"{name}.log", args.timeout)
     summary_file = work / name / "summary.json"
     if proc_rc == 0 and summary_file.is_file():
@@ -163,7 +174,7 @@ def run_accelerate_variant(name: str, args: argparse.Namespace, nproc: int, work
 def _run(cmd: list[str], log_path: Path, timeout: int) -> tuple[int, str]:
     print(f"== {log_path.stem}", file=sys.stderr, flush=True)
     try:
-        proc = subprocess.run(cmd, env=child_env(), capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+        proc = subprocess.run(cmd, env=child_env(log_path.stem), capture_output=True, text=True, timeout=timeout, cwd=ROOT)
         rc, log = proc.returncode, proc.stdout + proc.stderr
     except subprocess.TimeoutExpired as e:
         rc, log = -1, f"timed out after {timeout}s\n" + ((e.stdout or b"") + (e.stderr or b"")).decode(errors="replace")

@@ -26,6 +26,38 @@ def _worker(rank: int, world: int, store: str, shard: int, max_norm: float, out:
     os._exit(0)
 
 
+def _check_folded_step(mesh, rank: int, max_norm: float) -> None:
+    """Clipping folded into fused AdamW (its grad_scale) moves the weights exactly as clipping and then stepping."""
+    from torch.distributed.fsdp import fully_shard
+
+    from fsdp_trainer.trainer import clip_divisor, clip_grad_norm_local_, fused_step_with_divisor
+
+    weights = []
+    for folded in (True, False):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 13), torch.nn.Linear(13, 5))
+        for layer in model:
+            fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        opt = torch.optim.AdamW(model.parameters(), lr=0.1, weight_decay=0.1, fused=True)
+        for step in range(3):
+            g = torch.Generator().manual_seed(10 * step + rank)
+            (10 * model(torch.randn(4, 8, generator=g))).square().sum().backward()  # large gradients: clipping bites
+            params = list(model.parameters())
+            if folded:
+                norm = clip_grad_norm_local_(params, 0.0)
+                assert float(clip_divisor(norm, max_norm)) > 1.0, "the test must clip"
+                fused_step_with_divisor(opt, clip_divisor(norm, max_norm))
+                assert not hasattr(opt, "grad_scale")
+            else:
+                clip_grad_norm_local_(params, max_norm)
+                opt.step()
+            opt.zero_grad(set_to_none=True)
+        weights.append([p.full_tensor() for p in model.parameters()])
+    for a, b in zip(*weights, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+
+
 def _check(rank: int, world: int, store: str, shard: int, max_norm: float, out: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     try:
@@ -54,6 +86,8 @@ def _check(rank: int, world: int, store: str, shard: int, max_norm: float, out: 
         assert abs(norm_a - norm_b) <= 1e-5 * norm_b, (norm_a, norm_b)
         for a, b in zip(grads_a, grads_b, strict=True):
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+        if max_norm:
+            _check_folded_step(mesh, rank, max_norm)
         if rank == 0:
             with open(out, "w") as f:
                 f.write(f"{norm_a}")

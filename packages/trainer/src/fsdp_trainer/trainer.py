@@ -86,6 +86,25 @@ def clip_grad_norm_local_(parameters: Any, max_norm: float) -> torch.Tensor:
     return norm
 
 
+def clip_divisor(norm: torch.Tensor, max_norm: float) -> torch.Tensor:
+    """What the gradients are divided by to clip them to ``max_norm``: ``max(1, norm / max_norm)`` (the same eps as torch)."""
+    return ((norm.float() + 1e-6) / max_norm).clamp(min=1.0)
+
+
+def fused_step_with_divisor(optimizer: torch.optim.Optimizer, divisor: torch.Tensor) -> None:
+    """One step of a fused Adam/AdamW whose kernel divides every gradient by ``divisor`` as it reads it.
+
+    This is the fused optimizers' ``grad_scale`` input (GradScaler's unscale happens there):
+    clipping this way costs no pass of its own over the gradients (on Llama-3.1-8B over 2
+    GPUs a separate ``_foreach_mul_`` pass takes about 9 ms of a 1.15 s step).
+    """
+    optimizer.grad_scale = divisor  # type: ignore[attr-defined]
+    try:
+        optimizer.step()
+    finally:
+        del optimizer.grad_scale  # type: ignore[attr-defined]
+
+
 class StepClock:
     """Step times without stopping the host: CUDA events on GPUs, ``perf_counter`` on CPU.
 
@@ -213,14 +232,19 @@ class Trainer:
             return self.model.no_sync()  # keeps unsharded gradients: more memory under full_shard
         return contextlib.nullcontext()
 
+    def _fold_clip(self) -> bool:
+        """Whether clipping happens inside the fused AdamW kernel (``fused_step_with_divisor``) rather than as a pass of its own."""
+        fused = bool(self.optimizer.defaults.get("fused"))
+        return fused and self.scaler is None and self.cfg.parallel.api != "fsdp1" and self.cfg.train.max_grad_norm > 0
+
     def _clip_grad_norm(self) -> torch.Tensor:
-        """Clip to ``train.max_grad_norm``; returns the total norm as a device tensor (no host sync)."""
+        """Clip to ``train.max_grad_norm`` (or leave it to the optimizer step, see ``_fold_clip``); returns the total norm as a device tensor (no host sync)."""
         max_norm = self.cfg.train.max_grad_norm
         if self.cfg.parallel.api == "fsdp1":
             return self.model.clip_grad_norm_(max_norm or float("inf"))
-        return clip_grad_norm_local_(self.model.parameters(), max_norm)
+        return clip_grad_norm_local_(self.model.parameters(), 0.0 if self._fold_clip() else max_norm)
 
-    def _optimizer_step(self) -> bool:
+    def _optimizer_step(self, grad_norm: torch.Tensor) -> bool:
         """Step optimizer and schedule; returns False when the fp16 scaler skipped the step (inf/nan gradients).
 
         A skipped step leaves the weights as they were, so the schedule does not advance
@@ -233,6 +257,8 @@ class Trainer:
             self.scaler.step(self.optimizer)
             self.scaler.update()
             stepped = self.scaler.get_scale() >= scale_before
+        elif self._fold_clip():
+            fused_step_with_divisor(self.optimizer, clip_divisor(grad_norm, self.cfg.train.max_grad_norm))
         else:
             self.optimizer.step()
         if stepped:
@@ -271,7 +297,7 @@ class Trainer:
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
         grad_norm = self._clip_grad_norm()
-        self._optimizer_step()
+        self._optimizer_step(grad_norm)
         dist_loss = loss_sum.clone()
         if self.env.world_size > 1:
             torch.distributed.all_reduce(dist_loss)  # queued on the device; read after the step's sync
