@@ -62,6 +62,7 @@ TRAINER_VARIANTS: dict[str, dict[str, str]] = {
     "fsdp2-noac-mb2-compile-fp8": tv("llama2-7b", "fsdp2", "none", 2, **{"compile.enabled": "true", "compile.loss": "true", "fp8.enabled": "true", "fp8.all_gather": "true"}),
     "8b-fsdp2-noac-mb2-compile": tv("llama3.1-8b", "fsdp2", "none", 2, **{"compile.enabled": "true", "compile.loss": "true"}),
     "8b-fsdp2-sel2-mb4-compile": tv("llama3.1-8b", "fsdp2", "selective", 4, **{"ac.every": "2", "compile.enabled": "true", "compile.loss": "true"}),
+    "fsdp2-noac-mb1-hfkernels": tv("llama2-7b", "fsdp2", "none", 1, **{"model.fused_kernels": "false"}),
     "fsdp2-noac-mb1-flash": tv("llama2-7b", "fsdp2", "none", 1, **{"model.sdpa_backend": "flash"}),
     "fsdp2-noac-mb1-bf16reduce": tv("llama2-7b", "fsdp2", "none", 1, **{"precision.reduce_dtype": "bf16"}),
     "fsdp2-noac-mb1-unfused": tv("llama2-7b", "fsdp2", "none", 1, **{"train.fused_loss": "false"}),

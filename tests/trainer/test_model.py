@@ -187,15 +187,15 @@ def test_fp16_skipped_step_does_not_advance_the_schedule():
         t.scaler.unscale_(optimizer)
 
     backward(bad=False)
-    assert t._optimizer_step() is True
+    assert t._optimizer_step(torch.zeros(())) is True
     lr, weight = optimizer.param_groups[0]["lr"], model.weight.detach().clone()
     assert t.scheduler.last_epoch == 1
     backward(bad=True)
-    assert t._optimizer_step() is False
+    assert t._optimizer_step(torch.zeros(())) is False
     assert t.scheduler.last_epoch == 1 and optimizer.param_groups[0]["lr"] == lr
     assert torch.equal(model.weight, weight) and t.scaler.get_scale() == 2.0**7
     backward(bad=False)
-    assert t._optimizer_step() is True and t.scheduler.last_epoch == 2
+    assert t._optimizer_step(torch.zeros(())) is True and t.scheduler.last_epoch == 2
 
 
 def test_fp16_keeps_the_checkpointed_loss(monkeypatch):

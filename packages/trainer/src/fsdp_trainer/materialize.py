@@ -32,6 +32,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from .attention import configure_attention
 from .config import TrainerConfig
 from .distributed import DistEnv
+from .kernels import use_fused_kernels
 from .model import (
     DTYPES,
     CausalLMWithLoss,
@@ -96,6 +97,8 @@ def build_model(cfg: TrainerConfig, env: DistEnv, mesh: DeviceMesh | None) -> Bu
     compute_dtype = torch.float32 if env.device.type == "cpu" else DTYPES[cfg.precision.param_dtype or "fp32"]
     attention = configure_attention(hf_config, cfg.model.sdpa_backend, env.device, compute_dtype, cfg.data.seq_len)
     lm = meta_model(hf_config)
+    if cfg.model.fused_kernels:
+        log.info("fused kernels: %d RMSNorm / attention modules swapped (kernels.py)", use_fused_kernels(lm))
     log.info("attention: %s [%s]", attention, lm.config._attn_implementation)
     num_params, num_embedding = count_params(lm)
     strategy = init_strategy(cfg, num_params)

@@ -1,0 +1,143 @@
+"""Fewer element-wise kernels in the Llama blocks: a fused RMSNorm and a rotary embedding done in place of halves.
+
+Without ``torch.compile``, Hugging Face's Llama runs its RMSNorm as six element-wise
+kernels over the activations (three of them in fp32) forward and about twice that
+backward, and its rotary embedding as multiply / negate / concatenate / multiply / add
+over transposed (non-contiguous) query and key views. On Llama-2-7B over 2 H200s at
+micro batch 1 these element-wise kernels took about 150 ms of a 514 ms step
+(``bench/profile_step.py``). ``model.fused_kernels`` (default) swaps in:
+
+- ``FusedRMSNorm``: ``F.rms_norm``, which on CUDA is one fused kernel forward and
+  backward (torch >= 2.8). The statistics are in fp32 as in Hugging Face's; the
+  normalised value is multiplied by the weight before the one rounding to the
+  activation dtype, where Hugging Face rounds before and after (equal in fp32).
+- ``RopeAttention``: the same attention as ``LlamaAttention`` with the rotary embedding
+  applied to query and key in their ``[batch, seq, heads, head_dim]`` projection layout
+  (contiguous), by ``apply_rotary``: four half-size kernels forward (``mul`` and
+  ``addcmul`` per half), four backward, nothing saved for backward but ``cos`` and
+  ``sin``. SDPA then takes the transposed views as they are.
+
+Under ``torch.compile`` both fall back to plain functional code, which the compiler
+fuses on its own. The classes are swapped on the built model's modules (``__class__``),
+so parameter names, state dicts and checkpoints are unchanged.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def _rotate_halves(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, sign: float) -> torch.Tensor:
+    """``[x1 c1 - sign x2 s1, x2 c2 + sign x1 s2]`` with ``x = [x1, x2]`` split on the last dimension.
+
+    ``sign=1`` is Hugging Face's ``x * cos + rotate_half(x) * sin``; ``sign=-1`` its transpose (the backward).
+    """
+    x1, x2 = x.chunk(2, dim=-1)
+    c1, c2 = cos.chunk(2, dim=-1)
+    s1, s2 = sin.chunk(2, dim=-1)
+    out = torch.empty_like(x)
+    o1, o2 = out.chunk(2, dim=-1)
+    torch.mul(x1, c1, out=o1)
+    o1.addcmul_(x2, s1, value=-sign)
+    torch.mul(x2, c2, out=o2)
+    o2.addcmul_(x1, s2, value=sign)
+    return out
+
+
+class _Rotary(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(cos, sin)
+        return _rotate_halves(x, cos, sin, 1.0)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        cos, sin = ctx.saved_tensors
+        # The rotation's transpose: [g1 c1 + g2 s2, g2 c2 - g1 s1] (the halves of cos/sin are not assumed equal).
+        g1, g2 = grad.chunk(2, dim=-1)
+        c1, c2 = cos.chunk(2, dim=-1)
+        s1, s2 = sin.chunk(2, dim=-1)
+        out = torch.empty_like(grad)
+        o1, o2 = out.chunk(2, dim=-1)
+        torch.mul(g1, c1, out=o1)
+        o1.addcmul_(g2, s2)
+        torch.mul(g2, c2, out=o2)
+        o2.addcmul_(g1, s1, value=-1.0)
+        return out, None, None
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding of ``x`` ``[batch, seq, heads, head_dim]`` with ``cos``/``sin`` ``[batch, seq, head_dim]``.
+
+    Equal to Hugging Face's ``apply_rotary_pos_emb`` on the transposed layout.
+    """
+    cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)
+    if torch.compiler.is_compiling() or cos.dtype != x.dtype or cos.requires_grad or sin.requires_grad:
+        # The compiler fuses this itself; mixed dtypes (autocast) keep Hugging Face's type promotion.
+        x1, x2 = x.chunk(2, dim=-1)
+        return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+    return _Rotary.apply(x, cos, sin)
+
+
+@functools.cache
+def _rope_attention_classes() -> tuple[type, type]:
+    from transformers.models.llama.modeling_llama import LlamaAttention, LlamaRMSNorm
+
+    class FusedRMSNorm(LlamaRMSNorm):
+        """``LlamaRMSNorm`` through ``F.rms_norm`` (one fused CUDA kernel each way)."""
+
+        def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+            if self.weight.dtype != hidden_states.dtype:  # fp32 weights under autocast: Hugging Face's promotion
+                return self.weight * F.rms_norm(hidden_states.float(), self.weight.shape, eps=self.variance_epsilon).to(hidden_states.dtype)
+            return F.rms_norm(hidden_states, self.weight.shape, self.weight, self.variance_epsilon)
+
+    class RopeAttention(LlamaAttention):
+        """``LlamaAttention`` for training (no KV cache) with the rotary embedding on the projections' own layout."""
+
+        def forward(self, hidden_states: torch.Tensor, position_embeddings: Any = None, attention_mask: Any = None, *args: Any, **kwargs: Any) -> Any:
+            if args or kwargs.get("cache") is not None or kwargs.get("past_key_values") is not None:
+                return super().forward(hidden_states, position_embeddings, attention_mask, *args, **kwargs)
+            from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+            kwargs.pop("cache", None)
+            kwargs.pop("past_key_values", None)
+            b, s = hidden_states.shape[:2]
+            q = self.q_proj(hidden_states).view(b, s, -1, self.head_dim)
+            k = self.k_proj(hidden_states).view(b, s, -1, self.head_dim)
+            v = self.v_proj(hidden_states).view(b, s, -1, self.head_dim)
+            cos, sin = position_embeddings
+            q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+            attend = ALL_ATTENTION_FUNCTIONS[self.config._attn_implementation]
+            out, weights = attend(
+                self, q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attention_mask,
+                dropout=0.0 if not self.training else self.attention_dropout, scaling=self.scaling, **kwargs,
+            )
+            return self.o_proj(out.reshape(b, s, -1).contiguous()), weights
+
+    return FusedRMSNorm, RopeAttention
+
+
+def use_fused_kernels(lm: nn.Module) -> int:
+    """Swap the fused RMSNorm and rotary attention into a ``LlamaForCausalLM``'s modules; returns how many were swapped.
+
+    The attention is swapped only when it goes through an attention function (SDPA or the
+    trainer's): Hugging Face's eager attention stays as it is.
+    """
+    from transformers.models.llama.modeling_llama import LlamaAttention, LlamaRMSNorm
+
+    norm_cls, attn_cls = _rope_attention_classes()
+    swap_attention = getattr(lm.config, "_attn_implementation", "eager") != "eager"
+    swapped = 0
+    for module in lm.modules():
+        if type(module) is LlamaRMSNorm:
+            module.__class__ = norm_cls
+            swapped += 1
+        elif type(module) is LlamaAttention and swap_attention:
+            module.__class__ = attn_cls
+            swapped += 1
+    return swapped

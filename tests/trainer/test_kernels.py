@@ -1,0 +1,94 @@
+"""The fused RMSNorm and rotary attention (``model.fused_kernels``) compute what Hugging Face's modules compute."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from fsdp_trainer.kernels import apply_rotary, use_fused_kernels
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _cos_sin(b: int, s: int, d: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    # Unequal halves on purpose: the rotation must not assume cos/sin repeat across the two halves.
+    angles = torch.rand(b, s, d, generator=generator) * 6.0
+    return angles.cos(), angles.sin()
+
+
+@pytest.mark.parametrize("compiling", [False, True])
+def test_rotary_matches_hugging_face(compiling, monkeypatch):
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    g = torch.Generator().manual_seed(0)
+    b, s, h, d = 2, 7, 3, 8
+    cos, sin = _cos_sin(b, s, d, g)
+    x = torch.randn(b, s, h, d, generator=g, requires_grad=True)
+    x_hf = x.detach().transpose(1, 2).clone().requires_grad_()  # Hugging Face's [b, h, s, d]
+    if compiling:  # the functional code the compiler sees
+        monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    ours = apply_rotary(x, cos, sin)
+    ref, _ = apply_rotary_pos_emb(x_hf, x_hf, cos, sin)
+    torch.testing.assert_close(ours, ref.transpose(1, 2), rtol=1e-6, atol=1e-6)
+    upstream = torch.randn(b, s, h, d, generator=g)
+    ours.backward(upstream)
+    ref.backward(upstream.transpose(1, 2))
+    torch.testing.assert_close(x.grad, x_hf.grad.transpose(1, 2), rtol=1e-6, atol=1e-6)
+
+
+def test_rotary_bf16_is_no_worse_than_hugging_face():
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    g = torch.Generator().manual_seed(1)
+    cos, sin = _cos_sin(1, 64, 128, g)
+    x = torch.randn(1, 64, 4, 128, generator=g)
+    exact, _ = apply_rotary_pos_emb(x.transpose(1, 2).double(), x.transpose(1, 2).double(), cos.double(), sin.double())
+    exact = exact.transpose(1, 2)
+    ours = apply_rotary(x.bfloat16(), cos.bfloat16(), sin.bfloat16()).double()
+    ref, _ = apply_rotary_pos_emb(x.transpose(1, 2).bfloat16(), x.transpose(1, 2).bfloat16(), cos.bfloat16(), sin.bfloat16())
+    assert (ours - exact).abs().max() <= (ref.transpose(1, 2).double() - exact).abs().max() * 1.01
+
+
+@pytest.mark.parametrize("preset", ["tiny", "tiny-gqa"])
+def test_swapped_model_equals_hugging_face(preset, monkeypatch):
+    """A whole Llama (grouped heads too), fp32: the same loss and the same gradients with and without the swap."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from fsdp_trainer import kernels
+    from fsdp_trainer.attention import configure_attention
+    from fsdp_trainer.presets import PRESETS
+
+    rotations = []
+    rotate = kernels._rotate_halves
+    monkeypatch.setattr(kernels, "_rotate_halves", lambda *a: rotations.append(1) or rotate(*a))
+    config = LlamaConfig(**PRESETS[preset](), attn_implementation="sdpa", use_cache=False)  # as the trainer builds it
+    configure_attention(config, "auto", torch.device("cpu"), torch.float32, 32)
+    torch.manual_seed(0)
+    ref = LlamaForCausalLM(config)
+    fused = copy.deepcopy(ref)
+    assert use_fused_kernels(fused) == 2 * config.num_hidden_layers + 1 + config.num_hidden_layers
+    assert fused.state_dict().keys() == ref.state_dict().keys()
+    ids = torch.randint(0, config.vocab_size, (2, 32), generator=torch.Generator().manual_seed(3))
+    losses = []
+    for model in (ref, fused):
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        losses.append(loss)
+    torch.testing.assert_close(losses[1], losses[0], rtol=1e-6, atol=1e-6)
+    assert len(rotations) == 2 * config.num_hidden_layers, "the swapped attention rotated query and key itself"
+    for (name, a), b in zip(ref.named_parameters(), fused.parameters(), strict=True):
+        torch.testing.assert_close(b.grad, a.grad, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_eager_attention_is_left_alone():
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers.models.llama.modeling_llama import LlamaAttention
+
+    from fsdp_trainer.presets import PRESETS
+
+    model = LlamaForCausalLM(LlamaConfig(**PRESETS["tiny"](), attn_implementation="eager"))
+    use_fused_kernels(model)
+    assert all(type(layer.self_attn) is LlamaAttention for layer in model.model.layers)
+    assert type(model.model.norm).__name__ == "FusedRMSNorm"
