@@ -65,7 +65,8 @@ def main() -> int:
                         "differing only in rounding part ways)")
     parser.add_argument("--seed", type=int, default=42, help="train.seed of both runs (initial weights and data order); repeat with others to see the spread")
     parser.add_argument("--timeout", type=int, default=540)
-    parser.add_argument("--runs", default="bf16,fp8", help="the two runs compared, the reference first: bf16,fp8 (the check) "
+    parser.add_argument("--runs", default="bf16,fp8", help="the two runs compared, the reference first: bf16,fp8 (the check; "
+                        "fp8-rowwise for torchao's rowwise-scaled recipe) "
                         "or bf16,bf16-flash (the noise floor: the same bf16 training with another attention kernel)")
     args = parser.parse_args()
 
@@ -77,7 +78,8 @@ def main() -> int:
               "--train.micro_batch_size", str(args.micro_batch), "--train.steps", str(args.steps), "--train.warmup_steps", "20", "--train.lr", str(args.lr),
               "--compile.enabled", "true", "--compile.loss", "true", "--checkpoint.enabled", "false", "--train.log_every", "20",
               "--train.seed", str(args.seed)]
-    variants = {"bf16": [], "fp8": ["--fp8.enabled", "true"], "bf16-flash": ["--model.sdpa_backend", "flash"]}
+    variants = {"bf16": [], "fp8": ["--fp8.enabled", "true"], "fp8-rowwise": ["--fp8.enabled", "true", "--fp8.recipe", "rowwise"],
+                "bf16-flash": ["--model.sdpa_backend", "flash"]}
     names = args.runs.split(",")
     if len(names) != 2 or any(n not in variants for n in names):
         parser.error(f"--runs: two of {', '.join(variants)}, comma-separated")
@@ -129,7 +131,7 @@ def main() -> int:
             if v["rc"]:
                 print(k, *v["errors"], sep="\n  ")
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    (Path(args.out) / f"loss_{ref_name}_vs_{other_name}_seed{args.seed}.json").write_text(json.dumps(result, indent=1))
+    (Path(args.out) / f"loss_{ref_name}_vs_{other_name}_seed{args.seed}_lr{args.lr:g}.json").write_text(json.dumps(result, indent=1))
     return 0 if ok and result["within_tolerance"] else 1
 
 
