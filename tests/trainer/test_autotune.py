@@ -45,11 +45,30 @@ MEASURED_FUSED = [
 ]
 
 
-@pytest.mark.parametrize("fused", [False, True])
-def test_memory_model_within_6_percent_of_measured_peaks(fused):
-    for shape, gpus, mb, compiled, ac, every, measured_gib in (MEASURED_FUSED if fused else MEASURED):
-        est = estimate_peak_bytes(shape, 4096, mb, shard_degree=gpus, compiled=compiled, ac_mode=ac, ac_every=every, fused_loss=fused) / GiB
+# Fused loss and fused kernels (model.fused_kernels, the default since session 3): bench/results/2026-11-30-s3-*.json.
+MEASURED_FUSED_KERNELS = [
+    (L7, 2, 1, False, "none", 2, 58.7),
+    (L7, 2, 2, False, "none", 2, 78.3),
+    (L7, 2, 1, False, "full", 2, 51.9),
+    (L7, 2, 2, False, "full", 2, 52.7),
+    (L7, 2, 3, True, "none", 2, 88.8),
+    (L8, 2, 3, True, "none", 2, 110.0),
+]
+
+
+@pytest.mark.parametrize("measured, fused_loss, fused_kernels", [(MEASURED, False, False), (MEASURED_FUSED, True, False), (MEASURED_FUSED_KERNELS, True, True)])
+def test_memory_model_within_6_percent_of_measured_peaks(measured, fused_loss, fused_kernels):
+    for shape, gpus, mb, compiled, ac, every, measured_gib in measured:
+        est = estimate_peak_bytes(shape, 4096, mb, shard_degree=gpus, compiled=compiled, ac_mode=ac, ac_every=every, fused_loss=fused_loss,
+                                  fused_kernels=fused_kernels) / GiB
         assert est == pytest.approx(measured_gib, rel=0.06), (shape, gpus, mb, compiled, ac)
+
+
+def test_memory_model_without_resharding():
+    """Blocks kept gathered from forward to backward (parallel.reshard_after_forward false), Llama-3.1-8B compiled, 2 x H200."""
+    for mb, measured_gib in ((2, 104.1), (3, 122.8)):  # bench/results/2026-11-30-s3-call{B,A}-h200x2.json
+        est = estimate_peak_bytes(L8, 4096, mb, shard_degree=2, compiled=True, ac_mode="none", reshard_after_forward=False) / GiB
+        assert est == pytest.approx(measured_gib, rel=0.06), mb
 
 
 @pytest.mark.parametrize("preset", ["llama3.1-8b", "tiny-gqa"])

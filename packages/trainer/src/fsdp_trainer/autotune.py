@@ -21,7 +21,8 @@ The memory model, per GPU, for N parameters sharded over S ranks:
   activations go), plus activations, plus unsharded bf16 copies of the blocks in flight
   and of the root (embeddings, lm_head), plus the loss's per-chunk buffers;
 - activations per token per decoder layer without checkpointing, compiled:
-  ``12.7 d + 6 ffn + 4 kv_dim`` bytes (eager: 1.42 times that); a checkpointed layer keeps
+  ``12.7 d + 6 ffn + 4 kv_dim`` bytes (eager: 1.13 times that with ``model.fused_kernels``,
+  1.42 with Hugging Face's element-wise RMSNorm and rotary code); a checkpointed layer keeps
   its bf16 input (``2 d``) and one layer's activations are rebuilt at a time.
 
 The coefficients were fitted to peaks measured on H200s (bench/RESULTS.md: Llama-2-7B and
@@ -94,11 +95,11 @@ class Candidate:
         return f"micro_batch_size={self.micro_batch_size} grad_accum_steps={self.grad_accum_steps} ac={ac} compile={'on' if self.compiled else 'off'}"
 
 
-def activation_bytes_per_token(shape: Shape, compiled: bool, ac_mode: str, ac_every: int) -> float:
+def activation_bytes_per_token(shape: Shape, compiled: bool, ac_mode: str, ac_every: int, fused_kernels: bool = True) -> float:
     """Bytes kept per token for the whole decoder between forward and backward."""
     full_layer = 12.7 * shape.hidden + 6 * shape.ffn + 4 * shape.kv_dim
     if not compiled:
-        full_layer *= 1.42
+        full_layer *= 1.13 if fused_kernels else 1.42
     checkpointed = {"none": 0, "full": shape.layers}.get(ac_mode, shape.layers // max(ac_every, 1))
     kept = (shape.layers - checkpointed) * full_layer + checkpointed * 2 * shape.hidden
     if checkpointed:
@@ -109,7 +110,7 @@ def activation_bytes_per_token(shape: Shape, compiled: bool, ac_mode: str, ac_ev
 def estimate_peak_bytes(
     shape: Shape, seq_len: int, micro_batch: int, *, shard_degree: int, compiled: bool, ac_mode: str, ac_every: int = 2,
     loss_chunk_tokens: int = 4096, fused_loss: bool = True, cpu_offload: bool = False, param_bytes: int = 2,
-    grad_accum_steps: int = 1, reshard_after_forward: bool = True, reduce_bytes: int = 4,
+    grad_accum_steps: int = 1, reshard_after_forward: bool = True, reduce_bytes: int = 4, fused_kernels: bool = True,
 ) -> int:
     """Estimated peak of allocated bytes (``torch.cuda.max_memory_allocated``) on one GPU in a training step.
 
@@ -120,7 +121,7 @@ def estimate_peak_bytes(
     n_shard = shape.params / max(shard_degree, 1)
     states_fwd, states_step = (0.0, 0.0) if cpu_offload else (12 * n_shard, 16 * n_shard)
     tokens = micro_batch * seq_len
-    activations = tokens * activation_bytes_per_token(shape, compiled, ac_mode, ac_every)
+    activations = tokens * activation_bytes_per_token(shape, compiled, ac_mode, ac_every, fused_kernels)
     blocks_gathered = 3 if reshard_after_forward else shape.layers
     gathered = param_bytes * (blocks_gathered * shape.block_params + shape.vocab * shape.hidden * (1 if shape.tied else 2))
     if grad_accum_steps > 1:
@@ -151,7 +152,7 @@ def choose(
     shape: Shape, seq_len: int, *, device_bytes: int, memory_fraction: float, shard_degree: int, compiled: bool,
     fixed_batch: int | None, fixed_micro_batch: int | None, ac_fixed: tuple[str, int] | None, loss_chunk_tokens: int,
     fused_loss: bool, cpu_offload: bool, param_bytes: int = 2, ac_every_fixed: int | None = None,
-    reshard_after_forward: bool = True, reduce_bytes: int = 4,
+    reshard_after_forward: bool = True, reduce_bytes: int = 4, fused_kernels: bool = True,
 ) -> tuple[Candidate | None, list[Candidate]]:
     """The fastest candidate that fits (None when none does) and every candidate considered, fastest first.
 
@@ -179,7 +180,7 @@ def choose(
             peak = estimate_peak_bytes(
                 shape, seq_len, mb, shard_degree=shard_degree, compiled=compiled, ac_mode=mode, ac_every=every,
                 loss_chunk_tokens=loss_chunk_tokens, fused_loss=fused_loss, cpu_offload=cpu_offload, param_bytes=param_bytes,
-                grad_accum_steps=accum, reshard_after_forward=reshard_after_forward, reduce_bytes=reduce_bytes,
+                grad_accum_steps=accum, reshard_after_forward=reshard_after_forward, reduce_bytes=reduce_bytes, fused_kernels=fused_kernels,
             )
             considered.append(Candidate(mode, every, mb, accum, compiled, peak, relative_speed(recompute, mb, compiled)))
     considered.sort(key=lambda c: (-c.speed, c.peak_bytes))
@@ -226,6 +227,7 @@ def apply_auto(cfg: Any, hf_config: Any, *, world_size: int, local_world_size: i
         loss_chunk_tokens=t.loss_chunk_tokens, fused_loss=t.fused_loss, cpu_offload=cfg.parallel.cpu_offload, param_bytes=param_bytes,
         ac_every_fixed=ac.every if "ac.every" in explicit else None,
         reshard_after_forward=bool(cfg.parallel.reshard_after_forward), reduce_bytes=4 if cfg.precision.reduce_dtype == "fp32" else 2,
+        fused_kernels=cfg.model.fused_kernels,
     )
     where = f"{world_size} x {device_bytes / GiB:.1f} GiB ({'GPUs' if on_gpu else 'CPU processes'})"
     if best is None:
