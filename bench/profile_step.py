@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import gpu_compare  # noqa: E402
+import gpu_compare
 
 KINDS = {  # first match wins, on the lower-cased kernel name
     "nccl": ("nccl",),
