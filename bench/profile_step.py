@@ -4,10 +4,14 @@
 
 Each variant (a name from ``bench/gpu_compare.py``) runs under torchrun with ``--metrics.profile_steps``;
 rank 0's trace is then read back and every GPU kernel is put in one kind: ``gemm``, ``attention``,
-``nccl`` (communication), ``optimizer``, ``triton`` (compiled fused element-wise code), ``copy``
-(memcpy / memset) or ``other`` (eager element-wise and reductions). Per profiled step it prints the
+``nccl`` (communication), ``multi_tensor`` (every ``multi_tensor_apply`` kernel: fused AdamW, and also
+FSDP2's all-gather copy-in and the clip's norm; ``optimizer`` in the session-3 results), ``triton``
+(compiled fused element-wise code), ``copy`` (memcpy / memset) or ``other`` (eager element-wise and
+reductions). Per profiled step it prints the
 time of each kind, how much of the communication overlaps compute (``nccl exposed`` is communication
-running while no compute kernel runs), and ``idle`` (no kernel at all on the GPU: host-bound gaps).
+running while no compute kernel runs), and ``idle`` (no kernel at all on the GPU: host-bound gaps,
+and the sync that ``metrics.profile_steps`` makes at each traced step's boundary, so ``step_ms`` is
+a little longer than an untraced step's time).
 Writes ``<out>/profile_<variant>.json`` and the leader's ``kernels.txt`` as ``<out>/kernels_<variant>.txt``.
 """
 
@@ -30,7 +34,7 @@ KINDS = {  # first match wins, on the lower-cased kernel name
     "nccl": ("nccl",),
     "attention": ("cudnn", "fmha", "flash", "attention", "sdpa"),
     "gemm": ("gemm", "nvjet", "cutlass", "xmma", "cublas", "matmul", "splitk"),
-    "optimizer": ("multi_tensor_apply", "adam"),
+    "multi_tensor": ("multi_tensor_apply", "adam"),
     "triton": ("triton",),
 }
 
@@ -126,6 +130,8 @@ def main() -> int:
             parser.error(f"--only: unknown variant {name!r}; see TRAINER_VARIANTS in bench/gpu_compare.py")
         profiled = f"{name}.profiled"
         gpu_compare.TRAINER_VARIANTS[profiled] = {**gpu_compare.TRAINER_VARIANTS[name], "metrics.profile_steps": args.profile}
+        if name in gpu_compare.ENV_VARIANTS:  # keep the variant's environment (NCCL settings, ...)
+            gpu_compare.ENV_VARIANTS[profiled] = gpu_compare.ENV_VARIANTS[name]
         record = gpu_compare.run_trainer(profiled, run_args, nproc, work)
         trace = work / profiled / "profile" / "trace-rank0.json.gz"
         if not record.get("ok") or not trace.is_file():

@@ -51,9 +51,14 @@ def test_rotary_bf16_is_no_worse_than_hugging_face():
     assert (ours - exact).abs().max() <= (ref.transpose(1, 2).double() - exact).abs().max() * 1.01
 
 
+@pytest.mark.parametrize("backend", ["auto", "math"])
 @pytest.mark.parametrize("preset", ["tiny", "tiny-gqa"])
-def test_swapped_model_equals_hugging_face(preset, monkeypatch):
-    """A whole Llama (grouped heads too), fp32: the same loss and the same gradients with and without the swap."""
+def test_swapped_model_equals_hugging_face(preset, backend, monkeypatch):
+    """A whole Llama (grouped heads too), fp32: the same loss and the same gradients with and without the swap.
+
+    ``math`` routes attention through the trainer's own SDPA function (as on GPUs), which then takes the
+    transposed ``[b, s, h, d]`` views; ``auto`` on CPU keeps Hugging Face's ``sdpa``.
+    """
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from fsdp_trainer import kernels
@@ -64,7 +69,8 @@ def test_swapped_model_equals_hugging_face(preset, monkeypatch):
     rotate = kernels._rotate_halves
     monkeypatch.setattr(kernels, "_rotate_halves", lambda *a: rotations.append(1) or rotate(*a))
     config = LlamaConfig(**PRESETS[preset](), attn_implementation="sdpa", use_cache=False)  # as the trainer builds it
-    configure_attention(config, "auto", torch.device("cpu"), torch.float32, 32)
+    configure_attention(config, backend, torch.device("cpu"), torch.float32, 32)
+    assert (config._attn_implementation == "sdpa") == (backend == "auto")
     torch.manual_seed(0)
     ref = LlamaForCausalLM(config)
     fused = copy.deepcopy(ref)
@@ -92,3 +98,65 @@ def test_eager_attention_is_left_alone():
     use_fused_kernels(model)
     assert all(type(layer.self_attn) is LlamaAttention for layer in model.model.layers)
     assert type(model.model.norm).__name__ == "FusedRMSNorm"
+
+
+def test_autocast_keeps_hugging_face_type_promotion():
+    """fp32 weights under bf16 autocast (parallel.api none): the norm's and the rotary's results follow Hugging Face's dtypes and values."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from fsdp_trainer.presets import PRESETS
+
+    config = LlamaConfig(**PRESETS["tiny-gqa"](), attn_implementation="sdpa", use_cache=False)
+    torch.manual_seed(0)
+    ref = LlamaForCausalLM(config)
+    fused = copy.deepcopy(ref)
+    use_fused_kernels(fused)
+    ids = torch.randint(0, config.vocab_size, (2, 16), generator=torch.Generator().manual_seed(5))
+    losses = []
+    for model in (ref, fused):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        losses.append(loss)
+    assert losses[1].dtype == losses[0].dtype
+    torch.testing.assert_close(losses[1], losses[0], rtol=2e-3, atol=2e-3)
+    for (name, a), b in zip(ref.named_parameters(), fused.parameters(), strict=True):
+        torch.testing.assert_close(b.grad, a.grad, rtol=5e-2, atol=5e-3, msg=name)
+
+
+def test_norm_with_weights_in_another_dtype_matches_hugging_face():
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    from fsdp_trainer import kernels
+
+    ref = LlamaRMSNorm(64, eps=1e-5)
+    with torch.no_grad():
+        ref.weight.uniform_(0.5, 1.5)
+    fused = copy.deepcopy(ref)
+    fused.__class__ = kernels.FusedRMSNorm
+    x = torch.randn(3, 5, 64).bfloat16()  # fp32 weight, bf16 activations: Hugging Face's result is fp32
+    torch.testing.assert_close(fused(x), ref(x), rtol=1e-6, atol=1e-6)
+    assert fused(x).dtype == ref(x).dtype == torch.float32
+
+
+def test_rotary_backward_is_once_differentiable():
+    g = torch.Generator().manual_seed(2)
+    cos, sin = _cos_sin(1, 4, 8, g)
+    x = torch.randn(1, 4, 2, 8, generator=g, requires_grad=True)
+    (grad,) = torch.autograd.grad(apply_rotary(x, cos, sin).square().sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError):
+        grad.sum().backward()  # double backward is refused, not silently wrong
+
+
+def test_swapped_model_pickles():
+    import pickle
+
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from fsdp_trainer.presets import PRESETS
+
+    model = LlamaForCausalLM(LlamaConfig(**PRESETS["tiny"](), attn_implementation="sdpa"))
+    use_fused_kernels(model)
+    copy_ = pickle.loads(pickle.dumps(model))
+    assert type(copy_.model.layers[0].self_attn) is type(model.model.layers[0].self_attn)
+    assert type(copy_.model.norm).__name__ == "FusedRMSNorm"

@@ -52,7 +52,9 @@ def test_profile_steps_trace_every_rank(tmp_path):
     out = tmp_path / "run"
     run = run_trainer([*TINY, "--train.steps", "4", "--metrics.profile_steps", "2-3"], out, nproc=2)
     assert_ok(run)
-    assert [r["step"] for r in run.records] == [1, 2, 3, 4], "profiling changes no step's record"
+    assert [r["step"] for r in run.records] == [1, 2, 3, 4]
+    assert [r.get("profiled", False) for r in run.records] == [False, True, True, False]
+    assert run.summary["measured_steps"] == 1, "traced steps stay out of the averages (steps 3-4 after warm-up, 3 traced)"
     for rank in (0, 1):
         trace = json.loads(gzip.decompress((out / "profile" / f"trace-rank{rank}.json.gz").read_bytes()))
         names = {e.get("name", "") for e in trace["traceEvents"]}
@@ -60,3 +62,25 @@ def test_profile_steps_trace_every_rank(tmp_path):
         assert any("gloo:all_reduce" in n or "all_reduce" in n for n in names)
     table = (out / "profile" / "kernels.txt").read_text()
     assert "Self CPU" in table and "aten::mm" in table
+
+
+def test_profiler_starts_inside_its_range_after_a_resume(tmp_path):
+    """A run resumed at step 3 of a 2-4 range traces steps 3-4."""
+    import gzip
+    import types
+
+    from fsdp_trainer.trainer import StepProfiler
+
+    env = types.SimpleNamespace(device=torch.device("cpu"), rank=0, is_leader=True)
+    profiler = StepProfiler((2, 4), tmp_path, env)
+    profiler.before(3)
+    assert profiler.prof is not None
+    torch.ones(8).sum()
+    profiler.before(4)  # already tracing: nothing restarts
+    profiler.after(3)
+    assert profiler.prof is not None
+    profiler.after(4)
+    assert profiler.prof is None
+    assert json.loads(gzip.decompress((tmp_path / "trace-rank0.json.gz").read_bytes()))["traceEvents"]
+    profiler.before(5)  # past the range
+    assert profiler.prof is None

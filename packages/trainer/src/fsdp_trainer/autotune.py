@@ -227,7 +227,7 @@ def apply_auto(cfg: Any, hf_config: Any, *, world_size: int, local_world_size: i
         loss_chunk_tokens=t.loss_chunk_tokens, fused_loss=t.fused_loss, cpu_offload=cfg.parallel.cpu_offload, param_bytes=param_bytes,
         ac_every_fixed=ac.every if "ac.every" in explicit else None,
         reshard_after_forward=bool(cfg.parallel.reshard_after_forward), reduce_bytes=4 if cfg.precision.reduce_dtype == "fp32" else 2,
-        fused_kernels=cfg.model.fused_kernels,
+        fused_kernels=cfg.model.fused_kernels and cfg.model.attn_implementation != "eager",  # eager attention stays Hugging Face's
     )
     where = f"{world_size} x {device_bytes / GiB:.1f} GiB ({'GPUs' if on_gpu else 'CPU processes'})"
     if best is None:

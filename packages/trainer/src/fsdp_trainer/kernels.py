@@ -32,6 +32,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
 
 
 def _rotate_halves(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, sign: float) -> torch.Tensor:
@@ -58,6 +59,7 @@ class _Rotary(torch.autograd.Function):
         return _rotate_halves(x, cos, sin, 1.0)
 
     @staticmethod
+    @once_differentiable
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
         cos, sin = ctx.saved_tensors
         # The rotation's transpose: [g1 c1 + g2 s2, g2 c2 - g1 s1] (the halves of cos/sin are not assumed equal).
@@ -84,6 +86,15 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
         x1, x2 = x.chunk(2, dim=-1)
         return x * cos + torch.cat((-x2, x1), dim=-1) * sin
     return _Rotary.apply(x, cos, sin)
+
+
+def __getattr__(name: str) -> type:
+    """``kernels.FusedRMSNorm`` / ``kernels.RopeAttention``, built on first use (transformers is imported then),
+    so that models holding them pickle and unpickle by name."""
+    classes = dict(zip(("FusedRMSNorm", "RopeAttention"), _rope_attention_classes(), strict=True))
+    if name in classes:
+        return classes[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @functools.cache
@@ -121,6 +132,8 @@ def _rope_attention_classes() -> tuple[type, type]:
             )
             return self.o_proj(out.reshape(b, s, -1).contiguous()), weights
 
+    for cls in (FusedRMSNorm, RopeAttention):
+        cls.__module__, cls.__qualname__ = __name__, cls.__name__  # found by pickle as kernels.<name>
     return FusedRMSNorm, RopeAttention
 
 

@@ -10,7 +10,8 @@ CPU. ``step_time_s`` is the wall time on the device from the previous step's end
 (CUDA events; ``perf_counter`` on CPU). On GPUs a step's line is written once the
 next step is queued (the trainer does not stop the host at each step), at the
 latest at a checkpoint and at the end. The summary averages over steps after
-``metrics.warmup_steps``.
+``metrics.warmup_steps``, leaving out steps traced by ``metrics.profile_steps`` (their
+records carry ``"profiled": true``).
 """
 
 from __future__ import annotations
@@ -84,8 +85,13 @@ class Metrics:
         """CUDA's peak allocated memory since ``start_step`` (the caching allocator counts on the host: no sync); None on CPU."""
         return torch.cuda.max_memory_allocated(self.device) / 2**30 if self.device.type == "cuda" else None
 
-    def end_step(self, step: int, loss: float, lr: float, grad_norm: float, tokens: int, step_time: float, peak_mem_gib: float | None = None) -> dict[str, Any]:
-        """Record one optimizer step; ``tokens`` is what this process consumed in it, ``peak_mem_gib`` its peak (default: now)."""
+    def end_step(
+        self, step: int, loss: float, lr: float, grad_norm: float, tokens: int, step_time: float, peak_mem_gib: float | None = None, profiled: bool = False,
+    ) -> dict[str, Any]:
+        """Record one optimizer step; ``tokens`` is what this process consumed in it, ``peak_mem_gib`` its peak (default: now).
+
+        ``profiled``: the step ran under the profiler (marked ``"profiled": true``, left out of the summary's averages).
+        """
         tps = tokens / step_time if step_time > 0 else 0.0
         tflops = self.flops_per_token * tps / 1e12
         record = {
@@ -100,6 +106,8 @@ class Metrics:
             "step_time_s": step_time,
             "tokens": tokens,
         }
+        if profiled:
+            record["profiled"] = True
         self.records.append(record)
         if self.is_leader:
             line = json.dumps(record)
@@ -111,8 +119,8 @@ class Metrics:
         return record
 
     def summary(self, warmup_steps: int, **extra: Any) -> dict[str, Any]:
-        """Averages over the steps after ``warmup_steps`` (all steps when there are not more than that)."""
-        measured = self.records[warmup_steps:] or self.records
+        """Averages over the steps after ``warmup_steps``, profiled steps left out (all steps when that leaves none)."""
+        measured = [r for r in self.records[warmup_steps:] if not r.get("profiled")] or self.records
         time = sum(r["step_time_s"] for r in measured)
         tps = sum(r["tokens"] for r in measured) / time if time > 0 else 0.0
         tflops = self.flops_per_token * tps / 1e12

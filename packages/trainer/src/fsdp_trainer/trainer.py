@@ -142,6 +142,7 @@ class PendingStep:
     peak_mem_gib: float | None
     start: Any
     end: Any
+    profiled: bool = False
 
 
 class StepProfiler:
@@ -161,9 +162,11 @@ class StepProfiler:
         return self.first <= step <= self.last
 
     def before(self, step: int) -> None:
-        """Called before ``step`` runs: starts the trace at the first profiled step."""
-        if step != self.first:
+        """Called before ``step`` runs: starts the trace at the first profiled step (or the first one left after a resume)."""
+        if self.prof is not None or not self.covers(step):
             return
+        if step != self.first:
+            log.info("metrics.profile_steps: the run resumed inside %d-%d; tracing steps %d-%d", self.first, self.last, step, self.last)
         from torch.profiler import ProfilerActivity, profile
 
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.env.device.type == "cuda" else [])
@@ -181,7 +184,7 @@ class StepProfiler:
         trace = self.out_dir / f"trace-rank{self.env.rank}.json.gz"
         self.prof.export_chrome_trace(str(trace))
         if self.env.is_leader:
-            sort = "self_cuda_time_total" if self.env.device.type == "cuda" else "self_cpu_time_total"
+            sort = "self_device_time_total" if self.env.device.type == "cuda" else "self_cpu_time_total"
             (self.out_dir / "kernels.txt").write_text(self.prof.key_averages().table(sort_by=sort, row_limit=60))
             log.info("profiled steps %d-%d: %s", self.first, self.last, self.out_dir)
         self.prof = None
@@ -371,7 +374,7 @@ class Trainer:
             peak = self.metrics.peak_mem_gib()  # the allocator's count is kept on the host: read it before the next step resets it
             self.step += 1
             self.tokens_processed += tokens
-            step = PendingStep(self.step, loss, lr, grad_norm, tokens, peak, mark, clock.mark())
+            step = PendingStep(self.step, loss, lr, grad_norm, tokens, peak, mark, clock.mark(), profiler.covers(self.step))
             mark = step.end
             if pending is not None:
                 self._record(pending, clock)  # waits for the previous step only: this one is queued behind it
@@ -394,4 +397,5 @@ class Trainer:
 
     def _record(self, step: PendingStep, clock: StepClock) -> None:
         step_time = clock.seconds(step.start, step.end)  # waits for the step's end on the device
-        self.metrics.end_step(step.step, step.loss.item(), step.lr, step.grad_norm.item(), step.tokens, step_time, peak_mem_gib=step.peak_mem_gib)
+        self.metrics.end_step(step.step, step.loss.item(), step.lr, step.grad_norm.item(), step.tokens, step_time, peak_mem_gib=step.peak_mem_gib,
+                              profiled=step.profiled)
