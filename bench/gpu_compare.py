@@ -73,6 +73,7 @@ TRAINER_VARIANTS: dict[str, dict[str, str]] = {
     "8b-fsdp2-noac-mb3-compile-noreshard": tv("llama3.1-8b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "parallel.reshard_after_forward": "false"}),
     "8b-fsdp2-noac-mb2-compile-noreshard": tv("llama3.1-8b", "fsdp2", "none", 2, **{"compile.enabled": "true", "compile.loss": "true", "parallel.reshard_after_forward": "false"}),
     "8b-fsdp2-noac-mb3-compile-bf16reduce": tv("llama3.1-8b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "precision.reduce_dtype": "bf16"}),
+    "8b-fsdp2-noac-mb3-compile-maxautotune": tv("llama3.1-8b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "compile.mode": "max-autotune-no-cudagraphs"}),
     "8b-fsdp2-noac-mb3-compile-flash": tv("llama3.1-8b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "model.sdpa_backend": "flash"}),
     # --auto: the trainer picks micro-batch, checkpointing and compile itself
     "7b-auto": {"model.preset": "llama2-7b", "auto.enabled": "true"},

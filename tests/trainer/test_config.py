@@ -92,6 +92,8 @@ def test_round_trip_through_dict():
         (["--checkpoint.resume", "latest"], "--checkpoint.resume:"),
         (["--model.preset", "llama2-7b", "--data.source", "hf"], "--model.tokenizer: data.source=hf needs a tokenizer"),
         (["--train.steps"], "--train.steps: missing value"),
+        (["--compile.mode", "max-autotune-no-cudagraphs"], "--compile.mode: max-autotune-no-cudagraphs needs --compile.enabled true"),
+        (["--compile.mode", "reduce-overhead", "--compile.enabled", "true"], "--compile.mode: 'reduce-overhead' is not one of default, max-autotune-no-cudagraphs"),
         (["--metrics.profile_steps", "3..4"], "--metrics.profile_steps: expected 'A-B' or 'A'"),
         (["--metrics.profile_steps", "4-3"], "--metrics.profile_steps: steps count from 1 and A <= B"),
         (["--metrics.profile_steps", "0"], "--metrics.profile_steps: steps count from 1"),

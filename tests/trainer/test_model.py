@@ -211,3 +211,13 @@ def test_fp16_keeps_the_checkpointed_loss(monkeypatch):
         head.loss(torch.randn(2, 5, 16, requires_grad=True), labels)
     with pytest.raises(pytest.fail.Exception):  # fp32 with grad: the fused path
         head.loss(torch.randn(2, 5, 16, requires_grad=True), labels)
+
+
+def test_compile_mode_reaches_every_block(monkeypatch):
+    from fsdp_trainer import parallelize
+
+    seen = []
+    monkeypatch.setattr(parallelize.torch, "compile", lambda module, **kw: seen.append(kw) or module)
+    blocks = torch.nn.ModuleList([torch.nn.Linear(2, 2) for _ in range(3)])
+    parallelize.apply_compile(blocks, "max-autotune-no-cudagraphs")
+    assert seen == [{"mode": "max-autotune-no-cudagraphs"}] * 3

@@ -140,6 +140,8 @@ class CompileConfig:
     """torch.compile each decoder block (before FSDP wraps it; FSDP1 keeps use_orig_params=True for it)."""
     loss: bool = False
     """torch.compile the lm_head + cross-entropy of one chunk (fused or chunked, see train.fused_loss)."""
+    mode: Literal["default", "max-autotune-no-cudagraphs"] = "default"
+    """torch.compile mode of the blocks. max-autotune-no-cudagraphs also times Triton / CUTLASS matmul and kernel configurations at start-up (minutes) and keeps the fastest; CUDA-graph modes are not offered (FSDP's hooks run between the blocks)."""
 
 
 @dataclass
@@ -325,6 +327,8 @@ class TrainerConfig:
                 raise ConfigError(f"{flag}: must be zero or positive (got {value})")
         if t.lr <= 0:
             raise ConfigError(f"--train.lr: must be positive (got {t.lr})")
+        if self.compile.mode != "default" and not (self.compile.enabled or self.auto.enabled):
+            raise ConfigError(f"--compile.mode: {self.compile.mode} needs --compile.enabled true (or --auto, which turns compile on for GPUs)")
         profile = self.metrics.profile_range()
         if profile and profile[1] > t.steps:
             raise ConfigError(f"--metrics.profile_steps: step {profile[1]} is after the last step ({t.steps}); profile steps within --train.steps")

@@ -41,10 +41,10 @@ def apply_activation_checkpointing(blocks: nn.ModuleList, mode: str, every: int)
             blocks[i] = checkpoint_wrapper(block, preserve_rng_state=False)
 
 
-def apply_compile(blocks: nn.ModuleList) -> None:
-    """``torch.compile`` each block separately: identical blocks share one compiled graph."""
+def apply_compile(blocks: nn.ModuleList, mode: str = "default") -> None:
+    """``torch.compile`` each block separately (``compile.mode``): identical blocks share one compiled graph."""
     for i, block in enumerate(blocks):
-        blocks[i] = torch.compile(block)
+        blocks[i] = torch.compile(block, mode=mode)
 
 
 def apply_fsdp2(model: CausalLMWithLoss, blocks: nn.ModuleList, cfg: TrainerConfig, mesh: DeviceMesh) -> None:
@@ -156,7 +156,7 @@ def parallelize_llama(
     blocks = model.lm.model.layers
     apply_activation_checkpointing(blocks, cfg.activation_checkpointing.mode, cfg.activation_checkpointing.every)
     if cfg.compile.enabled:
-        apply_compile(blocks)
+        apply_compile(blocks, cfg.compile.mode)
     if cfg.parallel.api == "fsdp2":
         assert mesh is not None
         apply_fsdp2(model, blocks, cfg, mesh)
