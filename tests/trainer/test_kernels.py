@@ -67,7 +67,7 @@ def test_swapped_model_equals_hugging_face(preset, backend, monkeypatch):
 
     rotations = []
     rotate = kernels._rotate_halves
-    monkeypatch.setattr(kernels, "_rotate_halves", lambda *a: rotations.append(1) or rotate(*a))
+    monkeypatch.setattr(kernels, "_rotate_halves", lambda *a, **k: rotations.append(1) or rotate(*a, **k))
     config = LlamaConfig(**PRESETS[preset](), attn_implementation="sdpa", use_cache=False)  # as the trainer builds it
     configure_attention(config, backend, torch.device("cpu"), torch.float32, 32)
     assert (config._attn_implementation == "sdpa") == (backend == "auto")
@@ -83,7 +83,7 @@ def test_swapped_model_equals_hugging_face(preset, backend, monkeypatch):
         loss.backward()
         losses.append(loss)
     torch.testing.assert_close(losses[1], losses[0], rtol=1e-6, atol=1e-6)
-    assert len(rotations) == 2 * config.num_hidden_layers, "the swapped attention rotated query and key itself"
+    assert len(rotations) == 4 * config.num_hidden_layers, "the swapped attention rotated query and key itself, forward and backward"
     for (name, a), b in zip(ref.named_parameters(), fused.parameters(), strict=True):
         torch.testing.assert_close(b.grad, a.grad, rtol=1e-5, atol=1e-6, msg=name)
 

@@ -35,14 +35,17 @@ import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
 
-def _rotate_halves(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, sign: float) -> torch.Tensor:
-    """``[x1 c1 - sign x2 s1, x2 c2 + sign x1 s2]`` with ``x = [x1, x2]`` split on the last dimension.
-
-    ``sign=1`` is Hugging Face's ``x * cos + rotate_half(x) * sin``; ``sign=-1`` its transpose (the backward).
+def _rotate_halves(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, transpose: bool = False) -> torch.Tensor:
+    """Hugging Face's ``x * cos + rotate_half(x) * sin``, ``[x1 c1 - x2 s1, x2 c2 + x1 s2]`` for ``x = [x1, x2]``
+    split on the last dimension, in four half-size kernels; ``transpose``: the rotation's transpose (its backward),
+    ``[x1 c1 + x2 s2, x2 c2 - x1 s1]`` (the halves of cos/sin are not assumed equal).
     """
     x1, x2 = x.chunk(2, dim=-1)
     c1, c2 = cos.chunk(2, dim=-1)
     s1, s2 = sin.chunk(2, dim=-1)
+    sign = 1.0
+    if transpose:
+        s1, s2, sign = s2, s1, -1.0
     out = torch.empty_like(x)
     o1, o2 = out.chunk(2, dim=-1)
     torch.mul(x1, c1, out=o1)
@@ -56,23 +59,13 @@ class _Rotary(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         ctx.save_for_backward(cos, sin)
-        return _rotate_halves(x, cos, sin, 1.0)
+        return _rotate_halves(x, cos, sin)
 
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
         cos, sin = ctx.saved_tensors
-        # The rotation's transpose: [g1 c1 + g2 s2, g2 c2 - g1 s1] (the halves of cos/sin are not assumed equal).
-        g1, g2 = grad.chunk(2, dim=-1)
-        c1, c2 = cos.chunk(2, dim=-1)
-        s1, s2 = sin.chunk(2, dim=-1)
-        out = torch.empty_like(grad)
-        o1, o2 = out.chunk(2, dim=-1)
-        torch.mul(g1, c1, out=o1)
-        o1.addcmul_(g2, s2)
-        torch.mul(g2, c2, out=o2)
-        o2.addcmul_(g1, s1, value=-1.0)
-        return out, None, None
+        return _rotate_halves(grad, cos, sin, transpose=True), None, None
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
