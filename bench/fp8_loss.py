@@ -1,6 +1,6 @@
 """FP8 against bf16 on real text: the same 200 steps, one run per GPU side by side, losses compared.
 
-    python bench/fp8_loss.py --out $OUT [--steps 200] [--preset llama2-7b] [--micro-batch 2] [--seeds 42,43]
+    python bench/fp8_loss.py --out $OUT [--steps 200] [--preset llama2-7b] [--micro-batch 2] [--seeds 42,43] [--warm-steps 80]
 
 Both runs of a seed train the same randomly initialised model on the same real text in the same
 order (``--runs`` picks the pair; the default is bf16 on GPU 0 against float8 on GPU 1): Python's
@@ -13,7 +13,9 @@ Two runs of the same command are not bitwise equal on GPUs (atomic adds in backw
 over 200 steps from random init their losses part ways by a few percent (3.5% between two bf16
 runs in bench/RESULTS.md, session 3), so one pair of runs cannot decide a 1% question: give
 several ``--seeds`` (each seed is one pair, run after the previous one) and read the printed
-spread over the seeds against the difference. ``--runs bf16,bf16-flash`` compares two bf16
+spread over the seeds against the difference. ``--warm-steps N`` makes it a fine-tuning comparison:
+one bf16 model is first trained for N steps over both GPUs on text the compared runs never see,
+exported, and both runs of every seed start from its weights with a fresh optimizer. ``--runs bf16,bf16-flash`` compares two bf16
 trainings that differ only in the attention kernel. Writes
 ``loss_<first>_vs_<second>_seeds<...>_lr<lr>.json`` (every loss curve) and prints a table.
 """
@@ -77,6 +79,9 @@ def main() -> int:
                         "both arms side by side, and the arms' means over the seeds are compared: two runs of one seed are not "
                         "bitwise equal on GPUs and part ways by a few percent over 200 steps (bench/RESULTS.md, session 3)")
     parser.add_argument("--timeout", type=int, default=540)
+    parser.add_argument("--warm-steps", type=int, default=0, help="first train one bf16 model for this many steps on both GPUs, on text "
+                        "the compared runs never see, and start both runs of every seed from its weights (fresh optimizer, same warm-up): "
+                        "a fine-tuning comparison, past the first steps from random init where runs differing only in rounding part ways")
     parser.add_argument("--runs", default="bf16,fp8", help="the two runs compared, the reference first: bf16,fp8 (the check; "
                         "fp8-rowwise for torchao's rowwise-scaled recipe) "
                         "or bf16,bf16-flash (the noise floor: the same bf16 training with another attention kernel)")
@@ -91,15 +96,31 @@ def main() -> int:
         parser.error(f"--runs: two of {', '.join(VARIANTS)}, comma-separated")
     work = Path(tempfile.mkdtemp(prefix="fsdp-fp8-loss-"))
     corpus = work / "corpus.txt"
-    size = write_corpus(corpus, max_bytes=2 * args.steps * args.micro_batch * (args.seq_len + 1))
+    compared_bytes = 2 * args.steps * args.micro_batch * (args.seq_len + 1)
+    warm_bytes = 2 * args.warm_steps * 2 * args.micro_batch * (args.seq_len + 1)  # two GPUs, twice the text they read
+    size = write_corpus(corpus, max_bytes=warm_bytes + compared_bytes)
     result: dict = {"corpus_bytes": size, "steps": args.steps, "preset": args.preset, "micro_batch": args.micro_batch, "seeds": seeds,
-                    "lr": args.lr, "seq_len": args.seq_len, "window": args.window, "tolerance": args.tolerance, "per_seed": {}}
+                    "lr": args.lr, "seq_len": args.seq_len, "window": args.window, "tolerance": args.tolerance, "warm_steps": args.warm_steps,
+                    "per_seed": {}}
+    start = ["--model.preset", args.preset, "--model.init", "random"]
+    if args.warm_steps:
+        warm_text, corpus = split_corpus(corpus, warm_bytes)
+        warm = run_warm(args, warm_text, seeds[0], work / "warm")
+        result["warm"] = warm
+        if warm["rc"]:
+            print(f"the warm-up training failed (rc {warm['rc']}):", *warm["errors"], sep="\n    ")
+            Path(args.out).mkdir(parents=True, exist_ok=True)
+            (Path(args.out) / "loss_warm_failed.json").write_text(json.dumps(result, indent=1))
+            return 1
+        start = ["--model.init", "pretrained", "--model.name_or_path", str(work / "warm" / "hf")]
+        tail = warm["losses"][-args.window:]
+        print(f"warm start: {args.warm_steps} bf16 steps on 2 GPUs, last-{len(tail)}-step mean loss {sum(tail) / max(len(tail), 1):.4f}")
     w = args.window
     finals: dict[str, list[float]] = {name: [] for name in names}
     print(f"| seed | run | first loss | loss at step {args.steps // 2} | mean loss, last {w} steps | tokens/s/GPU |")
     print("|---|---|---:|---:|---:|---:|")
     for seed in seeds:
-        runs = run_pair(names, args, corpus, seed, work / f"seed{seed}")
+        runs = run_pair(names, args, corpus, seed, work / f"seed{seed}", start)
         result["per_seed"][seed] = runs
         for name in names:
             losses = runs[name]["losses"]
@@ -123,43 +144,70 @@ def main() -> int:
         if len(seeds) > 1:
             print("spread over the seeds (max - min, relative): " + ", ".join(f"{k} {100 * v:.2f}%" for k, v in spread.items()))
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    out = Path(args.out) / f"loss_{names[0]}_vs_{names[1]}_seeds{'-'.join(map(str, seeds))}_lr{args.lr:g}.json"
+    warm_tag = f"_warm{args.warm_steps}" if args.warm_steps else ""
+    out = Path(args.out) / f"loss_{names[0]}_vs_{names[1]}_seeds{'-'.join(map(str, seeds))}_lr{args.lr:g}{warm_tag}.json"
     out.write_text(json.dumps(result, indent=1))
     return 0 if ok and result["within_tolerance"] else 1
 
 
-def run_pair(names: list[str], args: argparse.Namespace, corpus: Path, seed: int, work: Path) -> dict:
-    """The two runs of one seed at once, one GPU each; returns each run's command, exit status, losses and summary."""
-    common = ["--model.preset", args.preset, "--model.init", "random", "--model.tokenizer", "bytes",
-              "--data.source", "text", "--data.path", str(corpus), "--data.seq_len", str(args.seq_len),
-              "--train.micro_batch_size", str(args.micro_batch), "--train.steps", str(args.steps), "--train.warmup_steps", "20", "--train.lr", str(args.lr),
-              "--compile.enabled", "true", "--compile.loss", "true", "--checkpoint.enabled", "false", "--train.log_every", "20",
-              "--train.seed", str(seed)]
+def split_corpus(corpus: Path, warm_bytes: int) -> tuple[Path, Path]:
+    """The corpus cut at the first line break after ``warm_bytes``: the warm-up's text, then the compared runs' text."""
+    data = corpus.read_bytes()
+    cut = data.find(b"\n", warm_bytes) + 1 or len(data)
+    warm, rest = corpus.with_name("warm.txt"), corpus.with_name("compared.txt")
+    warm.write_bytes(data[:cut])
+    rest.write_bytes(data[cut:])
+    return warm, rest
+
+
+def _common(args: argparse.Namespace, text: Path, steps: int, seed: int) -> list[str]:
+    return ["--model.tokenizer", "bytes", "--data.source", "text", "--data.path", str(text), "--data.seq_len", str(args.seq_len),
+            "--train.micro_batch_size", str(args.micro_batch), "--train.steps", str(steps), "--train.warmup_steps", "20", "--train.lr", str(args.lr),
+            "--compile.enabled", "true", "--compile.loss", "true", "--checkpoint.enabled", "false", "--train.log_every", "20",
+            "--train.seed", str(seed)]
+
+
+def _launch(nproc: int, gpus: str, args: list[str], work: Path, name: str) -> tuple[subprocess.Popen, object, list[str]]:
+    env = {**os.environ, **ENV, "CUDA_VISIBLE_DEVICES": gpus,
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(TRAINER_SRC), os.environ.get("PYTHONPATH")]))}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", "-m", "fsdp_trainer",
+           *args, "--train.output_dir", str(work / name)]
+    log = open(work / f"{name}.log", "w")  # noqa: SIM115 - open while the run lasts, closed in _collect
+    return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT), log, cmd
+
+
+def _collect(launched: tuple[subprocess.Popen, object, list[str]], timeout: int, work: Path, name: str) -> dict:
+    """Wait for one launched run; its command, exit status, per-step losses, summary and (if it failed) error lines."""
+    proc, log, cmd = launched
+    try:
+        rc = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        rc = -1
+    log.close()
+    metrics = work / name / "metrics.jsonl"
+    records = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.is_file() else []
+    summary_file = work / name / "summary.json"
+    summary = json.loads(summary_file.read_text()) if summary_file.is_file() else {}
+    summary.pop("config", None)
+    return {"rc": rc, "command": " ".join(["torchrun", *cmd[3:]]), "losses": [r["loss"] for r in records],
+            "summary": summary, "errors": _error_lines(work / f"{name}.log") if rc else []}
+
+
+def run_warm(args: argparse.Namespace, text: Path, seed: int, work: Path) -> dict:
+    """The shared starting point: bf16 from random init over both GPUs, exported as a bf16 Hugging Face model to ``work/hf``."""
     work.mkdir(parents=True, exist_ok=True)
-    procs = {}
-    for gpu, name in enumerate(names):
-        env = {**os.environ, **ENV, "CUDA_VISIBLE_DEVICES": str(gpu),
-               "PYTHONPATH": os.pathsep.join(filter(None, [str(TRAINER_SRC), os.environ.get("PYTHONPATH")]))}
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=1", "-m", "fsdp_trainer",
-               *common, *VARIANTS[name], "--train.output_dir", str(work / name)]
-        log = open(work / f"{name}.log", "w")  # noqa: SIM115 - open while the run lasts, closed after wait()
-        procs[name] = (subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT), log, cmd)
-    runs = {}
-    for name, (proc, log, cmd) in procs.items():
-        try:
-            rc = proc.wait(timeout=args.timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            rc = -1
-        log.close()
-        metrics = work / name / "metrics.jsonl"
-        records = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.is_file() else []
-        summary_file = work / name / "summary.json"
-        summary = json.loads(summary_file.read_text()) if summary_file.is_file() else {}
-        summary.pop("config", None)
-        runs[name] = {"rc": rc, "command": " ".join(["torchrun", *cmd[3:]]), "losses": [r["loss"] for r in records],
-                      "summary": summary, "errors": _error_lines(work / f"{name}.log") if rc else []}
-    return runs
+    cmd = ["--model.preset", args.preset, "--model.init", "random", *_common(args, text, args.warm_steps, seed),
+           "--checkpoint.export_hf", str(work / "hf"), "--checkpoint.export_dtype", "bf16"]
+    return _collect(_launch(2, "0,1", cmd, work, "run"), args.timeout, work, "run")
+
+
+def run_pair(names: list[str], args: argparse.Namespace, corpus: Path, seed: int, work: Path, start: list[str]) -> dict:
+    """The two runs of one seed at once, one GPU each, from ``start`` (random init or the warm model); each run's record."""
+    work.mkdir(parents=True, exist_ok=True)
+    common = [*start, *_common(args, corpus, args.steps, seed)]
+    launched = {name: _launch(1, str(gpu), [*common, *VARIANTS[name]], work, name) for gpu, name in enumerate(names)}
+    return {name: _collect(launched[name], args.timeout, work, name) for name in names}
 
 
 if __name__ == "__main__":
