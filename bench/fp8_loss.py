@@ -6,8 +6,9 @@ Both runs of a seed train the same randomly initialised model on the same real t
 order (``--runs`` picks the pair; the default is bf16 on GPU 0 against float8 on GPU 1): Python's
 own documentation (``pydoc_data.topics``, English prose) followed by standard-library source
 files, read from the interpreter running this script, tokenised by the trainer's byte-level
-tokenizer. Each run has one GPU (compiled blocks and loss). The check: over the seeds, the mean of
-the second run's last-``--window``-step mean loss is within ``--tolerance`` (1%) of the first's.
+tokenizer. Each run has one GPU (compiled blocks and loss); more than two ``--runs`` go two at a
+time. The check: over the seeds, the mean of each later run's last-``--window``-step mean loss is
+within ``--tolerance`` (1%) of the first (reference) run's.
 
 Two runs of the same command are not bitwise equal on GPUs (atomic adds in backward kernels), and
 over 200 steps from random init their losses part ways by a few percent (3.5% between two bf16
@@ -55,6 +56,7 @@ def write_corpus(path: Path, max_bytes: int) -> int:
 
 
 VARIANTS = {"bf16": [], "fp8": ["--fp8.enabled", "true"], "fp8-rowwise": ["--fp8.enabled", "true", "--fp8.recipe", "rowwise"],
+            "fp8-rowwise-gw-hp": ["--fp8.enabled", "true", "--fp8.recipe", "rowwise_with_gw_hp"],
             "bf16-flash": ["--model.sdpa_backend", "flash"]}
 
 
@@ -82,9 +84,9 @@ def main() -> int:
     parser.add_argument("--warm-steps", type=int, default=0, help="first train one bf16 model for this many steps on both GPUs, on text "
                         "the compared runs never see, and start both runs of every seed from its weights (fresh optimizer, same warm-up): "
                         "a fine-tuning comparison, past the first steps from random init where runs differing only in rounding part ways")
-    parser.add_argument("--runs", default="bf16,fp8", help="the two runs compared, the reference first: bf16,fp8 (the check; "
-                        "fp8-rowwise for torchao's rowwise-scaled recipe) "
-                        "or bf16,bf16-flash (the noise floor: the same bf16 training with another attention kernel)")
+    parser.add_argument("--runs", default="bf16,fp8", help="the runs compared, the reference first: bf16,fp8 (the check; "
+                        "fp8-rowwise and fp8-rowwise-gw-hp for torchao's rowwise-scaled recipes); bf16-flash is the noise floor, the same "
+                        "bf16 training with another attention kernel: e.g. bf16,fp8,bf16-flash,fp8-rowwise-gw-hp")
     args = parser.parse_args()
 
     try:
@@ -92,8 +94,8 @@ def main() -> int:
     except ValueError:
         parser.error(f"--seeds: comma-separated integers, got {args.seeds!r}")
     names = args.runs.split(",")
-    if len(names) != 2 or any(n not in VARIANTS for n in names):
-        parser.error(f"--runs: two of {', '.join(VARIANTS)}, comma-separated")
+    if len(names) < 2 or len(set(names)) != len(names) or any(n not in VARIANTS for n in names):
+        parser.error(f"--runs: two or more distinct runs of {', '.join(VARIANTS)}, comma-separated, the reference first")
     work = Path(tempfile.mkdtemp(prefix="fsdp-fp8-loss-"))
     corpus = work / "corpus.txt"
     compared_bytes = 2 * args.steps * args.micro_batch * (args.seq_len + 1)
@@ -109,8 +111,7 @@ def main() -> int:
         result["warm"] = warm
         if warm["rc"]:
             print(f"the warm-up training failed (rc {warm['rc']}):", *warm["errors"], sep="\n    ")
-            Path(args.out).mkdir(parents=True, exist_ok=True)
-            (Path(args.out) / "loss_warm_failed.json").write_text(json.dumps(result, indent=1))
+            write_result(args, names, seeds, result)
             return 1
         start = ["--model.init", "pretrained", "--model.name_or_path", str(work / "warm" / "hf")]
         tail = warm["losses"][-args.window:]
@@ -120,8 +121,11 @@ def main() -> int:
     print(f"| seed | run | first loss | loss at step {args.steps // 2} | mean loss, last {w} steps | tokens/s/GPU |")
     print("|---|---|---:|---:|---:|---:|")
     for seed in seeds:
-        runs = run_pair(names, args, corpus, seed, work / f"seed{seed}", start)
-        result["per_seed"][seed] = runs
+        runs = {}
+        for first in range(0, len(names), 2):  # two at a time, one GPU each
+            runs.update(run_pair(names[first:first + 2], args, corpus, seed, work / f"seed{seed}", start))
+            result["per_seed"][seed] = runs
+            write_result(args, names, seeds, result)  # what is done so far survives a run cut short
         for name in names:
             losses = runs[name]["losses"]
             if len(losses) != args.steps:
@@ -134,20 +138,27 @@ def main() -> int:
             print(f"| {seed} | {name} | {losses[0]:.4f} | {losses[args.steps // 2 - 1]:.4f} | {finals[name][-1]:.4f} | {speed:,.0f} |")
     ok = all(len(v) == len(seeds) for v in finals.values())
     if ok:
-        ref_name, other_name = names
+        ref_name, others = names[0], names[1:]
         mean = {k: sum(v) / len(v) for k, v in finals.items()}
         spread = {k: (max(v) - min(v)) / mean[k] for k, v in finals.items()}
-        rel = abs(mean[other_name] - mean[ref_name]) / mean[ref_name]
-        result.update(final_means=finals, mean_over_seeds=mean, spread_over_seeds=spread, relative_difference=rel, within_tolerance=rel <= args.tolerance)
-        print(f"mean over {len(seeds)} seed(s) of the last-{w}-step means: {ref_name} {mean[ref_name]:.4f}, {other_name} {mean[other_name]:.4f}; "
-              f"relative difference {100 * rel:.3f}% (tolerance {100 * args.tolerance:.1f}%): {'ok' if rel <= args.tolerance else 'OUTSIDE'}")
+        signed = {k: (mean[k] - mean[ref_name]) / mean[ref_name] for k in others}
+        inside = {k: abs(v) <= args.tolerance for k, v in signed.items()}
+        result.update(final_means=finals, mean_over_seeds=mean, spread_over_seeds=spread, relative_difference=signed, within_tolerance=inside)
+        print(f"mean over {len(seeds)} seed(s) of the last-{w}-step means, against {ref_name} {mean[ref_name]:.4f} "
+              f"(tolerance {100 * args.tolerance:.1f}%; + is a higher loss):")
+        for k in others:
+            print(f"  {k} {mean[k]:.4f}: {100 * signed[k]:+.3f}% {'ok' if inside[k] else 'OUTSIDE'}")
         if len(seeds) > 1:
             print("spread over the seeds (max - min, relative): " + ", ".join(f"{k} {100 * v:.2f}%" for k, v in spread.items()))
+    write_result(args, names, seeds, result)
+    return 0 if ok and all(result["within_tolerance"].values()) else 1
+
+
+def write_result(args: argparse.Namespace, names: list[str], seeds: list[int], result: dict) -> None:
     Path(args.out).mkdir(parents=True, exist_ok=True)
     warm_tag = f"_warm{args.warm_steps}" if args.warm_steps else ""
-    out = Path(args.out) / f"loss_{names[0]}_vs_{names[1]}_seeds{'-'.join(map(str, seeds))}_lr{args.lr:g}{warm_tag}.json"
+    out = Path(args.out) / f"loss_{'_vs_'.join(names)}_seeds{'-'.join(map(str, seeds))}_lr{args.lr:g}{warm_tag}.json"
     out.write_text(json.dumps(result, indent=1))
-    return 0 if ok and result["within_tolerance"] else 1
 
 
 def split_corpus(corpus: Path, warm_bytes: int) -> tuple[Path, Path]:

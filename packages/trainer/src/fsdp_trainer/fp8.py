@@ -38,8 +38,8 @@ def convert_to_fp8(model: nn.Module, cfg: Fp8Config) -> None:
     """Swap the decoder's ``nn.Linear`` layers for torchao ``Float8Linear`` (lm_head stays in high precision)."""
     from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
-    if cfg.recipe == "rowwise":
-        config = Float8LinearConfig.from_recipe_name("rowwise")
+    if cfg.recipe != "tensorwise":
+        config = Float8LinearConfig.from_recipe_name(cfg.recipe)
     else:
         config = Float8LinearConfig(enable_fsdp_float8_all_gather=cfg.all_gather)
     convert_to_float8_training(model.lm.model, config=config, module_filter_fn=_eligible)
