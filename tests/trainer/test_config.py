@@ -89,6 +89,8 @@ def test_round_trip_through_dict():
         (["--parallel.api", "fsdp2", "--parallel.backward_prefetch", "post"], "--parallel.backward_prefetch:"),
         (["--parallel.shard_size", "2"], "--parallel.shard_size: only used with --parallel.sharding hybrid_shard"),
         (["--fp8.all_gather", "true", "--fp8.recipe", "rowwise"], "--fp8.all_gather:"),
+        (["--fp8.all_gather", "true", "--fp8.recipe", "rowwise_with_gw_hp"], "--fp8.all_gather: needs --fp8.recipe tensorwise"),
+        (["--fp8.recipe", "mxfp8"], "--fp8.recipe: 'mxfp8' is not one of tensorwise, rowwise, rowwise_with_gw_hp"),
         (["--checkpoint.resume", "latest"], "--checkpoint.resume:"),
         (["--model.preset", "llama2-7b", "--data.source", "hf"], "--model.tokenizer: data.source=hf needs a tokenizer"),
         (["--train.steps"], "--train.steps: missing value"),
