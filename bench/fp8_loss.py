@@ -2,23 +2,24 @@
 
     python bench/fp8_loss.py --out $OUT [--steps 200] [--preset llama2-7b] [--micro-batch 2] [--seeds 42,43] [--warm-steps 80]
 
-Both runs of a seed train the same randomly initialised model on the same real text in the same
-order (``--runs`` picks the pair; the default is bf16 on GPU 0 against float8 on GPU 1): Python's
-own documentation (``pydoc_data.topics``, English prose) followed by standard-library source
-files, read from the interpreter running this script, tokenised by the trainer's byte-level
-tokenizer. Each run has one GPU (compiled blocks and loss); more than two ``--runs`` go two at a
-time. The check: over the seeds, the mean of each later run's last-``--window``-step mean loss is
-within ``--tolerance`` (1%) of the first (reference) run's.
+Needs two GPUs. First one bf16 model is trained for ``--warm-steps`` steps from random init over
+both GPUs, on text the compared runs never see, and exported; then, for every seed, the compared
+runs (``--runs``; the default is bf16 on GPU 0 against float8 on GPU 1, more go two at a time)
+start from its weights with a fresh optimizer and the same learning-rate warm-up, and train on the
+same real text in the same order: a fine-tuning comparison. The text is Python's own documentation
+(``pydoc_data.topics``, English prose) followed by standard-library source files, read from the
+interpreter running this script, tokenised by the trainer's byte-level tokenizer. Each compared run
+has one GPU (compiled blocks and loss). The check: over the seeds, the mean of each later run's
+last-``--window``-step mean loss is within ``--tolerance`` (1%) of the first (reference) run's.
 
-Two runs of the same command are not bitwise equal on GPUs (atomic adds in backward kernels), and
-over 200 steps from random init their losses part ways by a few percent (3.5% between two bf16
-runs in bench/RESULTS.md, session 3), so one pair of runs cannot decide a 1% question: give
-several ``--seeds`` (each seed is one pair, run after the previous one) and read the printed
-spread over the seeds against the difference. ``--warm-steps N`` makes it a fine-tuning comparison:
-one bf16 model is first trained for N steps over both GPUs on text the compared runs never see,
-exported, and both runs of every seed start from its weights with a fresh optimizer. ``--runs bf16,bf16-flash`` compares two bf16
-trainings that differ only in the attention kernel. Writes
-``loss_<first>_vs_<second>_seeds<...>_lr<lr>.json`` (every loss curve) and prints a table.
+Two runs of the same command are not bitwise equal on GPUs (atomic adds in backward kernels). From
+random init (``--warm-steps 0``) their losses part ways by a few percent over 200 steps (3.5% between
+two bf16 runs, bench/RESULTS.md, session 3), too much for a 1% question; from the warm model a
+rounding-level change (``bf16-flash``: the same bf16 training with another attention kernel) moved
+the final loss by 0.1% (session 4). Single pairs still scatter, so give several ``--seeds`` (the
+seed picks the compared runs' data order; the first seed also seeds the warm-up) and read the
+printed spread. Writes ``loss_<run>_vs_<run>..._seeds<...>_lr<lr>[_warm<N>].json`` (every loss curve)
+after each pair, and prints a table.
 """
 
 from __future__ import annotations
@@ -81,9 +82,10 @@ def main() -> int:
                         "both arms side by side, and the arms' means over the seeds are compared: two runs of one seed are not "
                         "bitwise equal on GPUs and part ways by a few percent over 200 steps (bench/RESULTS.md, session 3)")
     parser.add_argument("--timeout", type=int, default=540)
-    parser.add_argument("--warm-steps", type=int, default=0, help="first train one bf16 model for this many steps on both GPUs, on text "
-                        "the compared runs never see, and start both runs of every seed from its weights (fresh optimizer, same warm-up): "
-                        "a fine-tuning comparison, past the first steps from random init where runs differing only in rounding part ways")
+    parser.add_argument("--warm-steps", type=int, default=80, help="first train one bf16 model for this many steps on both GPUs, on text "
+                        "the compared runs never see, and start every compared run from its weights (fresh optimizer, same warm-up): "
+                        "a fine-tuning comparison, past the first steps from random init where runs differing only in rounding part "
+                        "ways; 0 starts every run from random init")
     parser.add_argument("--runs", default="bf16,fp8", help="the runs compared, the reference first: bf16,fp8 (the check; "
                         "fp8-rowwise and fp8-rowwise-gw-hp for torchao's rowwise-scaled recipes); bf16-flash is the noise floor, the same "
                         "bf16 training with another attention kernel: e.g. bf16,fp8,bf16-flash,fp8-rowwise-gw-hp")
@@ -93,6 +95,8 @@ def main() -> int:
         seeds = [int(x) for x in args.seeds.split(",")]
     except ValueError:
         parser.error(f"--seeds: comma-separated integers, got {args.seeds!r}")
+    if args.warm_steps < 0:
+        parser.error(f"--warm-steps: 0 or more steps, got {args.warm_steps}")
     names = args.runs.split(",")
     if len(names) < 2 or len(set(names)) != len(names) or any(n not in VARIANTS for n in names):
         parser.error(f"--runs: two or more distinct runs of {', '.join(VARIANTS)}, comma-separated, the reference first")
