@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -34,6 +35,9 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+from gpu_compare import stop  # noqa: E402
+
 TRAINER_SRC = ROOT / "packages" / "trainer" / "src"
 ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "OMP_NUM_THREADS": "4"}
@@ -78,9 +82,9 @@ def main() -> int:
     parser.add_argument("--lr", type=float, default=1e-4, help="peak learning rate (1e-4, llama-recipes' fine-tuning default; at the trainer's "
                         "pretraining default 3e-4 with 20 warm-up steps a random-init 7B spikes to loss 16 in its first steps, where runs "
                         "differing only in rounding part ways)")
-    parser.add_argument("--seeds", default="42", help="comma-separated train.seed values (initial weights and data order); each seed runs "
-                        "both arms side by side, and the arms' means over the seeds are compared: two runs of one seed are not "
-                        "bitwise equal on GPUs and part ways by a few percent over 200 steps (bench/RESULTS.md, session 3)")
+    parser.add_argument("--seeds", default="42", help="comma-separated train.seed values: the compared runs' data order (and, from random "
+                        "init, their initial weights; the first seed also seeds the warm-up); every seed runs all --runs, and the runs' "
+                        "means over the seeds are compared: two runs of one seed are not bitwise equal on GPUs (bench/RESULTS.md)")
     parser.add_argument("--timeout", type=int, default=540)
     parser.add_argument("--warm-steps", type=int, default=80, help="first train one bf16 model for this many steps on both GPUs, on text "
                         "the compared runs never see, and start every compared run from its weights (fresh optimizer, same warm-up): "
@@ -101,6 +105,14 @@ def main() -> int:
     if len(names) < 2 or len(set(names)) != len(names) or any(n not in VARIANTS for n in names):
         parser.error(f"--runs: two or more distinct runs of {', '.join(VARIANTS)}, comma-separated, the reference first")
     work = Path(tempfile.mkdtemp(prefix="fsdp-fp8-loss-"))
+    try:
+        return compare(args, names, seeds, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)  # the warm model's export alone is 13.5 GB for the 7B
+
+
+def compare(args: argparse.Namespace, names: list[str], seeds: list[int], work: Path) -> int:
+    """Warm up (if asked), run every seed's runs, print and write the comparison; 0 when every run is within tolerance."""
     corpus = work / "corpus.txt"
     compared_bytes = 2 * args.steps * args.micro_batch * (args.seq_len + 1)
     warm_bytes = 2 * args.warm_steps * 2 * args.micro_batch * (args.seq_len + 1)  # two GPUs, twice the text they read
@@ -197,7 +209,7 @@ def _collect(launched: tuple[subprocess.Popen, object, list[str]], timeout: int,
     try:
         rc = proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        proc.kill()
+        stop(proc)
         rc = -1
     log.close()
     metrics = work / name / "metrics.jsonl"

@@ -173,13 +173,30 @@ def run_accelerate_variant(name: str, args: argparse.Namespace, nproc: int, work
     return {"variant": name, "kind": "accelerate", "ok": False, "error": _error_line(log, rc)}
 
 
+def stop(proc: subprocess.Popen, grace: float = 60.0) -> None:
+    """End a torchrun that ran out of time: SIGTERM first, which torchrun passes on to its workers (they run in sessions
+    of their own and would outlive a SIGKILL of torchrun, holding the GPUs the next run needs), then SIGKILL."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def _run(cmd: list[str], log_path: Path, timeout: int) -> tuple[int, str]:
     print(f"== {log_path.stem}", file=sys.stderr, flush=True)
+    proc = subprocess.Popen(cmd, env=child_env(log_path.stem), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
     try:
-        proc = subprocess.run(cmd, env=child_env(log_path.stem), capture_output=True, text=True, timeout=timeout, cwd=ROOT)
-        rc, log = proc.returncode, proc.stdout + proc.stderr
-    except subprocess.TimeoutExpired as e:
-        rc, log = -1, f"timed out after {timeout}s\n" + ((e.stdout or b"") + (e.stderr or b"")).decode(errors="replace")
+        log, _ = proc.communicate(timeout=timeout)
+        rc = proc.returncode
+    except subprocess.TimeoutExpired:
+        stop(proc)
+        try:
+            log, _ = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:  # a worker still holds the pipe
+            log = ""
+        rc, log = -1, f"timed out after {timeout}s\n" + (log or "")
     log_path.write_text(log)
     return rc, log
 

@@ -149,7 +149,7 @@ class Fp8Config:
     enabled: bool = False
     """Float8 training of the decoder's linear layers with torchao (pip install fsdp-trainer[fp8]); needs a Hopper-class GPU (sm_89 or newer)."""
     recipe: Literal["tensorwise", "rowwise", "rowwise_with_gw_hp"] = "tensorwise"
-    """torchao scaling recipe: tensorwise (fastest), rowwise, or rowwise_with_gw_hp (weight gradients in bf16; the most accurate)."""
+    """torchao scaling recipe: tensorwise (fastest), rowwise, or rowwise_with_gw_hp (rowwise with the weight-gradient matmuls in bf16, torchao's higher-accuracy variant; slower)."""
     all_gather: bool = False
     """fsdp2 + tensorwise: all-gather weights in float8 (halves all-gather traffic)."""
 
