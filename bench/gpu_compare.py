@@ -74,6 +74,9 @@ TRAINER_VARIANTS: dict[str, dict[str, str]] = {
     "8b-fsdp2-noac-mb2-compile-noreshard": tv("llama3.1-8b", "fsdp2", "none", 2, **{"compile.enabled": "true", "compile.loss": "true", "parallel.reshard_after_forward": "false"}),
     "8b-fsdp2-noac-mb3-compile-bf16reduce": tv("llama3.1-8b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "precision.reduce_dtype": "bf16"}),
     "8b-fsdp2-noac-mb3-compile-maxautotune": tv("llama3.1-8b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "compile.mode": "max-autotune-no-cudagraphs"}),
+    "8b-fsdp2-noac-mb3-compile-pgbuffers": tv("llama3.1-8b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "parallel.comm_buffers": "process_group"}),
+    "8b-fsdp2-noac-mb3-compile-bf16reduce-symm": tv("llama3.1-8b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "precision.reduce_dtype": "bf16", "parallel.comm_buffers": "symmetric"}),
+    "8b-fsdp2-noac-mb3-compile-symm": tv("llama3.1-8b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "parallel.comm_buffers": "symmetric"}),
     "8b-fsdp2-noac-mb3-compile-flash": tv("llama3.1-8b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "model.sdpa_backend": "flash"}),
     # --auto: the trainer picks micro-batch, checkpointing and compile itself
     "7b-auto": {"model.preset": "llama2-7b", "auto.enabled": "true"},
@@ -91,6 +94,9 @@ ENV_VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
     "fsdp2-noac-mb1-ctas8": ("fsdp2-noac-mb1", {"NCCL_MAX_CTAS": "8"}),
     "8b-fsdp2-noac-mb3-compile-ctas8": ("8b-fsdp2-noac-mb3-compile", {"NCCL_MAX_CTAS": "8"}),
     "8b-fsdp2-noac-mb3-compile-ctas4": ("8b-fsdp2-noac-mb3-compile", {"NCCL_MAX_CTAS": "4"}),
+    # NCCL's zero-CTA policy: all-gathers over symmetric memory run on the copy engines, no SM taken from the GEMMs.
+    "8b-fsdp2-noac-mb3-compile-symm-ce": ("8b-fsdp2-noac-mb3-compile-symm", {"NCCL_CTA_POLICY": "2"}),
+    "8b-fsdp2-noac-mb3-compile-symm-ce-bf16reduce": ("8b-fsdp2-noac-mb3-compile-bf16reduce-symm", {"NCCL_CTA_POLICY": "2"}),
 }
 for _name, (_base, _env) in ENV_VARIANTS.items():
     TRAINER_VARIANTS[_name] = TRAINER_VARIANTS[_base]

@@ -62,6 +62,8 @@ CASES = {
     # Gradient accumulation (set_requires_gradient_sync / no_sync) with activation checkpointing.
     "fsdp2-accum-ac_full": (2, ["--parallel.api", "fsdp2", "--train.grad_accum_steps", "2", "--ac.mode", "full", "--parallel.forward_prefetch", "true"]),
     "fsdp1-accum-ac_selective": (2, ["--parallel.api", "fsdp1", "--train.grad_accum_steps", "2", "--ac.mode", "selective", "--ac.every", "2"]),
+    # Collective staging buffers from the process group's allocator (gloo has none of its own: plain tensors).
+    "fsdp2-process_group_buffers": (2, ["--parallel.api", "fsdp2", "--parallel.comm_buffers", "process_group"]),
     # Real HSDP: 2 replicas x 2 shards.
     "fsdp2-hybrid_2x2": (4, ["--parallel.api", "fsdp2", "--parallel.sharding", "hybrid_shard", "--parallel.shard_size", "2"]),
     "fsdp1-hybrid_2x2": (4, ["--parallel.api", "fsdp1", "--parallel.sharding", "hybrid_shard", "--parallel.shard_size", "2"]),

@@ -26,6 +26,8 @@ pytestmark = [
          "error: --model.attn_implementation: flash_attention_2 needs CUDA; this run is on cpu (use sdpa or eager)"),
         (["--runtime.device", "cuda"], "error: --runtime.device: 'cuda' requested but no GPU is visible (use auto or cpu)"),
         (["--runtime.backend", "nccl"], "error: --runtime.backend: nccl needs CUDA; use gloo (or auto) on CPU"),
+        (["--parallel.comm_buffers", "symmetric"],
+         "error: --parallel.comm_buffers: symmetric needs NCCL on GPUs; this run is on cpu (use default or process_group)"),
         (["--parallel.sharding", "hybrid_shard", "--parallel.shard_size", "3"],
          "error: --parallel.shard_size: shard_size 3 x replicate_size 1 must equal the world size 1"),
     ],

@@ -114,6 +114,8 @@ class ParallelConfig:
     """When to prefetch the next all-gather in backward. fsdp2 always prefetches the previous block ('pre'); 'post' and 'none' are fsdp1-only."""
     limit_all_gathers: bool = True
     """fsdp1: rate-limit all-gathers to bound memory (fsdp2 always does)."""
+    comm_buffers: Literal["default", "process_group", "symmetric"] = "default"
+    """fsdp2: where the all-gather and reduce-scatter staging buffers live. default: PyTorch's caching allocator; process_group: memory from the process group's own allocator (NCCL registers it for zero-copy transfers where it can); symmetric: NCCL symmetric memory (CUDA, one node: with NCCL_CTA_POLICY=2 the all-gathers run on the copy engines and leave every SM to compute)."""
 
 
 @dataclass
@@ -347,6 +349,10 @@ class TrainerConfig:
             raise ConfigError(f"{flag}: only used with --parallel.sharding hybrid_shard")
         if par.api == "fsdp2" and par.backward_prefetch != "pre":
             raise ConfigError(f"--parallel.backward_prefetch: {par.backward_prefetch!r} is fsdp1-only; fsdp2 always prefetches the previous block ('pre')")
+        if par.comm_buffers != "default" and par.api != "fsdp2":
+            raise ConfigError(f"--parallel.comm_buffers: {par.comm_buffers} needs --parallel.api fsdp2")
+        if par.comm_buffers != "default" and par.cpu_offload:
+            raise ConfigError(f"--parallel.comm_buffers: {par.comm_buffers} cannot be combined with --parallel.cpu_offload true")
         if par.api == "none" and par.cpu_offload:
             raise ConfigError("--parallel.cpu_offload: needs --parallel.api fsdp2 or fsdp1")
         if self.fp8.enabled and par.api == "fsdp1":

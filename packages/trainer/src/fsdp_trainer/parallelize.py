@@ -29,6 +29,7 @@ from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoi
 from torch.distributed.device_mesh import DeviceMesh
 
 from .config import TrainerConfig
+from .errors import ConfigError
 from .model import DTYPES, CausalLMWithLoss
 
 
@@ -73,12 +74,30 @@ def apply_fsdp2(model: CausalLMWithLoss, blocks: nn.ModuleList, cfg: TrainerConf
         fully_shard(head, reshard_after_forward=False, **kwargs)
         register_fsdp_forward_method(head, "loss")
     fully_shard(model, reshard_after_forward=reshard, **kwargs)
+    set_comm_buffers(model, par.comm_buffers)
     if par.forward_prefetch:
         for block, nxt in zip(blocks, blocks[1:]):
             block.set_modules_to_forward_prefetch([nxt])
     # backward_prefetch='pre': gather block i-1 while block i computes its gradients.
     for block, prev in zip(blocks[1:], blocks):
         block.set_modules_to_backward_prefetch([prev])
+
+
+def set_comm_buffers(model: nn.Module, where: str) -> None:
+    """``parallel.comm_buffers``: allocate every FSDP2 unit's collective staging buffers from the process group's
+    allocator or from NCCL symmetric memory (the root's setter covers the units inside it)."""
+    if where == "default":
+        return
+    setter = "set_allocate_memory_from_process_group_for_comm" if where == "process_group" else "set_symm_mem_for_comm"
+    if not hasattr(model, setter):
+        raise ConfigError(f"--parallel.comm_buffers: {where} needs FSDPModule.{setter}, which torch {torch.__version__} lacks; "
+                          "upgrade torch or use --parallel.comm_buffers default")
+    for module in model.modules():
+        if hasattr(module, setter):  # every fully_shard unit; each setter covers that unit's own parameter groups
+            if where == "process_group":
+                module.set_allocate_memory_from_process_group_for_comm(True)
+            else:
+                module.set_symm_mem_for_comm("NCCL")
 
 
 def apply_fsdp1(

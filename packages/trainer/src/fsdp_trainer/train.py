@@ -29,6 +29,8 @@ def run(cfg: TrainerConfig) -> dict:
         raise ConfigError("--parallel.cpu_offload: offloading to CPU needs CUDA; this run is on cpu")
     if cfg.model.attn_implementation == "flash_attention_2" and device.type != "cuda":
         raise ConfigError(f"--model.attn_implementation: flash_attention_2 needs CUDA; this run is on {device.type} (use sdpa or eager)")
+    if cfg.parallel.comm_buffers == "symmetric" and device.type != "cuda":
+        raise ConfigError(f"--parallel.comm_buffers: symmetric needs NCCL on GPUs; this run is on {device.type} (use default or process_group)")
     if cfg.fp8.enabled:
         from .fp8 import check_fp8_supported
 

@@ -1,0 +1,68 @@
+"""``parallel.comm_buffers``: every FSDP2 unit's collectives take their staging buffers where the flag says.
+
+Training through the process group's allocator is checked for loss parity in test_parity.py; symmetric memory
+needs NCCL on GPUs (refused on CPU: test_refusals.py) and is measured by bench/gpu_compare.py."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+from fsdp_trainer.errors import ConfigError
+from fsdp_trainer.parallelize import set_comm_buffers
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def world_of_one():
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def _units(model: nn.Module) -> list[nn.Module]:
+    from torch.distributed.fsdp import FSDPModule
+
+    return [m for m in model.modules() if isinstance(m, FSDPModule)]
+
+
+def _sharded_model() -> nn.Module:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh("cpu", (1,))
+    model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 8), nn.Linear(8, 2))
+    for layer in model:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model
+
+
+def _comm_classes(model: nn.Module) -> set[tuple[str, str]]:
+    groups = [g for unit in _units(model) for g in unit._get_fsdp_state()._fsdp_param_groups]
+    assert len(groups) == 3, "one parameter group per sharded layer (the root holds no parameters of its own)"
+    return {(type(g._all_gather_comm).__name__, type(g._reduce_scatter_comm).__name__) for g in groups}
+
+
+def test_process_group_buffers_reach_every_unit(world_of_one):
+    model = _sharded_model()
+    assert _comm_classes(model) == {("DefaultAllGather", "DefaultReduceScatter")}
+    set_comm_buffers(model, "process_group")
+    assert _comm_classes(model) == {("ProcessGroupAllocAllGather", "ProcessGroupAllocReduceScatter")}
+    loss = model(torch.randn(4, 8)).sum()  # gloo has no allocator of its own: plain tensors, same result
+    loss.backward()
+    assert all(p.grad is not None for p in model.parameters())
+
+
+def test_default_leaves_the_units_alone(world_of_one):
+    model = _sharded_model()
+    set_comm_buffers(model, "default")
+    assert _comm_classes(model) == {("DefaultAllGather", "DefaultReduceScatter")}
+
+
+def test_a_torch_without_the_setter_is_refused_in_one_line():
+    with pytest.raises(ConfigError, match=r"^--parallel.comm_buffers: symmetric needs FSDPModule.set_symm_mem_for_comm, which torch .* lacks"):
+        set_comm_buffers(nn.Linear(2, 2), "symmetric")
