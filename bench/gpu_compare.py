@@ -97,6 +97,8 @@ ENV_VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
     # NCCL's zero-CTA policy: all-gathers over symmetric memory run on the copy engines, no SM taken from the GEMMs.
     "8b-fsdp2-noac-mb3-compile-symm-ce": ("8b-fsdp2-noac-mb3-compile-symm", {"NCCL_CTA_POLICY": "2"}),
     "8b-fsdp2-noac-mb3-compile-symm-ce-bf16reduce": ("8b-fsdp2-noac-mb3-compile-bf16reduce-symm", {"NCCL_CTA_POLICY": "2"}),
+    # in case the symmetric pool and expandable segments do not mix
+    "8b-fsdp2-noac-mb3-compile-symm-ce-noexpand": ("8b-fsdp2-noac-mb3-compile-symm", {"NCCL_CTA_POLICY": "2", "PYTORCH_CUDA_ALLOC_CONF": ""}),
 }
 for _name, (_base, _env) in ENV_VARIANTS.items():
     TRAINER_VARIANTS[_name] = TRAINER_VARIANTS[_base]

@@ -1,7 +1,8 @@
 """``parallel.comm_buffers``: every FSDP2 unit's collectives take their staging buffers where the flag says.
 
 Training through the process group's allocator is checked for loss parity in test_parity.py; symmetric memory
-needs NCCL on GPUs (refused on CPU: test_refusals.py) and is measured by bench/gpu_compare.py."""
+needs NCCL on GPUs (refused on CPU: test_refusals.py), so here only its wiring is checked; it is measured by
+bench/gpu_compare.py."""
 
 from __future__ import annotations
 
@@ -63,6 +64,25 @@ def test_default_leaves_the_units_alone(world_of_one):
     assert _comm_classes(model) == {("DefaultAllGather", "DefaultReduceScatter")}
 
 
-def test_a_torch_without_the_setter_is_refused_in_one_line():
-    with pytest.raises(ConfigError, match=r"^--parallel.comm_buffers: symmetric needs FSDPModule.set_symm_mem_for_comm, which torch .* lacks"):
+def test_symmetric_before_torch_2_12_installs_the_trainers_all_gather_on_every_unit(world_of_one, monkeypatch):
+    from torch.distributed.fsdp import FSDPModule
+
+    from fsdp_trainer import comm
+
+    model = _sharded_model()
+    if hasattr(FSDPModule, "set_symm_mem_for_comm"):  # as on torch 2.11 (the GPU machine's), which lacks it
+        monkeypatch.delattr(FSDPModule, "set_symm_mem_for_comm")
+    prepared = []
+    monkeypatch.setattr(comm.SymmetricAllGather, "prepare", lambda self: prepared.append(self))  # NCCL symmetric memory needs GPUs
+    set_comm_buffers(model, "symmetric")
+    assert len(prepared) == 1, "the backend is chosen once, before the first all-gather"
+    assert _comm_classes(model) == {("SymmetricAllGather", "DefaultReduceScatter")}
+    shared = {id(g._all_gather_comm) for unit in _units(model) for g in unit._get_fsdp_state()._fsdp_param_groups}
+    assert shared == {id(prepared[0])}
+
+
+def test_a_torch_without_the_setters_is_refused_in_one_line():
+    with pytest.raises(ConfigError, match=r"^--parallel.comm_buffers: symmetric needs FSDPModule.set_custom_all_gather, which torch .* lacks"):
         set_comm_buffers(nn.Linear(2, 2), "symmetric")
+    with pytest.raises(ConfigError, match=r"^--parallel.comm_buffers: process_group needs FSDPModule.set_allocate_memory_from_process_group_for_comm"):
+        set_comm_buffers(nn.Linear(2, 2), "process_group")

@@ -84,20 +84,32 @@ def apply_fsdp2(model: CausalLMWithLoss, blocks: nn.ModuleList, cfg: TrainerConf
 
 
 def set_comm_buffers(model: nn.Module, where: str) -> None:
-    """``parallel.comm_buffers``: allocate every FSDP2 unit's collective staging buffers from the process group's
-    allocator or from NCCL symmetric memory (the root's setter covers the units inside it)."""
+    """``parallel.comm_buffers``: every FSDP2 unit's collective staging buffers from the process group's allocator, or
+    its all-gathers into NCCL symmetric memory (torch's own ``set_symm_mem_for_comm`` where it exists, from 2.12;
+    before that, a custom all-gather doing the same, ``comm.SymmetricAllGather``)."""
     if where == "default":
         return
-    setter = "set_allocate_memory_from_process_group_for_comm" if where == "process_group" else "set_symm_mem_for_comm"
-    if not hasattr(model, setter):
-        raise ConfigError(f"--parallel.comm_buffers: {where} needs FSDPModule.{setter}, which torch {torch.__version__} lacks; "
+    units = [m for m in model.modules() if hasattr(m, "set_custom_all_gather")]  # every fully_shard unit
+    if where == "process_group":
+        if not all(hasattr(u, "set_allocate_memory_from_process_group_for_comm") for u in units) or not units:
+            raise ConfigError(f"--parallel.comm_buffers: process_group needs FSDPModule.set_allocate_memory_from_process_group_for_comm "
+                              f"(torch 2.8+), which torch {torch.__version__} lacks; upgrade torch or use --parallel.comm_buffers default")
+        for unit in units:
+            unit.set_allocate_memory_from_process_group_for_comm(True)
+        return
+    if not units:
+        raise ConfigError(f"--parallel.comm_buffers: symmetric needs FSDPModule.set_custom_all_gather, which torch {torch.__version__} lacks; "
                           "upgrade torch or use --parallel.comm_buffers default")
-    for module in model.modules():
-        if hasattr(module, setter):  # every fully_shard unit; each setter covers that unit's own parameter groups
-            if where == "process_group":
-                module.set_allocate_memory_from_process_group_for_comm(True)
-            else:
-                module.set_symm_mem_for_comm("NCCL")
+    if all(hasattr(u, "set_symm_mem_for_comm") for u in units):
+        for unit in units:
+            unit.set_symm_mem_for_comm("NCCL")
+        return
+    from .comm import SymmetricAllGather
+
+    comm = SymmetricAllGather()
+    comm.prepare()
+    for unit in units:
+        unit.set_custom_all_gather(comm)
 
 
 def apply_fsdp1(

@@ -1,0 +1,44 @@
+"""FSDP2 all-gathers into NCCL symmetric memory, for torch releases before ``FSDPModule.set_symm_mem_for_comm`` (2.12).
+
+With the staging buffer of every all-gather registered as a symmetric NCCL window, NCCL 2.28+ can run the
+all-gather on the GPU's copy engines instead of SM kernels when the communicator's CTA policy is zero
+(``NCCL_CTA_POLICY=2``), on one node; the SMs stay with the matmuls the all-gather overlaps. Without that policy,
+NCCL uses its symmetric-memory kernels. FSDP2 gathers in place (each rank's input is its slice of the output), so
+registering the output registers both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather
+
+
+class SymmetricAllGather(AllGather):
+    """A custom FSDP2 all-gather (``FSDPModule.set_custom_all_gather``) whose output lives in NCCL symmetric memory.
+
+    Call :meth:`prepare` once, on every rank, before the first all-gather.
+    """
+
+    def prepare(self) -> None:
+        """Select NCCL as the symmetric-memory backend and make sure the communicator exists before any rendezvous."""
+        from torch.distributed import _symmetric_memory as symm_mem
+
+        symm_mem.set_backend("NCCL")
+        dist.barrier()
+
+    def allocate(self, size: Sequence[int | torch.SymInt], *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        from torch.distributed import _symmetric_memory as symm_mem
+
+        # The pool reuses its buffers, so each size is registered (and rendezvoused) once, not on every step.
+        with torch.cuda.use_mem_pool(symm_mem.get_mem_pool(device)):
+            return torch.empty(*size, dtype=dtype, device=device)
+
+    def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: dist.ProcessGroup,
+                 async_op: bool = False) -> dist.Work | None:
+        from torch.distributed import _symmetric_memory as symm_mem
+
+        symm_mem.rendezvous(output_tensor, group=group.group_name)
+        return dist.all_gather_into_tensor(output_tensor, input_tensor, group=group, async_op=async_op)
