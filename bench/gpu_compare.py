@@ -94,6 +94,8 @@ ENV_VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
     "fsdp2-noac-mb1-ctas8": ("fsdp2-noac-mb1", {"NCCL_MAX_CTAS": "8"}),
     "8b-fsdp2-noac-mb3-compile-ctas8": ("8b-fsdp2-noac-mb3-compile", {"NCCL_MAX_CTAS": "8"}),
     "8b-fsdp2-noac-mb3-compile-ctas4": ("8b-fsdp2-noac-mb3-compile", {"NCCL_MAX_CTAS": "4"}),
+    # NCCL's efficiency CTA policy: as few SMs per collective as keep its speed.
+    "8b-fsdp2-noac-mb3-compile-ctaeff": ("8b-fsdp2-noac-mb3-compile", {"NCCL_CTA_POLICY": "1"}),
     # NCCL's zero-CTA policy: all-gathers over symmetric memory run on the copy engines, no SM taken from the GEMMs.
     "8b-fsdp2-noac-mb3-compile-symm-ce": ("8b-fsdp2-noac-mb3-compile-symm", {"NCCL_CTA_POLICY": "2"}),
     "8b-fsdp2-noac-mb3-compile-symm-ce-bf16reduce": ("8b-fsdp2-noac-mb3-compile-bf16reduce-symm", {"NCCL_CTA_POLICY": "2"}),
