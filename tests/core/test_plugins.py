@@ -340,7 +340,7 @@ def test_lazily_registered_backend_is_imported_on_first_use_and_checked() -> Non
     with pytest.raises(PluginError, match="is backend 'local', registered as 'wrong-name'"):
         registry.get("wrong-name")
     registry.add_lazy("missing", "fsdp_sdk.backends.nowhere:Backend")
-    with pytest.raises(PluginError, match="cannot import fsdp_sdk.backends.nowhere:Backend"):
+    with pytest.raises(PluginError, match=re.escape("cannot import fsdp_sdk.backends.nowhere:Backend")):
         registry.get("missing")
-    with pytest.raises(PluginError, match="is not 'package.module:ClassName'"):
+    with pytest.raises(PluginError, match=re.escape("is not 'package.module:ClassName'")):
         registry.add_lazy("bad", "fsdp_sdk.backends.local.LocalBackend")

@@ -79,7 +79,7 @@ def etcd_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
          "--listen-client-urls", endpoint, "--advertise-client-urls", endpoint,
          "--listen-peer-urls", f"http://127.0.0.1:{peer}", "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
          "--initial-cluster", f"test=http://127.0.0.1:{peer}"],
-        stdout=subprocess.DEVNULL, stderr=open(data / "etcd.log", "wb"),
+        stdout=subprocess.DEVNULL, stderr=open(data / "etcd.log", "wb"),  # noqa: SIM115 - etcd writes to it while it runs
     )
     try:
         deadline = time.monotonic() + 20

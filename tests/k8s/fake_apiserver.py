@@ -26,6 +26,7 @@ Test hooks: :meth:`FakeApiServer.set_status`, :meth:`add_pod`, :meth:`append_log
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import itertools
 import json
@@ -339,10 +340,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._fail(401, "Unauthorized", "Unauthorized")
             return
         parts = [urllib.parse.unquote(p) for p in url.path.strip("/").split("/") if p]
-        try:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the client hung up
             self._route(method, parts, query, content_type, body, url.query)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
 
     # ---------------------------------------------------------------- routing
 

@@ -44,8 +44,8 @@ def test_build_writes_the_context_and_runs_the_first_tool(tmp_path: Path, monkey
                                                           capsys) -> None:
     log = tools_on_path(tmp_path, monkeypatch, "finch", "buildah")  # no docker: finch comes next
     context = tmp_path / "ctx"
-    code, out, err = cli(capsys, "image", "build", "--context", str(context), "--trainer-src", str(TRAINER_SRC),
-                         "--tag", "v1", "--build-arg", "AWS_OFI_NCCL_VERSION=1.13.2")
+    code, _, err = cli(capsys, "image", "build", "--context", str(context), "--trainer-src", str(TRAINER_SRC),
+                       "--tag", "v1", "--build-arg", "AWS_OFI_NCCL_VERSION=1.13.2")
     assert code == 0, err
     assert recorded(log) == [{"tool": "finch", "stdin": None, "argv": [
         "build", "-t", "fsdp-sdk-trainer:v1", "-f", str(context / "Dockerfile"),

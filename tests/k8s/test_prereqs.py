@@ -45,7 +45,7 @@ def test_dry_run_prints_yaml_and_applies_nothing(apiserver: FakeApiServer, kubec
 
 def test_install_is_server_side_and_idempotent(apiserver: FakeApiServer, kubeconfig: Path, fake_kubectl: Path,
                                                capsys) -> None:
-    code, out, err = cli(capsys, "prereqs", "install")
+    code, _, err = cli(capsys, "prereqs", "install")
     assert code == 0, err
     writes = apiserver.writes()
     assert [(w.method, w.path) for w in writes] == [
@@ -102,7 +102,7 @@ def test_status_reports_what_is_missing_then_healthy(apiserver: FakeApiServer, k
                                                 "image": "kubeflow/training-operator:v1-855e096"}]}}},
                    "status": {"readyReplicas": 1}})
     apiserver.put(yaml.load(pytorchjob_crd.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
-    code, out, err = cli(capsys, "prereqs", "status", "--json")
+    code, out, _ = cli(capsys, "prereqs", "status", "--json")
     report = json.loads(out)
     assert code == 0, report
     assert report["etcd"] == {"deployment": True, "ready_replicas": 1, "service": True}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -88,7 +89,7 @@ def test_sampler_state_resumes_the_stream():
 
 
 def test_too_little_data_is_a_config_error():
-    with pytest.raises(ConfigError, match="--data.seq_len"):
+    with pytest.raises(ConfigError, match=re.escape("--data.seq_len")):
         GlobalBatchSampler(3, 0, 0, 2, 2)
 
 
@@ -121,9 +122,9 @@ def test_text_and_jsonl_documents(tmp_path):
     (tmp_path / "b.jsonl").write_text(json.dumps({"body": "x"}) + "\n\n" + json.dumps({"body": "y"}) + "\n")
     assert text_documents(str(tmp_path)) == ["first doc\nline two", "second doc"]
     assert jsonl_documents(str(tmp_path / "b.jsonl"), "body") == ["x", "y"]
-    with pytest.raises(ConfigError, match="--data.text_field: .* has no field 'text'"):
+    with pytest.raises(ConfigError, match=re.escape("--data.text_field: ") + ".*" + re.escape(" has no field 'text'")):
         jsonl_documents(str(tmp_path / "b.jsonl"), "text")
-    with pytest.raises(ConfigError, match="--data.path: .* does not exist"):
+    with pytest.raises(ConfigError, match=re.escape("--data.path: ") + ".*" + re.escape(" does not exist")):
         text_documents(str(tmp_path / "nope"))
 
 
@@ -131,11 +132,11 @@ def test_dataloader_with_a_trained_bpe_tokenizer(bpe_tokenizer_dir, corpus_file)
     tok = load_tokenizer(str(bpe_tokenizer_dir))
     cfg = DataConfig(source="text", path=str(corpus_file), seq_len=32, seed=3)
     loaders = [build_dataloader(cfg, tok, 512, 2, r, 2, torch.device("cpu")) for r in range(2)]
-    b0, b1 = (l.next_batch() for l in loaders)
+    b0, b1 = (loader.next_batch() for loader in loaders)
     assert b0.input_ids.shape == (2, 32) and torch.equal(b0.input_ids[:, 1:], b0.labels[:, :-1])
     assert not torch.equal(b0.input_ids, b1.input_ids)
     assert int(b0.input_ids.max()) < len(tok)
-    with pytest.raises(ConfigError, match="--model.tokenizer: token id .* vocabulary of 100"):
+    with pytest.raises(ConfigError, match=re.escape("--model.tokenizer: token id ") + ".*" + re.escape(" vocabulary of 100")):
         build_dataloader(cfg, tok, 100, 2, 0, 2, torch.device("cpu"))
 
 
@@ -167,7 +168,7 @@ def test_hub_dataset_uses_the_samsum_prompt(monkeypatch):
     assert docs == ["Summarize this dialog:\nA: hi\nB: hello\n---\nSummary:\nThey greet."]
     assert load_documents(DataConfig(source="hf", dataset="wiki", split="validation")) == ["Plain text."]
     assert calls == [("knkarthick/samsum", "train"), ("wiki", "validation")]
-    with pytest.raises(ConfigError, match="--data.text_field: dataset wiki has no column 'body'"):
+    with pytest.raises(ConfigError, match=re.escape("--data.text_field: dataset wiki has no column 'body'")):
         load_documents(DataConfig(source="hf", dataset="wiki", text_field="body"))
 
 

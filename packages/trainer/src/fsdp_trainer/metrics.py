@@ -75,7 +75,7 @@ class Metrics:
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
         self.last_kept = json.loads(kept[-1]) if kept else None
-        self._file = open(self.path, "a", encoding="utf-8")
+        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - open for the run; close() closes it
 
     def start_step(self) -> None:
         if self.device.type == "cuda":

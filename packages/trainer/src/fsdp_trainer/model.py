@@ -67,7 +67,7 @@ def chunked_cross_entropy(
     h = hidden.reshape(-1, hidden.shape[-1])
     y = labels.reshape(-1)
     parts = []
-    for h_chunk, y_chunk in zip(h.split(chunk_tokens), y.split(chunk_tokens)):
+    for h_chunk, y_chunk in zip(h.split(chunk_tokens), y.split(chunk_tokens), strict=True):
         if torch.is_grad_enabled():
             parts.append(checkpoint(loss_fn, h_chunk, weight, y_chunk, use_reentrant=False))
         else:

@@ -35,7 +35,7 @@ def field_docs(cls: type) -> dict[str, str]:
     source = textwrap.dedent(inspect.getsource(cls))
     body = ast.parse(source).body[0].body  # type: ignore[attr-defined]
     docs: dict[str, str] = {}
-    for node, nxt in zip(body, body[1:] + [None]):
+    for node, nxt in zip(body, [*body[1:], None], strict=True):
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             doc = ""
             if isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str):

@@ -20,6 +20,7 @@ The order matters, and is the same as torchtitan's:
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -76,10 +77,10 @@ def apply_fsdp2(model: CausalLMWithLoss, blocks: nn.ModuleList, cfg: TrainerConf
     fully_shard(model, reshard_after_forward=reshard, **kwargs)
     set_comm_buffers(model, par.comm_buffers)
     if par.forward_prefetch:
-        for block, nxt in zip(blocks, blocks[1:]):
+        for block, nxt in itertools.pairwise(blocks):
             block.set_modules_to_forward_prefetch([nxt])
     # backward_prefetch='pre': gather block i-1 while block i computes its gradients.
-    for block, prev in zip(blocks[1:], blocks):
+    for prev, block in itertools.pairwise(blocks):
         block.set_modules_to_backward_prefetch([prev])
 
 

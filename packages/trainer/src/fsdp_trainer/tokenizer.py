@@ -28,7 +28,7 @@ def _bytes_to_unicode() -> dict[int, str]:
             keep.append(b)
             chars.append(256 + n)
             n += 1
-    return dict(zip(keep, map(chr, chars)))
+    return dict(zip(keep, map(chr, chars), strict=True))
 
 
 def byte_tokenizer() -> Any:
