@@ -62,7 +62,9 @@ def write_corpus(path: Path, max_bytes: int) -> int:
 
 VARIANTS = {"bf16": [], "fp8": ["--fp8.enabled", "true"], "fp8-rowwise": ["--fp8.enabled", "true", "--fp8.recipe", "rowwise"],
             "fp8-rowwise-gw-hp": ["--fp8.enabled", "true", "--fp8.recipe", "rowwise_with_gw_hp"],
-            "bf16-flash": ["--model.sdpa_backend", "flash"]}
+            "bf16-flash": ["--model.sdpa_backend", "flash"],
+            # exact repeats, to measure each arm's run-to-run spread in the same call (FP8 runs scattered 1.9%, session 4)
+            "bf16-again": [], "fp8-again": ["--fp8.enabled", "true"]}
 
 
 def _error_lines(log: Path) -> list[str]:
@@ -92,7 +94,7 @@ def main() -> int:
                         "ways; 0 starts every run from random init")
     parser.add_argument("--runs", default="bf16,fp8", help="the runs compared, the reference first: bf16,fp8 (the check; "
                         "fp8-rowwise and fp8-rowwise-gw-hp for torchao's rowwise-scaled recipes); bf16-flash is the noise floor, the same "
-                        "bf16 training with another attention kernel: e.g. bf16,fp8,bf16-flash,fp8-rowwise-gw-hp")
+                        "bf16 training with another attention kernel; bf16-again and fp8-again repeat bf16 and fp8 exactly: e.g. bf16,fp8,bf16-again,fp8-again")
     args = parser.parse_args()
 
     try:
