@@ -30,11 +30,16 @@ def _units(model: nn.Module) -> list[nn.Module]:
     return [m for m in model.modules() if isinstance(m, FSDPModule)]
 
 
-def _sharded_model() -> nn.Module:
+def _mesh():
     from torch.distributed.device_mesh import init_device_mesh
+
+    return init_device_mesh("cpu", (1,))
+
+
+def _sharded_model(mesh=None) -> nn.Module:
     from torch.distributed.fsdp import fully_shard
 
-    mesh = init_device_mesh("cpu", (1,))
+    mesh = mesh or _mesh()
     model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 8), nn.Linear(8, 2))
     for layer in model:
         fully_shard(layer, mesh=mesh)
@@ -69,13 +74,15 @@ def test_symmetric_before_torch_2_12_installs_the_trainers_all_gather_on_every_u
 
     from fsdp_trainer import comm
 
-    model = _sharded_model()
+    mesh = _mesh()
+    model = _sharded_model(mesh)
     if hasattr(FSDPModule, "set_symm_mem_for_comm"):  # as on torch 2.11 (the GPU machine's), which lacks it
         monkeypatch.delattr(FSDPModule, "set_symm_mem_for_comm")
     prepared = []
     monkeypatch.setattr(comm.SymmetricAllGather, "prepare", lambda self: prepared.append(self))  # NCCL symmetric memory needs GPUs
-    set_comm_buffers(model, "symmetric")
+    set_comm_buffers(model, "symmetric", mesh)
     assert len(prepared) == 1, "the backend is chosen once, before the first all-gather"
+    assert prepared[0].group is mesh.get_group(0), "its communicator is the units' all-gather group's"
     assert _comm_classes(model) == {("SymmetricAllGather", "DefaultReduceScatter")}
     shared = {id(g._all_gather_comm) for unit in _units(model) for g in unit._get_fsdp_state()._fsdp_param_groups}
     assert shared == {id(prepared[0])}

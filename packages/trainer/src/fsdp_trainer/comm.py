@@ -19,15 +19,19 @@ from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather
 class SymmetricAllGather(AllGather):
     """A custom FSDP2 all-gather (``FSDPModule.set_custom_all_gather``) whose output lives in NCCL symmetric memory.
 
-    Call :meth:`prepare` once, on every rank, before the first all-gather.
+    Call :meth:`prepare` once, on every rank of ``group`` (the units' all-gather group), before the first all-gather.
     """
 
+    def __init__(self, group: dist.ProcessGroup | None = None) -> None:
+        self.group = group
+
     def prepare(self) -> None:
-        """Select NCCL as the symmetric-memory backend and make sure the communicator exists before any rendezvous."""
+        """Select NCCL as the symmetric-memory backend and create the group's NCCL communicator (NCCL makes it lazily,
+        at its first collective), which the first rendezvous needs."""
         from torch.distributed import _symmetric_memory as symm_mem
 
         symm_mem.set_backend("NCCL")
-        dist.barrier()
+        dist.all_reduce(torch.zeros(1, device=torch.device("cuda", torch.cuda.current_device())), group=self.group)
 
     def allocate(self, size: Sequence[int | torch.SymInt], *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         from torch.distributed import _symmetric_memory as symm_mem

@@ -75,7 +75,7 @@ def apply_fsdp2(model: CausalLMWithLoss, blocks: nn.ModuleList, cfg: TrainerConf
         fully_shard(head, reshard_after_forward=False, **kwargs)
         register_fsdp_forward_method(head, "loss")
     fully_shard(model, reshard_after_forward=reshard, **kwargs)
-    set_comm_buffers(model, par.comm_buffers)
+    set_comm_buffers(model, par.comm_buffers, mesh)
     if par.forward_prefetch:
         for block, nxt in itertools.pairwise(blocks):
             block.set_modules_to_forward_prefetch([nxt])
@@ -84,7 +84,7 @@ def apply_fsdp2(model: CausalLMWithLoss, blocks: nn.ModuleList, cfg: TrainerConf
         block.set_modules_to_backward_prefetch([prev])
 
 
-def set_comm_buffers(model: nn.Module, where: str) -> None:
+def set_comm_buffers(model: nn.Module, where: str, mesh: DeviceMesh | None = None) -> None:
     """``parallel.comm_buffers``: every FSDP2 unit's collective staging buffers from the process group's allocator, or
     its all-gathers into NCCL symmetric memory (torch's own ``set_symm_mem_for_comm`` where it exists, from 2.12;
     before that, a custom all-gather doing the same, ``comm.SymmetricAllGather``)."""
@@ -107,7 +107,9 @@ def set_comm_buffers(model: nn.Module, where: str) -> None:
         return
     from .comm import SymmetricAllGather
 
-    comm = SymmetricAllGather()
+    # The units all-gather over the mesh's shard dimension (its only one without replication).
+    group = None if mesh is None else mesh.get_group(mesh.ndim - 1)
+    comm = SymmetricAllGather(group)
     comm.prepare()
     for unit in units:
         unit.set_custom_all_gather(comm)
