@@ -16,6 +16,23 @@ import torch.distributed as dist
 from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather
 
 
+def prepare_symmetric_memory(group: dist.ProcessGroup | None) -> None:
+    """Select NCCL as the symmetric-memory backend and create ``group``'s NCCL communicator, which the first rendezvous
+    needs. NCCL creates it lazily, at its first collective, and with the trainer's mixed gloo/nccl process group a
+    barrier runs on gloo; a CUDA all-reduce runs on NCCL. Every rank must then run the same FSDP forwards: the first
+    all-gather into each new buffer is a collective rendezvous."""
+    from torch.distributed import _symmetric_memory as symm_mem
+
+    from .errors import ConfigError
+
+    try:
+        symm_mem.set_backend("NCCL")
+    except RuntimeError as e:
+        raise ConfigError(f"--parallel.comm_buffers: symmetric: this torch build cannot use NCCL symmetric memory ({e}); "
+                          "use --parallel.comm_buffers default") from None
+    dist.all_reduce(torch.zeros(1, device=torch.device("cuda", torch.cuda.current_device())), group=group)
+
+
 class SymmetricAllGather(AllGather):
     """A custom FSDP2 all-gather (``FSDPModule.set_custom_all_gather``) whose output lives in NCCL symmetric memory.
 
@@ -26,18 +43,14 @@ class SymmetricAllGather(AllGather):
         self.group = group
 
     def prepare(self) -> None:
-        """Select NCCL as the symmetric-memory backend and create the group's NCCL communicator (NCCL makes it lazily,
-        at its first collective), which the first rendezvous needs."""
-        from torch.distributed import _symmetric_memory as symm_mem
-
-        symm_mem.set_backend("NCCL")
-        dist.all_reduce(torch.zeros(1, device=torch.device("cuda", torch.cuda.current_device())), group=self.group)
+        """See :func:`prepare_symmetric_memory`."""
+        prepare_symmetric_memory(self.group)
 
     def allocate(self, size: Sequence[int | torch.SymInt], *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         from torch.distributed import _symmetric_memory as symm_mem
 
         # The pool reuses its buffers, so each size is registered (and rendezvoused) once, not on every step.
-        with torch.cuda.use_mem_pool(symm_mem.get_mem_pool(device)):
+        with torch.cuda.use_mem_pool(symm_mem.get_mem_pool(device), device=device):
             return torch.empty(*size, dtype=dtype, device=device)
 
     def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: dist.ProcessGroup,

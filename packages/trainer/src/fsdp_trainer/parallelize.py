@@ -101,14 +101,15 @@ def set_comm_buffers(model: nn.Module, where: str, mesh: DeviceMesh | None = Non
     if not units:
         raise ConfigError(f"--parallel.comm_buffers: symmetric needs FSDPModule.set_custom_all_gather, which torch {torch.__version__} lacks; "
                           "upgrade torch or use --parallel.comm_buffers default")
-    if all(hasattr(u, "set_symm_mem_for_comm") for u in units):
-        for unit in units:
-            unit.set_symm_mem_for_comm("NCCL")
-        return
-    from .comm import SymmetricAllGather
+    from .comm import SymmetricAllGather, prepare_symmetric_memory
 
     # The units all-gather over the mesh's shard dimension (its only one without replication).
     group = None if mesh is None else mesh.get_group(mesh.ndim - 1)
+    if all(hasattr(u, "set_symm_mem_for_comm") for u in units):
+        prepare_symmetric_memory(group)  # torch's own warm-up is a barrier, which a gloo/nccl group runs on gloo
+        for unit in units:
+            unit.set_symm_mem_for_comm("NCCL")
+        return
     comm = SymmetricAllGather(group)
     comm.prepare()
     for unit in units:
