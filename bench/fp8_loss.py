@@ -36,11 +36,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
-from gpu_compare import stop  # noqa: E402
+from gpu_compare import CHILD_ENV, stop  # noqa: E402
 
 TRAINER_SRC = ROOT / "packages" / "trainer" / "src"
-ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
-       "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "OMP_NUM_THREADS": "4"}
 
 
 def write_corpus(path: Path, max_bytes: int) -> int:
@@ -197,7 +195,7 @@ def _common(args: argparse.Namespace, text: Path, steps: int, seed: int) -> list
 
 
 def _launch(nproc: int, gpus: str, args: list[str], work: Path, name: str) -> tuple[subprocess.Popen, object, list[str]]:
-    env = {**os.environ, **ENV, "CUDA_VISIBLE_DEVICES": gpus,
+    env = {**os.environ, **CHILD_ENV, "CUDA_VISIBLE_DEVICES": gpus,
            "PYTHONPATH": os.pathsep.join(filter(None, [str(TRAINER_SRC), os.environ.get("PYTHONPATH")]))}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", "-m", "fsdp_trainer",
            *args, "--train.output_dir", str(work / name)]

@@ -34,7 +34,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 ROOT = Path(__file__).resolve().parents[1]
-ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+sys.path.insert(0, str(ROOT / "bench"))
+from gpu_compare import MULTICAST_OFF  # noqa: E402
 
 
 def step_matmuls(preset: str, tokens: int, loss_chunk: int) -> list[tuple[str, int, int, int, int]]:
@@ -92,7 +93,6 @@ def worker(rank: int, world: int, args: argparse.Namespace, queue) -> None:
 
 
 def _work(rank: int, world: int, args: argparse.Namespace, queue) -> None:
-    os.environ.update(ENV)
     torch.cuda.set_device(rank)
     matmuls = step_matmuls(args.preset, args.tokens, args.loss_chunk)
     warm_up_gpu()
@@ -193,6 +193,7 @@ def main() -> int:
         print("error: gemm_ceiling.py times CUDA matmuls; no GPU is visible here", file=sys.stderr)
         return 2
     world = args.nproc or torch.cuda.device_count()
+    os.environ.update(MULTICAST_OFF)  # before the workers start: they inherit it
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29533")
     ctx = mp.get_context("spawn")

@@ -33,8 +33,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 TRAINER_SRC = ROOT / "packages" / "trainer" / "src"
 
 # Required on the benchmark machines: NVLink multicast must stay off.
-CHILD_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
-             "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "OMP_NUM_THREADS": "4"}
+# NVLink multicast stays off on the lent machines (it can take the host's shared GPUs out of service).
+MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+CHILD_ENV = {**MULTICAST_OFF, "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "OMP_NUM_THREADS": "4"}
 
 # Trainer variants: name -> trainer overrides on top of BASE.
 BASE = {"model.init": "random", "data.source": "synthetic", "data.seq_len": "4096", "precision.mode": "bf16",
