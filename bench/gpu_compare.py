@@ -78,6 +78,9 @@ TRAINER_VARIANTS: dict[str, dict[str, str]] = {
     "8b-fsdp2-noac-mb3-compile-pgbuffers": tv("llama3.1-8b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "parallel.comm_buffers": "process_group"}),
     "8b-fsdp2-noac-mb3-compile-bf16reduce-symm": tv("llama3.1-8b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "precision.reduce_dtype": "bf16", "parallel.comm_buffers": "symmetric"}),
     "8b-fsdp2-noac-mb3-compile-symm": tv("llama3.1-8b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "parallel.comm_buffers": "symmetric"}),
+    "8b-fsdp2-noac-mb3-compile-bf16reduce-tadam": tv("llama3.1-8b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "precision.reduce_dtype": "bf16", "train.adamw": "triton"}),
+    "8b-fsdp2-noac-mb3-compile-bf16reduce-symm-tadam": tv("llama3.1-8b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "precision.reduce_dtype": "bf16", "parallel.comm_buffers": "symmetric", "train.adamw": "triton"}),
+    "fsdp2-noac-mb3-compile-tadam": tv("llama2-7b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "train.adamw": "triton"}),
     "8b-fsdp2-noac-mb3-compile-flash": tv("llama3.1-8b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "model.sdpa_backend": "flash"}),
     # --auto: the trainer picks micro-batch, checkpointing and compile itself
     "7b-auto": {"model.preset": "llama2-7b", "auto.enabled": "true"},
@@ -100,6 +103,7 @@ ENV_VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
     # NCCL's zero-CTA policy: all-gathers over symmetric memory run on the copy engines, no SM taken from the GEMMs.
     "8b-fsdp2-noac-mb3-compile-symm-ce": ("8b-fsdp2-noac-mb3-compile-symm", {"NCCL_CTA_POLICY": "2"}),
     "8b-fsdp2-noac-mb3-compile-symm-ce-bf16reduce": ("8b-fsdp2-noac-mb3-compile-bf16reduce-symm", {"NCCL_CTA_POLICY": "2"}),
+    "8b-fsdp2-noac-mb3-compile-symm-ce-bf16reduce-tadam": ("8b-fsdp2-noac-mb3-compile-bf16reduce-symm-tadam", {"NCCL_CTA_POLICY": "2"}),
     # in case the symmetric pool and expandable segments do not mix
     "8b-fsdp2-noac-mb3-compile-symm-ce-noexpand": ("8b-fsdp2-noac-mb3-compile-symm", {"NCCL_CTA_POLICY": "2", "PYTORCH_CUDA_ALLOC_CONF": ""}),
 }

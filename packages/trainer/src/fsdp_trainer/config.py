@@ -80,6 +80,8 @@ class TrainConfig:
     """Decay after warm-up, over the remaining steps."""
     weight_decay: float = 0.1
     """AdamW weight decay (not applied to norm weights)."""
+    adamw: Literal["auto", "fused", "foreach", "triton"] = "auto"
+    """AdamW implementation. fused: torch's fused CUDA kernels; foreach: torch's multi-tensor ops (CPU and GPU); triton: one Triton kernel per parameter shard, at memory speed (CUDA, fp32 parameters; fsdp_trainer/adamw.py); auto: fused on GPUs, foreach on CPU and with parallel.cpu_offload. All keep the same optimizer state, so checkpoints move between them."""
     max_grad_norm: float = 1.0
     """Clip the global gradient norm to this value; 0 disables clipping (the norm is still reported)."""
     loss_chunk_tokens: int = 4096
@@ -359,6 +361,8 @@ class TrainerConfig:
             raise ConfigError("--fp8.enabled: float8 training is supported with --parallel.api fsdp2 or none")
         if self.fp8.all_gather and (self.fp8.recipe != "tensorwise" or par.api != "fsdp2"):
             raise ConfigError("--fp8.all_gather: needs --fp8.recipe tensorwise and --parallel.api fsdp2")
+        if t.adamw == "triton" and par.cpu_offload:
+            raise ConfigError("--train.adamw: triton runs on the GPU and cannot step parameters offloaded to CPU; use foreach or auto")
         if self.runtime.device == "cpu" and self.runtime.backend == "nccl":
             raise ConfigError("--runtime.backend: nccl needs CUDA; use gloo (or auto) with --runtime.device cpu")
         resume = self.checkpoint.resume

@@ -16,7 +16,7 @@ EPS = 1e-8
 
 
 def build_optimizer(model: nn.Module, cfg: TrainerConfig, device: torch.device) -> torch.optim.AdamW:
-    """AdamW with no weight decay on norm weights; fused kernels when the parameters live on CUDA."""
+    """AdamW (``train.adamw``) with no weight decay on norm weights; auto: fused kernels when the parameters live on CUDA."""
     decay, no_decay = [], []
     for name, p in model.named_parameters():
         if p.requires_grad:
@@ -25,9 +25,14 @@ def build_optimizer(model: nn.Module, cfg: TrainerConfig, device: torch.device) 
         {"params": decay, "weight_decay": cfg.train.weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
     ]
-    on_cuda = device.type == "cuda" and not cfg.parallel.cpu_offload
-    impl = {"fused": True} if on_cuda else {"foreach": True}
-    return torch.optim.AdamW(groups, lr=cfg.train.lr, betas=BETAS, eps=EPS, **impl)
+    choice = cfg.train.adamw
+    if choice == "auto":
+        choice = "fused" if device.type == "cuda" and not cfg.parallel.cpu_offload else "foreach"
+    if choice == "triton":
+        from .adamw import TritonAdamW
+
+        return TritonAdamW(groups, lr=cfg.train.lr, betas=BETAS, eps=EPS)
+    return torch.optim.AdamW(groups, lr=cfg.train.lr, betas=BETAS, eps=EPS, **{choice: True})
 
 
 def lr_multiplier(cfg: TrainConfig) -> Callable[[int], float]:

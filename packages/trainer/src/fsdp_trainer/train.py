@@ -31,6 +31,13 @@ def run(cfg: TrainerConfig) -> dict:
         raise ConfigError(f"--model.attn_implementation: flash_attention_2 needs CUDA; this run is on {device.type} (use sdpa or eager)")
     if cfg.parallel.comm_buffers == "symmetric" and device.type != "cuda":
         raise ConfigError(f"--parallel.comm_buffers: symmetric needs NCCL on GPUs; this run is on {device.type} (use default or process_group)")
+    if cfg.train.adamw == "triton":
+        from .adamw import available
+
+        if device.type != "cuda":
+            raise ConfigError(f"--train.adamw: triton needs CUDA; this run is on {device.type} (use foreach or auto)")
+        if not available():
+            raise ConfigError("--train.adamw: triton is not installed (pip install triton, or use --train.adamw fused)")
     if cfg.fp8.enabled:
         from .fp8 import check_fp8_supported
 

@@ -1,0 +1,137 @@
+"""AdamW as one Triton kernel per parameter shard: one read and one write of each state, at memory speed.
+
+``torch.optim.AdamW(fused=True)`` walks the parameters through ``multi_tensor_apply``: chunks of 64K elements,
+at most a few hundred blocks per launch, so a shard of tens of millions of elements takes hundreds of short
+launches. On Llama-3.1-8B over 2 H200s (4.0e9 fp32 elements per rank, 112 GB of optimizer traffic a step, about
+25 ms at the card's bandwidth) the profile of a step shows 90 ms of ``multi_tensor_apply_kernel``
+(bench/RESULTS.md, session 3). Here every shard is one launch over a grid that covers it, which streams at close
+to the memory's speed.
+
+``TritonAdamW`` is ``torch.optim.AdamW`` with a different ``step``: same hyperparameters, same per-parameter
+state (``step`` as a CPU tensor, ``exp_avg``, ``exp_avg_sq``), so checkpoints move between the two. It takes the
+fused optimizers' ``grad_scale`` (every gradient is divided by it as it is read: how the trainer folds gradient
+clipping into the step) and no ``found_inf`` (the fp16 scaler unscales before ``step`` instead). FSDP2's
+parameters are DTensors: the kernel runs on their local shards.
+
+Triton is imported on first use. The kernel runs on CUDA tensors, and on CPU tensors under ``TRITON_INTERPRET=1``
+(how the tests check it against ``torch.optim.AdamW``).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import torch
+
+BLOCK = 2048  # elements per program: 8 per thread at 8 warps, two 16-byte loads of each fp32 stream
+NUM_WARPS = 8
+
+
+@functools.cache
+def _kernel() -> Any:
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def adamw_kernel(param_ptr, grad_ptr, exp_avg_ptr, exp_avg_sq_ptr, divisor_ptr, n_elements,
+                     beta1, beta2, eps, decay_factor, step_size, inv_sqrt_bias_correction2,
+                     HAS_DIVISOR: tl.constexpr, BLOCK: tl.constexpr):
+        offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        mask = offsets < n_elements
+        grad = tl.load(grad_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+        if HAS_DIVISOR:
+            grad = grad / tl.load(divisor_ptr).to(tl.float32)
+        param = tl.load(param_ptr + offsets, mask=mask, other=0.0)
+        exp_avg = tl.load(exp_avg_ptr + offsets, mask=mask, other=0.0)
+        exp_avg_sq = tl.load(exp_avg_sq_ptr + offsets, mask=mask, other=0.0)
+        # torch's order: decoupled weight decay, then exp_avg.lerp_(grad, 1 - beta1), then the second moment.
+        exp_avg = exp_avg + (1.0 - beta1) * (grad - exp_avg)
+        exp_avg_sq = beta2 * exp_avg_sq + (1.0 - beta2) * grad * grad
+        denom = tl.sqrt(exp_avg_sq) * inv_sqrt_bias_correction2 + eps
+        param = param * decay_factor - step_size * (exp_avg / denom)
+        tl.store(param_ptr + offsets, param, mask=mask)
+        tl.store(exp_avg_ptr + offsets, exp_avg, mask=mask)
+        tl.store(exp_avg_sq_ptr + offsets, exp_avg_sq, mask=mask)
+
+    return adamw_kernel
+
+
+def available() -> bool:
+    """Whether Triton can be imported (the kernel also needs CUDA tensors, or ``TRITON_INTERPRET=1``)."""
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """A DTensor's local shard (without ``to_local``'s autograd wrapper: this runs under no_grad for every parameter)."""
+    from torch.distributed.tensor import DTensor
+
+    return t._local_tensor if isinstance(t, DTensor) else t
+
+
+class TritonAdamW(torch.optim.AdamW):
+    """``torch.optim.AdamW`` whose ``step`` runs one Triton kernel per parameter (see the module docstring)."""
+
+    def __init__(self, params: Any, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 1e-2) -> None:
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, foreach=False, fused=False)
+
+    def _state_of(self, p: torch.Tensor) -> dict[str, torch.Tensor]:
+        state = self.state[p]
+        if not state:
+            state["step"] = torch.tensor(0.0, dtype=torch.float32)
+            state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        elif state["step"].device.type != "cpu":  # loaded from a checkpoint of torch's fused AdamW (step on the device)
+            state["step"] = state["step"].detach().to("cpu", torch.float32)
+        return state
+
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> Any:  # type: ignore[override]
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        kernel = _kernel()
+        # Set around step() by the trainer's clip folding (trainer.fused_step_with_divisor), as for torch's fused AdamW.
+        divisor = getattr(self, "grad_scale", None)
+        for group in self.param_groups:
+            if group.get("amsgrad") or group.get("maximize"):
+                raise ValueError("TritonAdamW: amsgrad and maximize are not supported; use torch.optim.AdamW")
+            lr = float(group["lr"])
+            beta1, beta2 = group["betas"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self._state_of(p)
+                state["step"] += 1
+                step = float(state["step"])
+                tensors = [_local(t) for t in (p, p.grad, state["exp_avg"], state["exp_avg_sq"])]
+                param, grad, exp_avg, exp_avg_sq = tensors
+                if not all(t.is_contiguous() and t.numel() == param.numel() for t in tensors):
+                    raise RuntimeError("TritonAdamW: a parameter, its gradient and its state must be contiguous and "
+                                       "of one size; use --train.adamw fused")
+                if param.dtype != torch.float32 or exp_avg.dtype != torch.float32 or exp_avg_sq.dtype != torch.float32:
+                    raise RuntimeError(f"TritonAdamW: parameters and state must be fp32, got {param.dtype}; "
+                                       "use --train.adamw fused")
+                n = param.numel()
+                if n == 0:
+                    continue
+                bias_correction1 = 1.0 - beta1**step
+                bias_correction2 = 1.0 - beta2**step
+                kernel[(triton_cdiv(n, BLOCK),)](
+                    param, grad, exp_avg, exp_avg_sq, divisor if divisor is not None else param, n,
+                    beta1, beta2, group["eps"], 1.0 - lr * group["weight_decay"], lr / bias_correction1,
+                    1.0 / math.sqrt(bias_correction2),
+                    HAS_DIVISOR=divisor is not None, BLOCK=BLOCK, num_warps=NUM_WARPS,
+                )
+        return loss
+
+
+def triton_cdiv(n: int, block: int) -> int:
+    return (n + block - 1) // block
