@@ -13,6 +13,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import torch
+
+from fsdp_trainer.adamw import TritonAdamW
 
 pytest.importorskip("triton")
 pytestmark = pytest.mark.timeout(240)
@@ -170,3 +173,32 @@ def test_non_fp32_parameters_are_refused_in_one_line():
     else:
         raise AssertionError("bf16 parameters were stepped")
     """)
+
+
+def test_auto_picks_triton_on_gpus_only_where_it_applies(monkeypatch):
+    from fsdp_trainer import adamw
+    from fsdp_trainer.config import load_config
+    from fsdp_trainer.optim import choose_adamw
+
+    def pick(flags, device, installed=True):
+        monkeypatch.setattr(adamw, "available", lambda: installed)
+        return choose_adamw(load_config(None, flags), device)
+
+    assert pick([], "cuda") == "triton"
+    assert pick([], "cuda", installed=False) == "fused"
+    assert pick(["--fp8.enabled", "true"], "cuda") == "fused"
+    assert pick(["--parallel.cpu_offload", "true"], "cuda") == "foreach"
+    assert pick([], "cpu") == "foreach"
+    assert pick(["--train.adamw", "fused"], "cpu") == "fused"  # an explicit choice is kept
+
+
+def test_trainer_folds_clipping_into_the_triton_step():
+    from fsdp_trainer.config import load_config
+    from fsdp_trainer.trainer import Trainer
+
+    class Stub:
+        optimizer = TritonAdamW([torch.nn.Parameter(torch.zeros(2))])
+        scaler = None
+        cfg = load_config(None, [])
+
+    assert Trainer._fold_clip(Stub())

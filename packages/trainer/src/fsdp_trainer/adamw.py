@@ -113,6 +113,9 @@ class TritonAdamW(torch.optim.AdamW):
                 step = float(state["step"])
                 tensors = [_local(t) for t in (p, p.grad, state["exp_avg"], state["exp_avg_sq"])]
                 param, grad, exp_avg, exp_avg_sq = tensors
+                if any(type(t) not in (torch.Tensor, torch.nn.Parameter) for t in tensors):
+                    raise RuntimeError(f"TritonAdamW: {type(param).__name__} parameters are tensor subclasses the kernel "
+                                       "cannot read; use --train.adamw fused")
                 if not all(t.is_contiguous() and t.numel() == param.numel() for t in tensors):
                     raise RuntimeError("TritonAdamW: a parameter, its gradient and its state must be contiguous and "
                                        "of one size; use --train.adamw fused")
