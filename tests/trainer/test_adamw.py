@@ -161,6 +161,24 @@ def test_fsdp2_dtensor_shards_are_stepped_in_place():
     """)
 
 
+def test_float8_all_gather_weights_are_stepped_through_their_inner_tensor():
+    # --fp8.all_gather: torchao wraps each weight in WeightWithDynamicFloat8CastTensor; its fp32 values are stepped in place.
+    _run("""
+    from torchao.float8.float8_training_tensor import LinearMMConfig
+    from torchao.float8.fsdp_utils import WeightWithDynamicFloat8CastTensor
+    mine, ref = params(4), params(4)
+    wrapped = [torch.nn.Parameter(WeightWithDynamicFloat8CastTensor(p.detach(), LinearMMConfig(), torch.float8_e4m3fn))
+               for p in mine]
+    opt = TritonAdamW(groups(wrapped), lr=1e-2)
+    torch_opt = torch.optim.AdamW(groups(ref), lr=1e-2, foreach=False)
+    for step in range(2):
+        for w, q, g in zip(wrapped, ref, grads(ref, step)):
+            w.grad, q.grad = g.clone(), g.clone()
+        opt.step(); torch_opt.step()
+    close([w._tensor for w in wrapped], ref, "float8-wrapped weights")
+    """)
+
+
 def test_non_fp32_parameters_are_refused_in_one_line():
     _run("""
     p = torch.nn.Parameter(torch.randn(10).bfloat16())
@@ -186,7 +204,7 @@ def test_auto_picks_triton_on_gpus_only_where_it_applies(monkeypatch):
 
     assert pick([], "cuda") == "triton"
     assert pick([], "cuda", installed=False) == "fused"
-    assert pick(["--fp8.enabled", "true"], "cuda") == "fused"
+    assert pick(["--fp8.enabled", "true"], "cuda") == "triton"
     assert pick(["--parallel.cpu_offload", "true"], "cuda") == "foreach"
     assert pick([], "cpu") == "foreach"
     assert pick(["--train.adamw", "fused"], "cpu") == "fused"  # an explicit choice is kept

@@ -108,6 +108,7 @@ def test_mixed_precision_tracks_fp32(name, common, reference, tmp_path):
     for step, ref in reference.items():
         assert run.losses()[step] == pytest.approx(ref, rel=1e-2), f"{name}: step {step}"
     assert run.summary["config"]["precision"]["reduce_dtype"] == "fp32"
+    assert run.summary["adamw"] == "foreach", "train.adamw auto resolves to foreach on CPU, and the summary says so"
     if fp16:  # the grad scaler's state is part of the checkpoint's train state
         train_state = json.loads((tmp_path / "out" / "checkpoints" / f"step_{STEPS:08d}" / "train_state.json").read_text())
         assert train_state["scaler"]["scale"] > 0 and "_growth_tracker" in train_state["scaler"], train_state.get("scaler")

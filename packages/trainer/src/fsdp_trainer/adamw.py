@@ -68,10 +68,21 @@ def available() -> bool:
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
-    """A DTensor's local shard (without ``to_local``'s autograd wrapper: this runs under no_grad for every parameter)."""
+    """The plain tensor that holds ``t``'s local values: a DTensor's local shard (without ``to_local``'s autograd
+    wrapper), then, through wrapper subclasses of one inner tensor of the same shape and dtype (torchao's float8
+    weights for FP8 all-gathers), that inner tensor. The kernel writes it in place. Anything else is refused."""
     from torch.distributed.tensor import DTensor
 
-    return t._local_tensor if isinstance(t, DTensor) else t
+    if isinstance(t, DTensor):
+        t = t._local_tensor
+    while type(t) not in (torch.Tensor, torch.nn.Parameter):
+        names = t.__tensor_flatten__()[0] if hasattr(t, "__tensor_flatten__") else []
+        inner = getattr(t, names[0]) if len(names) == 1 else None
+        if inner is None or inner.shape != t.shape or inner.dtype != t.dtype:
+            raise RuntimeError(f"TritonAdamW: {type(t).__name__} parameters are tensor subclasses the kernel cannot "
+                               "read; use --train.adamw fused")
+        t = inner
+    return t
 
 
 class TritonAdamW(torch.optim.AdamW):
@@ -113,9 +124,6 @@ class TritonAdamW(torch.optim.AdamW):
                 step = float(state["step"])
                 tensors = [_local(t) for t in (p, p.grad, state["exp_avg"], state["exp_avg_sq"])]
                 param, grad, exp_avg, exp_avg_sq = tensors
-                if any(type(t) not in (torch.Tensor, torch.nn.Parameter) for t in tensors):
-                    raise RuntimeError(f"TritonAdamW: {type(param).__name__} parameters are tensor subclasses the kernel "
-                                       "cannot read; use --train.adamw fused")
                 if not all(t.is_contiguous() and t.numel() == param.numel() for t in tensors):
                     raise RuntimeError("TritonAdamW: a parameter, its gradient and its state must be contiguous and "
                                        "of one size; use --train.adamw fused")

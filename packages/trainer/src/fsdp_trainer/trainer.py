@@ -106,6 +106,13 @@ def fused_step_with_divisor(optimizer: torch.optim.Optimizer, divisor: torch.Ten
         del optimizer.grad_scale  # type: ignore[attr-defined]
 
 
+def adamw_name(optimizer: torch.optim.Optimizer) -> str:
+    """Which AdamW ran (``train.adamw`` with auto resolved), for the summary."""
+    if isinstance(optimizer, TritonAdamW):
+        return "triton"
+    return "fused" if optimizer.defaults.get("fused") else "foreach"
+
+
 class StepClock:
     """Step times without stopping the host: CUDA events on GPUs, ``perf_counter`` on CPU.
 
@@ -341,6 +348,7 @@ class Trainer:
             wall_time_s=time.perf_counter() - self.start_time,
             config=cfg.to_dict(),
             auto=cfg.auto_choice,
+            adamw=adamw_name(self.optimizer),
         )
         if env.is_leader:
             out = Path(cfg.train.output_dir)
