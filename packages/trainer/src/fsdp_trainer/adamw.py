@@ -69,16 +69,18 @@ def available() -> bool:
 
 def _local(t: torch.Tensor) -> torch.Tensor:
     """The plain tensor that holds ``t``'s local values: a DTensor's local shard (without ``to_local``'s autograd
-    wrapper), then, through wrapper subclasses of one inner tensor of the same shape and dtype (torchao's float8
-    weights for FP8 all-gathers), that inner tensor. The kernel writes it in place. Anything else is refused."""
+    wrapper), then, through a wrapper subclass with exactly one inner tensor of its own shape and dtype (torchao's
+    float8 weights for FP8 all-gathers: the fp32 weight, beside a precomputed scalar scale), that inner tensor. The
+    kernel writes it in place. Anything else is refused."""
     from torch.distributed.tensor import DTensor
 
     if isinstance(t, DTensor):
         t = t._local_tensor
     while type(t) not in (torch.Tensor, torch.nn.Parameter):
         names = t.__tensor_flatten__()[0] if hasattr(t, "__tensor_flatten__") else []
-        inner = getattr(t, names[0]) if len(names) == 1 else None
-        if inner is None or inner.shape != t.shape or inner.dtype != t.dtype:
+        same = [getattr(t, n) for n in names if getattr(t, n).shape == t.shape and getattr(t, n).dtype == t.dtype]
+        inner = same[0] if len(same) == 1 else None
+        if inner is None:
             raise RuntimeError(f"TritonAdamW: {type(t).__name__} parameters are tensor subclasses the kernel cannot "
                                "read; use --train.adamw fused")
         t = inner

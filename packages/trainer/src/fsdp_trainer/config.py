@@ -81,7 +81,7 @@ class TrainConfig:
     weight_decay: float = 0.1
     """AdamW weight decay (not applied to norm weights)."""
     adamw: Literal["auto", "fused", "foreach", "triton"] = "auto"
-    """AdamW implementation. fused: torch's fused CUDA kernels; foreach: torch's multi-tensor ops (CPU and GPU); triton: one Triton kernel per parameter shard, at memory speed (CUDA, fp32 parameters; fsdp_trainer/adamw.py); auto: triton on GPUs where Triton is installed (else fused), foreach on CPU and with parallel.cpu_offload. All keep the same optimizer state, so checkpoints move between them."""
+    """AdamW implementation. fused: torch's fused CUDA kernels; foreach: torch's multi-tensor ops (CPU and GPU); triton: one Triton kernel per parameter shard, at memory speed (CUDA, fp32 parameters; fsdp_trainer/adamw.py); auto: triton on GPUs where Triton is installed, fused without it and with fp8.enabled, foreach on CPU and with parallel.cpu_offload. All keep the same optimizer state, so checkpoints move between them."""
     max_grad_norm: float = 1.0
     """Clip the global gradient norm to this value; 0 disables clipping (the norm is still reported)."""
     loss_chunk_tokens: int = 4096
