@@ -16,7 +16,7 @@ EPS = 1e-8
 
 
 def build_optimizer(model: nn.Module, cfg: TrainerConfig, device: torch.device) -> torch.optim.AdamW:
-    """AdamW (``train.adamw``) with no weight decay on norm weights; auto: fused kernels when the parameters live on CUDA."""
+    """AdamW (``train.adamw``, see ``choose_adamw``) with no weight decay on norm weights."""
     decay, no_decay = [], []
     for name, p in model.named_parameters():
         if p.requires_grad:
