@@ -80,6 +80,7 @@ TRAINER_VARIANTS: dict[str, dict[str, str]] = {
     "8b-fsdp2-noac-mb3-compile-symm": tv("llama3.1-8b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "parallel.comm_buffers": "symmetric"}),
     "8b-fsdp2-noac-mb3-compile-bf16reduce-tadam": tv("llama3.1-8b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "precision.reduce_dtype": "bf16", "train.adamw": "triton"}),
     "8b-fsdp2-noac-mb3-compile-bf16reduce-symm-tadam": tv("llama3.1-8b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "precision.reduce_dtype": "bf16", "parallel.comm_buffers": "symmetric", "train.adamw": "triton"}),
+    "fsdp2-noac-mb3-compile-fp8-tadam": tv("llama2-7b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "fp8.enabled": "true", "fp8.all_gather": "true", "train.adamw": "triton"}),
     "fsdp2-noac-mb3-compile-tadam": tv("llama2-7b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "train.adamw": "triton"}),
     "8b-fsdp2-noac-mb3-compile-flash": tv("llama3.1-8b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "model.sdpa_backend": "flash"}),
     # --auto: the trainer picks micro-batch, checkpointing and compile itself
