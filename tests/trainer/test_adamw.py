@@ -38,6 +38,10 @@ def grads(ps, seed):
     g = torch.Generator().manual_seed(seed)
     return [torch.randn(p.shape, generator=g) * 3 for p in ps]
 
+def set_grads(a, b, gs):
+    for p, q, g in zip(a, b, gs):
+        p.grad, q.grad = g.clone(), g.clone()
+
 def close(a, b, what):
     for x, y in zip(a, b):
         err = (x - y).abs().max().item()
@@ -99,8 +103,7 @@ def test_parameters_without_gradients_are_left_alone():
     mine, ref = params(2), params(2)
     opt = TritonAdamW(groups(mine), lr=1e-3)
     torch_opt = torch.optim.AdamW(groups(ref), lr=1e-3, foreach=False)
-    for p, q, g in zip(mine, ref, grads(mine, 7)):
-        p.grad, q.grad = g.clone(), g.clone()
+    set_grads(mine, ref, grads(mine, 7))
     mine[2].grad = ref[2].grad = None
     untouched = mine[2].detach().clone()
     opt.step()
@@ -115,8 +118,7 @@ def test_state_dict_moves_between_triton_and_torch():
     a, b = params(3), params(3)
     opt = TritonAdamW(groups(a), lr=1e-2)
     torch_opt = torch.optim.AdamW(groups(b), lr=1e-2, foreach=True)
-    for p, q, g in zip(a, b, grads(a, 0)):
-        p.grad, q.grad = g.clone(), g.clone()
+    set_grads(a, b, grads(a, 0))
     opt.step(); torch_opt.step()
     # swap: each continues from the other's state
     c, d = [torch.nn.Parameter(p.detach().clone()) for p in a], [torch.nn.Parameter(q.detach().clone()) for q in b]
@@ -124,8 +126,7 @@ def test_state_dict_moves_between_triton_and_torch():
     torch_from_triton.load_state_dict(opt.state_dict())
     triton_from_torch = TritonAdamW(groups(d), lr=1e-2)
     triton_from_torch.load_state_dict(torch_opt.state_dict())
-    for p, q, g in zip(c, d, grads(c, 1)):
-        p.grad, q.grad = g.clone(), g.clone()
+    set_grads(c, d, grads(c, 1))
     torch_from_triton.step(); triton_from_torch.step()
     close(c, d, "after swapping state")
     assert float(triton_from_torch.state[d[0]]["step"]) == 2
@@ -175,8 +176,7 @@ def test_float8_all_gather_weights_are_stepped_through_their_inner_tensor():
     opt = TritonAdamW(groups(wrapped), lr=1e-2)
     torch_opt = torch.optim.AdamW(groups(ref), lr=1e-2, foreach=False)
     for step in range(2):
-        for w, q, g in zip(wrapped, ref, grads(ref, step)):
-            w.grad, q.grad = g.clone(), g.clone()
+        set_grads(wrapped, ref, grads(ref, step))
         opt.step(); torch_opt.step()
     close([w._tensor for w in wrapped], ref, "float8-wrapped weights")
     """)

@@ -245,7 +245,7 @@ class Trainer:
 
     def _fold_clip(self) -> bool:
         """Whether clipping happens inside the fused AdamW kernel (``fused_step_with_divisor``) rather than as a pass of its own."""
-        fused = bool(self.optimizer.defaults.get("fused")) or isinstance(self.optimizer, TritonAdamW)
+        fused = adamw_name(self.optimizer) in ("fused", "triton")
         return fused and self.scaler is None and self.cfg.parallel.api != "fsdp1" and self.cfg.train.max_grad_norm > 0
 
     def _clip_grad_norm(self) -> torch.Tensor:
