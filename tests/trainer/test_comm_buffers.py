@@ -69,7 +69,8 @@ def test_default_leaves_the_units_alone(world_of_one):
     assert _comm_classes(model) == {("DefaultAllGather", "DefaultReduceScatter")}
 
 
-def test_symmetric_before_torch_2_12_installs_the_trainers_all_gather_on_every_unit(world_of_one, monkeypatch):
+@pytest.mark.parametrize("where, reduce_scatter", [("symmetric", "SymmetricReduceScatter"), ("symmetric_all_gather", "DefaultReduceScatter")])
+def test_symmetric_before_torch_2_12_installs_the_trainers_collectives_on_every_unit(world_of_one, monkeypatch, where, reduce_scatter):
     from torch.distributed.fsdp import FSDPModule
 
     from fsdp_trainer import comm
@@ -79,13 +80,29 @@ def test_symmetric_before_torch_2_12_installs_the_trainers_all_gather_on_every_u
     if hasattr(FSDPModule, "set_symm_mem_for_comm"):  # as on torch 2.11 (the GPU machine's), which lacks it
         monkeypatch.delattr(FSDPModule, "set_symm_mem_for_comm")
     prepared = []
-    monkeypatch.setattr(comm.SymmetricAllGather, "prepare", lambda self: prepared.append(self))  # NCCL symmetric memory needs GPUs
-    set_comm_buffers(model, "symmetric", mesh)
-    assert len(prepared) == 1, "the backend is chosen once, before the first all-gather"
-    assert prepared[0].group is mesh.get_group(0), "its communicator is the units' all-gather group's"
-    assert _comm_classes(model) == {("SymmetricAllGather", "DefaultReduceScatter")}
-    shared = {id(g._all_gather_comm) for unit in _units(model) for g in unit._get_fsdp_state()._fsdp_param_groups}
-    assert shared == {id(prepared[0])}
+    monkeypatch.setattr(comm._SymmetricPool, "prepare", lambda self: prepared.append(self))  # NCCL symmetric memory needs GPUs
+    set_comm_buffers(model, where, mesh)
+    assert len(prepared) == 1, "the backend is chosen once, before the first collective"
+    assert prepared[0].group is mesh.get_group(0), "its communicator is the units' collective group's"
+    assert _comm_classes(model) == {("SymmetricAllGather", reduce_scatter)}
+    groups = [g for unit in _units(model) for g in unit._get_fsdp_state()._fsdp_param_groups]
+    assert {id(g._all_gather_comm) for g in groups} == {id(prepared[0])}
+    if where == "symmetric":
+        scatters = {id(g._reduce_scatter_comm) for g in groups}
+        assert len(scatters) == 1 and groups[0]._reduce_scatter_comm.group is mesh.get_group(0)
+
+
+def test_symmetric_on_torch_2_12_uses_torchs_own_setter(world_of_one, monkeypatch):
+    from torch.distributed.fsdp import FSDPModule
+
+    from fsdp_trainer import comm
+
+    model = _sharded_model()
+    calls = []
+    monkeypatch.setattr(FSDPModule, "set_symm_mem_for_comm", lambda self, backend="NCCL": calls.append(backend), raising=False)
+    monkeypatch.setattr(comm, "prepare_symmetric_memory", lambda group: calls.append("prepared"))
+    set_comm_buffers(model, "symmetric")
+    assert calls == ["prepared"] + ["NCCL"] * 4, "the backend first, then every unit (three layers and the root)"
 
 
 def test_a_torch_without_the_setters_is_refused_in_one_line():

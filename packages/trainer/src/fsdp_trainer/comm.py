@@ -1,19 +1,21 @@
-"""FSDP2 all-gathers into NCCL symmetric memory, for torch releases before ``FSDPModule.set_symm_mem_for_comm`` (2.12).
+"""FSDP2 collectives in NCCL symmetric memory, for torch releases before ``FSDPModule.set_symm_mem_for_comm`` (2.12).
 
 With the staging buffer of every all-gather registered as a symmetric NCCL window, NCCL 2.28+ can run the
 all-gather on the GPU's copy engines instead of SM kernels when the communicator's CTA policy is zero
 (``NCCL_CTA_POLICY=2``), on one node; the SMs stay with the matmuls the all-gather overlaps. Without that policy,
 NCCL uses its symmetric-memory kernels. FSDP2 gathers in place (each rank's input is its slice of the output), so
-registering the output registers both.
+registering the output registers both. Reduce-scatters (input and output registered) run on NCCL's
+symmetric-memory kernels; a reduction cannot run on the copy engines.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather
+from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather, ReduceScatter
 
 
 def prepare_symmetric_memory(group: dist.ProcessGroup | None) -> None:
@@ -33,10 +35,10 @@ def prepare_symmetric_memory(group: dist.ProcessGroup | None) -> None:
     dist.all_reduce(torch.zeros(1, device=torch.device("cuda", torch.cuda.current_device())), group=group)
 
 
-class SymmetricAllGather(AllGather):
-    """A custom FSDP2 all-gather (``FSDPModule.set_custom_all_gather``) whose output lives in NCCL symmetric memory.
+class _SymmetricPool:
+    """Staging buffers from NCCL's symmetric-memory pool, registered with ``group`` (the units' collective group).
 
-    Call :meth:`prepare` once, on every rank of ``group`` (the units' all-gather group), before the first all-gather.
+    Call :meth:`prepare` once, on every rank of ``group``, before the first collective.
     """
 
     def __init__(self, group: dist.ProcessGroup | None = None) -> None:
@@ -53,9 +55,26 @@ class SymmetricAllGather(AllGather):
         with torch.cuda.use_mem_pool(symm_mem.get_mem_pool(device), device=device):
             return torch.empty(*size, dtype=dtype, device=device)
 
+
+class SymmetricAllGather(_SymmetricPool, AllGather):
+    """A custom FSDP2 all-gather (``FSDPModule.set_custom_all_gather``) whose output lives in NCCL symmetric memory."""
+
     def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: dist.ProcessGroup,
                  async_op: bool = False) -> dist.Work | None:
         from torch.distributed import _symmetric_memory as symm_mem
 
-        symm_mem.rendezvous(output_tensor, group=group.group_name)
+        symm_mem.rendezvous(output_tensor, group=group.group_name)  # in place: the input is a slice of the output
         return dist.all_gather_into_tensor(output_tensor, input_tensor, group=group, async_op=async_op)
+
+
+class SymmetricReduceScatter(_SymmetricPool, ReduceScatter):
+    """A custom FSDP2 reduce-scatter (``FSDPModule.set_custom_reduce_scatter``) with both buffers in NCCL symmetric
+    memory, where NCCL runs its symmetric-memory kernels (what torch 2.12+'s ``set_symm_mem_for_comm`` also does)."""
+
+    def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: dist.ProcessGroup,
+                 op: Any, async_op: bool = False) -> dist.Work | None:
+        from torch.distributed import _symmetric_memory as symm_mem
+
+        symm_mem.rendezvous(input_tensor, group=group.group_name)
+        symm_mem.rendezvous(output_tensor, group=group.group_name)
+        return dist.reduce_scatter_tensor(output_tensor, input_tensor, op=op, group=group, async_op=async_op)

@@ -86,8 +86,9 @@ def apply_fsdp2(model: CausalLMWithLoss, blocks: nn.ModuleList, cfg: TrainerConf
 
 def set_comm_buffers(model: nn.Module, where: str, mesh: DeviceMesh | None = None) -> None:
     """``parallel.comm_buffers``: every FSDP2 unit's collective staging buffers from the process group's allocator, or
-    its all-gathers into NCCL symmetric memory (torch's own ``set_symm_mem_for_comm`` where it exists, from 2.12;
-    before that, a custom all-gather doing the same, ``comm.SymmetricAllGather``)."""
+    in NCCL symmetric memory: all-gathers and reduce-scatters (``symmetric``: torch's own ``set_symm_mem_for_comm``
+    where it exists, from 2.12; before that, the custom collectives of ``comm.py`` doing the same), or all-gathers
+    only (``symmetric_all_gather``)."""
     if where == "default":
         return
     units = [m for m in model.modules() if hasattr(m, "set_custom_all_gather")]  # every fully_shard unit
@@ -99,21 +100,28 @@ def set_comm_buffers(model: nn.Module, where: str, mesh: DeviceMesh | None = Non
             unit.set_allocate_memory_from_process_group_for_comm(True)
         return
     if not units:
-        raise ConfigError(f"--parallel.comm_buffers: symmetric needs FSDPModule.set_custom_all_gather, which torch {torch.__version__} lacks; "
+        raise ConfigError(f"--parallel.comm_buffers: {where} needs FSDPModule.set_custom_all_gather, which torch {torch.__version__} lacks; "
                           "upgrade torch or use --parallel.comm_buffers default")
-    from .comm import SymmetricAllGather, prepare_symmetric_memory
+    from .comm import SymmetricAllGather, SymmetricReduceScatter, prepare_symmetric_memory
 
-    # The units all-gather over the mesh's shard dimension (its only one without replication).
+    # The units all-gather and reduce-scatter over the mesh's shard dimension (its only one without replication).
     group = None if mesh is None else mesh.get_group(mesh.ndim - 1)
-    if all(hasattr(u, "set_symm_mem_for_comm") for u in units):
+    both = where == "symmetric"
+    if both and all(hasattr(u, "set_symm_mem_for_comm") for u in units):
         prepare_symmetric_memory(group)  # torch's own warm-up is a barrier, which a gloo/nccl group runs on gloo
         for unit in units:
             unit.set_symm_mem_for_comm("NCCL")
         return
-    comm = SymmetricAllGather(group)
-    comm.prepare()
+    if both and not all(hasattr(u, "set_custom_reduce_scatter") for u in units):
+        raise ConfigError(f"--parallel.comm_buffers: symmetric needs FSDPModule.set_custom_reduce_scatter, which torch {torch.__version__} "
+                          "lacks; use --parallel.comm_buffers symmetric_all_gather")
+    gather = SymmetricAllGather(group)
+    gather.prepare()
+    scatter = SymmetricReduceScatter(group) if both else None
     for unit in units:
-        unit.set_custom_all_gather(comm)
+        unit.set_custom_all_gather(gather)
+        if scatter is not None:
+            unit.set_custom_reduce_scatter(scatter)
 
 
 def apply_fsdp1(
