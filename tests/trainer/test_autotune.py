@@ -64,6 +64,19 @@ def test_memory_model_within_6_percent_of_measured_peaks(measured, fused_loss, f
         assert est == pytest.approx(measured_gib, rel=0.06), (shape, gpus, mb, compiled, ac)
 
 
+def test_memory_model_with_master_weights():
+    """bf16 parameters beside fp32 masters (precision.master_weights optimizer): 2 more bytes per sharded parameter
+    while activations peak. Compiled, no AC, micro batch 3, 2 x H200: bench/results/2026-11-30-s6-callB-h200x2.json."""
+    for shape, measured_gib, params_mode_gib in ((L7, 95.1, 88.8), (L8, 117.5, 110.0)):
+        est = estimate_peak_bytes(shape, 4096, 3, shard_degree=2, compiled=True, ac_mode="none", master_weights=True) / GiB
+        assert est == pytest.approx(measured_gib, rel=0.06), shape
+        plain = estimate_peak_bytes(shape, 4096, 3, shard_degree=2, compiled=True, ac_mode="none") / GiB
+        assert est - plain == pytest.approx(measured_gib - params_mode_gib, rel=0.2)
+    # no masters when gradients accumulate (they would add up in bf16): the estimate does not charge for them
+    assert estimate_peak_bytes(L8, 4096, 2, shard_degree=2, compiled=True, ac_mode="none", grad_accum_steps=2, master_weights=True) == \
+        estimate_peak_bytes(L8, 4096, 2, shard_degree=2, compiled=True, ac_mode="none", grad_accum_steps=2)
+
+
 def test_memory_model_without_resharding():
     """Blocks kept gathered from forward to backward (parallel.reshard_after_forward false), Llama-3.1-8B compiled, 2 x H200."""
     for mb, measured_gib in ((2, 104.1), (3, 122.8)):  # bench/results/2026-11-30-s3-call{B,A}-h200x2.json
@@ -96,6 +109,8 @@ def test_choices_on_h200s():
     # Measured fastest on 2 x H200: no AC, micro batch 3 (110 GiB); micro batch 4 (128 GiB) was 18% slower.
     assert (best.ac_mode, best.micro_batch_size) == ("none", 3)
     assert _choose(L7, 2)[0].micro_batch_size == 4  # measured fastest for Llama-2-7B (105 GiB)
+    # with master weights (auto on GPUs since session 6) the same settings still fit
+    assert (_choose(L8, 2, master_weights=True)[0].micro_batch_size, _choose(L7, 2, master_weights=True)[0].micro_batch_size) == (3, 4)
     assert best.peak_bytes <= 0.85 * H200
     assert all(c.speed <= considered[0].speed for c in considered)
     # 70B: the fp32 state alone (16 bytes x 70.6B / 8) fills 8 H200s; 16 fit with full checkpointing.
@@ -147,6 +162,14 @@ def test_apply_auto_keeps_explicit_settings_and_refuses_what_cannot_fit():
     record = apply_auto(cfg, build_hf_config(cfg.model), world_size=4, local_world_size=4, device_bytes=54 * GiB, on_gpu=True)
     assert cfg.activation_checkpointing.mode in ("selective", "full") and cfg.activation_checkpointing.every == 3
     assert record["kept"] == ["ac.every"]
+
+    # masters cost memory: on a device where micro batch 3 just fits without them, apply_auto steps down with them
+    def chosen(master):
+        cfg = load_config(None, ["--model.preset", "llama3.1-8b", "--data.seq_len", "4096"])
+        apply_auto(cfg, build_hf_config(cfg.model), world_size=2, local_world_size=2, device_bytes=int(110 * GiB / 0.85), on_gpu=True,
+                   master_weights=master)
+        return cfg.train.micro_batch_size
+    assert (chosen(False), chosen(True)) == (3, 2)
 
     cfg = load_config(None, ["--model.preset", "llama3.1-70b", "--data.seq_len", "4096"])
     with pytest.raises(ConfigError) as err:

@@ -12,6 +12,11 @@ fused optimizers' ``grad_scale`` (every gradient is divided by it as it is read:
 clipping into the step) and no ``found_inf`` (the fp16 scaler unscales before ``step`` instead). FSDP2's
 parameters are DTensors: the kernel runs on their local shards.
 
+With ``master_weights=True`` the parameters are bf16 and the fp32 values live in the optimizer: a ``master`` state
+beside ``exp_avg`` and ``exp_avg_sq``. The kernel reads the bf16 gradient and the fp32 master, writes the master and
+its bf16 rounding into the parameter, in the same pass (``precision.master_weights optimizer``: FSDP2 then
+all-gathers the bf16 parameters without a cast, and its gradients stay bf16, see ``fsdp_trainer/master.py``).
+
 Triton is imported on first use. The kernel runs on CUDA tensors, and on CPU tensors under ``TRITON_INTERPRET=1``
 (how the tests check it against ``torch.optim.AdamW``).
 """
@@ -34,15 +39,18 @@ def _kernel() -> Any:
     import triton.language as tl
 
     @triton.jit
-    def adamw_kernel(param_ptr, grad_ptr, exp_avg_ptr, exp_avg_sq_ptr, divisor_ptr, n_elements,
+    def adamw_kernel(param_ptr, master_ptr, grad_ptr, exp_avg_ptr, exp_avg_sq_ptr, divisor_ptr, n_elements,
                      beta1, beta2, eps, decay_factor, step_size, inv_sqrt_bias_correction2,
-                     HAS_DIVISOR: tl.constexpr, BLOCK: tl.constexpr):
+                     HAS_DIVISOR: tl.constexpr, HAS_MASTER: tl.constexpr, BLOCK: tl.constexpr):
         offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
         mask = offsets < n_elements
         grad = tl.load(grad_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
         if HAS_DIVISOR:
             grad = grad / tl.load(divisor_ptr).to(tl.float32)
-        param = tl.load(param_ptr + offsets, mask=mask, other=0.0)
+        if HAS_MASTER:  # fp32 values from the optimizer state; the parameter (bf16) is only written
+            param = tl.load(master_ptr + offsets, mask=mask, other=0.0)
+        else:
+            param = tl.load(param_ptr + offsets, mask=mask, other=0.0)
         exp_avg = tl.load(exp_avg_ptr + offsets, mask=mask, other=0.0)
         exp_avg_sq = tl.load(exp_avg_sq_ptr + offsets, mask=mask, other=0.0)
         # torch's order: decoupled weight decay, then exp_avg.lerp_(grad, 1 - beta1), then the second moment.
@@ -50,7 +58,17 @@ def _kernel() -> Any:
         exp_avg_sq = beta2 * exp_avg_sq + (1.0 - beta2) * grad * grad
         denom = tl.sqrt(exp_avg_sq) * inv_sqrt_bias_correction2 + eps
         param = param * decay_factor - step_size * (exp_avg / denom)
-        tl.store(param_ptr + offsets, param, mask=mask)
+        if HAS_MASTER:
+            tl.store(master_ptr + offsets, param, mask=mask)
+        if param_ptr.dtype.element_ty == tl.bfloat16:
+            # Round to nearest even by hand, as torch's .to(bfloat16) does: the same bits on GPUs and in Triton's
+            # CPU interpreter (whose own cast truncates); a NaN stays a NaN.
+            bits = param.to(tl.uint32, bitcast=True)
+            bits = bits + 0x7FFF + ((bits >> 16) & 1)
+            half = tl.where(param != param, 0x7FC0, bits >> 16).to(tl.uint16)
+            tl.store(param_ptr + offsets, half.to(tl.bfloat16, bitcast=True), mask=mask)
+        else:
+            tl.store(param_ptr + offsets, param.to(param_ptr.dtype.element_ty), mask=mask)
         tl.store(exp_avg_ptr + offsets, exp_avg, mask=mask)
         tl.store(exp_avg_sq_ptr + offsets, exp_avg_sq, mask=mask)
 
@@ -90,18 +108,38 @@ class TritonAdamW(torch.optim.AdamW):
     """``torch.optim.AdamW`` whose ``step`` runs one Triton kernel per parameter (see the module docstring)."""
 
     def __init__(self, params: Any, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 1e-2) -> None:
+                 weight_decay: float = 1e-2, master_weights: bool = False) -> None:
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, foreach=False, fused=False)
+        self.master_weights = master_weights
 
     def _state_of(self, p: torch.Tensor) -> dict[str, torch.Tensor]:
         state = self.state[p]
         if not state:
             state["step"] = torch.tensor(0.0, dtype=torch.float32)
-            state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-            state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            state["exp_avg"] = torch.zeros_like(p, dtype=torch.float32, memory_format=torch.preserve_format)
+            state["exp_avg_sq"] = torch.zeros_like(p, dtype=torch.float32, memory_format=torch.preserve_format)
         elif state["step"].device.type != "cpu":  # loaded from a checkpoint of torch's fused AdamW (step on the device)
             state["step"] = state["step"].detach().to("cpu", torch.float32)
+        if self.master_weights and "master" not in state:
+            # First step; a checkpoint's fp32 weights are attached by the checkpointer (master.attach_masters).
+            state["master"] = p.detach().to(torch.float32, memory_format=torch.preserve_format)
         return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """torch's ``load_state_dict``, except that the fp32 state stays fp32 beside bf16 parameters.
+
+        ``Optimizer.load_state_dict`` casts every floating-point state tensor to its parameter's dtype, which with
+        master weights would round ``exp_avg``, ``exp_avg_sq`` and ``master`` to bf16.
+        """
+        super().load_state_dict(state_dict)
+        if not self.master_weights:
+            return
+        saved_ids = [i for g in state_dict["param_groups"] for i in g["params"]]
+        params = [p for g in self.param_groups for p in g["params"]]
+        for saved_id, p in zip(saved_ids, params, strict=True):
+            for key, value in state_dict["state"].get(saved_id, {}).items():
+                if key != "step" and isinstance(value, torch.Tensor) and value.is_floating_point():
+                    self.state[p][key] = value.to(device=p.device, dtype=torch.float32)
 
     @torch.no_grad()
     def step(self, closure: Any = None) -> Any:  # type: ignore[override]
@@ -123,24 +161,28 @@ class TritonAdamW(torch.optim.AdamW):
                 state = self._state_of(p)
                 state["step"] += 1
                 step = float(state["step"])
+                master = _local(state["master"]) if self.master_weights else None
                 tensors = [_local(t) for t in (p, p.grad, state["exp_avg"], state["exp_avg_sq"])]
                 param, grad, exp_avg, exp_avg_sq = tensors
-                if not all(t.is_contiguous() and t.numel() == param.numel() for t in tensors):
+                if not all(t.is_contiguous() and t.numel() == param.numel() for t in [*tensors, *([master] if master is not None else [])]):
                     raise RuntimeError("TritonAdamW: a parameter, its gradient and its state must be contiguous and "
                                        "of one size; use --train.adamw fused")
-                if param.dtype != torch.float32 or exp_avg.dtype != torch.float32 or exp_avg_sq.dtype != torch.float32:
-                    raise RuntimeError(f"TritonAdamW: parameters and state must be fp32, got {param.dtype}; "
-                                       "use --train.adamw fused")
+                fp32 = (master if master is not None else param, exp_avg, exp_avg_sq)
+                if any(t.dtype != torch.float32 for t in fp32):
+                    what = "master weights" if master is not None else "parameters"
+                    raise RuntimeError(f"TritonAdamW: {what} and state must be fp32, got {fp32[0].dtype}; "
+                                       "use --train.adamw fused or --precision.master_weights optimizer")
                 n = param.numel()
                 if n == 0:
                     continue
                 bias_correction1 = 1.0 - beta1**step
                 bias_correction2 = 1.0 - beta2**step
                 kernel[(triton_cdiv(n, BLOCK),)](
-                    param, grad, exp_avg, exp_avg_sq, divisor if divisor is not None else param, n,
+                    param, master if master is not None else param, grad, exp_avg, exp_avg_sq,
+                    divisor if divisor is not None else param, n,
                     beta1, beta2, group["eps"], 1.0 - lr * group["weight_decay"], lr / bias_correction1,
                     1.0 / math.sqrt(bias_correction2),
-                    HAS_DIVISOR=divisor is not None, BLOCK=BLOCK, num_warps=NUM_WARPS,
+                    HAS_DIVISOR=divisor is not None, HAS_MASTER=master is not None, BLOCK=BLOCK, num_warps=NUM_WARPS,
                 )
         return loss
 

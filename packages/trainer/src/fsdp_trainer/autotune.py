@@ -16,9 +16,10 @@ estimated peak memory fits in ``auto.memory_fraction`` of the device is taken.
 
 The memory model, per GPU, for N parameters sharded over S ranks:
 
-- optimizer step: fp32 parameters, fp32 gradients and AdamW's two moments, ``16 N / S``;
-- forward/backward: fp32 parameters and moments ``12 N / S`` (sharded gradients come as
-  activations go), plus activations, plus unsharded bf16 copies of the blocks in flight
+- optimizer step: fp32 parameters, fp32 gradients and AdamW's two moments, ``16 N / S`` (the
+  same with ``precision.master_weights optimizer``: bf16 parameters and gradients, fp32 masters);
+- forward/backward: fp32 parameters and moments ``12 N / S`` (``14 N / S`` with bf16 parameters
+  beside fp32 masters; sharded gradients come as activations go), plus activations, plus unsharded bf16 copies of the blocks in flight
   and of the root (embeddings, lm_head), plus the loss's per-chunk buffers;
 - activations per token per decoder layer without checkpointing, compiled:
   ``12.7 d + 6 ffn + 4 kv_dim`` bytes (eager: 1.13 times that with ``model.fused_kernels``,
@@ -111,15 +112,18 @@ def estimate_peak_bytes(
     shape: Shape, seq_len: int, micro_batch: int, *, shard_degree: int, compiled: bool, ac_mode: str, ac_every: int = 2,
     loss_chunk_tokens: int = 4096, fused_loss: bool = True, cpu_offload: bool = False, param_bytes: int = 2,
     grad_accum_steps: int = 1, reshard_after_forward: bool = True, reduce_bytes: int = 4, fused_kernels: bool = True,
+    master_weights: bool = False,
 ) -> int:
     """Estimated peak of allocated bytes (``torch.cuda.max_memory_allocated``) on one GPU in a training step.
 
     ``grad_accum_steps`` > 1: between micro-steps FSDP keeps every gradient unsharded, in the
     reduce dtype (the price of skipping the reduce-scatter). ``reshard_after_forward`` False
-    (shard_grad_op): every block stays gathered from its forward to its backward.
+    (shard_grad_op): every block stays gathered from its forward to its backward. ``master_weights``: the run keeps
+    bf16 parameters and fp32 masters when it does not accumulate (``precision.master_weights``).
     """
     n_shard = shape.params / max(shard_degree, 1)
-    states_fwd, states_step = (0.0, 0.0) if cpu_offload else (12 * n_shard, 16 * n_shard)
+    fwd_bytes = 14 if master_weights and grad_accum_steps == 1 else 12
+    states_fwd, states_step = (0.0, 0.0) if cpu_offload else (fwd_bytes * n_shard, 16 * n_shard)
     tokens = micro_batch * seq_len
     activations = tokens * activation_bytes_per_token(shape, compiled, ac_mode, ac_every, fused_kernels)
     blocks_gathered = 3 if reshard_after_forward else shape.layers
@@ -152,7 +156,7 @@ def choose(
     shape: Shape, seq_len: int, *, device_bytes: int, memory_fraction: float, shard_degree: int, compiled: bool,
     fixed_batch: int | None, fixed_micro_batch: int | None, ac_fixed: tuple[str, int] | None, loss_chunk_tokens: int,
     fused_loss: bool, cpu_offload: bool, param_bytes: int = 2, ac_every_fixed: int | None = None,
-    reshard_after_forward: bool = True, reduce_bytes: int = 4, fused_kernels: bool = True,
+    reshard_after_forward: bool = True, reduce_bytes: int = 4, fused_kernels: bool = True, master_weights: bool = False,
 ) -> tuple[Candidate | None, list[Candidate]]:
     """The fastest candidate that fits (None when none does) and every candidate considered, fastest first.
 
@@ -181,6 +185,7 @@ def choose(
                 shape, seq_len, mb, shard_degree=shard_degree, compiled=compiled, ac_mode=mode, ac_every=every,
                 loss_chunk_tokens=loss_chunk_tokens, fused_loss=fused_loss, cpu_offload=cpu_offload, param_bytes=param_bytes,
                 grad_accum_steps=accum, reshard_after_forward=reshard_after_forward, reduce_bytes=reduce_bytes, fused_kernels=fused_kernels,
+                master_weights=master_weights,
             )
             considered.append(Candidate(mode, every, mb, accum, compiled, peak, relative_speed(recompute, mb, compiled)))
     considered.sort(key=lambda c: (-c.speed, c.peak_bytes))
@@ -205,8 +210,12 @@ def shard_degree(cfg: Any, world_size: int, local_world_size: int) -> int:
     return mesh_shape(cfg.parallel, world_size, local_world_size)[1]
 
 
-def apply_auto(cfg: Any, hf_config: Any, *, world_size: int, local_world_size: int, device_bytes: int, on_gpu: bool) -> dict[str, Any]:
+def apply_auto(cfg: Any, hf_config: Any, *, world_size: int, local_world_size: int, device_bytes: int, on_gpu: bool,
+               master_weights: bool = False) -> dict[str, Any]:
     """Fill the settings ``--auto`` owns into ``cfg`` (those not set explicitly); returns a record for logs and the summary.
+
+    ``master_weights``: whether the run keeps fp32 masters in the optimizer when it does not accumulate
+    (``optim.use_master_weights`` with one micro-batch per step).
 
     Raises ``ConfigError`` when nothing fits, naming what would.
     """
@@ -228,6 +237,7 @@ def apply_auto(cfg: Any, hf_config: Any, *, world_size: int, local_world_size: i
         ac_every_fixed=ac.every if "ac.every" in explicit else None,
         reshard_after_forward=bool(cfg.parallel.reshard_after_forward), reduce_bytes=4 if cfg.precision.reduce_dtype == "fp32" else 2,
         fused_kernels=cfg.model.fused_kernels and cfg.model.attn_implementation != "eager",  # eager attention stays Hugging Face's
+        master_weights=master_weights,
     )
     where = f"{world_size} x {device_bytes / GiB:.1f} GiB ({'GPUs' if on_gpu else 'CPU processes'})"
     if best is None:

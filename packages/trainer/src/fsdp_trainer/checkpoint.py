@@ -49,10 +49,12 @@ from torch.distributed.checkpoint.state_dict import (
     get_state_dict,
     set_state_dict,
 )
+from torch.distributed.tensor import DTensor
 
 from .config import CheckpointConfig
 from .distributed import DistEnv
 from .errors import ConfigError
+from .master import attach_masters, masters_by_key, with_masters
 from .model import DTYPES, meta_model, reset_rotary_
 
 log = logging.getLogger(__name__)
@@ -146,9 +148,11 @@ class Checkpointer:
         self.cfg, self.env, self.model, self.optimizer, self.stateful = cfg, env, model, optimizer, stateful
         self.root = Path(cfg.dir)
 
-    def _dcp_state(self) -> dict[str, Any]:
+    def _dcp_state(self) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+        """What DCP saves and loads, and the optimizer's fp32 masters in it (``master.with_masters``; empty without them)."""
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
-        return {"model": model_sd, "optim": optim_sd}
+        masters = with_masters(self.model, self.optimizer, model_sd, optim_sd)
+        return {"model": model_sd, "optim": optim_sd}, masters
 
     def clean_partial(self) -> None:
         """Delete ``.tmp`` directories left by a save that never finished, and repair an interrupted replace (leader only, then a barrier)."""
@@ -213,9 +217,10 @@ class Checkpointer:
 
     def load(self, path: Path) -> int:
         """Restore model, optimizer, RNG and ``stateful`` objects from ``path``; returns the step it was saved at."""
-        state = self._dcp_state()
+        state, masters = self._dcp_state()
         dcp.load(state, checkpoint_id=str(path))
         set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+        attach_masters(self.model, self.optimizer, masters)  # loaded in place; set_state_dict replaced the optimizer's state
         train_state = json.loads((path / "train_state.json").read_text())
         for name, obj in self.stateful.items():
             if obj is not None and name in train_state:
@@ -234,7 +239,7 @@ class Checkpointer:
             shutil.rmtree(tmp, ignore_errors=True)
             (tmp / "rng").mkdir(parents=True)
         self.env.barrier()
-        dcp.save(self._dcp_state(), checkpoint_id=str(tmp))
+        dcp.save(self._dcp_state()[0], checkpoint_id=str(tmp))
         with open(tmp / "rng" / f"rank_{self.env.rank:05d}.pt", "wb") as f:
             torch.save(_rng_state(self.env.device), f)
             f.flush()
@@ -259,9 +264,23 @@ class Checkpointer:
         return final
 
 
-def export_hf(model: nn.Module, hf_config: Any, tokenizer: Any, path: str, dtype: str, env: DistEnv) -> None:
-    """Gather a full state dict on rank 0 (CPU) and write a ``save_pretrained`` directory plus the tokenizer."""
-    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+def export_hf(model: nn.Module, hf_config: Any, tokenizer: Any, path: str, dtype: str, env: DistEnv,
+              optimizer: torch.optim.Optimizer | None = None) -> None:
+    """Gather a full state dict on rank 0 (CPU) and write a ``save_pretrained`` directory plus the tokenizer.
+
+    With master weights (``precision.master_weights optimizer``) the weights are the optimizer's fp32 masters,
+    not their bf16 rounding in the parameters.
+    """
+    masters = masters_by_key(model, optimizer) if optimizer is not None else {}
+    if masters:
+        full = {}
+        for key, value in get_model_state_dict(model).items():
+            value = masters.get(key, value)
+            value = value.full_tensor() if isinstance(value, DTensor) else value  # a collective: every rank, same order
+            if env.is_leader:
+                full[key] = value.detach().to("cpu")
+    else:
+        full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if env.is_leader:
         sd = {k.removeprefix("lm."): v.to(DTYPES[dtype]) for k, v in full.items()}
         lm = meta_model(hf_config)

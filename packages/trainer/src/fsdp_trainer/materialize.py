@@ -33,6 +33,7 @@ from .attention import configure_attention
 from .config import TrainerConfig
 from .distributed import DistEnv
 from .kernels import use_fused_kernels
+from .master import cast_params_
 from .model import (
     DTYPES,
     CausalLMWithLoss,
@@ -44,6 +45,7 @@ from .model import (
     meta_model,
     reset_rotary_,
 )
+from .optim import use_master_weights
 from .parallelize import parallelize_llama
 
 log = logging.getLogger(__name__)
@@ -125,6 +127,9 @@ def build_model(cfg: TrainerConfig, env: DistEnv, mesh: DeviceMesh | None) -> Bu
         from .fp8 import convert_to_fp8
 
         convert_to_fp8(wrapper, cfg.fp8)
+
+    if use_master_weights(cfg, device.type):  # bf16 parameters; the optimizer keeps the fp32 values (master.py)
+        cast_params_(wrapper, torch.bfloat16)
 
     if api == "fsdp1" or full_on_cpu:
         param_init_fn = None

@@ -10,6 +10,7 @@ import torch
 import torch.nn as nn
 
 from .config import TrainConfig, TrainerConfig
+from .errors import ConfigError
 
 BETAS = (0.9, 0.95)  # Llama 2 / Llama 3 pretraining values
 EPS = 1e-8
@@ -29,7 +30,7 @@ def build_optimizer(model: nn.Module, cfg: TrainerConfig, device: torch.device) 
     if choice == "triton":
         from .adamw import TritonAdamW
 
-        return TritonAdamW(groups, lr=cfg.train.lr, betas=BETAS, eps=EPS)
+        return TritonAdamW(groups, lr=cfg.train.lr, betas=BETAS, eps=EPS, master_weights=use_master_weights(cfg, device.type))
     return torch.optim.AdamW(groups, lr=cfg.train.lr, betas=BETAS, eps=EPS, **{choice: True})
 
 
@@ -45,6 +46,27 @@ def choose_adamw(cfg: TrainerConfig, device_type: str) -> str:
     from .adamw import available
 
     return "triton" if available() and not cfg.fp8.enabled else "fused"
+
+
+def use_master_weights(cfg: TrainerConfig, device_type: str, grad_accum_steps: int | None = None) -> bool:
+    """``precision.master_weights``, with auto resolved: bf16 parameters and fp32 masters in the optimizer where the
+    settings allow it (``TrainerConfig.master_weights_blocker``) and the Triton AdamW runs; fp32 parameters otherwise.
+    An explicit ``optimizer`` whose AdamW does not resolve to triton is refused in one line. ``grad_accum_steps``:
+    answer for that many micro-batches per step (``--auto`` asks for 1 before it chooses)."""
+    mode = cfg.precision.master_weights
+    if mode == "params":
+        return False
+    reason = cfg.master_weights_blocker(grad_accum_steps)
+    if reason is not None:
+        if mode == "optimizer":  # the config refuses these at once; --auto's choice of accumulation arrives here
+            raise ConfigError(f"--precision.master_weights: optimizer {reason}")
+        return False
+    if choose_adamw(cfg, device_type) == "triton":
+        return True
+    if mode == "optimizer":
+        raise ConfigError(f"--precision.master_weights: optimizer needs the Triton AdamW, which does not run here "
+                          f"({device_type}{'' if device_type == 'cpu' else ', Triton not installed'}); use --precision.master_weights params")
+    return False
 
 
 def lr_multiplier(cfg: TrainConfig) -> Callable[[int], float]:

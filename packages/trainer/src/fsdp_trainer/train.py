@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import random
 import sys
 
@@ -29,15 +30,19 @@ def run(cfg: TrainerConfig) -> dict:
         raise ConfigError("--parallel.cpu_offload: offloading to CPU needs CUDA; this run is on cpu")
     if cfg.model.attn_implementation == "flash_attention_2" and device.type != "cuda":
         raise ConfigError(f"--model.attn_implementation: flash_attention_2 needs CUDA; this run is on {device.type} (use sdpa or eager)")
-    if cfg.parallel.comm_buffers == "symmetric" and device.type != "cuda":
-        raise ConfigError(f"--parallel.comm_buffers: symmetric needs NCCL on GPUs; this run is on {device.type} (use default or process_group)")
+    if cfg.parallel.comm_buffers.startswith("symmetric") and device.type != "cuda":
+        raise ConfigError(f"--parallel.comm_buffers: {cfg.parallel.comm_buffers} needs NCCL on GPUs; this run is on {device.type} "
+                          "(use default or process_group)")
     if cfg.train.adamw == "triton":
         from .adamw import available
 
-        if device.type != "cuda":
+        if device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":  # Triton's interpreter: tests on CPU
             raise ConfigError(f"--train.adamw: triton needs CUDA; this run is on {device.type} (use foreach or auto)")
         if not available():
             raise ConfigError("--train.adamw: triton is not installed (pip install triton, or use --train.adamw fused)")
+    from .optim import use_master_weights
+
+    use_master_weights(cfg, device.type)  # refuses an explicit optimizer where the Triton AdamW does not run
     if cfg.fp8.enabled:
         from .fp8 import check_fp8_supported
 
@@ -70,6 +75,7 @@ def _apply_auto(cfg: TrainerConfig, env) -> None:
 
     from .autotune import apply_auto
     from .model import build_hf_config
+    from .optim import use_master_weights
 
     if env.device.type == "cuda":
         total = torch.cuda.get_device_properties(env.device).total_memory
@@ -79,7 +85,8 @@ def _apply_auto(cfg: TrainerConfig, env) -> None:
     if env.world_size > 1:
         dist.all_reduce(smallest, op=dist.ReduceOp.MIN)
     record = apply_auto(cfg, build_hf_config(cfg.model), world_size=env.world_size, local_world_size=env.local_world_size,
-                        device_bytes=int(smallest.item()), on_gpu=env.device.type == "cuda")
+                        device_bytes=int(smallest.item()), on_gpu=env.device.type == "cuda",
+                        master_weights=use_master_weights(cfg, env.device.type, grad_accum_steps=1))
     cfg.auto_choice = record
     log.info("auto: %s, global batch %d sequences (estimated peak %.1f GiB of %.1f GiB per device; kept as given: %s)",
              record["chosen"], record["global_batch_sequences"], record["estimated_peak_gib"], record["device_gib"],

@@ -73,7 +73,8 @@ def clip_grad_norm_local_(parameters: Any, max_norm: float) -> torch.Tensor:
         return torch.zeros(())
     with torch.no_grad():
         local = [g.to_local() if isinstance(g, DTensor) else g for g in grads]
-        squares = torch.stack([n.float() for n in torch._foreach_norm(local, 2.0)]).square().sum()
+        # In fp32 whatever the gradients' dtype (bf16 with precision.master_weights optimizer).
+        squares = torch.stack(torch._foreach_norm(local, 2.0, dtype=torch.float32)).square().sum()
         first = grads[0]
         if isinstance(first, DTensor):
             if any(not isinstance(g, DTensor) or g.device_mesh != first.device_mesh or g.placements != first.placements for g in grads):
@@ -339,7 +340,8 @@ class Trainer:
         finally:
             gc.enable()
         if cfg.checkpoint.export_hf and not nothing_to_do:
-            export_hf(self.model, self.hf_config, self.tokenizer, cfg.checkpoint.export_hf, cfg.checkpoint.export_dtype or "fp32", env)
+            export_hf(self.model, self.hf_config, self.tokenizer, cfg.checkpoint.export_hf, cfg.checkpoint.export_dtype or "fp32", env,
+                      self.optimizer)
         (tokens_processed,) = env.all_reduce_sum([self.tokens_processed])
         summary = self.metrics.summary(
             cfg.metrics.warmup_steps,
@@ -349,6 +351,7 @@ class Trainer:
             config=cfg.to_dict(),
             auto=cfg.auto_choice,
             adamw=adamw_name(self.optimizer),
+            master_weights="optimizer" if getattr(self.optimizer, "master_weights", False) else "params",
         )
         if env.is_leader:
             out = Path(cfg.train.output_dir)

@@ -1,0 +1,91 @@
+"""``precision.master_weights optimizer``: bf16 parameters, with their fp32 values held by the optimizer.
+
+With fp32 parameters (``params``, the default elsewhere) FSDP2 makes two passes over every shard per all-gather:
+it casts the fp32 shards to bf16 into a temporary, then copies that into the all-gather buffer. Its reduced bf16
+gradients are cast up to fp32 into new tensors, and AdamW reads those. Kept in bf16, the parameters are copied into
+the buffer once, and the gradients stay as reduced. Llama-3.1-8B on 2 H200s (``bench/profile_step.py``, session
+6) spends about 24 ms of a 1.1 s step on the cast and 10-20 ms on the upcast.
+
+The fp32 values are not lost: ``TritonAdamW(master_weights=True)`` keeps them as a ``master`` state beside
+``exp_avg`` and ``exp_avg_sq`` and writes the parameter as their bf16 rounding in the same kernel. The forward
+and backward see exactly what FSDP's cast would have given them; gradients are the same bf16 values (reduced in
+bf16 when ``precision.reduce_dtype`` is bf16); the update is computed in fp32. What differs: the gradient norm and
+the gradients that AdamW reads are those bf16 values rather than their fp32 copies (equal numbers), and gradient
+accumulation over micro-batches would add in bf16, which is why it is refused.
+
+Checkpoints do not change: the model's entries hold the fp32 masters (``with_masters``), the optimizer's hold
+``exp_avg`` and ``exp_avg_sq`` as always, so a checkpoint moves between ``params`` and ``optimizer`` runs (and
+world sizes) without rounding. The Hugging Face export also reads the masters.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+#: Module attributes that wrappers insert into parameter names; state-dict keys leave them out.
+WRAPPER_PREFIXES = ("_orig_mod.", "_checkpoint_wrapped_module.", "_fsdp_wrapped_module.")
+
+
+def cast_params_(module: nn.Module, dtype: torch.dtype) -> None:
+    """Cast every floating-point parameter to ``dtype`` in place (the same ``Parameter`` objects: tied weights stay tied).
+
+    Buffers keep their dtype (the rotary embedding's ``inv_freq`` stays fp32). Works on meta and real tensors,
+    before FSDP shards the module.
+    """
+    for p in module.parameters():
+        if p.is_floating_point() and p.dtype != dtype:
+            p.data = p.data.to(dtype)
+
+
+def state_dict_key(name: str) -> str:
+    """A ``named_parameters`` name as a state-dict key: without compile, checkpoint and FSDP1 wrapper attributes."""
+    for prefix in WRAPPER_PREFIXES:
+        name = name.replace(prefix, "")
+    return name
+
+
+def masters_by_key(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
+    """State-dict key -> the optimizer's fp32 master of that parameter; empty when the optimizer keeps none."""
+    if not getattr(optimizer, "master_weights", False):
+        return {}
+    out: dict[str, torch.Tensor] = {}
+    for name, p in model.named_parameters():
+        master = optimizer.state.get(p, {}).get("master")
+        if master is not None:
+            out[state_dict_key(name)] = master
+    return out
+
+
+def with_masters(model: nn.Module, optimizer: torch.optim.Optimizer, model_sd: dict[str, Any], optim_sd: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """Put the fp32 masters in ``model_sd`` in place of the bf16 parameters, and take them out of ``optim_sd``.
+
+    ``model_sd`` / ``optim_sd`` come from ``get_state_dict`` (keys are state-dict keys; the optimizer's state is
+    keyed the same way). Returns the masters by key: after ``dcp.load`` has filled them in place, ``attach_masters``
+    gives them back to the optimizer, whose ``load_state_dict`` only sees ``exp_avg`` and ``exp_avg_sq``.
+    Nothing happens (and ``{}`` is returned) when the optimizer keeps no masters.
+    """
+    masters = masters_by_key(model, optimizer)
+    if not masters:
+        return {}
+    missing = sorted(set(masters) - set(model_sd))
+    if missing:
+        raise RuntimeError(f"master weights: no model state-dict entry for {missing[0]} (and {len(missing) - 1} more)")
+    states = optim_sd.get("state", {})
+    for key, master in masters.items():
+        model_sd[key] = master
+        if isinstance(states.get(key), dict):  # a new dict: the optimizer's own state may be this very object
+            states[key] = {name: value for name, value in states[key].items() if name != "master"}
+    return masters
+
+
+def attach_masters(model: nn.Module, optimizer: torch.optim.Optimizer, masters: dict[str, torch.Tensor]) -> None:
+    """Give loaded masters back to the optimizer's state (after ``set_state_dict`` replaced it)."""
+    if not masters:
+        return
+    for name, p in model.named_parameters():
+        key = state_dict_key(name)
+        if key in masters:
+            optimizer.state[p]["master"] = masters[key]

@@ -1,0 +1,192 @@
+"""``--precision.master_weights optimizer``: bf16 parameters, fp32 masters in the Triton AdamW's state.
+
+The kernel runs in Triton's interpreter on CPU (``TRITON_INTERPRET=1``): in a subprocess for the optimizer checks
+(see test_adamw.py), and in real torchrun jobs over gloo for the trainer checks.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import TINY, assert_ok, run_trainer
+from test_adamw import _run
+
+pytest.importorskip("triton")
+pytestmark = pytest.mark.timeout(300)
+
+INTERPRET = {"TRITON_INTERPRET": "1"}
+# bf16 compute and reduction: what the masters change is where the fp32 values live, not the arithmetic.
+BF16 = [*TINY, "--precision.mode", "bf16", "--precision.reduce_dtype", "bf16", "--train.adamw", "triton",
+        "--train.micro_batch_size", "2", "--parallel.api", "fsdp2"]
+
+
+def test_master_step_matches_torch_adamw_on_fp32_weights():
+    _run("""
+    from fsdp_trainer.adamw import TritonAdamW
+    ref = [torch.nn.Parameter(p.detach().bfloat16().float()) for p in params(5)]  # start from bf16-exact values
+    mine = [torch.nn.Parameter(p.detach().bfloat16()) for p in ref]
+    opt = TritonAdamW(groups(mine), lr=1e-2, betas=(0.9, 0.95), master_weights=True)
+    torch_opt = torch.optim.AdamW(groups(ref), lr=1e-2, betas=(0.9, 0.95), foreach=False)
+    for step in range(3):
+        gs = [g.bfloat16() for g in grads(ref, 20 + step)]  # FSDP's reduced gradients are bf16
+        for p, q, g in zip(mine, ref, gs):
+            p.grad, q.grad = g.clone(), g.float()
+        divisor = torch.tensor(1.5)
+        opt.grad_scale = divisor
+        opt.step()
+        del opt.grad_scale
+        for q in ref:
+            q.grad /= divisor
+        torch_opt.step()
+        masters = [opt.state[p]["master"] for p in mine]
+        close(masters, ref, f"masters after step {step + 1}")
+        for p, m in zip(mine, masters):
+            assert p.dtype == torch.bfloat16 and m.dtype == torch.float32
+            assert torch.equal(p, m.bfloat16()), "the parameter is its master's bf16 rounding"
+            assert opt.state[p]["exp_avg"].dtype == torch.float32
+    # load_state_dict keeps the fp32 state fp32 (torch's casts it to the parameters' bf16)
+    fresh = [torch.nn.Parameter(p.detach().clone()) for p in mine]
+    again = TritonAdamW(groups(fresh), lr=1e-2, betas=(0.9, 0.95), master_weights=True)
+    again.load_state_dict(opt.state_dict())
+    for p, q in zip(mine, fresh):
+        for key in ("exp_avg", "exp_avg_sq", "master"):
+            assert again.state[q][key].dtype == torch.float32 and torch.equal(again.state[q][key], opt.state[p][key]), key
+    """)
+
+
+def test_auto_uses_masters_only_where_they_apply(monkeypatch):
+    from fsdp_trainer import adamw
+    from fsdp_trainer.config import ConfigError, load_config
+    from fsdp_trainer.optim import use_master_weights
+
+    monkeypatch.setattr(adamw, "available", lambda: True)
+
+    def uses(flags, device="cuda"):
+        return use_master_weights(load_config(None, flags), device)
+
+    assert uses([])
+    assert not uses(["--precision.master_weights", "params"])
+    assert not uses(["--fp8.enabled", "true"])
+    assert not uses(["--train.grad_accum_steps", "2"])
+    cfg = load_config(None, ["--train.grad_accum_steps", "2"])
+    assert use_master_weights(cfg, "cuda", grad_accum_steps=1), "--auto asks as if it chose one micro-batch per step"
+    assert not uses(["--parallel.api", "fsdp1"])
+    assert not uses(["--precision.mode", "fp32"])
+    assert not uses(["--train.adamw", "fused"])
+    assert not uses([], "cpu")
+    explicit = load_config(None, ["--precision.master_weights", "optimizer"])
+    explicit.train.grad_accum_steps = 2  # what --auto may choose after the config was checked
+    with pytest.raises(ConfigError, match=r"^--precision.master_weights: optimizer needs --train.grad_accum_steps 1 \(got 2\)"):
+        use_master_weights(explicit, "cuda")
+    monkeypatch.setattr(adamw, "available", lambda: False)
+    assert not uses([])
+    with pytest.raises(ConfigError, match=r"^--precision.master_weights: optimizer needs the Triton AdamW"):
+        uses(["--precision.master_weights", "optimizer"])
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--parallel.api", "fsdp1"], "needs --parallel.api fsdp2"),
+    (["--precision.mode", "fp32"], "needs bf16 parameters"),
+    (["--fp8.enabled", "true"], "cannot be combined with --fp8.enabled"),
+    (["--train.grad_accum_steps", "4"], "needs --train.grad_accum_steps 1"),
+    (["--train.adamw", "fused"], "needs the Triton AdamW"),
+])
+def test_explicit_masters_are_refused_in_one_line_where_they_cannot_apply(flags, message):
+    from fsdp_trainer.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError) as e:
+        load_config(None, ["--precision.master_weights", "optimizer", *flags])
+    assert str(e.value).startswith("--precision.master_weights: optimizer ") and message in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_cpu_run_without_triton_interpreter_is_refused(tmp_path):
+    run = run_trainer([*TINY, "--precision.mode", "bf16", "--precision.master_weights", "optimizer", "--train.steps", "1"], tmp_path / "out")
+    assert run.returncode == 2
+    assert "error: --precision.master_weights: optimizer needs the Triton AdamW, which does not run here (cpu)" in run.stderr
+    assert not (tmp_path / "out" / "checkpoints").exists()
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Both modes, 6 steps on 2 ranks, checkpoint and fp32 export at the end."""
+    out = {}
+    for mode in ("params", "optimizer"):
+        root = tmp_path_factory.mktemp(mode)
+        args = [*BF16, "--train.steps", "6", "--precision.master_weights", mode,
+                "--checkpoint.export_hf", str(root / "hf"), "--checkpoint.export_dtype", "fp32"]
+        run = run_trainer(args, root / "out", nproc=2, env=INTERPRET)
+        assert_ok(run)
+        out[mode] = run
+    return out
+
+
+def test_masters_train_like_fp32_parameters(runs):
+    assert runs["optimizer"].summary["master_weights"] == "optimizer" and runs["params"].summary["master_weights"] == "params"
+    a, b = runs["params"].losses(), runs["optimizer"].losses()
+    assert a[1] == b[1], "the first forward sees the same bf16 weights"
+    # The masters start from the bf16 rounding of the fp32 random init, so the runs part by rounding, no more.
+    for step in range(2, 7):
+        assert b[step] == pytest.approx(a[step], rel=2e-3), f"step {step}"
+
+
+def test_checkpoint_holds_fp32_masters_in_the_same_layout(runs):
+    import torch.distributed.checkpoint as dcp
+
+    layouts = {}
+    for mode, run in runs.items():
+        meta = dcp.FileSystemReader(str(run.output_dir / "checkpoints" / "step_00000006")).read_metadata().state_dict_metadata
+        layouts[mode] = {k: v.properties.dtype for k, v in meta.items() if hasattr(v, "properties")}
+    assert layouts["params"] == layouts["optimizer"], "the same keys and dtypes in both modes"
+    model_keys = [k for k in layouts["optimizer"] if k.startswith("model.")]
+    assert model_keys and all(layouts["optimizer"][k] == torch.float32 for k in model_keys)
+    assert not any("master" in k for k in layouts["optimizer"])
+
+
+def test_export_writes_the_masters(runs):
+    import torch.distributed.checkpoint as dcp
+    from safetensors.torch import load_file
+
+    run = runs["optimizer"]
+    exported = {}
+    for f in (run.output_dir.parent / "hf").glob("*.safetensors"):
+        exported.update(load_file(f))
+    key = "model.layers.0.mlp.down_proj.weight"
+    sd = {f"model.lm.{key}": torch.empty(exported[key].shape, dtype=torch.float32)}
+    dcp.load(sd, checkpoint_id=str(run.output_dir / "checkpoints" / "step_00000006"))
+    assert exported[key].dtype == torch.float32
+    assert torch.equal(exported[key], sd[f"model.lm.{key}"]), "the export is the checkpoint's fp32 masters"
+    assert not torch.equal(exported[key], exported[key].bfloat16().float()), "not their bf16 rounding"
+
+
+def test_resume_with_masters_matches_the_straight_run(runs, tmp_path):
+    out = tmp_path / "out"
+    args = [*BF16, "--train.steps", "6", "--precision.master_weights", "optimizer", "--checkpoint.every_steps", "3"]
+    killed = run_trainer(args, out, nproc=2, env={**INTERPRET, "FSDP_TRAINER_FAULT_AFTER_STEP": "3"})
+    assert killed.returncode != 0
+    resumed = run_trainer(args, out, nproc=2, env=INTERPRET)
+    assert_ok(resumed)
+    assert "resumed from" in resumed.stderr
+    straight = runs["optimizer"].losses()
+    for step in range(4, 7):
+        assert resumed.losses()[step] == pytest.approx(straight[step], abs=1e-6), f"step {step}"
+    # A save in the middle leaves the run's masters alone (it once took them out of the live optimizer state).
+    saved = run_trainer(args, tmp_path / "saved", nproc=2, env=INTERPRET)
+    assert_ok(saved)
+    assert saved.losses() == pytest.approx(straight, abs=1e-6)
+
+
+def test_checkpoints_move_between_modes(runs, tmp_path):
+    """A params run's checkpoint resumes with masters, and the other way round (the layout is the same)."""
+    import shutil
+
+    for source, target in (("params", "optimizer"), ("optimizer", "params")):
+        out = tmp_path / f"{source}-to-{target}"
+        shutil.copytree(runs[source].output_dir / "checkpoints", out / "checkpoints")
+        args = [*BF16, "--train.steps", "7", "--precision.master_weights", target, "--checkpoint.enabled", "true"]
+        run = run_trainer(args, out, nproc=2, env=INTERPRET)
+        assert_ok(run)
+        assert "resumed from" in run.stderr and run.summary["master_weights"] == target
+        assert [r["step"] for r in run.records] == [7]
+        # the first step after the resume uses the source run's weights: its loss is what the source would see next
+        assert run.losses()[7] == pytest.approx(runs[source].losses()[6], rel=0.05)
