@@ -82,6 +82,15 @@ TRAINER_VARIANTS: dict[str, dict[str, str]] = {
     "8b-fsdp2-noac-mb3-compile-bf16reduce-symm-tadam": tv("llama3.1-8b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "precision.reduce_dtype": "bf16", "parallel.comm_buffers": "symmetric", "train.adamw": "triton"}),
     "fsdp2-noac-mb3-compile-fp8-tadam": tv("llama2-7b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "fp8.enabled": "true", "fp8.all_gather": "true", "train.adamw": "triton"}),
     "fsdp2-noac-mb3-compile-tadam": tv("llama2-7b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "train.adamw": "triton"}),
+    # FSDP1 keeps each unit's parameters in one flat buffer: its all-gather writes them in place (no copy-out) and its
+    # reduce-scatter reads the flat gradient (no copy-in), where FSDP2 copies both ways per unit.
+    "8b-fsdp1-noac-mb3-compile-bf16reduce": tv("llama3.1-8b", "fsdp1", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "precision.reduce_dtype": "bf16"}),
+    # precision.master_weights params: fp32 parameters cast by FSDP2 (what auto picked before session 6)
+    "8b-fsdp2-noac-mb3-compile-bf16reduce-symm-fp32params": tv("llama3.1-8b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "precision.reduce_dtype": "bf16", "parallel.comm_buffers": "symmetric", "precision.master_weights": "params"}),
+    "fsdp2-noac-mb3-compile-fp32params": tv("llama2-7b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "precision.master_weights": "params"}),
+    # all-gathers only in symmetric memory (what "symmetric" meant on torch 2.11 before session 6)
+    "8b-fsdp2-noac-mb3-compile-bf16reduce-symmag": tv("llama3.1-8b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "precision.reduce_dtype": "bf16", "parallel.comm_buffers": "symmetric_all_gather"}),
+    "fsdp2-noac-mb4-compile-fp8": tv("llama2-7b", "fsdp2", "none", 4, **{"compile.enabled": "true", "compile.loss": "true", "fp8.enabled": "true", "fp8.all_gather": "true"}),
     "8b-fsdp2-noac-mb3-compile-flash": tv("llama3.1-8b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "model.sdpa_backend": "flash"}),
     # --auto: the trainer picks micro-batch, checkpointing and compile itself
     "7b-auto": {"model.preset": "llama2-7b", "auto.enabled": "true"},
@@ -104,6 +113,8 @@ ENV_VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
     # NCCL's zero-CTA policy: all-gathers over symmetric memory run on the copy engines, no SM taken from the GEMMs.
     "8b-fsdp2-noac-mb3-compile-symm-ce": ("8b-fsdp2-noac-mb3-compile-symm", {"NCCL_CTA_POLICY": "2"}),
     "8b-fsdp2-noac-mb3-compile-symm-ce-bf16reduce": ("8b-fsdp2-noac-mb3-compile-bf16reduce-symm", {"NCCL_CTA_POLICY": "2"}),
+    "8b-fsdp2-noac-mb3-compile-symm-ce-bf16reduce-fp32params": ("8b-fsdp2-noac-mb3-compile-bf16reduce-symm-fp32params", {"NCCL_CTA_POLICY": "2"}),
+    "8b-fsdp2-noac-mb3-compile-symmag-ce-bf16reduce": ("8b-fsdp2-noac-mb3-compile-bf16reduce-symmag", {"NCCL_CTA_POLICY": "2"}),
     "8b-fsdp2-noac-mb3-compile-symm-ce-bf16reduce-tadam": ("8b-fsdp2-noac-mb3-compile-bf16reduce-symm-tadam", {"NCCL_CTA_POLICY": "2"}),
     # in case the symmetric pool and expandable segments do not mix
     "8b-fsdp2-noac-mb3-compile-symm-ce-noexpand": ("8b-fsdp2-noac-mb3-compile-symm", {"NCCL_CTA_POLICY": "2", "PYTORCH_CUDA_ALLOC_CONF": ""}),
