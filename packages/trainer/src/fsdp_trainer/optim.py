@@ -37,7 +37,8 @@ def build_optimizer(model: nn.Module, cfg: TrainerConfig, device: torch.device) 
 def choose_adamw(cfg: TrainerConfig, device_type: str) -> str:
     """``train.adamw``, with auto resolved: triton on GPUs where Triton is installed (one memory-speed kernel per shard,
     25% less time than torch's fused kernel on an 8B model's shards); fused on GPUs without Triton and under FP8 (the
-    Triton kernel reaches torchao's float8 weights through their inner tensor, tested on CPU but not yet run on GPUs);
+    Triton kernel steps torchao's float8 weights through their inner tensor, but Llama-2-7B in FP8 on 2 H200s ran 1%
+    slower with it: 15,832 against 16,003 tokens/s/GPU, bench/RESULTS.md session 6);
     foreach on CPU and for parameters offloaded to CPU."""
     if cfg.train.adamw != "auto":
         return cfg.train.adamw
