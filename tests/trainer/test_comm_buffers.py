@@ -115,5 +115,5 @@ def test_a_torch_without_the_setters_is_refused_in_one_line():
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks a CPU-only build of torch")
 def test_a_torch_build_without_nccl_symmetric_memory_is_refused_in_one_line(world_of_one):
     # This CPU build of torch has the FSDP API but no NCCL: the backend cannot be chosen.
-    with pytest.raises(ConfigError, match=r"^--parallel.comm_buffers: symmetric: this torch build cannot use NCCL symmetric memory \("):
+    with pytest.raises(ConfigError, match=r"^--parallel.comm_buffers: this torch build cannot use NCCL symmetric memory \("):
         set_comm_buffers(_sharded_model(), "symmetric")

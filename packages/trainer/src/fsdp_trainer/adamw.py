@@ -111,10 +111,17 @@ class TritonAdamW(torch.optim.AdamW):
                  weight_decay: float = 1e-2, master_weights: bool = False) -> None:
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, foreach=False, fused=False)
         self.master_weights = master_weights
+        self._seeds: dict[torch.Tensor, torch.Tensor] = {}
+
+    def seed_masters(self, masters: dict[torch.Tensor, torch.Tensor]) -> None:
+        """fp32 values to start each parameter's master from (parameter -> tensor of its shape), instead of the bf16
+        parameter itself: the weights as initialised or loaded before the parameters were cast. Taken at each
+        parameter's first step; a checkpoint's masters replace them (``master.attach_masters``)."""
+        self._seeds = dict(masters)
 
     def _state_of(self, p: torch.Tensor) -> dict[str, torch.Tensor]:
         state = self.state[p]
-        if not state:
+        if "step" not in state:
             state["step"] = torch.tensor(0.0, dtype=torch.float32)
             state["exp_avg"] = torch.zeros_like(p, dtype=torch.float32, memory_format=torch.preserve_format)
             state["exp_avg_sq"] = torch.zeros_like(p, dtype=torch.float32, memory_format=torch.preserve_format)
@@ -122,7 +129,8 @@ class TritonAdamW(torch.optim.AdamW):
             state["step"] = state["step"].detach().to("cpu", torch.float32)
         if self.master_weights and "master" not in state:
             # First step; a checkpoint's fp32 weights are attached by the checkpointer (master.attach_masters).
-            state["master"] = p.detach().to(torch.float32, memory_format=torch.preserve_format)
+            seed = self._seeds.pop(p, None)
+            state["master"] = seed if seed is not None else p.detach().to(torch.float32, memory_format=torch.preserve_format)
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:

@@ -30,7 +30,7 @@ def prepare_symmetric_memory(group: dist.ProcessGroup | None) -> None:
     try:
         symm_mem.set_backend("NCCL")
     except RuntimeError as e:
-        raise ConfigError(f"--parallel.comm_buffers: symmetric: this torch build cannot use NCCL symmetric memory ({e}); "
+        raise ConfigError(f"--parallel.comm_buffers: this torch build cannot use NCCL symmetric memory ({e}); "
                           "use --parallel.comm_buffers default") from None
     dist.all_reduce(torch.zeros(1, device=torch.device("cuda", torch.cuda.current_device())), group=group)
 

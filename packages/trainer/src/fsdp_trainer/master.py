@@ -12,8 +12,8 @@ The fp32 values are not lost: ``TritonAdamW(master_weights=True)`` keeps them as
 and backward see exactly what FSDP's cast would have given them, and the update is computed in fp32. What differs:
 the gradients that the norm and AdamW read stay bf16. With ``precision.reduce_dtype bf16`` those are the very values
 the fp32 copies held; with fp32 reduction the reduced sum is rounded to bf16 once. Gradient accumulation over
-micro-batches would add in bf16, which is why it is refused. Random weights start as their bf16
-rounding (the masters are taken from the parameters at the first step).
+micro-batches would add in bf16, which is why it is refused. The weights are drawn or loaded in fp32 and cast
+after sharding: the masters start from those values, not from their rounding.
 
 Checkpoints do not change: the model's entries hold the fp32 masters (``with_masters``), the optimizer's hold
 ``exp_avg`` and ``exp_avg_sq`` as always, so a checkpoint moves between ``params`` and ``optimizer`` runs (and
@@ -31,15 +31,20 @@ import torch.nn as nn
 WRAPPER_PREFIXES = ("_orig_mod.", "_checkpoint_wrapped_module.", "_fsdp_wrapped_module.")
 
 
-def cast_params_(module: nn.Module, dtype: torch.dtype) -> None:
-    """Cast every floating-point parameter to ``dtype`` in place (the same ``Parameter`` objects: tied weights stay tied).
+def cast_params_keeping_masters_(module: nn.Module, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """Cast every floating-point parameter of ``module`` (FSDP2-sharded or not) to ``dtype`` in place; returns fp32
+    copies of their values from before the cast, by parameter name, to seed the optimizer's masters with
+    (``TritonAdamW.seed_masters``): the weights as drawn or loaded, not their rounding.
 
-    Buffers keep their dtype (the rotary embedding's ``inv_freq`` stays fp32). Works on meta and real tensors,
-    before FSDP shards the module.
+    Buffers keep their dtype (the rotary embedding's ``inv_freq`` stays fp32). The cast goes through
+    ``Module._apply``, which FSDP2's units follow with a reset of their sharded parameters (what ``model.to(dtype)``
+    does); the ``Parameter`` objects stay the same, so tied weights stay tied.
     """
-    for p in module.parameters():
-        if p.is_floating_point() and p.dtype != dtype:
-            p.data = p.data.to(dtype)
+    params = {name: p for name, p in module.named_parameters() if p.is_floating_point() and p.dtype != dtype}
+    masters = {name: p.detach().to(torch.float32, copy=True) for name, p in params.items()}
+    targets = {id(p) for p in params.values()}
+    module._apply(lambda t: t.to(dtype) if id(t) in targets else t)
+    return masters
 
 
 def state_dict_key(name: str) -> str:
@@ -54,7 +59,7 @@ def masters_by_key(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[s
     if not getattr(optimizer, "master_weights", False):
         return {}
     out: dict[str, torch.Tensor] = {}
-    for name, p in model.named_parameters():
+    for name, p in model.named_parameters(remove_duplicate=False):  # every name of a tied weight
         master = optimizer.state.get(p, {}).get("master")
         if master is not None:
             out[state_dict_key(name)] = master
@@ -87,7 +92,7 @@ def attach_masters(model: nn.Module, optimizer: torch.optim.Optimizer, masters: 
     """Give loaded masters back to the optimizer's state (after ``set_state_dict`` replaced it)."""
     if not masters:
         return
-    for name, p in model.named_parameters():
+    for name, p in model.named_parameters(remove_duplicate=False):
         key = state_dict_key(name)
         if key in masters:
             optimizer.state[p]["master"] = masters[key]

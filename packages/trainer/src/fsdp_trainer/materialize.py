@@ -21,7 +21,7 @@ Three ways, chosen by ``model.init`` and ``model.random_init``:
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -33,7 +33,7 @@ from .attention import configure_attention
 from .config import TrainerConfig
 from .distributed import DistEnv
 from .kernels import use_fused_kernels
-from .master import cast_params_
+from .master import cast_params_keeping_masters_
 from .model import (
     DTYPES,
     CausalLMWithLoss,
@@ -61,6 +61,8 @@ class BuiltModel:
     hf_config: Any
     num_params: int
     num_embedding_params: int
+    #: fp32 weights by parameter name, from before the parameters were cast to bf16 (``precision.master_weights``).
+    masters: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 def init_strategy(cfg: TrainerConfig, num_params: int) -> str:
@@ -128,9 +130,6 @@ def build_model(cfg: TrainerConfig, env: DistEnv, mesh: DeviceMesh | None) -> Bu
 
         convert_to_fp8(wrapper, cfg.fp8)
 
-    if use_master_weights(cfg, device.type):  # bf16 parameters; the optimizer keeps the fp32 values (master.py)
-        cast_params_(wrapper, torch.bfloat16)
-
     if api == "fsdp1" or full_on_cpu:
         param_init_fn = None
         if not full_on_cpu:  # FSDP1 materialises each meta unit on the device, just before sharding it
@@ -155,7 +154,7 @@ def build_model(cfg: TrainerConfig, env: DistEnv, mesh: DeviceMesh | None) -> Bu
         )
         if api == "none":  # FSDP placed its shards itself (and keeps them on CPU with parallel.cpu_offload)
             model.to(device)
-        return BuiltModel(model, hf_config, num_params, num_embedding)
+        return BuiltModel(model, hf_config, num_params, num_embedding, _masters(cfg, model, device))
 
     # FSDP2 from the meta device: shard first, then allocate only the local shards.
     full_sd = load_pretrained_state_dict(cfg.model.name_or_path or "") if strategy == "pretrained" and env.is_leader else {}
@@ -170,4 +169,12 @@ def build_model(cfg: TrainerConfig, env: DistEnv, mesh: DeviceMesh | None) -> Bu
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
         set_model_state_dict(model, full_sd, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
-    return BuiltModel(model, hf_config, num_params, num_embedding)
+    return BuiltModel(model, hf_config, num_params, num_embedding, _masters(cfg, model, device))
+
+
+def _masters(cfg: TrainerConfig, model: nn.Module, device: torch.device) -> dict[str, torch.Tensor]:
+    """With ``precision.master_weights`` resolved to optimizer: the parameters, drawn or loaded in fp32, cast to bf16
+    now that they are sharded; returns their fp32 values by name, for the optimizer's masters (``master.py``)."""
+    if not use_master_weights(cfg, device.type):
+        return {}
+    return cast_params_keeping_masters_(model, torch.bfloat16)
