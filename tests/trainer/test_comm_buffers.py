@@ -117,3 +117,15 @@ def test_a_torch_build_without_nccl_symmetric_memory_is_refused_in_one_line(worl
     # This CPU build of torch has the FSDP API but no NCCL: the backend cannot be chosen.
     with pytest.raises(ConfigError, match=r"^--parallel.comm_buffers: this torch build cannot use NCCL symmetric memory \("):
         set_comm_buffers(_sharded_model(), "symmetric")
+
+
+def test_symmetric_buffers_ask_nccl_for_the_copy_engine_policy_unless_it_is_set(monkeypatch):
+    from fsdp_trainer.config import ParallelConfig
+    from fsdp_trainer.distributed import nccl_env_for
+
+    monkeypatch.delenv("NCCL_CTA_POLICY", raising=False)
+    assert nccl_env_for(ParallelConfig(comm_buffers="symmetric")) == {"NCCL_CTA_POLICY": "2"}
+    assert nccl_env_for(ParallelConfig(comm_buffers="symmetric_all_gather")) == {"NCCL_CTA_POLICY": "2"}
+    assert nccl_env_for(ParallelConfig(comm_buffers="default")) == {}
+    monkeypatch.setenv("NCCL_CTA_POLICY", "0")  # the user's own setting wins
+    assert nccl_env_for(ParallelConfig(comm_buffers="symmetric")) == {}

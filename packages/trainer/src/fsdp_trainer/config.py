@@ -117,7 +117,7 @@ class ParallelConfig:
     limit_all_gathers: bool = True
     """fsdp1: rate-limit all-gathers to bound memory (fsdp2 always does)."""
     comm_buffers: Literal["default", "process_group", "symmetric", "symmetric_all_gather"] = "default"
-    """fsdp2: where the all-gather and reduce-scatter staging buffers live. default: PyTorch's caching allocator; process_group: memory from the process group's own allocator (NCCL registers it for zero-copy transfers where it can); symmetric: NCCL symmetric memory for both (CUDA; on one node with NCCL_CTA_POLICY=2 the all-gathers run on the copy engines and leave every SM to compute, reduce-scatters on NCCL's symmetric-memory kernels); symmetric_all_gather: the all-gathers only."""
+    """fsdp2: where the all-gather and reduce-scatter staging buffers live. default: PyTorch's caching allocator; process_group: memory from the process group's own allocator (NCCL registers it for zero-copy transfers where it can); symmetric: NCCL symmetric memory for both (CUDA; the trainer sets NCCL_CTA_POLICY=2 unless it is set, so on one node the all-gathers run on the copy engines and leave every SM to compute; reduce-scatters run on NCCL's symmetric-memory kernels); symmetric_all_gather: the all-gathers only."""
 
 
 @dataclass

@@ -22,7 +22,7 @@ def run(cfg: TrainerConfig) -> dict:
     """Train with ``cfg`` in this process (one rank of a torchrun job, or a world of one); returns the summary."""
     import torch
 
-    from .distributed import destroy_distributed, init_distributed, resolve_device
+    from .distributed import destroy_distributed, init_distributed, nccl_env_for, resolve_device
     from .trainer import Trainer
 
     device = resolve_device(cfg.runtime)
@@ -49,6 +49,10 @@ def run(cfg: TrainerConfig) -> dict:
         check_fp8_supported(device)
     random.seed(cfg.runtime.seed)
     torch.manual_seed(cfg.runtime.seed or 0)
+    if device.type == "cuda":
+        for key, value in nccl_env_for(cfg.parallel).items():  # read by NCCL when the communicator is created
+            os.environ[key] = value
+            log.info("%s=%s (for --parallel.comm_buffers %s)", key, value, cfg.parallel.comm_buffers)
     env = init_distributed(cfg.runtime, device)
     try:
         if cfg.auto.enabled:
