@@ -172,7 +172,9 @@ class TritonAdamW(torch.optim.AdamW):
                 master = _local(state["master"]) if self.master_weights else None
                 tensors = [_local(t) for t in (p, p.grad, state["exp_avg"], state["exp_avg_sq"])]
                 param, grad, exp_avg, exp_avg_sq = tensors
-                if not all(t.is_contiguous() and t.numel() == param.numel() for t in [*tensors, *([master] if master is not None else [])]):
+                if master is not None:
+                    tensors.append(master)
+                if not all(t.is_contiguous() and t.numel() == param.numel() for t in tensors):
                     raise RuntimeError("TritonAdamW: a parameter, its gradient and its state must be contiguous and "
                                        "of one size; use --train.adamw fused")
                 fp32 = (master if master is not None else param, exp_avg, exp_avg_sq)

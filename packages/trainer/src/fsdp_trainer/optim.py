@@ -16,8 +16,13 @@ BETAS = (0.9, 0.95)  # Llama 2 / Llama 3 pretraining values
 EPS = 1e-8
 
 
-def build_optimizer(model: nn.Module, cfg: TrainerConfig, device: torch.device) -> torch.optim.AdamW:
-    """AdamW (``train.adamw``, see ``choose_adamw``) with no weight decay on norm weights."""
+def build_optimizer(model: nn.Module, cfg: TrainerConfig, device: torch.device,
+                    masters: dict[str, torch.Tensor] | None = None) -> torch.optim.AdamW:
+    """AdamW (``train.adamw``, see ``choose_adamw``) with no weight decay on norm weights.
+
+    ``masters``: the fp32 weights by parameter name when the model's parameters were cast to bf16 for
+    ``precision.master_weights`` (``materialize.BuiltModel.masters``); the Triton AdamW keeps them as its masters.
+    """
     decay, no_decay = [], []
     for name, p in model.named_parameters():
         if p.requires_grad:
@@ -30,7 +35,10 @@ def build_optimizer(model: nn.Module, cfg: TrainerConfig, device: torch.device) 
     if choice == "triton":
         from .adamw import TritonAdamW
 
-        return TritonAdamW(groups, lr=cfg.train.lr, betas=BETAS, eps=EPS, master_weights=use_master_weights(cfg, device.type))
+        optimizer = TritonAdamW(groups, lr=cfg.train.lr, betas=BETAS, eps=EPS, master_weights=bool(masters))
+        if masters:
+            optimizer.seed_masters({p: masters[name] for name, p in model.named_parameters() if name in masters})
+        return optimizer
     return torch.optim.AdamW(groups, lr=cfg.train.lr, betas=BETAS, eps=EPS, **{choice: True})
 
 

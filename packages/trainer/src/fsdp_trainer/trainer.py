@@ -217,9 +217,7 @@ class Trainer:
             cfg.data, self.tokenizer, self.hf_config.vocab_size, cfg.train.micro_batch_size,
             dp_rank=env.rank, dp_size=env.world_size, device=env.device, is_leader=env.is_leader, barrier=env.barrier,
         )
-        self.optimizer = build_optimizer(self.model, cfg, env.device)
-        if built.masters:  # the fp32 weights from before the cast to bf16 (master.py)
-            self.optimizer.seed_masters({p: built.masters[n] for n, p in self.model.named_parameters() if n in built.masters})
+        self.optimizer = build_optimizer(self.model, cfg, env.device, built.masters)
         self.scheduler = build_scheduler(self.optimizer, cfg.train)
         self.scaler = build_grad_scaler(cfg, env.device)
         self.checkpointer = Checkpointer(cfg.checkpoint, env, self.model, self.optimizer, {"data": self.data, "scheduler": self.scheduler, "scaler": self.scaler})
