@@ -91,6 +91,9 @@ TRAINER_VARIANTS: dict[str, dict[str, str]] = {
     # all-gathers only in symmetric memory (what "symmetric" meant on torch 2.11 before session 6)
     "8b-fsdp2-noac-mb3-compile-bf16reduce-symmag": tv("llama3.1-8b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "precision.reduce_dtype": "bf16", "parallel.comm_buffers": "symmetric_all_gather"}),
     "fsdp2-noac-mb4-compile-fp8": tv("llama2-7b", "fsdp2", "none", 4, **{"compile.enabled": "true", "compile.loss": "true", "fp8.enabled": "true", "fp8.all_gather": "true"}),
+    # parallel.flat_shards false: FSDP2 copies every shard into the all-gather buffer before each all-gather
+    "8b-fsdp2-noac-mb3-compile-bf16reduce-symm-noflat": tv("llama3.1-8b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "precision.reduce_dtype": "bf16", "parallel.comm_buffers": "symmetric", "parallel.flat_shards": "false"}),
+    "fsdp2-noac-mb3-compile-noflat": tv("llama2-7b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "parallel.flat_shards": "false"}),
     "8b-fsdp2-noac-mb3-compile-flash": tv("llama3.1-8b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "model.sdpa_backend": "flash"}),
     # --auto: the trainer picks micro-batch, checkpointing and compile itself
     "7b-auto": {"model.preset": "llama2-7b", "auto.enabled": "true"},

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Checkpoint and resume on 2 GPUs over NCCL, with the run's default settings (the Triton AdamW and, on GPUs,
 # precision.master_weights optimizer): a tiny model trained 6 steps straight (saving at step 3), against the same
-# run killed after step 3 and resumed. Prints both loss lists and their largest difference.
+# run killed after step 3 and resumed. Prints both loss lists and their largest difference. Then the straight run
+# again with its collectives in NCCL symmetric memory, and with parallel.flat_shards off: the same losses.
 #   bash bench/gpu_resume_check.sh            (logs under $OUT, or /tmp/fsdp-resume-check)
 set -u
 OUT=${OUT:-/tmp/fsdp-resume-check}
@@ -17,6 +18,12 @@ FSDP_TRAINER_FAULT_AFTER_STEP=3 torchrun --standalone --nproc-per-node=2 -m fsdp
 echo "killed rc=$? (expected non-zero)"
 torchrun --standalone --nproc-per-node=2 -m fsdp_trainer "${args[@]}" --train.output_dir "$work/killed" > "$OUT/resume-resumed.log" 2>&1
 echo "resumed rc=$?"
+torchrun --standalone --nproc-per-node=2 -m fsdp_trainer "${args[@]}" --parallel.comm_buffers symmetric --train.output_dir "$work/symmetric" \
+  > "$OUT/resume-symmetric.log" 2>&1
+echo "symmetric rc=$?"
+torchrun --standalone --nproc-per-node=2 -m fsdp_trainer "${args[@]}" --parallel.flat_shards false --train.output_dir "$work/noflat" \
+  > "$OUT/resume-noflat.log" 2>&1
+echo "noflat rc=$?"
 python3 - "$work" <<'PY'
 import json, sys
 work = sys.argv[1]
@@ -27,5 +34,15 @@ print("adamw", summary["adamw"], "master_weights", summary.get("master_weights")
 print("straight", [round(r["loss"], 6) for r in straight])
 print("resumed ", [round(r["loss"], 6) for r in resumed])
 print("largest loss difference", max(abs(a["loss"] - b["loss"]) for a, b in zip(straight, resumed, strict=True)))
+print("flat_shard_units", summary.get("flat_shard_units"), "all_gathers_sent_as_is", summary.get("all_gathers_sent_as_is"))
+for other in ("symmetric", "noflat"):
+    try:
+        runs = [json.loads(line) for line in open(f"{work}/{other}/metrics.jsonl")]
+        extra = json.load(open(f"{work}/{other}/summary.json"))
+    except OSError as e:
+        print(other, "missing:", e)
+        continue
+    print(other, [round(r["loss"], 6) for r in runs], "flat_shard_units", extra.get("flat_shard_units"),
+          "largest difference from straight", max(abs(a["loss"] - b["loss"]) for a, b in zip(straight, runs, strict=True)))
 PY
 rm -rf "$work"

@@ -4,13 +4,14 @@ With the staging buffer of every all-gather registered as a symmetric NCCL windo
 all-gather on the GPU's copy engines instead of SM kernels when the communicator's CTA policy is zero
 (``NCCL_CTA_POLICY=2``), on one node; the SMs stay with the matmuls the all-gather overlaps. Without that policy,
 NCCL uses its symmetric-memory kernels. FSDP2 gathers in place (each rank's input is its slice of the output), so
-registering the output registers both. Reduce-scatters (input and output registered) run on NCCL's
+registering the output registers both; with ``parallel.flat_shards`` the input is the unit's shard buffer, which
+``symmetric_allocator`` takes from the same pool. Reduce-scatters (input and output registered) run on NCCL's
 symmetric-memory kernels; a reduction cannot run on the copy engines.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -63,7 +64,10 @@ class SymmetricAllGather(_SymmetricPool, AllGather):
                  async_op: bool = False) -> dist.Work | None:
         from torch.distributed import _symmetric_memory as symm_mem
 
-        symm_mem.rendezvous(output_tensor, group=group.group_name)  # in place: the input is a slice of the output
+        symm_mem.rendezvous(output_tensor, group=group.group_name)
+        if input_tensor.untyped_storage().data_ptr() != output_tensor.untyped_storage().data_ptr():
+            # out of place: a unit's flat shard buffer (shards.py), from the same pool
+            symm_mem.rendezvous(input_tensor, group=group.group_name)
         return dist.all_gather_into_tensor(output_tensor, input_tensor, group=group, async_op=async_op)
 
 
@@ -78,3 +82,18 @@ class SymmetricReduceScatter(_SymmetricPool, ReduceScatter):
         symm_mem.rendezvous(input_tensor, group=group.group_name)
         symm_mem.rendezvous(output_tensor, group=group.group_name)
         return dist.reduce_scatter_tensor(output_tensor, input_tensor, op=op, group=group, async_op=async_op)
+
+
+def symmetric_allocator(group: dist.ProcessGroup | None) -> Callable[[int, torch.dtype, torch.device], torch.Tensor]:
+    """``allocate(numel, dtype, device)`` for ``shards.flatten_shards``: a buffer from NCCL's symmetric-memory pool,
+    registered with ``group`` (a collective: every rank allocates the same buffers in the same order)."""
+    pool = _SymmetricPool(group)
+
+    def allocate(numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        from torch.distributed import _symmetric_memory as symm_mem
+
+        buffer = pool.allocate((numel,), dtype=dtype, device=device)
+        symm_mem.rendezvous(buffer, group=dist.group.WORLD.group_name if group is None else group.group_name)
+        return buffer
+
+    return allocate

@@ -118,6 +118,8 @@ class ParallelConfig:
     """fsdp1: rate-limit all-gathers to bound memory (fsdp2 always does)."""
     comm_buffers: Literal["default", "process_group", "symmetric", "symmetric_all_gather"] = "default"
     """fsdp2: where the all-gather and reduce-scatter staging buffers live. default: PyTorch's caching allocator; process_group: memory from the process group's own allocator (NCCL registers it for zero-copy transfers where it can); symmetric: NCCL symmetric memory for both (CUDA; the trainer sets NCCL_CTA_POLICY=2 unless it is set, so on one node the all-gathers run on the copy engines and leave every SM to compute; reduce-scatters run on NCCL's symmetric-memory kernels); symmetric_all_gather: the all-gathers only."""
+    flat_shards: bool = True
+    """fsdp2: keep each unit's parameter shards in one buffer that its all-gather sends as is, instead of copying them into the all-gather's buffer before every all-gather (fsdp_trainer/shards.py). Applies to units whose parameters are gathered in their own dtype (bf16 with precision.master_weights optimizer, or fp32), unpadded and on the device; others are copied as before."""
 
 
 @dataclass

@@ -63,6 +63,8 @@ class BuiltModel:
     num_embedding_params: int
     #: fp32 weights by parameter name, from before the parameters were cast to bf16 (``precision.master_weights``).
     masters: dict[str, torch.Tensor] = field(default_factory=dict)
+    #: FSDP2 units whose shards live in one buffer that their all-gathers send (``parallel.flat_shards``).
+    flat_shard_units: int = 0
 
 
 def init_strategy(cfg: TrainerConfig, num_params: int) -> str:
@@ -154,7 +156,7 @@ def build_model(cfg: TrainerConfig, env: DistEnv, mesh: DeviceMesh | None) -> Bu
         )
         if api == "none":  # FSDP placed its shards itself (and keeps them on CPU with parallel.cpu_offload)
             model.to(device)
-        return BuiltModel(model, hf_config, num_params, num_embedding, _masters(cfg, model, device))
+        return _built(cfg, model, mesh, device, hf_config, num_params, num_embedding)
 
     # FSDP2 from the meta device: shard first, then allocate only the local shards.
     full_sd = load_pretrained_state_dict(cfg.model.name_or_path or "") if strategy == "pretrained" and env.is_leader else {}
@@ -169,7 +171,30 @@ def build_model(cfg: TrainerConfig, env: DistEnv, mesh: DeviceMesh | None) -> Bu
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
         set_model_state_dict(model, full_sd, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
-    return BuiltModel(model, hf_config, num_params, num_embedding, _masters(cfg, model, device))
+    return _built(cfg, model, mesh, device, hf_config, num_params, num_embedding)
+
+
+def _built(cfg: TrainerConfig, model: nn.Module, mesh: DeviceMesh | None, device: torch.device, hf_config: Any,
+           num_params: int, num_embedding: int) -> BuiltModel:
+    """The weights are in place: cast to bf16 under master weights, flatten FSDP2's shards."""
+    masters = _masters(cfg, model, device)
+    flat = flatten_unit_shards(model, cfg, mesh) if cfg.parallel.flat_shards and cfg.parallel.api == "fsdp2" else 0
+    return BuiltModel(model, hf_config, num_params, num_embedding, masters, flat)
+
+
+def flatten_unit_shards(model: nn.Module, cfg: TrainerConfig, mesh: DeviceMesh | None) -> int:
+    """``parallel.flat_shards``: every FSDP2 unit's shards in one buffer its all-gather sends (``shards.py``), taken
+    from NCCL's symmetric-memory pool when the units' all-gathers use it; returns how many units have one."""
+    from .shards import flatten_shards
+
+    allocate = None
+    if cfg.parallel.comm_buffers in ("symmetric", "symmetric_all_gather") and torch.cuda.is_available():
+        from .comm import symmetric_allocator
+
+        allocate = symmetric_allocator(None if mesh is None else mesh.get_group(mesh.ndim - 1))
+    units = flatten_shards(model, allocate)
+    log.info("flat shards: %d FSDP units send their shards as they are (shards.py)", units)
+    return units
 
 
 def _masters(cfg: TrainerConfig, model: nn.Module, device: torch.device) -> dict[str, torch.Tensor]:

@@ -43,6 +43,7 @@ from .data import build_dataloader
 from .distributed import DistEnv, build_mesh
 from .flops import flops_per_token
 from .fp8 import precompute_scales
+from . import shards
 from .materialize import build_model
 from .metrics import Metrics
 from .model import DTYPES
@@ -212,6 +213,7 @@ class Trainer:
         self.mesh = build_mesh(cfg.parallel, env)
         built = build_model(cfg, env, self.mesh)
         self.model, self.hf_config = built.model, built.hf_config
+        self.flat_shard_units = built.flat_shard_units
         self.tokenizer = load_tokenizer(cfg.model.tokenizer) if cfg.model.tokenizer else None
         self.data = build_dataloader(
             cfg.data, self.tokenizer, self.hf_config.vocab_size, cfg.train.micro_batch_size,
@@ -352,6 +354,8 @@ class Trainer:
             auto=cfg.auto_choice,
             adamw=adamw_name(self.optimizer),
             master_weights="optimizer" if getattr(self.optimizer, "master_weights", False) else "params",
+            flat_shard_units=self.flat_shard_units,
+            all_gathers_sent_as_is=shards.sent_as_is,
         )
         if env.is_leader:
             out = Path(cfg.train.output_dir)
