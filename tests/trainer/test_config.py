@@ -104,6 +104,8 @@ def test_round_trip_through_dict():
         (["--train.steps"], "--train.steps: missing value"),
         (["--compile.mode", "max-autotune-no-cudagraphs"], "--compile.mode: max-autotune-no-cudagraphs needs --compile.enabled true"),
         (["--compile.mode", "reduce-overhead", "--compile.enabled", "true"], "--compile.mode: 'reduce-overhead' is not one of default, max-autotune-no-cudagraphs"),
+        (["--compile.memory_budget", "1.5", "--compile.enabled", "true"], "--compile.memory_budget: must be between 0 and 1 (got 1.5)"),
+        (["--compile.memory_budget", "0.7"], "--compile.memory_budget: 0.7 needs --compile.enabled true"),
         (["--metrics.profile_steps", "3..4"], "--metrics.profile_steps: expected 'A-B' or 'A'"),
         (["--metrics.profile_steps", "4-3"], "--metrics.profile_steps: steps count from 1 and A <= B"),
         (["--metrics.profile_steps", "0"], "--metrics.profile_steps: steps count from 1"),

@@ -65,6 +65,24 @@ def test_fused_loss_gradients_made_in_forward_equal_autograd(chunk_tokens):
     assert torch.count_nonzero(g_hidden[0, :5]) == 0  # rows whose label is ignored take no gradient
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA: the chunks' weight gradients add up in the matmuls' fp32 output")
+def test_fused_loss_weight_gradient_adds_up_in_fp32_on_cuda():
+    from fsdp_trainer.model import _fp32_output_matmul
+
+    assert _fp32_output_matmul(torch.device("cuda"))
+    torch.manual_seed(0)
+    hidden = torch.randn(2, 300, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    weight = (torch.randn(1000, 64, device="cuda") * 0.1).bfloat16().requires_grad_()
+    labels = torch.randint(0, 1000, (2, 300), device="cuda")
+    loss, _ = linear_cross_entropy(hidden, weight, labels, 128)  # five chunks
+    loss.backward()
+    h, w = hidden.detach().double().requires_grad_(), weight.detach().double().requires_grad_()
+    F.cross_entropy((h @ w.T).flatten(0, 1), labels.flatten(), reduction="sum").backward()
+    assert weight.grad.dtype == torch.bfloat16
+    torch.testing.assert_close(weight.grad.double(), w.grad, rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(hidden.grad.double(), h.grad, rtol=2e-2, atol=2e-2)
+
+
 def test_fused_and_checkpointed_loss_give_the_same_wrapper_gradients():
     hf_config = build_hf_config(ModelConfig(preset="tiny-gqa"))
     ids = torch.randint(0, 512, (2, 33), generator=torch.Generator().manual_seed(2))
@@ -219,5 +237,9 @@ def test_compile_mode_reaches_every_block(monkeypatch):
     seen = []
     monkeypatch.setattr(parallelize.torch, "compile", lambda module, **kw: seen.append(kw) or module)
     blocks = torch.nn.ModuleList([torch.nn.Linear(2, 2) for _ in range(3)])
-    parallelize.apply_compile(blocks, "max-autotune-no-cudagraphs")
+    import torch._functorch.config as functorch_config
+
+    monkeypatch.setattr(functorch_config, "activation_memory_budget", 1.0)
+    parallelize.apply_compile(blocks, "max-autotune-no-cudagraphs", 0.7)
     assert seen == [{"mode": "max-autotune-no-cudagraphs"}] * 3
+    assert functorch_config.activation_memory_budget == 0.7, "the compiler's budget, read when the blocks compile"

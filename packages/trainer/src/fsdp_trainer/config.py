@@ -150,6 +150,8 @@ class CompileConfig:
     """torch.compile the lm_head + cross-entropy of one chunk (fused or chunked, see train.fused_loss)."""
     mode: Literal["default", "max-autotune-no-cudagraphs"] = "default"
     """torch.compile mode of the blocks. max-autotune-no-cudagraphs also times Triton / CUTLASS matmul and kernel configurations at start-up (minutes) and keeps the fastest; CUDA-graph modes are not offered (FSDP's hooks run between the blocks)."""
+    memory_budget: float = 1.0
+    """Activation memory the compiled blocks keep for backward, as a fraction of what the compiler keeps by default (torch._functorch.config.activation_memory_budget); below 1 it recomputes the cheapest operations in backward instead. 0.7 on Llama blocks: the RMSNorms and SiLU(gate)*up are recomputed, a third less memory per token, which makes room for a larger micro-batch. 0 is the whole block recomputed."""
 
 
 @dataclass
@@ -337,6 +339,10 @@ class TrainerConfig:
             raise ConfigError(f"--train.lr: must be positive (got {t.lr})")
         if self.compile.mode != "default" and not (self.compile.enabled or self.auto.enabled):
             raise ConfigError(f"--compile.mode: {self.compile.mode} needs --compile.enabled true (or --auto, which turns compile on for GPUs)")
+        if not 0.0 <= self.compile.memory_budget <= 1.0:
+            raise ConfigError(f"--compile.memory_budget: must be between 0 and 1 (got {self.compile.memory_budget})")
+        if self.compile.memory_budget != 1.0 and not (self.compile.enabled or self.auto.enabled):
+            raise ConfigError(f"--compile.memory_budget: {self.compile.memory_budget} needs --compile.enabled true (or --auto, which turns compile on for GPUs)")
         profile = self.metrics.profile_range()
         if profile and profile[1] > t.steps:
             raise ConfigError(f"--metrics.profile_steps: step {profile[1]} is after the last step ({t.steps}); profile steps within --train.steps")

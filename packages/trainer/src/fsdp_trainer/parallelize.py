@@ -43,8 +43,13 @@ def apply_activation_checkpointing(blocks: nn.ModuleList, mode: str, every: int)
             blocks[i] = checkpoint_wrapper(block, preserve_rng_state=False)
 
 
-def apply_compile(blocks: nn.ModuleList, mode: str = "default") -> None:
-    """``torch.compile`` each block separately (``compile.mode``): identical blocks share one compiled graph."""
+def apply_compile(blocks: nn.ModuleList, mode: str = "default", memory_budget: float = 1.0) -> None:
+    """``torch.compile`` each block separately (``compile.mode``): identical blocks share one compiled graph.
+    ``memory_budget`` (``compile.memory_budget``) is the compiler's process-wide activation memory budget, read when
+    the blocks compile (at their first call)."""
+    import torch._functorch.config as functorch_config
+
+    functorch_config.activation_memory_budget = memory_budget
     for i, block in enumerate(blocks):
         blocks[i] = torch.compile(block, mode=mode)
 
@@ -199,7 +204,7 @@ def parallelize_llama(
     blocks = model.lm.model.layers
     apply_activation_checkpointing(blocks, cfg.activation_checkpointing.mode, cfg.activation_checkpointing.every)
     if cfg.compile.enabled:
-        apply_compile(blocks, cfg.compile.mode)
+        apply_compile(blocks, cfg.compile.mode, cfg.compile.memory_budget)
     if cfg.parallel.api == "fsdp2":
         assert mesh is not None
         apply_fsdp2(model, blocks, cfg, mesh)

@@ -36,6 +36,7 @@ from typing import Any
 
 import torch
 
+from . import shards
 from .adamw import TritonAdamW
 from .checkpoint import Checkpointer, export_hf
 from .config import TrainerConfig
@@ -43,7 +44,6 @@ from .data import build_dataloader
 from .distributed import DistEnv, build_mesh
 from .flops import flops_per_token
 from .fp8 import precompute_scales
-from . import shards
 from .materialize import build_model
 from .metrics import Metrics
 from .model import DTYPES
