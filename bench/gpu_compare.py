@@ -98,7 +98,9 @@ TRAINER_VARIANTS: dict[str, dict[str, str]] = {
     # third less per token, which makes room for micro batch 4 on the 8B
     **{f"8b-fsdp2-noac-mb{mb}-compile-bf16reduce-symm-budget{b}": tv("llama3.1-8b", "fsdp2", "none", mb, **{
         "compile.enabled": "true", "compile.loss": "true", "precision.reduce_dtype": "bf16", "parallel.comm_buffers": "symmetric",
-        "compile.memory_budget": f"0.{b}"}) for mb in (3, 4, 5) for b in (5, 7, 8)},
+        "compile.memory_budget": f"0.{b}"}) for mb in (3, 4, 5, 6) for b in (5, 6, 7, 8)},
+    **{f"fsdp2-noac-mb{mb}-compile-budget7": tv("llama2-7b", "fsdp2", "none", mb, **{
+        "compile.enabled": "true", "compile.loss": "true", "compile.memory_budget": "0.7"}) for mb in (4, 5, 6, 7)},
     "8b-fsdp2-noac-mb3-compile-flash": tv("llama3.1-8b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "model.sdpa_backend": "flash"}),
     # --auto: the trainer picks micro-batch, checkpointing and compile itself
     "7b-auto": {"model.preset": "llama2-7b", "auto.enabled": "true"},
