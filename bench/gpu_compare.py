@@ -101,6 +101,9 @@ TRAINER_VARIANTS: dict[str, dict[str, str]] = {
         "compile.memory_budget": f"0.{b}"}) for mb in (3, 4, 5, 6) for b in (5, 6, 7, 8)},
     **{f"fsdp2-noac-mb{mb}-compile-budget7": tv("llama2-7b", "fsdp2", "none", mb, **{
         "compile.enabled": "true", "compile.loss": "true", "compile.memory_budget": "0.7"}) for mb in (4, 5, 6, 7)},
+    **{f"fsdp2-noac-mb{mb}-compile-fp8-budget7": tv("llama2-7b", "fsdp2", "none", mb, **{
+        "compile.enabled": "true", "compile.loss": "true", "fp8.enabled": "true", "fp8.all_gather": "true",
+        "compile.memory_budget": "0.7"}) for mb in (5, 6, 8)},
     "8b-fsdp2-noac-mb3-compile-flash": tv("llama3.1-8b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "model.sdpa_backend": "flash"}),
     # --auto: the trainer picks micro-batch, checkpointing and compile itself
     "7b-auto": {"model.preset": "llama2-7b", "auto.enabled": "true"},
@@ -143,11 +146,12 @@ ACCELERATE_VARIANTS = {  # name -> (preset shape, micro batch, activation checkp
 SUITES = {
     "issue2": ["smoke-fsdp2", "smoke-fsdp1", "fsdp2-ac-mb1", "fsdp2-ac-mb2", "fsdp2-noac-mb1", "fsdp2-noac-mb2",
                "fsdp1-ac-mb1", "fsdp1-noac-mb2"],
-    # issue 5 in one call (about 8 minutes on 2 H200s): the 8B head to head (trainer --auto, the trainer's best:
-    # symmetric buffers and bf16 reduction on top of auto's pick; torchtitan's two best), the 7B MFU, FP8 against
-    # bf16 at micro batches 3 and 4, and accelerate
-    "speed": ["8b-auto", "8b-fsdp2-noac-mb3-compile-bf16reduce-symm", "tt-8b-mb3-compile", "tt-8b-mb2-compile",
-              "fsdp2-noac-mb4-compile", "fsdp2-noac-mb3-compile", "fsdp2-noac-mb3-compile-fp8", "fsdp2-noac-mb4-compile-fp8",
+    # issue 5 in one call (about 8 minutes on 2 H200s): the 8B head to head (the trainer's best: micro batch 5 with
+    # the lean memory budget, symmetric buffers and bf16 reduction; torchtitan's best), the 7B bf16 at its best
+    # (micro batch 6, lean budget; also the MFU target), FP8 at micro batches 4 (default budget), 6 and 8 (lean),
+    # and accelerate. --auto's pick for the 8B (micro batch 4, lean) is the -mb4-...-budget7 variant's settings.
+    "speed": ["tt-8b-mb3-compile", "8b-fsdp2-noac-mb5-compile-bf16reduce-symm-budget7", "fsdp2-noac-mb6-compile-budget7",
+              "fsdp2-noac-mb6-compile-fp8-budget7", "fsdp2-noac-mb8-compile-fp8-budget7", "fsdp2-noac-mb4-compile-fp8",
               "accelerate-7b-noac-mb2"],
 }
 

@@ -6,6 +6,9 @@ What it chooses, among the settings the user did not give explicitly:
   compile time outweighs the gain for the small models trained there);
 - ``ac.mode`` / ``ac.every``: no activation checkpointing when it fits, else
   selective (one block in 4, then one in 2), else full (``AC_CANDIDATES``);
+- ``compile.memory_budget``: 1, or ``LEAN_BUDGET`` (compiled blocks without checkpointing recompute their
+  norms and SiLU(gate)*up in backward and keep a third less per token) where the larger micro-batch this makes
+  room for is the faster candidate;
 - ``train.micro_batch_size``: the largest that fits, up to ``MAX_MICRO_BATCH``; when
   the user fixed the per-rank batch (``micro_batch_size`` x ``grad_accum_steps``)
   it is kept, split into the largest micro-batches that fit.
@@ -23,7 +26,9 @@ The memory model, per GPU, for N parameters sharded over S ranks:
   and of the root (embeddings, lm_head), plus the loss's per-chunk buffers;
 - activations per token per decoder layer without checkpointing, compiled:
   ``12.7 d + 6 ffn + 4 kv_dim`` bytes (eager: 1.13 times that with ``model.fused_kernels``,
-  1.42 with Hugging Face's element-wise RMSNorm and rotary code); a checkpointed layer keeps
+  1.42 with Hugging Face's element-wise RMSNorm and rotary code); ``8 d + 4 ffn + 4 kv_dim`` compiled with a
+  memory budget below 1 (what the compiler keeps at 0.7: the block's input, query, key, value, attention output,
+  one more ``d``-wide tensor, gate and up); a checkpointed layer keeps
   its bf16 input (``2 d``) and one layer's activations are rebuilt at a time.
 
 The coefficients were fitted to peaks measured on H200s (bench/RESULTS.md: Llama-2-7B and
@@ -51,6 +56,9 @@ AC_CANDIDATES = (("none", 1, 0.0), ("selective", 4, 0.25), ("selective", 2, 0.5)
 MEMORY_FRACTION = 0.85
 #: Candidates this close in estimated speed count as a tie, settled by memory.
 NEAR_TIE = 0.015
+#: ``compile.memory_budget`` of the lean candidates, and what its backward recompute costs, as a share of a forward
+#: (Llama-3.1-8B at micro batch 3 on 2 H200s: 0.7% slower than with the default budget, session 7 call B).
+LEAN_BUDGET, LEAN_RECOMPUTE = 0.7, 0.02
 
 
 @dataclass(frozen=True)
@@ -90,15 +98,20 @@ class Candidate:
     compiled: bool
     peak_bytes: int
     speed: float  # relative tokens/s, comparable between candidates of one run only
+    memory_budget: float = 1.0
 
     def describe(self) -> str:
         ac = self.ac_mode if self.ac_mode != "selective" else f"selective every {self.ac_every}"
-        return f"micro_batch_size={self.micro_batch_size} grad_accum_steps={self.grad_accum_steps} ac={ac} compile={'on' if self.compiled else 'off'}"
+        budget = f" memory_budget={self.memory_budget:g}" if self.memory_budget < 1 else ""
+        return f"micro_batch_size={self.micro_batch_size} grad_accum_steps={self.grad_accum_steps} ac={ac} compile={'on' if self.compiled else 'off'}{budget}"
 
 
-def activation_bytes_per_token(shape: Shape, compiled: bool, ac_mode: str, ac_every: int, fused_kernels: bool = True) -> float:
+def activation_bytes_per_token(shape: Shape, compiled: bool, ac_mode: str, ac_every: int, fused_kernels: bool = True,
+                               memory_budget: float = 1.0) -> float:
     """Bytes kept per token for the whole decoder between forward and backward."""
     full_layer = 12.7 * shape.hidden + 6 * shape.ffn + 4 * shape.kv_dim
+    if compiled and memory_budget < 1:
+        full_layer = 8 * shape.hidden + 4 * shape.ffn + 4 * shape.kv_dim
     if not compiled:
         full_layer *= 1.13 if fused_kernels else 1.42
     checkpointed = {"none": 0, "full": shape.layers}.get(ac_mode, shape.layers // max(ac_every, 1))
@@ -112,7 +125,7 @@ def estimate_peak_bytes(
     shape: Shape, seq_len: int, micro_batch: int, *, shard_degree: int, compiled: bool, ac_mode: str, ac_every: int = 2,
     loss_chunk_tokens: int = 4096, fused_loss: bool = True, cpu_offload: bool = False, param_bytes: int = 2,
     grad_accum_steps: int = 1, reshard_after_forward: bool = True, reduce_bytes: int = 4, fused_kernels: bool = True,
-    master_weights: bool = False,
+    master_weights: bool = False, memory_budget: float = 1.0,
 ) -> int:
     """Estimated peak of allocated bytes (``torch.cuda.max_memory_allocated``) on one GPU in a training step.
 
@@ -125,7 +138,7 @@ def estimate_peak_bytes(
     fwd_bytes = 14 if master_weights and grad_accum_steps == 1 else 12
     states_fwd, states_step = (0.0, 0.0) if cpu_offload else (fwd_bytes * n_shard, 16 * n_shard)
     tokens = micro_batch * seq_len
-    activations = tokens * activation_bytes_per_token(shape, compiled, ac_mode, ac_every, fused_kernels)
+    activations = tokens * activation_bytes_per_token(shape, compiled, ac_mode, ac_every, fused_kernels, memory_budget)
     blocks_gathered = 3 if reshard_after_forward else shape.layers
     gathered = param_bytes * (blocks_gathered * shape.block_params + shape.vocab * shape.hidden * (1 if shape.tied else 2))
     if grad_accum_steps > 1:
@@ -157,12 +170,14 @@ def choose(
     fixed_batch: int | None, fixed_micro_batch: int | None, ac_fixed: tuple[str, int] | None, loss_chunk_tokens: int,
     fused_loss: bool, cpu_offload: bool, param_bytes: int = 2, ac_every_fixed: int | None = None,
     reshard_after_forward: bool = True, reduce_bytes: int = 4, fused_kernels: bool = True, master_weights: bool = False,
+    memory_budgets: tuple[float, ...] = (1.0,),
 ) -> tuple[Candidate | None, list[Candidate]]:
     """The fastest candidate that fits (None when none does) and every candidate considered, fastest first.
 
     ``fixed_batch``: micro-batch x accumulation per rank to keep (micro-batches must divide it);
     ``fixed_micro_batch``: a micro-batch the user set; ``ac_fixed``: (mode, every) the user set;
-    ``ac_every_fixed``: an ``ac.every`` the user set without a mode (selective candidates use it).
+    ``ac_every_fixed``: an ``ac.every`` the user set without a mode (selective candidates use it);
+    ``memory_budgets``: the ``compile.memory_budget`` values to consider (below 1: compiled runs without checkpointing only).
     """
     budget = device_bytes * memory_fraction
     if ac_fixed is not None:
@@ -179,15 +194,18 @@ def choose(
         micro_batches = list(range(1, MAX_MICRO_BATCH + 1))
     considered = []
     for mode, every, recompute in acs:
+        kept_shares = [b for b in memory_budgets if b >= 1 or (compiled and mode == "none")] or [1.0]
         for mb in micro_batches:
             accum = (fixed_batch // mb) if fixed_batch is not None else 1
-            peak = estimate_peak_bytes(
-                shape, seq_len, mb, shard_degree=shard_degree, compiled=compiled, ac_mode=mode, ac_every=every,
-                loss_chunk_tokens=loss_chunk_tokens, fused_loss=fused_loss, cpu_offload=cpu_offload, param_bytes=param_bytes,
-                grad_accum_steps=accum, reshard_after_forward=reshard_after_forward, reduce_bytes=reduce_bytes, fused_kernels=fused_kernels,
-                master_weights=master_weights,
-            )
-            considered.append(Candidate(mode, every, mb, accum, compiled, peak, relative_speed(recompute, mb, compiled)))
+            for share in kept_shares:
+                peak = estimate_peak_bytes(
+                    shape, seq_len, mb, shard_degree=shard_degree, compiled=compiled, ac_mode=mode, ac_every=every,
+                    loss_chunk_tokens=loss_chunk_tokens, fused_loss=fused_loss, cpu_offload=cpu_offload, param_bytes=param_bytes,
+                    grad_accum_steps=accum, reshard_after_forward=reshard_after_forward, reduce_bytes=reduce_bytes, fused_kernels=fused_kernels,
+                    master_weights=master_weights, memory_budget=share,
+                )
+                speed = relative_speed(recompute + (LEAN_RECOMPUTE if share < 1 else 0.0), mb, compiled)
+                considered.append(Candidate(mode, every, mb, accum, compiled, peak, speed, share))
     considered.sort(key=lambda c: (-c.speed, c.peak_bytes))
     fitting = [c for c in considered if c.peak_bytes <= budget]
     if not fitting:
@@ -238,6 +256,7 @@ def apply_auto(cfg: Any, hf_config: Any, *, world_size: int, local_world_size: i
         reshard_after_forward=bool(cfg.parallel.reshard_after_forward), reduce_bytes=4 if cfg.precision.reduce_dtype == "fp32" else 2,
         fused_kernels=cfg.model.fused_kernels and cfg.model.attn_implementation != "eager",  # eager attention stays Hugging Face's
         master_weights=master_weights,
+        memory_budgets=(comp.memory_budget,) if "compile.memory_budget" in explicit else ((1.0, LEAN_BUDGET) if compiled else (1.0,)),
     )
     where = f"{world_size} x {device_bytes / GiB:.1f} GiB ({'GPUs' if on_gpu else 'CPU processes'})"
     if best is None:
@@ -249,6 +268,8 @@ def apply_auto(cfg: Any, hf_config: Any, *, world_size: int, local_world_size: i
     t.micro_batch_size, t.grad_accum_steps = best.micro_batch_size, best.grad_accum_steps
     ac.mode, ac.every = best.ac_mode, best.ac_every if best.ac_mode == "selective" else ac.every
     comp.enabled = compiled
+    if "compile.memory_budget" not in explicit:
+        comp.memory_budget = best.memory_budget
     if "compile.loss" not in explicit:
         comp.loss = compiled
     kept = sorted(k for k in explicit if k in AUTO_FIELDS)
@@ -266,4 +287,5 @@ def apply_auto(cfg: Any, hf_config: Any, *, world_size: int, local_world_size: i
 
 
 #: The settings ``--auto`` may choose; any of them given explicitly is kept (grad_accum_steps: the per-rank batch it makes).
-AUTO_FIELDS = ("train.micro_batch_size", "train.grad_accum_steps", "ac.mode", "ac.every", "compile.enabled", "compile.loss")
+AUTO_FIELDS = ("train.micro_batch_size", "train.grad_accum_steps", "ac.mode", "ac.every", "compile.enabled", "compile.loss",
+               "compile.memory_budget")
