@@ -162,15 +162,13 @@ def test_swapped_model_pickles():
     assert type(copy_.model.norm).__name__ == "FusedRMSNorm"
 
 
-def test_memory_budget_makes_compiled_blocks_keep_less_for_backward(monkeypatch):
+def test_memory_budget_makes_compiled_blocks_keep_less_for_backward():
     """``compile.memory_budget`` 0.7: the compiled Llama block recomputes its cheap element-wise work in backward,
     keeps a good part less for it, and gives the same gradients."""
     import torch._dynamo
     import torch._functorch.config as functorch_config
     from transformers import LlamaConfig
     from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
-
-    from fsdp_trainer import parallelize
 
     cfg = LlamaConfig(hidden_size=64, intermediate_size=224, num_attention_heads=4, num_key_value_heads=2,
                       num_hidden_layers=1, vocab_size=32, max_position_embeddings=64)
@@ -183,26 +181,34 @@ def test_memory_budget_makes_compiled_blocks_keep_less_for_backward(monkeypatch)
     x = torch.randn(2, 32, 64)
     cos, sin = LlamaRotaryEmbedding(cfg)(x, torch.arange(32).unsqueeze(0))
     kept, grads = {}, {}
-    monkeypatch.setattr(functorch_config, "activation_memory_budget", 1.0)
-    for budget in (1.0, 0.7):
-        torch._dynamo.reset()
-        blocks = torch.nn.ModuleList([copy.deepcopy(holder.layers[0])])
-        parallelize.apply_compile(blocks, "default", budget)
-        inp = x.clone().requires_grad_()
-        sizes = []
-
-        def pack(t, sizes=sizes):
-            sizes.append(t.numel() * t.element_size())
-            return t
-
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            out = blocks[0](inp, position_embeddings=(cos, sin))
-        out = out[0] if isinstance(out, tuple) else out
-        out.square().sum().backward()
-        weights = sum(p.numel() * p.element_size() for p in blocks[0].parameters())
-        kept[budget] = sum(sizes) - weights  # the weights are kept either way
-        grads[budget] = [inp.grad, *(p.grad for p in blocks[0].parameters())]
+    with functorch_config.patch(activation_memory_budget=1.0):  # restored after: apply_compile sets it process-wide
+        for budget in (1.0, 0.7):
+            kept[budget], grads[budget] = _kept_for_backward(holder.layers[0], x, cos, sin, budget)
     torch._dynamo.reset()
     assert kept[0.7] < 0.8 * kept[1.0], kept
     for a, b in zip(grads[1.0], grads[0.7], strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def _kept_for_backward(layer, x, cos, sin, budget):
+    """Bytes a compiled copy of ``layer`` keeps for backward (its weights left out), and the gradients it gives."""
+    import torch._dynamo
+
+    from fsdp_trainer import parallelize
+
+    torch._dynamo.reset()
+    blocks = torch.nn.ModuleList([copy.deepcopy(layer)])
+    parallelize.apply_compile(blocks, "default", budget)
+    inp = x.clone().requires_grad_()
+    sizes = []
+
+    def pack(t):
+        sizes.append(t.numel() * t.element_size())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = blocks[0](inp, position_embeddings=(cos, sin))
+    out = out[0] if isinstance(out, tuple) else out
+    out.square().sum().backward()
+    weights = sum(p.numel() * p.element_size() for p in blocks[0].parameters())  # kept either way
+    return sum(sizes) - weights, [inp.grad, *(p.grad for p in blocks[0].parameters())]

@@ -239,7 +239,7 @@ def test_compile_mode_reaches_every_block(monkeypatch):
     blocks = torch.nn.ModuleList([torch.nn.Linear(2, 2) for _ in range(3)])
     import torch._functorch.config as functorch_config
 
-    monkeypatch.setattr(functorch_config, "activation_memory_budget", 1.0)
-    parallelize.apply_compile(blocks, "max-autotune-no-cudagraphs", 0.7)
+    with functorch_config.patch(activation_memory_budget=1.0):  # restored after (a config module, not monkeypatch's)
+        parallelize.apply_compile(blocks, "max-autotune-no-cudagraphs", 0.7)
+        assert functorch_config.activation_memory_budget == 0.7, "the compiler's budget, read when the blocks compile"
     assert seen == [{"mode": "max-autotune-no-cudagraphs"}] * 3
-    assert functorch_config.activation_memory_budget == 0.7, "the compiler's budget, read when the blocks compile"

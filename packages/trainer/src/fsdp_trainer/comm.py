@@ -5,7 +5,8 @@ all-gather on the GPU's copy engines instead of SM kernels when the communicator
 (``NCCL_CTA_POLICY=2``), on one node; the SMs stay with the matmuls the all-gather overlaps. Without that policy,
 NCCL uses its symmetric-memory kernels. FSDP2 gathers in place (each rank's input is its slice of the output), so
 registering the output registers both; with ``parallel.flat_shards`` the input is the unit's shard buffer, which
-``symmetric_allocator`` takes from the same pool. Reduce-scatters (input and output registered) run on NCCL's
+``symmetric_allocator`` takes from the same pool and registers when it allocates it (torch 2.12+'s own all-gather
+registers only the output). Reduce-scatters (input and output registered) run on NCCL's
 symmetric-memory kernels; a reduction cannot run on the copy engines.
 """
 

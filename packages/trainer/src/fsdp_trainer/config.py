@@ -151,7 +151,7 @@ class CompileConfig:
     mode: Literal["default", "max-autotune-no-cudagraphs"] = "default"
     """torch.compile mode of the blocks. max-autotune-no-cudagraphs also times Triton / CUTLASS matmul and kernel configurations at start-up (minutes) and keeps the fastest; CUDA-graph modes are not offered (FSDP's hooks run between the blocks)."""
     memory_budget: float = 1.0
-    """Activation memory the compiled blocks keep for backward, as a fraction of what the compiler keeps by default (torch._functorch.config.activation_memory_budget); below 1 it recomputes the cheapest operations in backward instead. 0.7 on Llama blocks: the RMSNorms and SiLU(gate)*up are recomputed, a third less memory per token, which makes room for a larger micro-batch. 0 is the whole block recomputed."""
+    """Activation memory what the trainer compiles keeps for backward (the blocks; also the loss with compile.loss and train.fused_loss false), as a fraction of what the compiler keeps by default (torch._functorch.config.activation_memory_budget, set for the process); below 1 it recomputes the cheapest operations in backward instead. 0.7 on Llama blocks: the RMSNorms and SiLU(gate)*up are recomputed, a third less memory per token, which makes room for a larger micro-batch. 0 is the whole block recomputed."""
 
 
 @dataclass

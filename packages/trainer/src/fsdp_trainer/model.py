@@ -142,6 +142,7 @@ class LinearCrossEntropy(torch.autograd.Function):
                 grad_weight = grad_weight if one_chunk else grad_weight.to(acc_dtype)
             else:
                 grad_weight += grad_logits.t() @ hidden[rows]
+            del grad_logits  # not held while the next chunk makes its logits
         assert grad_weight is not None, "LinearCrossEntropy needs at least one token"
         ctx.save_for_backward(grad_hidden, grad_weight.to(weight.dtype))
         return loss

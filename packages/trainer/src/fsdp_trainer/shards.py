@@ -39,8 +39,9 @@ Allocate = Callable[[int, torch.dtype, torch.device], torch.Tensor]
 #: storage address -> the flat buffer of one unit's shards (held by that unit; see ``flatten_shards``).
 _BUFFERS: weakref.WeakValueDictionary[int, torch.Tensor] = weakref.WeakValueDictionary()
 _LIBRARIES: list[torch.library.Library] = []  # a Library unregisters its kernels when it is collected
-#: how many all-gathers took a flat buffer as their input (read by the tests)
+#: all-gathers that took a flat buffer as their input, and those whose shards were copied (read by the tests)
 sent_as_is = 0
+copied_in = 0
 
 
 def _flat_input(inputs: Sequence[torch.Tensor], dtype: torch.dtype, numel: int) -> torch.Tensor | None:
@@ -61,11 +62,12 @@ def _flat_input(inputs: Sequence[torch.Tensor], dtype: torch.dtype, numel: int) 
 def _copy_in(all_gather_inputs: list[torch.Tensor], all_gather_output: torch.Tensor, inp_split_sizes: list[int],
              all_gather_input_numel: int, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``fsdp::all_gather_copy_in``: returns (the all-gather's input, its output)."""
-    global sent_as_is
+    global sent_as_is, copied_in
     flat = _flat_input(all_gather_inputs, all_gather_output.dtype, all_gather_input_numel)
     if flat is not None:
         sent_as_is += 1
         return flat, all_gather_output
+    copied_in += 1
     # FSDP2's own: this rank's slice of the output, with every shard copied into it
     all_gather_input = all_gather_output.narrow(0, all_gather_input_numel * rank, all_gather_input_numel)
     with torch.no_grad():
@@ -73,7 +75,7 @@ def _copy_in(all_gather_inputs: list[torch.Tensor], all_gather_output: torch.Ten
     return all_gather_input, all_gather_output
 
 
-#: the op ``_copy_in`` stands in for, as torch 2.4 to 2.13 define it
+#: the op ``_copy_in`` stands in for, as torch 2.11 to 2.13 define it
 SCHEMA = ("fsdp::all_gather_copy_in(Tensor[] all_gather_inputs, Tensor all_gather_output, SymInt[] inp_split_sizes, "
           "SymInt all_gather_input_numel, SymInt rank) -> (Tensor, Tensor)")
 
@@ -101,7 +103,10 @@ def install() -> bool:
 
 def _eligible(group: object) -> bool:
     """Whether FSDP2 sends the shards of this unit's parameters as they are: plain tensors on the device, all of one
-    dtype which is also the one they are gathered in, unpadded, and sharded on dim 0."""
+    dtype which is also the one they are gathered in, and sharded on dim 0 evenly (no rank padded or empty).
+
+    Every test here gives the same answer on every rank (the evenness comes from the full sizes, not from this
+    rank's shard): under symmetric memory each buffer is registered by a collective that all ranks must join."""
     from torch.distributed.fsdp._fully_shard._fsdp_param import ShardedState
 
     fsdp_params = group.fsdp_params  # type: ignore[attr-defined]
@@ -109,9 +114,10 @@ def _eligible(group: object) -> bool:
     dtypes = set()
     for fp in fsdp_params:
         local, data = fp.sharded_param._local_tensor, fp._sharded_param_data
+        ranks, rows = fp.mesh_info.shard_mesh_size, fp._orig_size[0] if len(fp._orig_size) else 0
         if (fp.sharded_state != ShardedState.SHARDED or getattr(fp, "offload_to_cpu", True) or fp.fsdp_placement.dim != 0
                 or type(local) is not torch.Tensor or type(data) is not torch.Tensor or not local.is_floating_point()
-                or local.numel() != data.numel() or local.numel() == 0 or not local.is_contiguous()):
+                or rows == 0 or rows % ranks != 0 or local.numel() != data.numel() or not local.is_contiguous()):
             return False
         dtypes.add(local.dtype)
     return len(dtypes) == 1 and gathered in (None, *dtypes)
@@ -125,11 +131,8 @@ def flatten_shards(model: nn.Module, allocate: Allocate | None = None) -> int:
     if not install():
         return 0
     flattened = 0
-    for unit in model.modules():
-        if not hasattr(unit, "_get_fsdp_state"):
-            continue
-        group = unit._get_fsdp_state()._fsdp_param_group
-        if group is None or not group.fsdp_params or not _eligible(group):
+    for unit, group in _param_groups(model):
+        if not group.fsdp_params or not _eligible(group):
             continue
         first = group.fsdp_params[0].sharded_param._local_tensor
         numel = sum(fp._sharded_param_data.numel() for fp in group.fsdp_params)
@@ -145,10 +148,23 @@ def flatten_shards(model: nn.Module, allocate: Allocate | None = None) -> int:
                 offset += local.numel()
         if not all(fp._sharded_param_data.data_ptr() == fp.sharded_param._local_tensor.data_ptr() for fp in group.fsdp_params):
             raise RuntimeError("parallel.flat_shards: FSDP2 did not take the moved shards; use --parallel.flat_shards false")
-        unit._flat_shards = flat  # the unit holds its buffer; the registry only points at it
+        unit._flat_shards = [*getattr(unit, "_flat_shards", []), flat]  # the unit holds its buffers; the registry only points at them
         _BUFFERS[flat.untyped_storage().data_ptr()] = flat
         flattened += 1
     return flattened
+
+
+def _param_groups(model: nn.Module) -> list[tuple[nn.Module, object]]:
+    """(FSDP2 unit, one of its parameter groups) for every unit of ``model``."""
+    out = []
+    for unit in model.modules():
+        if hasattr(unit, "_get_fsdp_state"):
+            state = unit._get_fsdp_state()
+            groups = getattr(state, "_fsdp_param_groups", None)
+            if groups is None:  # older torch: one group per unit
+                groups = [state._fsdp_param_group] if state._fsdp_param_group is not None else []
+            out += [(unit, g) for g in groups]
+    return out
 
 
 def _empty(numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:

@@ -356,6 +356,7 @@ class Trainer:
             master_weights="optimizer" if getattr(self.optimizer, "master_weights", False) else "params",
             flat_shard_units=self.flat_shard_units,
             all_gathers_sent_as_is=shards.sent_as_is,
+            all_gathers_copied_in=shards.copied_in,
         )
         if env.is_leader:
             out = Path(cfg.train.output_dir)
