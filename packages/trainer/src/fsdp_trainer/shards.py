@@ -20,6 +20,9 @@ Here the shards are moved there once instead:
 The parameters are written between all-gathers only by the optimizer, on the compute stream, and FSDP2's root
 makes its all-gather streams wait for that stream before the first all-gather of a step, as it does for its own
 copy-in.
+
+Measured on Llama-3.1-8B over 2 H200s: 11,180 against 11,146 tokens/s/GPU with it off (+0.3%, session 7, call A);
+the copy it removes ran beside the matmuls, so its cost to the step was a small share of its 24 ms.
 """
 
 from __future__ import annotations
