@@ -95,7 +95,7 @@ TRAINER_VARIANTS: dict[str, dict[str, str]] = {
     "8b-fsdp2-noac-mb3-compile-bf16reduce-symm-noflat": tv("llama3.1-8b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "precision.reduce_dtype": "bf16", "parallel.comm_buffers": "symmetric", "parallel.flat_shards": "false"}),
     "fsdp2-noac-mb3-compile-noflat": tv("llama2-7b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "parallel.flat_shards": "false"}),
     # compile.memory_budget 0.7: the compiled blocks recompute their norms and SiLU(gate)*up in backward, keeping a
-    # third less per token, which makes room for micro batch 4 on the 8B
+    # third less per token, which makes room for micro batch 5 on the 8B
     **{f"8b-fsdp2-noac-mb{mb}-compile-bf16reduce-symm-budget{b}": tv("llama3.1-8b", "fsdp2", "none", mb, **{
         "compile.enabled": "true", "compile.loss": "true", "precision.reduce_dtype": "bf16", "parallel.comm_buffers": "symmetric",
         "compile.memory_budget": f"0.{b}"}) for mb in (3, 4, 5, 6) for b in (5, 6, 7, 8)},

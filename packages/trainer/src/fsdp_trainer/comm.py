@@ -5,8 +5,7 @@ all-gather on the GPU's copy engines instead of SM kernels when the communicator
 (``NCCL_CTA_POLICY=2``), on one node; the SMs stay with the matmuls the all-gather overlaps. Without that policy,
 NCCL uses its symmetric-memory kernels. FSDP2 gathers in place (each rank's input is its slice of the output), so
 registering the output registers both; with ``parallel.flat_shards`` the input is the unit's shard buffer, which
-``symmetric_allocator`` takes from the same pool and registers when it allocates it (torch 2.12+'s own all-gather
-registers only the output). Reduce-scatters (input and output registered) run on NCCL's
+``symmetric_allocator`` takes from the same pool and registers once, when it allocates it. Reduce-scatters (input and output registered) run on NCCL's
 symmetric-memory kernels; a reduction cannot run on the copy engines.
 """
 
@@ -65,10 +64,8 @@ class SymmetricAllGather(_SymmetricPool, AllGather):
                  async_op: bool = False) -> dist.Work | None:
         from torch.distributed import _symmetric_memory as symm_mem
 
+        # in place, the input is a slice of the output; out of place, it is a flat shard buffer, registered already
         symm_mem.rendezvous(output_tensor, group=group.group_name)
-        if input_tensor.untyped_storage().data_ptr() != output_tensor.untyped_storage().data_ptr():
-            # out of place: a unit's flat shard buffer (shards.py), from the same pool
-            symm_mem.rendezvous(input_tensor, group=group.group_name)
         return dist.all_gather_into_tensor(output_tensor, input_tensor, group=group, async_op=async_op)
 
 
