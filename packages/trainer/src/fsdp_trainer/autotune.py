@@ -8,7 +8,9 @@ What it chooses, among the settings the user did not give explicitly:
   selective (one block in 4, then one in 2), else full (``AC_CANDIDATES``);
 - ``compile.memory_budget``: 1, or ``LEAN_BUDGET`` (compiled blocks without checkpointing recompute their
   norms and SiLU(gate)*up in backward and keep a third less per token) where the larger micro-batch this makes
-  room for is the faster candidate;
+  room for is the faster candidate; 1 under ``fp8.enabled``, where the lean budget measured slower at every
+  micro-batch (Llama-2-7B on 2 H200s: 16,270 and 16,548 tokens/s/GPU at micro batches 6 and 8, against 16,629
+  at 4 with the default budget; session 7);
 - ``train.micro_batch_size``: the largest that fits, up to ``MAX_MICRO_BATCH``; when
   the user fixed the per-rank batch (``micro_batch_size`` x ``grad_accum_steps``)
   it is kept, split into the largest micro-batches that fit.
@@ -28,7 +30,7 @@ The memory model, per GPU, for N parameters sharded over S ranks:
   ``12.7 d + 6 ffn + 4 kv_dim`` bytes (eager: 1.13 times that with ``model.fused_kernels``,
   1.42 with Hugging Face's element-wise RMSNorm and rotary code); ``8 d + 4 ffn + 4 kv_dim`` compiled with a
   memory budget of 0.7 or less (what the compiler keeps at 0.7: the block's input, query, key, value, attention
-  output, one more ``d``-wide tensor, gate and up); a checkpointed layer keeps
+  output, one more ``d``-wide tensor, gate and up); ``FP8_ACTIVATION_SHARE`` of those under ``fp8.enabled``; a checkpointed layer keeps
   its bf16 input (``2 d``) and one layer's activations are rebuilt at a time.
 
 The coefficients were fitted to peaks measured on H200s (bench/RESULTS.md: Llama-2-7B and
@@ -59,6 +61,12 @@ NEAR_TIE = 0.015
 #: ``compile.memory_budget`` of the lean candidates, and what its backward recompute costs, as a share of a forward
 #: (Llama-3.1-8B at micro batch 3 on 2 H200s: 0.7% slower than with the default budget, session 7 call B).
 LEAN_BUDGET, LEAN_RECOMPUTE = 0.7, 0.02
+#: Activations kept under ``fp8.enabled``, as a share of bf16's: the float8 linears keep their inputs in float8.
+#: Fitted on Llama-2-7B over 2 H200s, compiled, at both budgets (0.71 at 1 and at 0.7; sessions 7 and 8).
+FP8_ACTIVATION_SHARE = 0.71
+#: A step's fixed costs under ``fp8.enabled``, in micro-batches' worth of compute (0.3 in bf16): Llama-2-7B on 2 H200s
+#: (session 8, call B) went 17,056 -> 17,531 -> 18,079 tokens/s/GPU from micro batch 4 to 6.
+FP8_FIXED_COST = 0.9
 
 
 @dataclass(frozen=True)
@@ -107,13 +115,15 @@ class Candidate:
 
 
 def activation_bytes_per_token(shape: Shape, compiled: bool, ac_mode: str, ac_every: int, fused_kernels: bool = True,
-                               memory_budget: float = 1.0) -> float:
+                               memory_budget: float = 1.0, fp8: bool = False) -> float:
     """Bytes kept per token for the whole decoder between forward and backward."""
     full_layer = 12.7 * shape.hidden + 6 * shape.ffn + 4 * shape.kv_dim
     if compiled and memory_budget <= LEAN_BUDGET:  # between it and 1: counted as 1 (measured only at 0.7 and 0.8)
         full_layer = 8 * shape.hidden + 4 * shape.ffn + 4 * shape.kv_dim
     if not compiled:
         full_layer *= 1.13 if fused_kernels else 1.42
+    if fp8:
+        full_layer *= FP8_ACTIVATION_SHARE
     checkpointed = {"none": 0, "full": shape.layers}.get(ac_mode, shape.layers // max(ac_every, 1))
     kept = (shape.layers - checkpointed) * full_layer + checkpointed * 2 * shape.hidden
     if checkpointed:
@@ -125,20 +135,21 @@ def estimate_peak_bytes(
     shape: Shape, seq_len: int, micro_batch: int, *, shard_degree: int, compiled: bool, ac_mode: str, ac_every: int = 2,
     loss_chunk_tokens: int = 4096, fused_loss: bool = True, cpu_offload: bool = False, param_bytes: int = 2,
     grad_accum_steps: int = 1, reshard_after_forward: bool = True, reduce_bytes: int = 4, fused_kernels: bool = True,
-    master_weights: bool = False, memory_budget: float = 1.0,
+    master_weights: bool = False, memory_budget: float = 1.0, fp8: bool = False,
 ) -> int:
     """Estimated peak of allocated bytes (``torch.cuda.max_memory_allocated``) on one GPU in a training step.
 
     ``grad_accum_steps`` > 1: between micro-steps FSDP keeps every gradient unsharded, in the
     reduce dtype (the price of skipping the reduce-scatter). ``reshard_after_forward`` False
     (shard_grad_op): every block stays gathered from its forward to its backward. ``master_weights``: the run keeps
-    bf16 parameters and fp32 masters when it does not accumulate (``precision.master_weights``).
+    bf16 parameters and fp32 masters when it does not accumulate (``precision.master_weights``). ``fp8``: float8
+    linears (``fp8.enabled``), which keep less per token.
     """
     n_shard = shape.params / max(shard_degree, 1)
     fwd_bytes = 14 if master_weights and grad_accum_steps == 1 else 12
     states_fwd, states_step = (0.0, 0.0) if cpu_offload else (fwd_bytes * n_shard, 16 * n_shard)
     tokens = micro_batch * seq_len
-    activations = tokens * activation_bytes_per_token(shape, compiled, ac_mode, ac_every, fused_kernels, memory_budget)
+    activations = tokens * activation_bytes_per_token(shape, compiled, ac_mode, ac_every, fused_kernels, memory_budget, fp8)
     blocks_gathered = 3 if reshard_after_forward else shape.layers
     gathered = param_bytes * (blocks_gathered * shape.block_params + shape.vocab * shape.hidden * (1 if shape.tied else 2))
     if grad_accum_steps > 1:
@@ -157,12 +168,14 @@ def estimate_peak_bytes(
     return int(max(forward_peak, step_peak))
 
 
-def relative_speed(ac_recompute: float, micro_batch: int, compiled: bool) -> float:
+def relative_speed(ac_recompute: float, micro_batch: int, compiled: bool, fp8: bool = False) -> float:
     """Relative tokens/s: forward recompute costs a third of a step per recomputed forward; fixed step costs amortise over the micro-batch.
 
-    Fitted to the H200 runs: micro-batch 1 -> 2 gains about 13% eager, 2 -> 3 about 5% compiled.
+    Fitted to the H200 runs: micro-batch 1 -> 2 gains about 13% eager, 2 -> 3 about 5% compiled. Under FP8 the
+    matmuls are faster and the fixed costs a larger share (``FP8_FIXED_COST``): 4 -> 5 gained 2.8%, 5 -> 6 3.1%.
     """
-    return (1.0 / (1.0 + ac_recompute / 3.0)) * (micro_batch / (micro_batch + 0.3)) * (1.2 if compiled else 1.0)
+    fixed = FP8_FIXED_COST if fp8 else 0.3
+    return (1.0 / (1.0 + ac_recompute / 3.0)) * (micro_batch / (micro_batch + fixed)) * (1.2 if compiled else 1.0)
 
 
 def choose(
@@ -170,7 +183,7 @@ def choose(
     fixed_batch: int | None, fixed_micro_batch: int | None, ac_fixed: tuple[str, int] | None, loss_chunk_tokens: int,
     fused_loss: bool, cpu_offload: bool, param_bytes: int = 2, ac_every_fixed: int | None = None,
     reshard_after_forward: bool = True, reduce_bytes: int = 4, fused_kernels: bool = True, master_weights: bool = False,
-    memory_budgets: tuple[float, ...] = (1.0,),
+    memory_budgets: tuple[float, ...] = (1.0,), fp8: bool = False,
 ) -> tuple[Candidate | None, list[Candidate]]:
     """The fastest candidate that fits (None when none does) and every candidate considered, fastest first.
 
@@ -202,9 +215,9 @@ def choose(
                     shape, seq_len, mb, shard_degree=shard_degree, compiled=compiled, ac_mode=mode, ac_every=every,
                     loss_chunk_tokens=loss_chunk_tokens, fused_loss=fused_loss, cpu_offload=cpu_offload, param_bytes=param_bytes,
                     grad_accum_steps=accum, reshard_after_forward=reshard_after_forward, reduce_bytes=reduce_bytes, fused_kernels=fused_kernels,
-                    master_weights=master_weights, memory_budget=share,
+                    master_weights=master_weights, memory_budget=share, fp8=fp8,
                 )
-                speed = relative_speed(recompute + (LEAN_RECOMPUTE if share < 1 else 0.0), mb, compiled)
+                speed = relative_speed(recompute + (LEAN_RECOMPUTE if share < 1 else 0.0), mb, compiled, fp8)
                 considered.append(Candidate(mode, every, mb, accum, compiled, peak, speed, share))
     considered.sort(key=lambda c: (-c.speed, c.peak_bytes))
     fitting = [c for c in considered if c.peak_bytes <= budget]
@@ -255,8 +268,9 @@ def apply_auto(cfg: Any, hf_config: Any, *, world_size: int, local_world_size: i
         ac_every_fixed=ac.every if "ac.every" in explicit else None,
         reshard_after_forward=bool(cfg.parallel.reshard_after_forward), reduce_bytes=4 if cfg.precision.reduce_dtype == "fp32" else 2,
         fused_kernels=cfg.model.fused_kernels and cfg.model.attn_implementation != "eager",  # eager attention stays Hugging Face's
-        master_weights=master_weights,
-        memory_budgets=(comp.memory_budget,) if "compile.memory_budget" in explicit else ((1.0, LEAN_BUDGET) if compiled else (1.0,)),
+        master_weights=master_weights, fp8=cfg.fp8.enabled,
+        memory_budgets=(comp.memory_budget,) if "compile.memory_budget" in explicit else
+        ((1.0, LEAN_BUDGET) if compiled and not cfg.fp8.enabled else (1.0,)),
     )
     where = f"{world_size} x {device_bytes / GiB:.1f} GiB ({'GPUs' if on_gpu else 'CPU processes'})"
     if best is None:
