@@ -371,8 +371,9 @@ class TrainerConfig:
             raise ConfigError("--fp8.enabled: float8 training is supported with --parallel.api fsdp2 or none")
         if self.fp8.all_gather and (self.fp8.recipe != "tensorwise" or par.api != "fsdp2"):
             raise ConfigError("--fp8.all_gather: needs --fp8.recipe tensorwise and --parallel.api fsdp2")
-        if self.precision.master_weights == "optimizer":
-            self._check_master_weights()
+        blocker = self.master_weights_blocker() if self.precision.master_weights == "optimizer" else None
+        if blocker:
+            raise ConfigError(f"--precision.master_weights: optimizer {blocker}")
         if t.adamw == "triton" and par.cpu_offload:
             raise ConfigError("--train.adamw: triton runs on the GPU and cannot step parameters offloaded to CPU; use foreach or auto")
         if self.runtime.device == "cpu" and self.runtime.backend == "nccl":
@@ -401,11 +402,6 @@ class TrainerConfig:
         if self.train.adamw not in ("auto", "triton"):
             return f"needs the Triton AdamW (--train.adamw triton or auto; got {self.train.adamw})"
         return None
-
-    def _check_master_weights(self) -> None:
-        reason = self.master_weights_blocker()
-        if reason:
-            raise ConfigError(f"--precision.master_weights: optimizer {reason}")
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrainerConfig:
