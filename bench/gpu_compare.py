@@ -111,6 +111,12 @@ TRAINER_VARIANTS: dict[str, dict[str, str]] = {
     **{f"fsdp2-noac-mb{mb}-compile-fp8-bf16reduce-symm": tv("llama2-7b", "fsdp2", "none", mb, **{
         "compile.enabled": "true", "compile.loss": "true", "fp8.enabled": "true", "fp8.all_gather": "true",
         "precision.reduce_dtype": "bf16", "parallel.comm_buffers": "symmetric"}) for mb in (4, 5, 6, 7)},
+    # the 8B's best with key/value heads repeated for cuDNN (the trainer before session 9; model.sdpa_gqa auto passes
+    # them to cuDNN as they are)
+    **{f"8b-fsdp2-noac-mb{mb}-compile-bf16reduce-symm-budget7{suffix}": tv("llama3.1-8b", "fsdp2", "none", mb, **{
+        "compile.enabled": "true", "compile.loss": "true", "precision.reduce_dtype": "bf16", "parallel.comm_buffers": "symmetric",
+        "compile.memory_budget": "0.7", **extra}) for mb in (5, 6) for suffix, extra in (
+            ("-gqarepeat", {"model.sdpa_gqa": "repeat"}),)},
     "8b-fsdp2-noac-mb3-compile-flash": tv("llama3.1-8b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "model.sdpa_backend": "flash"}),
     # --auto: the trainer picks micro-batch, checkpointing and compile itself
     "7b-auto": {"model.preset": "llama2-7b", "auto.enabled": "true"},

@@ -9,9 +9,12 @@ everywhere else (CPU, older GPUs).
 
 The attention function is registered with transformers' ``AttentionInterface`` under
 ``ATTENTION_NAME`` (and the stock SDPA mask builder under the same name), and the
-model's config points at it. Grouped key/value heads go to flash and math as they
-are (``enable_gqa``) and are expanded (``repeat_kv``) for cuDNN and memory-efficient
-attention; SDPA runs inside ``sdpa_kernel([kernel, MATH])``: only the chosen
+model's config points at it. Grouped key/value heads (Llama-3's 8 for 32 query heads)
+go to the kernel as they are (``enable_gqa``) where SDPA's dispatcher takes them for the
+run's shapes (flash and math; cuDNN on recent torch), so each key/value head is read once
+for its query group and its gradient comes out already summed; elsewhere (``model.sdpa_gqa
+repeat``, memory-efficient attention) they are expanded first (``repeat_kv``): a copy each
+way per block. SDPA runs inside ``sdpa_kernel([kernel, MATH])``: only the chosen
 kernel, and math as the safety net for shapes it refuses, so the choice does not rest
 on torch's default order or on a priority order being honoured inside compiled
 graphs. Before training, a probe asks SDPA's dispatcher whether the kernel takes the
@@ -40,8 +43,7 @@ _KERNELS = {
 
 #: Kernels enabled in the registered function; set by ``configure_attention`` before the model runs.
 _enabled: list[SDPBackend] = [SDPBackend.MATH]
-#: Kernels that take grouped key/value heads themselves (``enable_gqa``); for the others they are repeated.
-_GQA_NATIVE = {"flash", "math"}
+#: Whether the enabled kernel takes grouped key/value heads itself (``enable_gqa``); else they are repeated.
 _gqa_native = False
 
 
@@ -59,13 +61,17 @@ def kernel_choice(choice: str, device: torch.device) -> str | None:
     return choice
 
 
-def probe(kernel: str, device: torch.device, dtype: torch.dtype, heads: int, head_dim: int, seq_len: int) -> str | None:
-    """None when SDPA's dispatcher takes ``kernel`` for a causal training call of this shape, else the reason it does not."""
-    shape = (1, heads, seq_len, head_dim)
-    q, k, v = (torch.zeros(shape, device=device, dtype=dtype, requires_grad=True) for _ in range(3))
+def probe(kernel: str, device: torch.device, dtype: torch.dtype, heads: int, head_dim: int, seq_len: int,
+          kv_heads: int | None = None) -> str | None:
+    """None when SDPA's dispatcher takes ``kernel`` for a causal training call of this shape, else the reason it does not.
+
+    With ``kv_heads`` fewer than ``heads``, the call passes the grouped key/value heads as they are (``enable_gqa``)."""
+    kv_heads = heads if kv_heads is None else kv_heads
+    q = torch.zeros((1, heads, seq_len, head_dim), device=device, dtype=dtype, requires_grad=True)
+    k, v = (torch.zeros((1, kv_heads, seq_len, head_dim), device=device, dtype=dtype, requires_grad=True) for _ in range(2))
     try:
         with sdpa_kernel([_KERNELS[kernel]]):
-            picked = torch._fused_sdp_choice(q, k, v, None, 0.0, True)
+            picked = torch._fused_sdp_choice(q, k, v, None, 0.0, True, enable_gqa=kv_heads != heads)
     except RuntimeError as e:
         return str(e).strip().splitlines()[0][:200] or type(e).__name__
     if picked != int(_KERNELS[kernel]):
@@ -96,7 +102,7 @@ def sdpa_attention(
     groups = getattr(module, "num_key_value_groups", 1)
     gqa = {}
     if groups > 1 and _gqa_native and attention_mask is None:
-        gqa = {"enable_gqa": True}  # flash / math read each key/value head once for its query group
+        gqa = {"enable_gqa": True}  # the kernel reads each key/value head once for its query group
     else:
         key, value = repeat_kv(key, groups), repeat_kv(value, groups)
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
@@ -107,11 +113,13 @@ def sdpa_attention(
     return out.transpose(1, 2).contiguous(), None
 
 
-def configure_attention(hf_config: Any, choice: str, device: torch.device, dtype: torch.dtype, seq_len: int) -> str:
+def configure_attention(hf_config: Any, choice: str, device: torch.device, dtype: torch.dtype, seq_len: int,
+                        gqa: str = "auto") -> str:
     """Point ``hf_config`` at the trainer's SDPA function when ``choice`` names a kernel that takes the run's shapes.
 
-    Returns what attention runs, for the log. Only configs using ``sdpa`` are touched: eager,
-    flash_attention_2 and flex_attention stay as they are.
+    ``gqa`` (``model.sdpa_gqa``): auto passes grouped key/value heads as they are where the kernel takes them
+    for these shapes, repeat always expands them first. Returns what attention runs, for the log. Only configs
+    using ``sdpa`` are touched: eager, flash_attention_2 and flex_attention stay as they are.
     """
     global _enabled, _gqa_native
     if getattr(hf_config, "_attn_implementation", None) != "sdpa":
@@ -127,9 +135,13 @@ def configure_attention(hf_config: Any, choice: str, device: torch.device, dtype
     from transformers import AttentionInterface
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 
+    kv_heads = getattr(hf_config, "num_key_value_heads", None) or hf_config.num_attention_heads
+    grouped = kv_heads != hf_config.num_attention_heads
     _enabled = [_KERNELS[kernel]] + ([SDPBackend.MATH] if kernel != "math" else [])
-    _gqa_native = kernel in _GQA_NATIVE
+    _gqa_native = grouped and gqa == "auto" and (
+        kernel == "math" or probe(kernel, device, dtype, hf_config.num_attention_heads, head_dim, seq_len, kv_heads) is None)
     AttentionInterface.register(ATTENTION_NAME, sdpa_attention)
     AttentionMaskInterface.register(ATTENTION_NAME, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
     hf_config._attn_implementation = ATTENTION_NAME
-    return f"sdpa, {kernel} kernel (math as fallback)"
+    heads = "" if not grouped else ", grouped key/value heads as they are" if _gqa_native else ", key/value heads repeated"
+    return f"sdpa, {kernel} kernel (math as fallback){heads}"

@@ -101,7 +101,7 @@ def build_model(cfg: TrainerConfig, env: DistEnv, mesh: DeviceMesh | None) -> Bu
     """Build ``CausalLMWithLoss``, give it weights, parallelize it; returns it on ``env.device``."""
     hf_config = build_hf_config(cfg.model)
     compute_dtype = torch.float32 if env.device.type == "cpu" else DTYPES[cfg.precision.param_dtype or "fp32"]
-    attention = configure_attention(hf_config, cfg.model.sdpa_backend, env.device, compute_dtype, cfg.data.seq_len)
+    attention = configure_attention(hf_config, cfg.model.sdpa_backend, env.device, compute_dtype, cfg.data.seq_len, cfg.model.sdpa_gqa)
     lm = meta_model(hf_config)
     if cfg.model.fused_kernels:
         log.info("fused kernels: %d RMSNorm / attention modules swapped (kernels.py)", use_fused_kernels(lm))
