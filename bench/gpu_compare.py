@@ -144,6 +144,10 @@ ENV_VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
     "8b-fsdp2-noac-mb3-compile-symm-ce-bf16reduce-fp32params": ("8b-fsdp2-noac-mb3-compile-bf16reduce-symm-fp32params", {"NCCL_CTA_POLICY": "2"}),
     "8b-fsdp2-noac-mb3-compile-symmag-ce-bf16reduce": ("8b-fsdp2-noac-mb3-compile-bf16reduce-symmag", {"NCCL_CTA_POLICY": "2"}),
     "8b-fsdp2-noac-mb3-compile-symm-ce-bf16reduce-tadam": ("8b-fsdp2-noac-mb3-compile-bf16reduce-symm-tadam", {"NCCL_CTA_POLICY": "2"}),
+    # Inductor's coordinate-descent tuning of the compiled blocks' element-wise and reduction kernels (launch
+    # configs only; GEMMs stay with cuBLAS, unlike max-autotune): not yet measured
+    "8b-fsdp2-noac-mb5-compile-bf16reduce-symm-budget7-cdt": ("8b-fsdp2-noac-mb5-compile-bf16reduce-symm-budget7",
+                                                            {"TORCHINDUCTOR_COORDINATE_DESCENT_TUNING": "1"}),
     # in case the symmetric pool and expandable segments do not mix
     "8b-fsdp2-noac-mb3-compile-symm-ce-noexpand": ("8b-fsdp2-noac-mb3-compile-symm", {"NCCL_CTA_POLICY": "2", "PYTORCH_CUDA_ALLOC_CONF": ""}),
 }
