@@ -7,7 +7,10 @@ padded; fp32 parameters, gradients and both moments), on one GPU. Each implement
 after two untimed steps, with the gradient divisor the trainer uses to fold clipping into the step (``grad_scale``;
 foreach has none, so its row includes the separate ``_foreach_div_`` the trainer would otherwise run). Printed per
 implementation: GPU ms per step (CUDA events), host ms per step (to enqueue it), and the memory traffic as GB/s
-(28 bytes per element: four fp32 reads, three writes). Before timing, the Triton kernel is checked against torch's
+(28 bytes per element: four fp32 reads, three writes). ``triton-master`` is the Triton kernel with master weights
+(``precision.master_weights optimizer``): bf16 parameters and gradients, the masters' 16-bit remainders, 26 bytes
+per element (reads: gradient, parameter and remainder 2 each, moments 4 each; writes: parameter, remainder, moments).
+Before timing, the Triton kernel is checked against torch's
 fused kernel over three steps on the first blocks' shards (the largest difference, as a share of the largest change
 the steps made). Writes ``adamw_step_<preset>.json``.
 """
@@ -41,19 +44,22 @@ def shard_sizes(preset: str, ranks: int) -> list[int]:
     return [-(-rows // ranks) * cols for rows, cols in shapes]
 
 
-def make(sizes: list[int], seed: int) -> list[torch.nn.Parameter]:
+BYTES_PER_ELEMENT = {"triton-master": 26}  # the others: 28
+
+
+def make(sizes: list[int], seed: int, dtype: torch.dtype = torch.float32) -> list[torch.nn.Parameter]:
     g = torch.Generator(device="cuda").manual_seed(seed)
     params = []
     for n in sizes:
-        p = torch.nn.Parameter(torch.randn(n, device="cuda", generator=g) * 0.02)
-        p.grad = torch.randn(n, device="cuda", generator=g) * 1e-3
+        p = torch.nn.Parameter((torch.randn(n, device="cuda", generator=g) * 0.02).to(dtype))
+        p.grad = (torch.randn(n, device="cuda", generator=g) * 1e-3).to(dtype)
         params.append(p)
     return params
 
 
 def build(impl: str, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
-    if impl == "triton":
-        return TritonAdamW(params, lr=LR, betas=BETAS, eps=EPS, weight_decay=WD)
+    if impl in ("triton", "triton-master"):
+        return TritonAdamW(params, lr=LR, betas=BETAS, eps=EPS, weight_decay=WD, master_weights=impl == "triton-master")
     return torch.optim.AdamW(params, lr=LR, betas=BETAS, eps=EPS, weight_decay=WD, **{impl: True})
 
 
@@ -88,7 +94,7 @@ def check(sizes: list[int]) -> float:
 
 
 def measure(impl: str, sizes: list[int], iters: int) -> dict:
-    params = make(sizes, seed=0)
+    params = make(sizes, seed=0, dtype=torch.bfloat16 if impl == "triton-master" else torch.float32)
     opt = build(impl, params)
     divisor = torch.tensor(1.7, device="cuda")
     for _ in range(2):
@@ -107,7 +113,8 @@ def measure(impl: str, sizes: list[int], iters: int) -> dict:
     elements = sum(sizes)
     del opt, params
     torch.cuda.empty_cache()
-    return {"impl": impl, "gpu_ms": gpu_ms, "host_ms": host * 1e3 / iters, "gb_per_s": 28 * elements / gpu_ms / 1e6}
+    return {"impl": impl, "gpu_ms": gpu_ms, "host_ms": host * 1e3 / iters,
+            "gb_per_s": BYTES_PER_ELEMENT.get(impl, 28) * elements / gpu_ms / 1e6}
 
 
 def main() -> None:
@@ -115,7 +122,7 @@ def main() -> None:
     ap.add_argument("--preset", default="llama3.1-8b")
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--iters", type=int, default=5)
-    ap.add_argument("--impls", default="fused,triton,foreach")
+    ap.add_argument("--impls", default="fused,triton,triton-master,foreach")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     sizes = shard_sizes(args.preset, args.ranks)

@@ -2,7 +2,8 @@
 # Checkpoint and resume on 2 GPUs over NCCL, with the run's default settings (the Triton AdamW and, on GPUs,
 # precision.master_weights optimizer): a tiny model trained 6 steps straight (saving at step 3), against the same
 # run killed after step 3 and resumed. Prints both loss lists and their largest difference. Then the straight run
-# again with its collectives in NCCL symmetric memory, and with parallel.flat_shards off: the same losses.
+# again with its collectives in NCCL symmetric memory, with parallel.flat_shards off, and with fp32 parameters instead
+# of masters (precision.master_weights params): the same losses.
 #   bash bench/gpu_resume_check.sh            (logs under $OUT, or /tmp/fsdp-resume-check)
 set -u
 OUT=${OUT:-/tmp/fsdp-resume-check}
@@ -24,6 +25,9 @@ echo "symmetric rc=$?"
 torchrun --standalone --nproc-per-node=2 -m fsdp_trainer "${args[@]}" --parallel.flat_shards false --train.output_dir "$work/noflat" \
   > "$OUT/resume-noflat.log" 2>&1
 echo "noflat rc=$?"
+torchrun --standalone --nproc-per-node=2 -m fsdp_trainer "${args[@]}" --precision.master_weights params --train.output_dir "$work/params" \
+  > "$OUT/resume-params.log" 2>&1
+echo "params rc=$?"
 python3 - "$work" <<'PY'
 import json, sys
 work = sys.argv[1]
@@ -35,7 +39,7 @@ print("straight", [round(r["loss"], 6) for r in straight])
 print("resumed ", [round(r["loss"], 6) for r in resumed])
 print("largest loss difference", max(abs(a["loss"] - b["loss"]) for a, b in zip(straight, resumed, strict=True)))
 print("flat_shard_units", summary.get("flat_shard_units"), "all_gathers_sent_as_is", summary.get("all_gathers_sent_as_is"))
-for other in ("symmetric", "noflat"):
+for other in ("symmetric", "noflat", "params"):
     try:
         runs = [json.loads(line) for line in open(f"{work}/{other}/metrics.jsonl")]
         extra = json.load(open(f"{work}/{other}/summary.json"))

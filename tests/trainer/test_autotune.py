@@ -65,29 +65,41 @@ def test_memory_model_within_6_percent_of_measured_peaks(measured, fused_loss, f
 
 
 def test_memory_model_with_master_weights():
-    """bf16 parameters beside fp32 masters (precision.master_weights optimizer): 2 more bytes per sharded parameter
-    while activations peak. Compiled, no AC, micro batch 3, 2 x H200: bench/results/2026-11-30-s6-callB-h200x2.json."""
+    """bf16 parameters beside whole fp32 masters (precision.master_weights optimizer until session 10): 2 more bytes
+    per sharded parameter while activations peak. Compiled, no AC, micro batch 3, 2 x H200:
+    bench/results/2026-11-30-s6-callB-h200x2.json."""
     for shape, measured_gib, params_mode_gib in ((L7, 95.1, 88.8), (L8, 117.5, 110.0)):
-        est = estimate_peak_bytes(shape, 4096, 3, shard_degree=2, compiled=True, ac_mode="none", master_weights=True) / GiB
+        est = estimate_peak_bytes(shape, 4096, 3, shard_degree=2, compiled=True, ac_mode="none", master_weights=True, master_bytes=4) / GiB
         assert est == pytest.approx(measured_gib, rel=0.06), shape
         plain = estimate_peak_bytes(shape, 4096, 3, shard_degree=2, compiled=True, ac_mode="none") / GiB
         assert est - plain == pytest.approx(measured_gib - params_mode_gib, rel=0.2)
+    # 16-bit remainders instead (session 10): bf16 parameter + remainder take what an fp32 parameter took. The 8B at
+    # micro batch 5, budget 0.7, bf16 reduction: 118.8 GiB with fp32 masters, 111.3 with remainders (s10 call B)
+    for master_bytes, measured_gib in ((4, 118.8), (2, 111.3)):
+        est = estimate_peak_bytes(L8, 4096, 5, shard_degree=2, compiled=True, ac_mode="none", master_weights=True, memory_budget=0.7,
+                                  reduce_bytes=2, master_bytes=master_bytes) / GiB
+        assert est == pytest.approx(measured_gib, rel=0.03), master_bytes
+    assert estimate_peak_bytes(L8, 4096, 3, shard_degree=2, compiled=True, ac_mode="none", master_weights=True) == \
+        estimate_peak_bytes(L8, 4096, 3, shard_degree=2, compiled=True, ac_mode="none")
     # no masters when gradients accumulate (they would add up in bf16): the estimate does not charge for them
     assert estimate_peak_bytes(L8, 4096, 2, shard_degree=2, compiled=True, ac_mode="none", grad_accum_steps=2, master_weights=True) == \
         estimate_peak_bytes(L8, 4096, 2, shard_degree=2, compiled=True, ac_mode="none", grad_accum_steps=2)
 
 
 def test_memory_model_with_a_memory_budget():
-    """compile.memory_budget 0.7 (norms and SiLU(gate)*up recomputed in backward), master weights, 2 x H200:
-    bench/results/2026-11-30-s7-call{B,C}-h200x2.json."""
+    """compile.memory_budget 0.7 (norms and SiLU(gate)*up recomputed in backward), master weights (whole fp32 copies
+    then), 2 x H200: bench/results/2026-11-30-s7-call{B,C}-h200x2.json."""
     for shape, mb, measured_gib in ((L8, 3, 96.5), (L8, 4, 108.1), (L8, 5, 119.7), (L7, 6, 116.2), (L7, 7, 127.9)):
-        est = estimate_peak_bytes(shape, 4096, mb, shard_degree=2, compiled=True, ac_mode="none", master_weights=True, memory_budget=0.7) / GiB
+        est = estimate_peak_bytes(shape, 4096, mb, shard_degree=2, compiled=True, ac_mode="none", master_weights=True, memory_budget=0.7,
+                                  master_bytes=4) / GiB
         assert est == pytest.approx(measured_gib, rel=0.06), (shape, mb)
     # bf16 gradient reduction and symmetric buffers (reduce_bytes 2), and --auto's own run of the 8B (fp32 reduction):
-    # bench/results/2026-11-30-s8-call{B,C}-h200x2.json
-    for shape, mb, reduce_bytes, measured_gib in ((L8, 5, 2, 118.8), (L7, 5, 2, 104.2), (L7, 6, 2, 115.9), (L7, 7, 2, 127.7), (L8, 4, 4, 107.1)):
+    # bench/results/2026-11-30-s8-call{B,C}-h200x2.json; with 16-bit master remainders, the 8B at micro batch 6
+    # (s10 call B)
+    for shape, mb, reduce_bytes, master_bytes, measured_gib in (
+            (L8, 5, 2, 4, 118.8), (L7, 5, 2, 4, 104.2), (L7, 6, 2, 4, 115.9), (L7, 7, 2, 4, 127.7), (L8, 4, 4, 4, 107.1), (L8, 6, 2, 2, 122.9)):
         est = estimate_peak_bytes(shape, 4096, mb, shard_degree=2, compiled=True, ac_mode="none", master_weights=True, memory_budget=0.7,
-                                  reduce_bytes=reduce_bytes) / GiB
+                                  reduce_bytes=reduce_bytes, master_bytes=master_bytes) / GiB
         assert est == pytest.approx(measured_gib, rel=0.06), (shape, mb, reduce_bytes)
     # FP8 (fp32 parameters, FP8 all-gather), Llama-2-7B: default budget with bf16 reduction and symmetric buffers
     # (session 8, call B), fp32 reduction (call B), and the lean budget (session 7, call D)
@@ -199,13 +211,14 @@ def test_apply_auto_keeps_explicit_settings_and_refuses_what_cannot_fit():
     assert cfg.activation_checkpointing.mode in ("selective", "full") and cfg.activation_checkpointing.every == 3
     assert record["kept"] == ["ac.every", "compile.memory_budget"]
 
-    # masters cost memory: on a device where micro batch 3 just fits without them, apply_auto steps down with them
+    # masters as 16-bit remainders cost what fp32 parameters cost: where micro batch 3 just fits without them, it
+    # fits with them; as whole fp32 copies (before session 10) apply_auto had to step down to 2
     def chosen(master):
         cfg = load_config(None, ["--model.preset", "llama3.1-8b", "--data.seq_len", "4096", "--compile.memory_budget", "1"])
         apply_auto(cfg, build_hf_config(cfg.model), world_size=2, local_world_size=2, device_bytes=int(110 * GiB / 0.85), on_gpu=True,
                    master_weights=master)
         return cfg.train.micro_batch_size
-    assert (chosen(False), chosen(True)) == (3, 2)
+    assert (chosen(False), chosen(True)) == (3, 3)
 
     # --auto picks the memory budget with the micro batch, and keeps one given
     cfg = load_config(None, ["--model.preset", "llama3.1-8b", "--data.seq_len", "4096"])

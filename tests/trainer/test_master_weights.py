@@ -38,20 +38,61 @@ def test_master_step_matches_torch_adamw_on_fp32_weights():
         for q in ref:
             q.grad /= divisor
         torch_opt.step()
-        masters = [opt.state[p]["master"] for p in mine]
+        masters = [opt.master_of(p) for p in mine]
         close(masters, ref, f"masters after step {step + 1}")
         for p, m in zip(mine, masters):
             assert p.dtype == torch.bfloat16 and m.dtype == torch.float32
             assert torch.equal(p, m.bfloat16()), "the parameter is its master's bf16 rounding"
-            assert opt.state[p]["exp_avg"].dtype == torch.float32
-    # load_state_dict keeps the fp32 state fp32 (torch's casts it to the parameters' bf16)
+            assert opt.state[p]["exp_avg"].dtype == torch.float32 and opt.state[p]["master_low"].dtype == torch.int16
+            assert "master" not in opt.state[p], "no fp32 copy beside the remainder"
+    # load_state_dict keeps the fp32 state fp32 and the remainders int16 (torch's casts both to the parameters' bf16)
     fresh = [torch.nn.Parameter(p.detach().clone()) for p in mine]
     again = TritonAdamW(groups(fresh), lr=1e-2, betas=(0.9, 0.95), master_weights=True)
     again.load_state_dict(opt.state_dict())
     for p, q in zip(mine, fresh):
-        for key in ("exp_avg", "exp_avg_sq", "master"):
-            assert again.state[q][key].dtype == torch.float32 and torch.equal(again.state[q][key], opt.state[p][key]), key
+        for key, dtype in (("exp_avg", torch.float32), ("exp_avg_sq", torch.float32), ("master_low", torch.int16)):
+            assert again.state[q][key].dtype == dtype and torch.equal(again.state[q][key], opt.state[p][key]), key
+        assert torch.equal(again.master_of(q), opt.master_of(p))
+    # a state dict holding fp32 masters (how other optimizers keep them) is split on load, the parameters rewritten
+    legacy = opt.state_dict()
+    for i, p in enumerate(mine):
+        legacy["state"][i] = {k: v for k, v in legacy["state"][i].items() if k != "master_low"}
+        legacy["state"][i]["master"] = opt.master_of(p)
+    stale = [torch.nn.Parameter(torch.zeros_like(p)) for p in mine]
+    third = TritonAdamW(groups(stale), lr=1e-2, betas=(0.9, 0.95), master_weights=True)
+    third.load_state_dict(legacy)
+    for p, q in zip(mine, stale):
+        assert "master" not in third.state[q] and torch.equal(q, p) and torch.equal(third.master_of(q), opt.master_of(p))
     """)
+
+
+def test_remainders_hold_every_fp32_value():
+    """The bf16 parameter (the master rounded to nearest even: torch's cast) and the int16 remainder give back the fp32
+    master bit for bit, across signs, exponents, subnormals and the largest finite values, except a master exactly
+    halfway that rounded down, which comes back one unit in its last place short (the remainder 2**15 does not fit)."""
+    from fsdp_trainer.adamw import join_master, split_master
+
+    g = torch.Generator().manual_seed(0)
+    random_bits = torch.randint(-2**31, 2**31 - 1, (200_000,), dtype=torch.int64, generator=g).to(torch.int32)
+    values = random_bits.view(torch.float32)
+    values = values[torch.isfinite(values)]
+    edges = torch.tensor([0.0, -0.0, 1.0, -1.0, 1.0 + 2**-8, -(1.0 + 2**-8), 1.0 + 3 * 2**-8, 1.0 + 2**-9, 1e-45,
+                          -1e-45, 1e-40, 3.4028235e38, -3.4028235e38, float("inf"), float("-inf")], dtype=torch.float32)
+    values = torch.cat([values, edges, torch.randn(10_000, generator=g) * 1e-3])
+    param = torch.empty_like(values, dtype=torch.bfloat16)
+    low = split_master(values, param)
+    assert low.dtype == torch.int16
+    assert torch.equal(param, values.bfloat16()), "the parameter is torch's cast of the master"
+    bits, joined = values.view(torch.int32), join_master(param, low).view(torch.int32)
+    down = ((bits & 0xFFFF) == 0x8000) & ((bits >> 16) & 1 == 0)  # halfway, and the upper half already even
+    assert down.sum() >= 2 and (~down).sum() > 200_000
+    assert torch.equal(joined[~down], bits[~down]), "bit for bit"
+    assert torch.equal(joined[down], bits[down] - 1), "one unit in the last place, toward the parameter"
+    # a NaN master stays a NaN parameter
+    nan = torch.tensor([float("nan"), 1.0])
+    halves = torch.empty_like(nan, dtype=torch.bfloat16)
+    split_master(nan, halves)
+    assert torch.isnan(halves[0]) and halves[1] == 1.0
 
 
 def test_auto_uses_masters_only_where_they_apply(monkeypatch):
@@ -150,13 +191,18 @@ def test_tied_weights_get_their_master_under_every_name():
     assert list(seeds) == ["embed.weight"] and torch.equal(seeds["embed.weight"], drawn)
 
     opt = TritonAdamW(model.parameters(), master_weights=True)
-    opt.state[emb.weight]["master"] = seeds["embed.weight"]
+    opt.seed_masters({emb.weight: seeds["embed.weight"]})
+    assert not opt.state, "seeds wait for the first step (torch's state-dict helpers step an optimizer with no state)"
+    assert torch.equal(masters_by_key(model, opt)["head.weight"], drawn)
+    opt.set_master(emb.weight, seeds["embed.weight"])  # as a checkpoint load attaches it
     assert set(masters_by_key(model, opt)) == {"embed.weight", "head.weight"}
     model_sd = model.state_dict()  # a tied weight appears under both names
     optim_sd = {"state": {"embed.weight": dict(opt.state[emb.weight])}}
     with_masters(model, opt, model_sd, optim_sd)
-    assert model_sd["embed.weight"] is seeds["embed.weight"] and model_sd["head.weight"] is seeds["embed.weight"]
-    assert "master" not in optim_sd["state"]["embed.weight"] and "master" in opt.state[emb.weight]
+    assert model_sd["head.weight"] is model_sd["embed.weight"], "one master for both names"
+    assert torch.equal(model_sd["embed.weight"], drawn), "the weights as drawn, not their rounding"
+    assert "master_low" not in optim_sd["state"]["embed.weight"] and "master_low" in opt.state[emb.weight]
+    assert torch.equal(opt.master_of(head.weight), drawn), "the live optimizer keeps its masters"
 
 
 def test_checkpoint_holds_fp32_masters_in_the_same_layout(runs):

@@ -21,10 +21,11 @@ estimated peak memory fits in ``auto.memory_fraction`` of the device is taken.
 
 The memory model, per GPU, for N parameters sharded over S ranks:
 
-- optimizer step: fp32 parameters, fp32 gradients and AdamW's two moments, ``16 N / S`` (the
-  same with ``precision.master_weights optimizer``: bf16 parameters and gradients, fp32 masters);
-- forward/backward: fp32 parameters and moments ``12 N / S`` (``14 N / S`` with bf16 parameters
-  beside fp32 masters; sharded gradients come as activations go), plus activations, plus unsharded bf16 copies of the blocks in flight
+- optimizer step: fp32 parameters, fp32 gradients and AdamW's two moments, ``16 N / S`` (at most that with
+  ``precision.master_weights optimizer``: bf16 parameters and gradients, 16-bit master remainders);
+- forward/backward: fp32 parameters and moments ``12 N / S`` (the same with bf16 parameters beside their masters'
+  16-bit remainders, ``fsdp_trainer/adamw.py``; sharded gradients come as activations go), plus activations, plus
+  unsharded bf16 copies of the blocks in flight
   and of the root (embeddings, lm_head), plus the loss's per-chunk buffers;
 - activations per token per decoder layer without checkpointing, compiled:
   ``12.7 d + 6 ffn + 4 kv_dim`` bytes (eager: 1.13 times that with ``model.fused_kernels``,
@@ -135,18 +136,19 @@ def estimate_peak_bytes(
     shape: Shape, seq_len: int, micro_batch: int, *, shard_degree: int, compiled: bool, ac_mode: str, ac_every: int = 2,
     loss_chunk_tokens: int = 4096, fused_loss: bool = True, cpu_offload: bool = False, param_bytes: int = 2,
     grad_accum_steps: int = 1, reshard_after_forward: bool = True, reduce_bytes: int = 4, fused_kernels: bool = True,
-    master_weights: bool = False, memory_budget: float = 1.0, fp8: bool = False,
+    master_weights: bool = False, memory_budget: float = 1.0, fp8: bool = False, master_bytes: int = 2,
 ) -> int:
     """Estimated peak of allocated bytes (``torch.cuda.max_memory_allocated``) on one GPU in a training step.
 
     ``grad_accum_steps`` > 1: between micro-steps FSDP keeps every gradient unsharded, in the
     reduce dtype (the price of skipping the reduce-scatter). ``reshard_after_forward`` False
     (shard_grad_op): every block stays gathered from its forward to its backward. ``master_weights``: the run keeps
-    bf16 parameters and fp32 masters when it does not accumulate (``precision.master_weights``). ``fp8``: float8
-    linears (``fp8.enabled``), which keep less per token.
+    bf16 parameters and their masters when it does not accumulate (``precision.master_weights``), ``master_bytes``
+    per parameter beside the bf16 one (2: the remainder the Triton AdamW keeps; 4: a whole fp32 copy, how it kept them
+    until session 10). ``fp8``: float8 linears (``fp8.enabled``), which keep less per token.
     """
     n_shard = shape.params / max(shard_degree, 1)
-    fwd_bytes = 14 if master_weights and grad_accum_steps == 1 else 12
+    fwd_bytes = 2 + master_bytes + 8 if master_weights and grad_accum_steps == 1 else 12
     states_fwd, states_step = (0.0, 0.0) if cpu_offload else (fwd_bytes * n_shard, 16 * n_shard)
     tokens = micro_batch * seq_len
     activations = tokens * activation_bytes_per_token(shape, compiled, ac_mode, ac_every, fused_kernels, memory_budget, fp8)

@@ -83,7 +83,7 @@ class TrainConfig:
     weight_decay: float = 0.1
     """AdamW weight decay (not applied to norm weights)."""
     adamw: Literal["auto", "fused", "foreach", "triton"] = "auto"
-    """AdamW implementation. fused: torch's fused CUDA kernels; foreach: torch's multi-tensor ops (CPU and GPU); triton: one Triton kernel per parameter shard, at memory speed (CUDA; fp32 parameters, or bf16 ones with their fp32 masters under precision.master_weights optimizer; fsdp_trainer/adamw.py); auto: triton on GPUs where Triton is installed, fused without it and with fp8.enabled (measured faster there: 16,003 against 15,832 tokens/s/GPU on Llama-2-7B), foreach on CPU and with parallel.cpu_offload. All keep the same optimizer state, so checkpoints move between them."""
+    """AdamW implementation. fused: torch's fused CUDA kernels; foreach: torch's multi-tensor ops (CPU and GPU); triton: one Triton kernel per parameter shard, at memory speed (CUDA; fp32 parameters, or bf16 ones with their masters' lower 16 bits under precision.master_weights optimizer; fsdp_trainer/adamw.py); auto: triton on GPUs where Triton is installed, fused without it and with fp8.enabled (measured faster there: 16,003 against 15,832 tokens/s/GPU on Llama-2-7B), foreach on CPU and with parallel.cpu_offload. All keep the same optimizer state, so checkpoints move between them."""
     max_grad_norm: float = 1.0
     """Clip the global gradient norm to this value; 0 disables clipping (the norm is still reported)."""
     loss_chunk_tokens: int = 4096
@@ -133,7 +133,7 @@ class PrecisionConfig:
     reduce_dtype: Dtype | None = None
     """Dtype of gradient reduction across ranks. Default: fp32 (sums over many ranks lose precision in 16 bits; bf16 halves the traffic)."""
     master_weights: Literal["auto", "params", "optimizer"] = "auto"
-    """Where the fp32 weights live. params: the parameters are fp32 and FSDP casts them to precision.param_dtype for each all-gather; optimizer: the parameters are bf16 and the fp32 copy is optimizer state, written by the Triton AdamW in the same pass (FSDP2 then skips the cast, and gradients stay bf16: less memory traffic; fsdp_trainer/master.py). Checkpoints are the same either way. optimizer needs fsdp2, bf16, the Triton AdamW and no gradient accumulation (bf16 gradients would accumulate in bf16). auto: optimizer where those hold (GPU runs with Triton), params otherwise."""
+    """Where the fp32 weights live. params: the parameters are fp32 and FSDP casts them to precision.param_dtype for each all-gather; optimizer: the parameters are bf16 and the optimizer keeps the other 16 bits of each fp32 value, read and written by the Triton AdamW in the same pass (FSDP2 then skips the cast, and gradients stay bf16: less memory traffic, and the same memory as fp32 parameters; fsdp_trainer/master.py). Checkpoints are the same either way. optimizer needs fsdp2, bf16, the Triton AdamW and no gradient accumulation (bf16 gradients would accumulate in bf16). auto: optimizer where those hold (GPU runs with Triton), params otherwise."""
 
 
 @dataclass

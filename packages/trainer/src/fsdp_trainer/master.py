@@ -7,15 +7,17 @@ the buffer once, and the gradients stay as reduced. Llama-3.1-8B on 2 H200s (``b
 6, call A) spends about 24 ms of a 1.1 s step on the cast and 19 ms on the upcast; with master weights both are gone
 (call C) and the step is 1.9% faster (call B).
 
-The fp32 values are not lost: ``TritonAdamW(master_weights=True)`` keeps them as a ``master`` state beside
-``exp_avg`` and ``exp_avg_sq`` and writes the parameter as their bf16 rounding in the same kernel. The forward
+The fp32 values are not lost: ``TritonAdamW(master_weights=True)`` keeps, beside ``exp_avg`` and ``exp_avg_sq``,
+a 16-bit ``master_low`` state that, added below the bf16 parameter's bits, gives each exact fp32 master (2 bytes
+per parameter where an fp32 copy would take 4; ``fsdp_trainer/adamw.py``), and writes the parameter as the
+master's bf16 rounding in the same kernel. The forward
 and backward see exactly what FSDP's cast would have given them, and the update is computed in fp32. What differs:
 the gradients that the norm and AdamW read stay bf16. With ``precision.reduce_dtype bf16`` those are the very values
 the fp32 copies held; with fp32 reduction the reduced sum is rounded to bf16 once. Gradient accumulation over
 micro-batches would add in bf16, which is why it is refused. The weights are drawn or loaded in fp32 and cast
 after sharding: the masters start from those values, not from their rounding.
 
-Checkpoints do not change: the model's entries hold the fp32 masters (``with_masters``), the optimizer's hold
+Checkpoints do not change: the model's entries hold the joined fp32 masters (``with_masters``), the optimizer's hold
 ``exp_avg`` and ``exp_avg_sq`` as always, so a checkpoint moves between ``params`` and ``optimizer`` runs (and
 world sizes) without rounding. The Hugging Face export also reads the masters.
 """
@@ -27,6 +29,9 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+#: Optimizer states that hold a master (its remainder beside the bf16 parameter); checkpoints keep the joined fp32
+#: master in the model's entries instead.
+MASTER_STATES = ("master_low", "master")
 #: Module attributes that wrappers insert into parameter names; state-dict keys leave them out.
 WRAPPER_PREFIXES = ("_orig_mod.", "_checkpoint_wrapped_module.", "_fsdp_wrapped_module.")
 
@@ -55,14 +60,18 @@ def state_dict_key(name: str) -> str:
 
 
 def masters_by_key(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
-    """State-dict key -> the optimizer's fp32 master of that parameter; empty when the optimizer keeps none."""
+    """State-dict key -> the fp32 master of that parameter, joined from the parameter and its remainder
+    (``TritonAdamW.master_of``: new tensors, one per parameter, shared by a tied weight's names); empty when the
+    optimizer keeps no masters."""
     if not getattr(optimizer, "master_weights", False):
         return {}
     out: dict[str, torch.Tensor] = {}
+    joined: dict[int, torch.Tensor | None] = {}
     for name, p in model.named_parameters(remove_duplicate=False):  # every name of a tied weight
-        master = optimizer.state.get(p, {}).get("master")
-        if master is not None:
-            out[state_dict_key(name)] = master
+        if id(p) not in joined:
+            joined[id(p)] = optimizer.master_of(p)
+        if joined[id(p)] is not None:
+            out[state_dict_key(name)] = joined[id(p)]
     return out
 
 
@@ -84,7 +93,7 @@ def with_masters(model: nn.Module, optimizer: torch.optim.Optimizer, model_sd: d
     for key, master in masters.items():
         model_sd[key] = master
         if isinstance(states.get(key), dict):  # a new dict: the optimizer's own state may be this very object
-            states[key] = {name: value for name, value in states[key].items() if name != "master"}
+            states[key] = {name: value for name, value in states[key].items() if name not in MASTER_STATES}
     return masters
 
 
@@ -92,7 +101,7 @@ def attach_masters(model: nn.Module, optimizer: torch.optim.Optimizer, masters: 
     """Give loaded masters back to the optimizer's state (after ``set_state_dict`` replaced it)."""
     if not masters:
         return
-    for name, p in model.named_parameters(remove_duplicate=False):
+    for name, p in model.named_parameters():  # a tied weight once
         key = state_dict_key(name)
         if key in masters:
-            optimizer.state[p]["master"] = masters[key]
+            optimizer.set_master(p, masters[key])
