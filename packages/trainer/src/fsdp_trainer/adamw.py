@@ -12,20 +12,18 @@ fused optimizers' ``grad_scale`` (every gradient is divided by it as it is read:
 clipping into the step) and no ``found_inf`` (the fp16 scaler unscales before ``step`` instead). FSDP2's
 parameters are DTensors: the kernel runs on their local shards.
 
-With ``master_weights=True`` the parameters are bf16 and the optimizer keeps their exact fp32 values
+With ``master_weights=True`` the parameters are bf16 and the optimizer keeps their fp32 values
 (``precision.master_weights optimizer``: FSDP2 then all-gathers the bf16 parameters without a cast, and its
-gradients stay bf16, see ``fsdp_trainer/master.py``). It does not keep a second fp32 copy: a master's 32 bits are
-the parameter's 16 (the master rounded to nearest) plus a 16-bit remainder, the ``master_low`` state (int16):
-``bits(master) = bits(parameter) << 16 + master_low``. The parameter is the master rounded to nearest even, as
-torch's cast rounds it, so the remainder lies in [-2**15, 2**15]: 2**16 + 1 values, one more than 16 bits hold. The
-one left out, 2**15 (a master exactly halfway between two bf16 values, rounded down to the even one), is stored as
-2**15 - 1: that master moves by one unit in its last place (2**-24 of its value, less than the rounding of the
-update's own fp32 arithmetic), at about one update in 131,072; every other master is kept bit for bit, and the
-parameter is always exactly the bf16 cast of the master. The remainder costs 2 bytes per parameter where an fp32
-copy costs 4: 7.5 GiB less per GPU for
-Llama-3.1-8B over 2 GPUs. The
-kernel reads the gradient, the parameter and the remainder, and writes the parameter and the remainder in the
-same pass. ``master_of`` / ``set_master`` join and split masters for checkpoints and exports.
+gradients stay bf16, see ``fsdp_trainer/master.py``). It does not keep a second fp32 copy: a master is the
+parameter plus a 16-bit remainder, the ``master_low`` state (int16), ``bits(master) = bits(parameter) << 16 +
+master_low``. The parameter is the master rounded to nearest even, exactly torch's cast, so the remainder lies in
+[-2**15, 2**15]: 2**16 + 1 values, one more than 16 bits hold. The one left out, 2**15 (a master exactly halfway
+between two bf16 values that rounds down to the even one), is stored as 2**15 - 1. That master moves by one unit
+in its last place (at most 2**-23 of its value, the size of the rounding in the update's own fp32 arithmetic),
+about once in 131,072 updates; every other master is kept bit for bit. The remainder costs 2 bytes per parameter where an fp32
+copy costs 4: 7.5 GiB less per GPU for Llama-3.1-8B over 2 GPUs. The kernel reads the gradient, the parameter and
+the remainder, and writes the parameter and the remainder, in one pass. ``master_of`` / ``set_master`` join and
+split masters for checkpoints and exports.
 
 Triton is imported on first use. The kernel runs on CUDA tensors, and on CPU tensors under ``TRITON_INTERPRET=1``
 (how the tests check it against ``torch.optim.AdamW``).
