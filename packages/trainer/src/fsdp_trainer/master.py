@@ -8,9 +8,9 @@ the buffer once, and the gradients stay as reduced. Llama-3.1-8B on 2 H200s (``b
 (call C) and the step is 1.9% faster (call B).
 
 The fp32 values are not lost: ``TritonAdamW(master_weights=True)`` keeps, beside ``exp_avg`` and ``exp_avg_sq``,
-a 16-bit ``master_low`` state that, added below the bf16 parameter's bits, gives each exact fp32 master (2 bytes
-per parameter where an fp32 copy would take 4; ``fsdp_trainer/adamw.py``), and writes the parameter as the
-master's bf16 rounding in the same kernel. The forward
+a 16-bit ``master_low`` state that, added below the bf16 parameter's bits, gives each fp32 master (2 bytes per
+parameter where an fp32 copy would take 4; bit for bit but in one rounding case, see ``fsdp_trainer/adamw.py``),
+and writes the parameter as the master's bf16 rounding in the same kernel. The forward
 and backward see exactly what FSDP's cast would have given them, and the update is computed in fp32. What differs:
 the gradients that the norm and AdamW read stay bf16. With ``precision.reduce_dtype bf16`` those are the very values
 the fp32 copies held; with fp32 reduction the reduced sum is rounded to bf16 once. Gradient accumulation over
@@ -19,7 +19,8 @@ after sharding: the masters start from those values, not from their rounding.
 
 Checkpoints do not change: the model's entries hold the joined fp32 masters (``with_masters``), the optimizer's hold
 ``exp_avg`` and ``exp_avg_sq`` as always, so a checkpoint moves between ``params`` and ``optimizer`` runs (and
-world sizes) without rounding. The Hugging Face export also reads the masters.
+world sizes) without rounding. The Hugging Face export also reads the masters. Joined masters are new tensors, held
+for the time of a save or load: 4 bytes per sharded parameter, between steps, when no activations are held.
 """
 
 from __future__ import annotations
