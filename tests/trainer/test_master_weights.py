@@ -66,6 +66,42 @@ def test_master_step_matches_torch_adamw_on_fp32_weights():
     """)
 
 
+def test_kernel_splits_masters_as_the_torch_split_does():
+    """The kernel's rounding and remainder on the values that test them: halfway values rounding up and down, both
+    signs, subnormals, the largest finite values and infinities. A step at learning rate 0 without weight decay
+    leaves each master's value as it is, so the kernel must write back the split torch makes of it. The halfway
+    values that round down are held exactly (the upper half one above, odd, and the remainder -2**15: a split torch
+    never makes), so the kernel meets them and must store them one unit short, as torch's split does."""
+    _run("""
+    from fsdp_trainer.adamw import join_master, split_master
+    g = torch.Generator().manual_seed(3)
+    tie = lambda upper: ((upper << 16) | 0x8000).to(torch.int32).view(torch.float32)
+    uppers = torch.tensor([0x3F80, 0x3F81, 0x4000, 0x4001, 0x0001, 0x7F7E, 0x7F7F], dtype=torch.int64)
+    special = torch.cat([tie(uppers), -tie(uppers), torch.tensor([1e-45, -1e-40, 3.4028235e38, -3.4028235e38,
+                                                                  float("inf"), float("-inf"), 0.0, -0.0])])
+    masters = torch.cat([special, torch.randn(BLOCK + 5, generator=g)])
+    even = tie(uppers[uppers % 2 == 0])  # halfway, the upper half already even: rounds down (toward zero)
+    down = torch.isin(masters, torch.cat([even, -even]))
+    assert int(down.sum()) == 6
+    p = torch.nn.Parameter(torch.empty_like(masters, dtype=torch.bfloat16))
+    opt = TritonAdamW([p], lr=0.0, weight_decay=0.0, master_weights=True)
+    opt.set_master(p, masters)
+    with torch.no_grad():
+        p.view(torch.int16)[down] += 1
+        opt.state[p]["master_low"][down] = -2**15
+    assert torch.equal(opt.master_of(p).view(torch.int32), masters.view(torch.int32)), "every master held exactly"
+    p.grad = torch.zeros_like(p)
+    opt.step()
+    expected = torch.empty_like(p)
+    expected_low = split_master(masters, expected)
+    assert torch.equal(p.detach().view(torch.int16), expected.view(torch.int16)), "the kernel rounds as torch casts"
+    assert torch.equal(opt.state[p]["master_low"], expected_low), "the kernel's remainders, clamped alike"
+    joined = opt.master_of(p).view(torch.int32)
+    assert torch.equal(joined[down], masters[down].view(torch.int32) - 1), "one unit short, toward the parameter"
+    assert torch.equal(joined[~down], masters[~down].view(torch.int32)), "every other master bit for bit"
+    """)
+
+
 def test_remainders_hold_every_fp32_value():
     """The bf16 parameter (the master rounded to nearest even: torch's cast) and the int16 remainder give back the fp32
     master bit for bit, across signs, exponents, subnormals and the largest finite values, except a master exactly
