@@ -241,6 +241,22 @@ def test_tied_weights_get_their_master_under_every_name():
     assert torch.equal(opt.master_of(head.weight), drawn), "the live optimizer keeps its masters"
 
 
+def test_seeds_cover_only_stepped_parameters_and_give_way_to_a_loaded_state():
+    from fsdp_trainer.adamw import TritonAdamW
+
+    stepped, frozen = torch.nn.Parameter(torch.zeros(4, dtype=torch.bfloat16)), torch.nn.Parameter(torch.zeros(4, dtype=torch.bfloat16))
+    opt = TritonAdamW([stepped], master_weights=True)
+    seeds = {stepped: torch.tensor([1.0, 2.0, 3.0, 1.0 + 2**-12]), frozen: torch.ones(4)}
+    opt.seed_masters(seeds)
+    assert torch.equal(opt.master_of(stepped), seeds[stepped]) and opt.master_of(frozen) is None
+    assert torch.equal(frozen, torch.zeros(4, dtype=torch.bfloat16)), "a parameter the optimizer does not step is left alone"
+    with pytest.raises(ValueError, match="in none of the optimizer's groups"):
+        opt.set_master(frozen, torch.ones(4))
+    # a loaded state replaces the seeds; without remainders in it, the master is the parameter's value
+    opt.load_state_dict(TritonAdamW([torch.nn.Parameter(torch.zeros(4, dtype=torch.bfloat16))], master_weights=True).state_dict())
+    assert opt.master_of(stepped) is None and not opt._seeded
+
+
 def test_checkpoint_holds_fp32_masters_in_the_same_layout(runs):
     import torch.distributed.checkpoint as dcp
 

@@ -19,8 +19,8 @@ parameter plus a 16-bit remainder, the ``master_low`` state (int16), ``bits(mast
 master_low``. The parameter is the master rounded to nearest even, exactly torch's cast, so the remainder lies in
 [-2**15, 2**15]: 2**16 + 1 values, one more than 16 bits hold. The one left out, 2**15 (a master exactly halfway
 between two bf16 values that rounds down to the even one), is stored as 2**15 - 1. That master moves by one unit
-in its last place (at most 2**-23 of its value, the size of the rounding in the update's own fp32 arithmetic),
-about once in 131,072 updates; every other master is kept bit for bit. The remainder costs 2 bytes per parameter where an fp32
+in its last place (at most 2**-23 of a normal value: twice the rounding of the update's own fp32 arithmetic), about
+once in 131,072 updates; every other master is kept bit for bit. The remainder costs 2 bytes per parameter where an fp32
 copy costs 4: 7.5 GiB less per GPU for Llama-3.1-8B over 2 GPUs. The kernel reads the gradient, the parameter and
 the remainder, and writes the parameter and the remainder, in one pass. ``master_of`` / ``set_master`` join and
 split masters for checkpoints and exports.
@@ -118,15 +118,22 @@ def _local(t: torch.Tensor) -> torch.Tensor:
 def split_master(master: torch.Tensor, param: torch.Tensor) -> torch.Tensor:
     """Write ``master``'s bf16 rounding (to nearest even, torch's cast) into ``param`` and return the int16 remainder
     that ``join_master`` adds back, one short for a value halfway that rounded down (as the kernel does, see the
-    module docstring): plain tensors of one shape, ``master`` fp32 and ``param`` bf16."""
+    module docstring): plain tensors of one shape, ``master`` fp32 and ``param`` bf16. One int32 temporary."""
     param.copy_(master)
-    upper = param.view(torch.int16).to(torch.int32) << 16  # sign-extended: the same 32 bits as uint32 arithmetic
-    return (master.view(torch.int32) - upper).clamp_(max=0x7FFF).to(torch.int16)
+    low = param.view(torch.int16).to(torch.int32)  # sign-extended: the same 32 bits as uint32 arithmetic
+    low.bitwise_left_shift_(16)
+    torch.sub(master.view(torch.int32), low, out=low)
+    return low.clamp_(max=0x7FFF).to(torch.int16)
 
 
-def join_master(param: torch.Tensor, low: torch.Tensor) -> torch.Tensor:
-    """The fp32 master held as ``param`` (bf16, its upper half) and ``low`` (int16 remainder): a new tensor."""
-    return ((param.view(torch.int16).to(torch.int32) << 16) + low.to(torch.int32)).view(torch.float32)
+def join_master(param: torch.Tensor, low: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """The fp32 master held as ``param`` (bf16, its upper half) and ``low`` (int16 remainder), written into ``out``
+    (fp32, of their shape) or a new tensor, with no other temporary."""
+    bits = out.view(torch.int32) if out is not None else torch.empty(param.shape, dtype=torch.int32, device=param.device)
+    bits.copy_(param.view(torch.int16))
+    bits.bitwise_left_shift_(16)
+    bits.add_(low)
+    return bits.view(torch.float32)
 
 
 class TritonAdamW(torch.optim.AdamW):
@@ -143,10 +150,16 @@ class TritonAdamW(torch.optim.AdamW):
         parameter itself: the weights as initialised or loaded before the parameters were cast. Each is split into
         the parameter and its remainder now, so the fp32 tensors can be freed. The remainders join the optimizer's
         state at the first step: until then the state stays empty, as torch's state-dict helpers expect of an
-        optimizer that has not stepped (they step it once at lr 0 to create the state they load into). A
-        checkpoint's masters replace them (``master.attach_masters``)."""
+        optimizer that has not stepped (they step it once at lr 0 to create the state they load into). Until then
+        the parameters must change only through ``set_master`` (how a checkpoint's masters replace the seeds,
+        ``master.attach_masters``) or ``load_state_dict``. Parameters the optimizer does not step are left out."""
+        owned = self._owned()
         for p, master in masters.items():
-            self._seeded[p] = self._split(p, master)
+            if id(p) in owned:
+                self._seeded[p] = self._split(p, master)
+
+    def _owned(self) -> set[int]:
+        return {id(p) for group in self.param_groups for p in group["params"]}
 
     def master_of(self, p: torch.Tensor) -> torch.Tensor | None:
         """``p``'s fp32 master as a new tensor (a DTensor like ``p`` when ``p`` is one), or None before it has one."""
@@ -154,7 +167,7 @@ class TritonAdamW(torch.optim.AdamW):
         if low is None:
             return None
         out = torch.empty_like(p, dtype=torch.float32)
-        _local(out).copy_(join_master(_local(p.detach()), _local(low)))
+        join_master(_local(p.detach()), _local(low), out=_local(out))
         return out
 
     def set_master(self, p: torch.Tensor, master: torch.Tensor) -> None:
@@ -162,6 +175,8 @@ class TritonAdamW(torch.optim.AdamW):
         into the ``master_low`` state."""
         if not self.master_weights:
             raise RuntimeError("TritonAdamW: set_master needs master_weights=True")
+        if id(p) not in self._owned():
+            raise ValueError("TritonAdamW: set_master got a parameter that is in none of the optimizer's groups")
         self._seeded.pop(p, None)
         self.state[p]["master_low"] = self._split(p, master)
 
@@ -191,7 +206,9 @@ class TritonAdamW(torch.optim.AdamW):
         ``Optimizer.load_state_dict`` casts every state tensor to its parameter's dtype, which with master weights
         would round ``exp_avg`` and ``exp_avg_sq`` to bf16 and turn the int16 remainders into bf16 numbers. A
         ``master`` entry (fp32, as other optimizers keep masters) is split into the parameter and its remainder.
+        Seeds not yet stepped are dropped: the loaded state replaces them.
         """
+        self._seeded.clear()
         super().load_state_dict(state_dict)
         if not self.master_weights:
             return
@@ -238,8 +255,8 @@ class TritonAdamW(torch.optim.AdamW):
                     raise RuntimeError("TritonAdamW: a parameter, its gradient and its state must be contiguous and "
                                        "of one size; use --train.adamw fused")
                 if low is not None and (param.dtype != torch.bfloat16 or low.dtype != torch.int16):
-                    raise RuntimeError(f"TritonAdamW: master weights need bf16 parameters, got {param.dtype}; "
-                                       "use --precision.master_weights params")
+                    raise RuntimeError(f"TritonAdamW: master weights need bf16 parameters and int16 remainders, got "
+                                       f"{param.dtype} and {low.dtype}; use --precision.master_weights params")
                 if any(t.dtype != torch.float32 for t in (exp_avg, exp_avg_sq)) or (low is None and param.dtype != torch.float32):
                     raise RuntimeError(f"TritonAdamW: parameters and state must be fp32, got {param.dtype}; "
                                        "use --train.adamw fused or --precision.master_weights optimizer")
