@@ -117,15 +117,6 @@ TRAINER_VARIANTS: dict[str, dict[str, str]] = {
         "compile.enabled": "true", "compile.loss": "true", "precision.reduce_dtype": "bf16", "parallel.comm_buffers": "symmetric",
         "compile.memory_budget": "0.7", **extra}) for mb in (5, 6) for suffix, extra in (
             ("-gqarepeat", {"model.sdpa_gqa": "repeat"}),)},
-    # parallel.copy_out: FSDP2's copy-out on the all-gather stream, into storage allocated a unit early on the compute
-    # stream (copy engines: -ce; FSDP2's kernel: -agk); micro batch 7 with half-size loss chunks (2048 tokens: about
-    # 2.4 GiB less at the loss, where the step peaks)
-    **{f"8b-fsdp2-noac-mb{mb}-compile-bf16reduce-symm-budget7{suffix}": tv("llama3.1-8b", "fsdp2", "none", mb, **{
-        "compile.enabled": "true", "compile.loss": "true", "precision.reduce_dtype": "bf16", "parallel.comm_buffers": "symmetric",
-        "compile.memory_budget": "0.7", **extra}) for mb in (6, 7) for suffix, extra in (
-            ("-ce", {"parallel.copy_out": "copy_engine"}), ("-agk", {"parallel.copy_out": "all_gather_stream"}),
-            ("-chunk2k", {"train.loss_chunk_tokens": "2048"}),
-            ("-ce-chunk2k", {"parallel.copy_out": "copy_engine", "train.loss_chunk_tokens": "2048"}))},
     "8b-fsdp2-noac-mb3-compile-flash": tv("llama3.1-8b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "model.sdpa_backend": "flash"}),
     # --auto: the trainer picks micro-batch, checkpointing and compile itself
     "7b-auto": {"model.preset": "llama2-7b", "auto.enabled": "true"},

@@ -3,8 +3,7 @@
 # precision.master_weights optimizer): a tiny model trained 6 steps straight (saving at step 3), against the same
 # run killed after step 3 and resumed. Prints both loss lists and their largest difference. Then the straight run
 # again with its collectives in NCCL symmetric memory, with parallel.flat_shards off, and with fp32 parameters instead
-# of masters (precision.master_weights params), and with symmetric buffers and the copy-out on the all-gather stream
-# (parallel.copy_out copy_engine): the same losses.
+# of masters (precision.master_weights params): the same losses.
 #   bash bench/gpu_resume_check.sh            (logs under $OUT, or /tmp/fsdp-resume-check)
 set -u
 OUT=${OUT:-/tmp/fsdp-resume-check}
@@ -29,9 +28,6 @@ echo "noflat rc=$?"
 torchrun --standalone --nproc-per-node=2 -m fsdp_trainer "${args[@]}" --precision.master_weights params --train.output_dir "$work/params" \
   > "$OUT/resume-params.log" 2>&1
 echo "params rc=$?"
-torchrun --standalone --nproc-per-node=2 -m fsdp_trainer "${args[@]}" --parallel.comm_buffers symmetric --parallel.copy_out copy_engine \
-  --train.output_dir "$work/copyout" > "$OUT/resume-copyout.log" 2>&1
-echo "copyout rc=$?"
 python3 - "$work" <<'PY'
 import json, sys
 work = sys.argv[1]
@@ -43,7 +39,7 @@ print("straight", [round(r["loss"], 6) for r in straight])
 print("resumed ", [round(r["loss"], 6) for r in resumed])
 print("largest loss difference", max(abs(a["loss"] - b["loss"]) for a, b in zip(straight, resumed, strict=True)))
 print("flat_shard_units", summary.get("flat_shard_units"), "all_gathers_sent_as_is", summary.get("all_gathers_sent_as_is"))
-for other in ("symmetric", "noflat", "params", "copyout"):
+for other in ("symmetric", "noflat", "params"):
     try:
         runs = [json.loads(line) for line in open(f"{work}/{other}/metrics.jsonl")]
         extra = json.load(open(f"{work}/{other}/summary.json"))
@@ -51,7 +47,6 @@ for other in ("symmetric", "noflat", "params", "copyout"):
         print(other, "missing:", e)
         continue
     print(other, [round(r["loss"], 6) for r in runs], "flat_shard_units", extra.get("flat_shard_units"),
-          "copy_outs_early", extra.get("copy_outs_early"), "copy_outs_on_compute", extra.get("copy_outs_on_compute"),
           "largest difference from straight", max(abs(a["loss"] - b["loss"]) for a, b in zip(straight, runs, strict=True)))
 PY
 rm -rf "$work"

@@ -122,8 +122,6 @@ class ParallelConfig:
     """fsdp2: where the all-gather and reduce-scatter staging buffers live. default: PyTorch's caching allocator; process_group: memory from the process group's own allocator (NCCL registers it for zero-copy transfers where it can); symmetric: NCCL symmetric memory for both (CUDA; the trainer sets NCCL_CTA_POLICY=2 unless it is set, so on one node the all-gathers run on the copy engines and leave every SM to compute; reduce-scatters run on NCCL's symmetric-memory kernels); symmetric_all_gather: the all-gathers only."""
     flat_shards: bool = True
     """fsdp2: keep each unit's parameter shards in one buffer that its all-gather sends as is, instead of copying them into the all-gather's buffer before every all-gather (fsdp_trainer/shards.py). Applies to units whose parameters are gathered in their own dtype (bf16 with precision.master_weights optimizer, or fp32), unpadded and on the device; others are copied as before."""
-    copy_out: Literal["compute", "copy_engine", "all_gather_stream"] = "compute"
-    """fsdp2: where each unit's gathered parameters are copied out of its all-gather's buffer. compute: FSDP2's way, on the compute stream just before the unit runs; copy_engine: on the all-gather stream right after the all-gather, while the previous unit computes, as memcpys the GPU's copy engines run (fsdp_trainer/copyout.py); all_gather_stream: there too, with FSDP2's copy kernel. Units FSDP2 gathers otherwise (FP8 all-gathers, CPU offload) keep the compute stream."""
 
 
 @dataclass
@@ -365,8 +363,6 @@ class TrainerConfig:
             raise ConfigError(f"{flag}: only used with --parallel.sharding hybrid_shard")
         if par.api == "fsdp2" and par.backward_prefetch != "pre":
             raise ConfigError(f"--parallel.backward_prefetch: {par.backward_prefetch!r} is fsdp1-only; fsdp2 always prefetches the previous block ('pre')")
-        if par.copy_out != "compute" and par.api != "fsdp2":
-            raise ConfigError(f"--parallel.copy_out: {par.copy_out} needs --parallel.api fsdp2 (or use --parallel.copy_out compute)")
         if par.comm_buffers != "default" and par.api != "fsdp2":
             raise ConfigError(f"--parallel.comm_buffers: {par.comm_buffers} needs --parallel.api fsdp2")
         if par.comm_buffers != "default" and par.cpu_offload:

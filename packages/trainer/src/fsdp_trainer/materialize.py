@@ -65,8 +65,6 @@ class BuiltModel:
     masters: dict[str, torch.Tensor] = field(default_factory=dict)
     #: FSDP2 units whose shards live in one buffer that their all-gathers send (``parallel.flat_shards``).
     flat_shard_units: int = 0
-    #: FSDP2 parameter groups copied out on the all-gather stream (``parallel.copy_out``).
-    copy_out_units: int = 0
 
 
 def init_strategy(cfg: TrainerConfig, num_params: int) -> str:
@@ -180,15 +178,8 @@ def _built(cfg: TrainerConfig, model: nn.Module, mesh: DeviceMesh | None, device
            num_params: int, num_embedding: int) -> BuiltModel:
     """The weights are in place: cast to bf16 under master weights, flatten FSDP2's shards."""
     masters = _masters(cfg, model, device)
-    fsdp2 = cfg.parallel.api == "fsdp2"
-    flat = flatten_unit_shards(model, cfg, mesh) if cfg.parallel.flat_shards and fsdp2 else 0
-    early = 0
-    if fsdp2 and cfg.parallel.copy_out != "compute":
-        from .copyout import install
-
-        early = install(model, cfg.parallel.copy_out)
-        log.info("copy-out: %d FSDP parameter groups copy out on the all-gather stream (%s, copyout.py)", early, cfg.parallel.copy_out)
-    return BuiltModel(model, hf_config, num_params, num_embedding, masters, flat, early)
+    flat = flatten_unit_shards(model, cfg, mesh) if cfg.parallel.flat_shards and cfg.parallel.api == "fsdp2" else 0
+    return BuiltModel(model, hf_config, num_params, num_embedding, masters, flat)
 
 
 def flatten_unit_shards(model: nn.Module, cfg: TrainerConfig, mesh: DeviceMesh | None) -> int:

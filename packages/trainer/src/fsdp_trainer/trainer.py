@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from . import copyout, shards
+from . import shards
 from .adamw import TritonAdamW
 from .checkpoint import Checkpointer, export_hf
 from .config import TrainerConfig
@@ -214,7 +214,6 @@ class Trainer:
         built = build_model(cfg, env, self.mesh)
         self.model, self.hf_config = built.model, built.hf_config
         self.flat_shard_units = built.flat_shard_units
-        self.copy_out_units = built.copy_out_units
         self.tokenizer = load_tokenizer(cfg.model.tokenizer) if cfg.model.tokenizer else None
         self.data = build_dataloader(
             cfg.data, self.tokenizer, self.hf_config.vocab_size, cfg.train.micro_batch_size,
@@ -358,9 +357,6 @@ class Trainer:
             flat_shard_units=self.flat_shard_units,
             all_gathers_sent_as_is=shards.sent_as_is,
             all_gathers_copied_in=shards.copied_in,
-            copy_out_units=self.copy_out_units,
-            copy_outs_early=copyout.early,
-            copy_outs_on_compute=copyout.on_compute,
         )
         if env.is_leader:
             out = Path(cfg.train.output_dir)
