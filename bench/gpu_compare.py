@@ -12,6 +12,11 @@ what is installed (carry torchtitan's wheels, see bench/RESULTS.md). A variant t
 memory, say) is recorded with its error and the rest go on. Results go to `<out>/results.json` and a
 markdown table is printed last; the logs are packed into `<out>/logs.tar.gz`.
 
+With `--telemetry`, `nvidia-smi` samples every GPU's SM clock, power draw and clock-event reasons every 250 ms
+during each variant; the record gets their medians over the busy samples (power at least half the run's highest),
+which is the training steps rather than start-up and compile, and the most frequent clock-event bitmask then
+(0x4: software power cap, 0x20/0x40: thermal slowdown, 0x80: power brake).
+
 The tokens check compares the trainer's side count of consumed tokens (`tokens_processed`) with
 steps x GPUs x micro batch x seq_len: the throughput figures and the work actually done must agree.
 """
@@ -117,6 +122,11 @@ TRAINER_VARIANTS: dict[str, dict[str, str]] = {
         "compile.enabled": "true", "compile.loss": "true", "precision.reduce_dtype": "bf16", "parallel.comm_buffers": "symmetric",
         "compile.memory_budget": "0.7", **extra}) for mb in (5, 6) for suffix, extra in (
             ("-gqarepeat", {"model.sdpa_gqa": "repeat"}),)},
+    # loss chunks of 8192 tokens instead of 4096 (fewer, larger lm_head matmuls; 2.4 GiB more at the loss), and of
+    # 2048 at micro batch 7 (2.4 GiB less there; it still ran out of memory in backward, session 11 call A)
+    **{f"8b-fsdp2-noac-mb{mb}-compile-bf16reduce-symm-budget7-chunk{k}k": tv("llama3.1-8b", "fsdp2", "none", mb, **{
+        "compile.enabled": "true", "compile.loss": "true", "precision.reduce_dtype": "bf16", "parallel.comm_buffers": "symmetric",
+        "compile.memory_budget": "0.7", "train.loss_chunk_tokens": str(k * 1024)}) for mb, k in ((6, 8), (7, 2))},
     "8b-fsdp2-noac-mb3-compile-flash": tv("llama3.1-8b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "model.sdpa_backend": "flash"}),
     # --auto: the trainer picks micro-batch, checkpointing and compile itself
     "7b-auto": {"model.preset": "llama2-7b", "auto.enabled": "true"},
@@ -248,6 +258,41 @@ def run_accelerate_variant(name: str, args: argparse.Namespace, nproc: int, work
     return {"variant": name, "kind": "accelerate", "ok": False, "error": _error_line(log, rc)}
 
 
+class Telemetry:
+    """``nvidia-smi`` sampling every GPU while one variant runs (``--telemetry``); ``summary()`` after ``stop()``."""
+
+    FIELDS = "index,clocks.sm,power.draw,clocks_event_reasons.active"
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.file = path.open("w")
+        self.proc = subprocess.Popen(["nvidia-smi", f"--query-gpu={self.FIELDS}", "--format=csv,noheader,nounits", "-lms", "250"],
+                                     stdout=self.file, stderr=subprocess.STDOUT, text=True)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait()
+        self.file.close()
+
+    def summary(self) -> dict:
+        import statistics
+        from collections import Counter
+
+        samples = []
+        for line in self.path.read_text().splitlines():
+            parts = [p.strip() for p in line.split(",")]
+            try:
+                samples.append((int(parts[0]), float(parts[1]), float(parts[2]), parts[3]))
+            except (IndexError, ValueError):
+                continue
+        if not samples:
+            return {"telemetry_error": (self.path.read_text().strip().splitlines() or ["no samples"])[-1][:200]}
+        top = max(s[2] for s in samples)
+        busy = [s for s in samples if s[2] >= top / 2]
+        return {"sm_clock_mhz_median": statistics.median(s[1] for s in busy), "power_w_median": statistics.median(s[2] for s in busy),
+                "power_w_max": top, "clock_event_reasons": Counter(s[3] for s in busy).most_common(1)[0][0], "telemetry_samples": len(busy)}
+
+
 def stop(proc: subprocess.Popen, grace: float = 60.0) -> None:
     """End a torchrun that ran out of time: SIGTERM first, which torchrun passes on to its workers (they run in sessions
     of their own and would outlive a SIGKILL of torchrun, holding the GPUs the next run needs), then SIGKILL."""
@@ -284,17 +329,23 @@ def _error_line(log: str, rc: int) -> str:
 
 
 def table(records: list[dict]) -> str:
-    rows = ["| variant | tokens/s/GPU | TFLOP/s/GPU | MFU | peak GiB | loss | tokens check |",
-            "|---|---:|---:|---:|---:|---:|---|"]
+    rows = ["| variant | tokens/s/GPU | TFLOP/s/GPU | MFU | peak GiB | loss | tokens check | SM MHz, W |",
+            "|---|---:|---:|---:|---:|---:|---|---|"]
     for r in records:
         if not r["ok"]:
-            rows.append(f"| {r['variant']} | failed: {r['error'][:120]} | | | | | |")
+            rows.append(f"| {r['variant']} | failed: {r['error'][:120]} | | | | | | |")
             continue
         check = "-" if "tokens_check" not in r else ("ok" if r["tokens_check"] else f"MISMATCH {r['tokens_processed']}!={r['tokens_expected']}")
         mfu = "-" if r.get("mfu") is None else f"{100 * r['mfu']:.1f}%"
         rows.append(f"| {r['variant']} | {r['tokens_per_s_per_gpu']:,.0f} | {r['tflops_per_gpu']:.1f} | {mfu} | "
-                    f"{r.get('peak_mem_gib') or 0:.1f} | {r.get('final_loss', float('nan')):.3f} | {check} |")
+                    f"{r.get('peak_mem_gib') or 0:.1f} | {r.get('final_loss', float('nan')):.3f} | {check} | {_power(r)} |")
     return "\n".join(rows)
+
+
+def _power(r: dict) -> str:
+    if "sm_clock_mhz_median" not in r:
+        return r.get("telemetry_error", "-")
+    return f"{r['sm_clock_mhz_median']:.0f}, {r['power_w_median']:.0f} ({r['clock_event_reasons']})"
 
 
 def main() -> int:
@@ -307,6 +358,7 @@ def main() -> int:
     parser.add_argument("--nproc", type=int, default=0, help="GPUs per run (default: all visible)")
     parser.add_argument("--timeout", type=int, default=420, help="seconds per variant before it is recorded as failed")
     parser.add_argument("--deadline", type=int, default=0, help="start no variant after this many seconds (0: no limit); skipped ones are listed")
+    parser.add_argument("--telemetry", action="store_true", help="sample SM clocks and power with nvidia-smi during each variant")
     args = parser.parse_args()
 
     known = {**TRAINER_VARIANTS, **TORCHTITAN_VARIANTS, **ACCELERATE_VARIANTS}
@@ -336,12 +388,19 @@ def main() -> int:
         if args.deadline and t0 - started > args.deadline:
             records.append({"variant": name, "ok": False, "error": f"skipped: past --deadline {args.deadline}s"})
             continue
-        if name in TRAINER_VARIANTS:
-            rec = run_trainer(name, args, nproc, work)
-        elif name in TORCHTITAN_VARIANTS:
-            rec = run_torchtitan_variant(name, args, nproc, work)
-        else:
-            rec = run_accelerate_variant(name, args, nproc, work)
+        telemetry = Telemetry(work / f"{name}.smi.log") if args.telemetry else None
+        try:
+            if name in TRAINER_VARIANTS:
+                rec = run_trainer(name, args, nproc, work)
+            elif name in TORCHTITAN_VARIANTS:
+                rec = run_torchtitan_variant(name, args, nproc, work)
+            else:
+                rec = run_accelerate_variant(name, args, nproc, work)
+        finally:
+            if telemetry is not None:
+                telemetry.stop()
+        if telemetry is not None:
+            rec.update(telemetry.summary())
         rec["run_s"] = round(time.perf_counter() - t0, 1)
         records.append(rec)
         (out / "results.json").write_text(json.dumps({"header": header, "records": records}, indent=1))
@@ -350,7 +409,7 @@ def main() -> int:
             print("smoke run failed: stopping before the large runs", file=sys.stderr)
             break
     with tarfile.open(out / "logs.tar.gz", "w:gz") as tar:
-        for log in sorted(work.glob("*.log")):
+        for log in sorted(work.glob("*.log")):  # with --telemetry, each variant's nvidia-smi samples too
             tar.add(log, arcname=log.name)
     print(f"\n{header}\n")
     print(table(records))
