@@ -122,11 +122,11 @@ TRAINER_VARIANTS: dict[str, dict[str, str]] = {
         "compile.enabled": "true", "compile.loss": "true", "precision.reduce_dtype": "bf16", "parallel.comm_buffers": "symmetric",
         "compile.memory_budget": "0.7", **extra}) for mb in (5, 6) for suffix, extra in (
             ("-gqarepeat", {"model.sdpa_gqa": "repeat"}),)},
-    # loss chunks of 8192 tokens instead of 4096 (fewer, larger lm_head matmuls; 2.4 GiB more at the loss), and of
+    # loss chunks of 8192 or 12288 tokens instead of 4096 (fewer, larger lm_head matmuls; 2.4 or 4.9 GiB more at the loss), and of
     # 2048 at micro batch 7 (2.4 GiB less there; it still ran out of memory in backward, session 11 call A)
     **{f"8b-fsdp2-noac-mb{mb}-compile-bf16reduce-symm-budget7-chunk{k}k": tv("llama3.1-8b", "fsdp2", "none", mb, **{
         "compile.enabled": "true", "compile.loss": "true", "precision.reduce_dtype": "bf16", "parallel.comm_buffers": "symmetric",
-        "compile.memory_budget": "0.7", "train.loss_chunk_tokens": str(k * 1024)}) for mb, k in ((6, 8), (7, 2))},
+        "compile.memory_budget": "0.7", "train.loss_chunk_tokens": str(k * 1024)}) for mb, k in ((6, 8), (6, 12), (7, 2))},
     "8b-fsdp2-noac-mb3-compile-flash": tv("llama3.1-8b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "model.sdpa_backend": "flash"}),
     # --auto: the trainer picks micro-batch, checkpointing and compile itself
     "7b-auto": {"model.preset": "llama2-7b", "auto.enabled": "true"},
