@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -361,6 +362,8 @@ def main() -> int:
     parser.add_argument("--telemetry", action="store_true", help="sample SM clocks and power with nvidia-smi during each variant")
     args = parser.parse_args()
 
+    if args.telemetry and shutil.which("nvidia-smi") is None:
+        parser.error("--telemetry: nvidia-smi is not on PATH; install the NVIDIA driver's tools or drop --telemetry")
     known = {**TRAINER_VARIANTS, **TORCHTITAN_VARIANTS, **ACCELERATE_VARIANTS}
     if args.only:
         names = [n for n in args.only.split(",") if n]

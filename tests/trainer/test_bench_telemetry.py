@@ -1,0 +1,51 @@
+"""``bench/gpu_compare.py --telemetry``: what it makes of nvidia-smi's samples (the GPU runs use it as is)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+import gpu_compare
+
+
+def _summary(tmp_path: Path, text: str) -> dict:
+    log = tmp_path / "smi.log"
+    log.write_text(text)
+    telemetry = gpu_compare.Telemetry.__new__(gpu_compare.Telemetry)  # the samples as written, without nvidia-smi
+    telemetry.path = log
+    return telemetry.summary()
+
+
+def test_busy_samples_decide_the_medians(tmp_path):
+    text = "\n".join([
+        "0, 1980, 80.5, 0x0000000000000001",  # start-up: idle, full clock
+        "1, 1980, 90.0, 0x0000000000000001",
+        "0, 1455, 690.0, 0x0000000000000004",  # training at the power cap
+        "1, 1440, 692.0, 0x0000000000000004",
+        "0, 1470, 688.0, 0x0000000000000004",
+        "1, [N/A], 690.0, 0x0000000000000004",  # a field nvidia-smi could not read: skipped
+        "0, 1500, 400.0, 0x0000000000000000",
+    ])
+    s = _summary(tmp_path, text)
+    assert s["telemetry_samples"] == 4 and s["power_w_max"] == 692.0
+    assert s["sm_clock_mhz_median"] == 1462.5 and s["power_w_median"] == 689.0
+    assert s["clock_event_reasons"] == "0x0000000000000004"
+    row = gpu_compare.table([{"variant": "v", "ok": True, "tokens_per_s_per_gpu": 1.0, "tflops_per_gpu": 1.0, "mfu": 0.5, **s}])
+    assert row.splitlines()[-1].endswith("| 1462, 689 (0x0000000000000004) |")
+
+
+def test_no_samples_is_reported_not_raised(tmp_path):
+    s = _summary(tmp_path, 'Field "clocks_event_reasons.active" is not a valid field to query.\n')
+    assert s == {"telemetry_error": 'Field "clocks_event_reasons.active" is not a valid field to query.'}
+
+
+def test_telemetry_without_nvidia_smi_is_refused(monkeypatch, capsys):
+    monkeypatch.setattr(gpu_compare.shutil, "which", lambda name: None)
+    monkeypatch.setattr(sys, "argv", ["gpu_compare.py", "--telemetry", "--only", "smoke-fsdp2"])
+    with pytest.raises(SystemExit) as exit_:
+        gpu_compare.main()
+    assert exit_.value.code == 2
+    assert "--telemetry: nvidia-smi is not on PATH" in capsys.readouterr().err
