@@ -260,7 +260,7 @@ def run_accelerate_variant(name: str, args: argparse.Namespace, nproc: int, work
 
 
 class Telemetry:
-    """``nvidia-smi`` sampling every GPU while one variant runs (``--telemetry``); ``summary()`` after ``stop()``."""
+    """``nvidia-smi`` sampling every GPU while one variant runs (``--telemetry``); ``smi_summary`` reads the samples."""
 
     FIELDS = "index,clocks.sm,power.draw,clocks_event_reasons.active"
 
@@ -270,28 +270,32 @@ class Telemetry:
         self.proc = subprocess.Popen(["nvidia-smi", f"--query-gpu={self.FIELDS}", "--format=csv,noheader,nounits", "-lms", "250"],
                                      stdout=self.file, stderr=subprocess.STDOUT, text=True)
 
-    def stop(self) -> None:
+    def stop(self) -> dict:
+        """End the sampling; returns ``smi_summary`` of what it wrote."""
         self.proc.terminate()
         self.proc.wait()
         self.file.close()
+        return smi_summary(self.path.read_text())
 
-    def summary(self) -> dict:
-        import statistics
-        from collections import Counter
 
-        samples = []
-        for line in self.path.read_text().splitlines():
-            parts = [p.strip() for p in line.split(",")]
-            try:
-                samples.append((int(parts[0]), float(parts[1]), float(parts[2]), parts[3]))
-            except (IndexError, ValueError):
-                continue
-        if not samples:
-            return {"telemetry_error": (self.path.read_text().strip().splitlines() or ["no samples"])[-1][:200]}
-        top = max(s[2] for s in samples)
-        busy = [s for s in samples if s[2] >= top / 2]
-        return {"sm_clock_mhz_median": statistics.median(s[1] for s in busy), "power_w_median": statistics.median(s[2] for s in busy),
-                "power_w_max": top, "clock_event_reasons": Counter(s[3] for s in busy).most_common(1)[0][0], "telemetry_samples": len(busy)}
+def smi_summary(text: str) -> dict:
+    """Medians over the busy samples of ``Telemetry.FIELDS`` lines (see the module docstring), or the tool's error."""
+    import statistics
+    from collections import Counter
+
+    samples = []
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        try:
+            samples.append((int(parts[0]), float(parts[1]), float(parts[2]), parts[3]))
+        except (IndexError, ValueError):  # a field nvidia-smi could not read ([N/A]), or its error message
+            continue
+    if not samples:
+        return {"telemetry_error": (text.strip().splitlines() or ["no samples"])[-1][:200]}
+    top = max(s[2] for s in samples)
+    busy = [s for s in samples if s[2] >= top / 2]
+    return {"sm_clock_mhz_median": statistics.median(s[1] for s in busy), "power_w_median": statistics.median(s[2] for s in busy),
+            "power_w_max": top, "clock_event_reasons": Counter(s[3] for s in busy).most_common(1)[0][0], "telemetry_samples": len(busy)}
 
 
 def stop(proc: subprocess.Popen, grace: float = 60.0) -> None:
@@ -400,10 +404,8 @@ def main() -> int:
             else:
                 rec = run_accelerate_variant(name, args, nproc, work)
         finally:
-            if telemetry is not None:
-                telemetry.stop()
-        if telemetry is not None:
-            rec.update(telemetry.summary())
+            smi = telemetry.stop() if telemetry is not None else {}
+        rec.update(smi)
         rec["run_s"] = round(time.perf_counter() - t0, 1)
         records.append(rec)
         (out / "results.json").write_text(json.dumps({"header": header, "records": records}, indent=1))

@@ -11,15 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import gpu_compare
 
 
-def _summary(tmp_path: Path, text: str) -> dict:
-    log = tmp_path / "smi.log"
-    log.write_text(text)
-    telemetry = gpu_compare.Telemetry.__new__(gpu_compare.Telemetry)  # the samples as written, without nvidia-smi
-    telemetry.path = log
-    return telemetry.summary()
-
-
-def test_busy_samples_decide_the_medians(tmp_path):
+def test_busy_samples_decide_the_medians():
     text = "\n".join([
         "0, 1980, 80.5, 0x0000000000000001",  # start-up: idle, full clock
         "1, 1980, 90.0, 0x0000000000000001",
@@ -29,7 +21,7 @@ def test_busy_samples_decide_the_medians(tmp_path):
         "1, [N/A], 690.0, 0x0000000000000004",  # a field nvidia-smi could not read: skipped
         "0, 1500, 400.0, 0x0000000000000000",
     ])
-    s = _summary(tmp_path, text)
+    s = gpu_compare.smi_summary(text)
     assert s["telemetry_samples"] == 4 and s["power_w_max"] == 692.0
     assert s["sm_clock_mhz_median"] == 1462.5 and s["power_w_median"] == 689.0
     assert s["clock_event_reasons"] == "0x0000000000000004"
@@ -37,8 +29,8 @@ def test_busy_samples_decide_the_medians(tmp_path):
     assert row.splitlines()[-1].endswith("| 1462, 689 (0x0000000000000004) |")
 
 
-def test_no_samples_is_reported_not_raised(tmp_path):
-    s = _summary(tmp_path, 'Field "clocks_event_reasons.active" is not a valid field to query.\n')
+def test_no_samples_is_reported_not_raised():
+    s = gpu_compare.smi_summary('Field "clocks_event_reasons.active" is not a valid field to query.\n')
     assert s == {"telemetry_error": 'Field "clocks_event_reasons.active" is not a valid field to query.'}
 
 
