@@ -110,6 +110,7 @@ def test_round_trip_through_dict():
         (["--metrics.profile_steps", "4-3"], "--metrics.profile_steps: steps count from 1 and A <= B"),
         (["--metrics.profile_steps", "0"], "--metrics.profile_steps: steps count from 1"),
         (["--train.steps", "5", "--metrics.profile_steps", "5-6"], "--metrics.profile_steps: step 6 is after the last step (5)"),
+        (["--ac.offload_layers", "-1"], "--ac.offload_layers: must be zero or positive (got -1)"),
         (["train.steps", "3"], "expected an option like --section.field VALUE"),
     ],
 )

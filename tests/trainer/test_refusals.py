@@ -29,6 +29,8 @@ pytestmark = [
         (["--runtime.backend", "nccl"], "error: --runtime.backend: nccl needs CUDA; use gloo (or auto) on CPU"),
         (["--parallel.comm_buffers", "symmetric"],
          "error: --parallel.comm_buffers: symmetric needs NCCL on GPUs; this run is on cpu (use default or process_group)"),
+        (["--ac.offload_layers", "2"],
+         "error: --ac.offload_layers: needs CUDA GPUs (pinned host memory, copy engines); this run is on cpu (set it to 0)"),
         (["--train.adamw", "triton"], "error: --train.adamw: triton needs CUDA; this run is on cpu (use foreach or auto)"),
         (["--parallel.sharding", "hybrid_shard", "--parallel.shard_size", "3"],
          "error: --parallel.shard_size: shard_size 3 x replicate_size 1 must equal the world size 1"),

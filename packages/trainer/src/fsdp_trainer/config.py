@@ -142,6 +142,8 @@ class ActivationCheckpointConfig:
     """Recompute decoder blocks in backward to save activation memory: none, full (every block) or selective (every ac.every-th block)."""
     every: int = 2
     """selective: checkpoint one block in every ac.every blocks."""
+    offload_layers: int = 0
+    """Decoder blocks, from the first, whose saved activations are copied to pinned host memory during forward and back ahead of their backward (side stream, copy engines over PCIe; offload.py). Frees about one block's activations each, for a larger micro-batch. CUDA only; 0: off."""
 
 
 @dataclass
@@ -333,6 +335,7 @@ class TrainerConfig:
             "--parallel.shard_size": par.shard_size,
             "--parallel.replicate_size": par.replicate_size,
             "--metrics.warmup_steps": self.metrics.warmup_steps,
+            "--ac.offload_layers": self.activation_checkpointing.offload_layers,
         }
         for flag, value in non_negative.items():
             if value < 0:

@@ -32,6 +32,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from .attention import configure_attention
 from .config import TrainerConfig
 from .distributed import DistEnv
+from .errors import ConfigError
 from .kernels import use_fused_kernels
 from .master import cast_params_keeping_masters_
 from .model import (
@@ -45,6 +46,7 @@ from .model import (
     meta_model,
     reset_rotary_,
 )
+from .offload import ActivationOffload
 from .optim import use_master_weights
 from .parallelize import parallelize_llama
 
@@ -65,6 +67,8 @@ class BuiltModel:
     masters: dict[str, torch.Tensor] = field(default_factory=dict)
     #: FSDP2 units whose shards live in one buffer that their all-gathers send (``parallel.flat_shards``).
     flat_shard_units: int = 0
+    #: the saved-tensor hooks of ``ac.offload_layers`` (``offload.py``), None when off.
+    offload: ActivationOffload | None = None
 
 
 def init_strategy(cfg: TrainerConfig, num_params: int) -> str:
@@ -179,7 +183,23 @@ def _built(cfg: TrainerConfig, model: nn.Module, mesh: DeviceMesh | None, device
     """The weights are in place: cast to bf16 under master weights, flatten FSDP2's shards."""
     masters = _masters(cfg, model, device)
     flat = flatten_unit_shards(model, cfg, mesh) if cfg.parallel.flat_shards and cfg.parallel.api == "fsdp2" else 0
-    return BuiltModel(model, hf_config, num_params, num_embedding, masters, flat)
+    return BuiltModel(model, hf_config, num_params, num_embedding, masters, flat, install_offload(cfg, model, device))
+
+
+def install_offload(cfg: TrainerConfig, model: nn.Module, device: torch.device) -> ActivationOffload | None:
+    """``ac.offload_layers``: the first blocks' saved activations go to pinned host memory (``offload.py``)."""
+    n = cfg.activation_checkpointing.offload_layers
+    if not n:
+        return None
+    blocks = model.lm.model.layers
+    if n >= len(blocks):
+        raise ConfigError(f"--ac.offload_layers: {n} is not below the model's {len(blocks)} decoder blocks; "
+                          f"use 1 to {len(blocks) - 1}")
+    offload = ActivationOffload(n, len(blocks))
+    offload.install(blocks)
+    log.info("ac.offload_layers: blocks 0-%d keep their saved activations in pinned host memory (blocks come back %d ahead)",
+             n - 1, offload.distance)
+    return offload
 
 
 def flatten_unit_shards(model: nn.Module, cfg: TrainerConfig, mesh: DeviceMesh | None) -> int:

@@ -28,6 +28,9 @@ def run(cfg: TrainerConfig) -> dict:
     device = resolve_device(cfg.runtime)
     if cfg.parallel.cpu_offload and device.type != "cuda":
         raise ConfigError("--parallel.cpu_offload: offloading to CPU needs CUDA; this run is on cpu")
+    if cfg.activation_checkpointing.offload_layers and device.type != "cuda":
+        raise ConfigError(f"--ac.offload_layers: needs CUDA GPUs (pinned host memory, copy engines); this run is on {device.type} "
+                          "(set it to 0)")
     if cfg.model.attn_implementation == "flash_attention_2" and device.type != "cuda":
         raise ConfigError(f"--model.attn_implementation: flash_attention_2 needs CUDA; this run is on {device.type} (use sdpa or eager)")
     if cfg.parallel.comm_buffers.startswith("symmetric") and device.type != "cuda":

@@ -214,6 +214,7 @@ class Trainer:
         built = build_model(cfg, env, self.mesh)
         self.model, self.hf_config = built.model, built.hf_config
         self.flat_shard_units = built.flat_shard_units
+        self.offload = built.offload
         self.tokenizer = load_tokenizer(cfg.model.tokenizer) if cfg.model.tokenizer else None
         self.data = build_dataloader(
             cfg.data, self.tokenizer, self.hf_config.vocab_size, cfg.train.micro_batch_size,
@@ -357,6 +358,7 @@ class Trainer:
             flat_shard_units=self.flat_shard_units,
             all_gathers_sent_as_is=shards.sent_as_is,
             all_gathers_copied_in=shards.copied_in,
+            offloaded_gib_per_step=round(self.offload.offloaded_bytes / 2**30, 2) if self.offload else 0.0,
         )
         if env.is_leader:
             out = Path(cfg.train.output_dir)
