@@ -43,6 +43,10 @@ TRAINER_SRC = ROOT / "packages" / "trainer" / "src"
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 CHILD_ENV = {**MULTICAST_OFF, "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "OMP_NUM_THREADS": "4"}
 
+# torchtitan's inputs for the trainer: its text and tokenizer, written by peers.torchtitan_run.prepare_assets under the
+# run's work folder ({tt_assets} is filled in by run_trainer).
+TT_TEXT = {"data.source": "jsonl", "data.path": "{tt_assets}/data/train.jsonl", "model.tokenizer": "{tt_assets}/tokenizer"}
+
 # Trainer variants: name -> trainer overrides on top of BASE.
 BASE = {"model.init": "random", "data.source": "synthetic", "data.seq_len": "4096", "precision.mode": "bf16",
         "train.warmup_steps": "2", "checkpoint.enabled": "false"}
@@ -128,6 +132,17 @@ TRAINER_VARIANTS: dict[str, dict[str, str]] = {
     **{f"8b-fsdp2-noac-mb{mb}-compile-bf16reduce-symm-budget7-chunk{k}k": tv("llama3.1-8b", "fsdp2", "none", mb, **{
         "compile.enabled": "true", "compile.loss": "true", "precision.reduce_dtype": "bf16", "parallel.comm_buffers": "symmetric",
         "compile.memory_budget": "0.7", "train.loss_chunk_tokens": str(k * 1024)}) for mb, k in ((6, 8), (6, 12), (7, 2))},
+    # the 8B's best on torchtitan's own inputs: the same text and byte-level BPE tokenizer (bench/peers/torchtitan_run.py),
+    # with the trainer's learning rate (3e-4) or torchtitan's (8e-4); the rows above train on seeded random tokens
+    **{f"8b-fsdp2-noac-mb6-compile-bf16reduce-symm-budget7-tttext{suffix}": tv("llama3.1-8b", "fsdp2", "none", 6, **{
+        "compile.enabled": "true", "compile.loss": "true", "precision.reduce_dtype": "bf16", "parallel.comm_buffers": "symmetric",
+        "compile.memory_budget": "0.7", **TT_TEXT, **extra}) for suffix, extra in (("", {}), ("-lr8", {"train.lr": "8e-4"}))},
+    # larger micro-batches made to fit by keeping the first blocks' activations in pinned host memory (ac.offload_layers),
+    # on torchtitan's inputs and learning rate: about 0.35 GiB per sequence per block stays off the GPU
+    **{f"8b-fsdp2-noac-mb{mb}-compile-bf16reduce-symm-budget7-tttext-lr8-off{n}": tv("llama3.1-8b", "fsdp2", "none", mb, **{
+        "compile.enabled": "true", "compile.loss": "true", "precision.reduce_dtype": "bf16", "parallel.comm_buffers": "symmetric",
+        "compile.memory_budget": "0.7", **TT_TEXT, "train.lr": "8e-4", "ac.offload_layers": str(n)})
+       for mb, n in ((6, 2), (7, 2), (8, 6), (10, 12))},
     "8b-fsdp2-noac-mb3-compile-flash": tv("llama3.1-8b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "model.sdpa_backend": "flash"}),
     # --auto: the trainer picks micro-batch, checkpointing and compile itself
     "7b-auto": {"model.preset": "llama2-7b", "auto.enabled": "true"},
@@ -167,6 +182,12 @@ ENV_VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
     # from the backward's GEMMs, and they have slack (2.7 ms each beside a 34 ms block backward at micro batch 5)
     **{f"8b-fsdp2-noac-mb6-compile-bf16reduce-symm-budget7-ctas{n}": ("8b-fsdp2-noac-mb6-compile-bf16reduce-symm-budget7",
                                                                     {"NCCL_MAX_CTAS": str(n)}) for n in (2, 4)},
+    # the same tuning on torchtitan's inputs and learning rate
+    "8b-fsdp2-noac-mb6-compile-bf16reduce-symm-budget7-tttext-lr8-cdt": ("8b-fsdp2-noac-mb6-compile-bf16reduce-symm-budget7-tttext-lr8",
+                                                                       {"TORCHINDUCTOR_COORDINATE_DESCENT_TUNING": "1"}),
+    # the same tuning at micro batch 6, alone and with loss chunks of 8,192 tokens
+    **{f"8b-fsdp2-noac-mb6-compile-bf16reduce-symm-budget7{suffix}-cdt": (f"8b-fsdp2-noac-mb6-compile-bf16reduce-symm-budget7{suffix}",
+                                                                        {"TORCHINDUCTOR_COORDINATE_DESCENT_TUNING": "1"}) for suffix in ("", "-chunk8k")},
     # cuBLASLt with a 64 MiB workspace (room for more algorithms, stream-K among them) for every GEMM
     "8b-fsdp2-noac-mb6-compile-bf16reduce-symm-budget7-ltws": ("8b-fsdp2-noac-mb6-compile-bf16reduce-symm-budget7",
                                                              {"CUBLASLT_WORKSPACE_SIZE": "65536", "CUBLAS_WORKSPACE_CONFIG": ":65536:2"}),
@@ -193,8 +214,10 @@ SUITES = {
     # (micro batch 6, lean budget, the same communication settings; also the MFU target), FP8 at its best (micro
     # batch 6, default budget, the same communication settings; at 7 its 125 GiB peak slows it to 12,867), accelerate,
     # and --auto's picks for the 8B and for FP8 on the 7B.
-    "speed": ["tt-8b-mb3-compile", "8b-fsdp2-noac-mb6-compile-bf16reduce-symm-budget7", "fsdp2-noac-mb6-compile-bf16reduce-symm-budget7",
-              "fsdp2-noac-mb6-compile-fp8-bf16reduce-symm",
+    # Since session 12 the 8B trainer row trains on torchtitan's own text, tokenizer and learning rate, and torchtitan
+    # runs first and last: the GPUs are power-capped, so the inputs' values and the GPUs' warming move both figures.
+    "speed": ["tt-8b-mb3-compile", "8b-fsdp2-noac-mb6-compile-bf16reduce-symm-budget7-tttext-lr8", "tt-8b-mb3-compile",
+              "fsdp2-noac-mb6-compile-bf16reduce-symm-budget7", "fsdp2-noac-mb6-compile-fp8-bf16reduce-symm",
               "accelerate-7b-noac-mb2", "8b-auto", "7b-fp8-auto"],
 }
 
@@ -208,6 +231,9 @@ def child_env(variant: str = "") -> dict[str, str]:
 def run_trainer(name: str, args: argparse.Namespace, nproc: int, work: Path) -> dict:
     overrides = {**BASE, "train.steps": str(args.steps), "metrics.warmup_steps": str(args.warmup),
                  **TRAINER_VARIANTS[name], "train.output_dir": str(work / name)}
+    if any("{tt_assets}" in v for v in overrides.values()):
+        assets = torchtitan_assets(work)
+        overrides = {k: v.replace("{tt_assets}", str(assets)) for k, v in overrides.items()}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", "-m", "fsdp_trainer"]
     for key, value in overrides.items():
         cmd += [f"--{key}", value]
@@ -225,12 +251,20 @@ def run_trainer(name: str, args: argparse.Namespace, nproc: int, work: Path) -> 
     return record
 
 
-def run_torchtitan_variant(name: str, args: argparse.Namespace, nproc: int, work: Path) -> dict:
-    from peers.torchtitan_run import prepare_assets, run_torchtitan
+def torchtitan_assets(work: Path) -> Path:
+    """The folder of torchtitan's tokenizer and text under ``work``, written on first use."""
+    from peers.torchtitan_run import prepare_assets
 
     assets = work / "torchtitan_assets"
     if not (assets / "tokenizer" / "tokenizer.json").exists():
         prepare_assets(assets)
+    return assets
+
+
+def run_torchtitan_variant(name: str, args: argparse.Namespace, nproc: int, work: Path) -> dict:
+    from peers.torchtitan_run import run_torchtitan
+
+    assets = torchtitan_assets(work)
     flavor, batch, ac, compile_ = TORCHTITAN_VARIANTS[name]
     rec = run_torchtitan(nproc=nproc, flavor=flavor, seq_len=4096, batch=batch, ac=ac, compile_=compile_,
                          steps=args.steps + 3, assets=assets, out_dir=work, env=CHILD_ENV, timeout=args.timeout)
