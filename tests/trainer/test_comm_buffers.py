@@ -129,3 +129,17 @@ def test_symmetric_buffers_ask_nccl_for_the_copy_engine_policy_unless_it_is_set(
     assert nccl_env_for(ParallelConfig(comm_buffers="default")) == {}
     monkeypatch.setenv("NCCL_CTA_POLICY", "0")  # the user's own setting wins
     assert nccl_env_for(ParallelConfig(comm_buffers="symmetric")) == {}
+
+
+def test_symmetric_availability_is_reported_with_a_reason(monkeypatch):
+    """``--auto`` asks before it picks symmetric buffers: no on CPU, and no with an NCCL older than 2.28."""
+    from fsdp_trainer import comm
+
+    if not torch.cuda.is_available():
+        assert comm.symmetric_unavailable() == "no CUDA or NCCL"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(dist, "is_nccl_available", lambda: True)
+    monkeypatch.setattr(torch.cuda.nccl, "version", lambda: (2, 27, 3))
+    assert comm.symmetric_unavailable() == "NCCL 2.27.3 is older than 2.28"
+    monkeypatch.setattr(torch.cuda.nccl, "version", lambda: (2, 28, 9))
+    assert comm.symmetric_unavailable() is None  # torch has the pool and FSDP2's custom collectives

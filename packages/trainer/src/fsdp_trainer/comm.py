@@ -36,6 +36,27 @@ def prepare_symmetric_memory(group: dist.ProcessGroup | None) -> None:
     dist.all_reduce(torch.zeros(1, device=torch.device("cuda", torch.cuda.current_device())), group=group)
 
 
+def symmetric_unavailable() -> str | None:
+    """Why FSDP2's collectives cannot go in NCCL symmetric memory in this process (``parallel.comm_buffers
+    symmetric``), or None when they can: CUDA and NCCL 2.28+ (copy-engine all-gathers), torch's symmetric-memory
+    module, and FSDP2's custom collectives or ``set_symm_mem_for_comm``."""
+    if not torch.cuda.is_available() or not dist.is_nccl_available():
+        return "no CUDA or NCCL"
+    nccl = torch.cuda.nccl.version()
+    if tuple(nccl[:2]) < (2, 28):
+        return f"NCCL {'.'.join(map(str, nccl))} is older than 2.28"
+    try:
+        from torch.distributed import _symmetric_memory as symm_mem
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError as e:
+        return str(e)
+    if not hasattr(symm_mem, "set_backend") or not hasattr(symm_mem, "get_mem_pool"):
+        return f"torch {torch.__version__} has no NCCL symmetric-memory pool"
+    if not (hasattr(FSDPModule, "set_symm_mem_for_comm") or hasattr(FSDPModule, "set_custom_reduce_scatter")):
+        return f"torch {torch.__version__} cannot place FSDP2's reduce-scatters"
+    return None
+
+
 class _SymmetricPool:
     """Staging buffers from NCCL's symmetric-memory pool, registered with ``group`` (the units' collective group).
 

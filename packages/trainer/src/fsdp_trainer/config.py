@@ -171,7 +171,7 @@ class Fp8Config:
 @dataclass
 class AutoConfig:
     enabled: bool = False
-    """Pick the fastest settings that fit in memory (--auto for short): micro-batch (keeping micro_batch_size x grad_accum_steps when either is given), activation checkpointing and compile, from a memory model of the architecture; settings given explicitly are kept. The choice is logged and recorded in summary.json."""
+    """Pick the fastest settings that fit in memory (--auto for short): micro-batch (keeping micro_batch_size x grad_accum_steps when either is given), activation checkpointing and compile, from a memory model of the architecture, and symmetric collective buffers for FSDP2 on one node of GPUs; settings given explicitly are kept, and nothing that changes the numerics (reduce dtype, FP8) is chosen. The choice is logged and recorded in summary.json."""
     memory_fraction: float = 0.85
     """Share of each device's memory the estimated peak may fill (the rest: CUDA context, communication buffers, allocator slack)."""
 

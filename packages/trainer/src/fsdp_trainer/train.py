@@ -52,6 +52,8 @@ def run(cfg: TrainerConfig) -> dict:
         check_fp8_supported(device)
     random.seed(cfg.runtime.seed)
     torch.manual_seed(cfg.runtime.seed or 0)
+    if cfg.auto.enabled:
+        _auto_comm_buffers(cfg, device)
     if device.type == "cuda":
         for key, value in nccl_env_for(cfg.parallel).items():  # read by NCCL when the communicator is created
             os.environ[key] = value
@@ -71,6 +73,24 @@ def run(cfg: TrainerConfig) -> dict:
     # still inside a collective (destroying an NCCL group can hang); torchrun stops them.
     destroy_distributed()
     return summary
+
+
+def _auto_comm_buffers(cfg: TrainerConfig, device) -> None:
+    """``--auto``'s choice of collective buffers, before the process group exists (torchrun's environment gives the world)."""
+    from .autotune import choose_comm_buffers
+
+    on_gpu = device.type == "cuda"
+    unavailable = "not on a GPU"
+    if on_gpu:
+        from .comm import symmetric_unavailable
+
+        unavailable = symmetric_unavailable()
+    world, local = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
+    chosen = choose_comm_buffers(cfg, world_size=world, local_world_size=local, on_gpu=on_gpu, symmetric_unavailable=unavailable)
+    if chosen:
+        log.info("auto: --parallel.comm_buffers %s (FSDP2 over %d GPUs of one node)", chosen, world)
+    elif on_gpu and unavailable and world > 1:
+        log.info("auto: --parallel.comm_buffers stays %s (symmetric memory: %s)", cfg.parallel.comm_buffers, unavailable)
 
 
 def _apply_auto(cfg: TrainerConfig, env) -> None:
@@ -95,8 +115,8 @@ def _apply_auto(cfg: TrainerConfig, env) -> None:
                         device_bytes=int(smallest.item()), on_gpu=env.device.type == "cuda",
                         master_weights=use_master_weights(cfg, env.device.type, grad_accum_steps=1))
     cfg.auto_choice = record
-    log.info("auto: %s, global batch %d sequences (estimated peak %.1f GiB of %.1f GiB per device; kept as given: %s)",
-             record["chosen"], record["global_batch_sequences"], record["estimated_peak_gib"], record["device_gib"],
+    log.info("auto: %s comm_buffers=%s, global batch %d sequences (estimated peak %.1f GiB of %.1f GiB per device; kept as given: %s)",
+             record["chosen"], record["comm_buffers"], record["global_batch_sequences"], record["estimated_peak_gib"], record["device_gib"],
              ", ".join(record["kept"]) or "nothing")
 
 
