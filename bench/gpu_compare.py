@@ -191,6 +191,9 @@ ENV_VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
     # cuBLASLt with a 64 MiB workspace (room for more algorithms, stream-K among them) for every GEMM
     "8b-fsdp2-noac-mb6-compile-bf16reduce-symm-budget7-ltws": ("8b-fsdp2-noac-mb6-compile-bf16reduce-symm-budget7",
                                                              {"CUBLASLT_WORKSPACE_SIZE": "65536", "CUBLAS_WORKSPACE_CONFIG": ":65536:2"}),
+    # every bf16 matmul through cuBLASLt instead of cuBLAS (torch's preferred BLAS library; other kernels and heuristics)
+    "8b-fsdp2-noac-mb6-compile-bf16reduce-symm-budget7-tttext-lr8-lt": ("8b-fsdp2-noac-mb6-compile-bf16reduce-symm-budget7-tttext-lr8",
+                                                                      {"TORCH_BLAS_PREFER_CUBLASLT": "1"}),
     # in case the symmetric pool and expandable segments do not mix
     "8b-fsdp2-noac-mb3-compile-symm-ce-noexpand": ("8b-fsdp2-noac-mb3-compile-symm", {"NCCL_CTA_POLICY": "2", "PYTORCH_CUDA_ALLOC_CONF": ""}),
 }
