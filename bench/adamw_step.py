@@ -113,8 +113,12 @@ def measure(impl: str, sizes: list[int], iters: int) -> dict:
     elements = sum(sizes)
     del opt, params
     torch.cuda.empty_cache()
-    return {"impl": impl, "gpu_ms": gpu_ms, "host_ms": host * 1e3 / iters,
-            "gb_per_s": BYTES_PER_ELEMENT.get(impl, 28) * elements / gpu_ms / 1e6}
+    return {
+        "impl": impl,
+        "gpu_ms": gpu_ms,
+        "host_ms": host * 1e3 / iters,
+        "gb_per_s": BYTES_PER_ELEMENT.get(impl, 28) * elements / gpu_ms / 1e6,
+    }
 
 
 def main() -> None:
@@ -126,11 +130,21 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     sizes = shard_sizes(args.preset, args.ranks)
-    header = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "preset": args.preset, "ranks": args.ranks,
-              "tensors": len(sizes), "elements": sum(sizes), "bytes_per_step": 28 * sum(sizes)}
+    header = {
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "preset": args.preset,
+        "ranks": args.ranks,
+        "tensors": len(sizes),
+        "elements": sum(sizes),
+        "bytes_per_step": 28 * sum(sizes),
+    }
     print(header, flush=True)
-    header["triton_vs_fused_max_rel_diff"] = check(sizes[:1 + 9 * 2])
-    print(f"triton against fused after 3 steps: max difference {header['triton_vs_fused_max_rel_diff']:.2e} of the largest update", flush=True)
+    header["triton_vs_fused_max_rel_diff"] = check(sizes[: 1 + 9 * 2])
+    print(
+        f"triton against fused after 3 steps: max difference {header['triton_vs_fused_max_rel_diff']:.2e} of the largest update",
+        flush=True,
+    )
     rows = [measure(impl, sizes, args.iters) for impl in args.impls.split(",")]
     print("| AdamW | GPU ms/step | host ms/step | GB/s |\n|---|---:|---:|---:|")
     for r in rows:

@@ -58,11 +58,16 @@ def write_corpus(path: Path, max_bytes: int) -> int:
     return size
 
 
-VARIANTS = {"bf16": [], "fp8": ["--fp8.enabled", "true"], "fp8-rowwise": ["--fp8.enabled", "true", "--fp8.recipe", "rowwise"],
-            "fp8-rowwise-gw-hp": ["--fp8.enabled", "true", "--fp8.recipe", "rowwise_with_gw_hp"],
-            "bf16-flash": ["--model.sdpa_backend", "flash"],
-            # exact repeats, to measure each arm's run-to-run spread in the same call (FP8 runs scattered 1.9%, session 4)
-            "bf16-again": [], "fp8-again": ["--fp8.enabled", "true"]}
+VARIANTS = {
+    "bf16": [],
+    "fp8": ["--fp8.enabled", "true"],
+    "fp8-rowwise": ["--fp8.enabled", "true", "--fp8.recipe", "rowwise"],
+    "fp8-rowwise-gw-hp": ["--fp8.enabled", "true", "--fp8.recipe", "rowwise_with_gw_hp"],
+    "bf16-flash": ["--model.sdpa_backend", "flash"],
+    # exact repeats, to measure each arm's run-to-run spread in the same call (FP8 runs scattered 1.9%, session 4)
+    "bf16-again": [],
+    "fp8-again": ["--fp8.enabled", "true"],
+}
 
 
 def _error_lines(log: Path) -> list[str]:
@@ -79,20 +84,38 @@ def main() -> int:
     parser.add_argument("--seq-len", type=int, default=4096)
     parser.add_argument("--window", type=int, default=20, help="steps at the end whose mean loss is compared")
     parser.add_argument("--tolerance", type=float, default=0.01)
-    parser.add_argument("--lr", type=float, default=1e-4, help="peak learning rate (1e-4, llama-recipes' fine-tuning default; at the trainer's "
-                        "pretraining default 3e-4 with 20 warm-up steps a random-init 7B spikes to loss 16 in its first steps, where runs "
-                        "differing only in rounding part ways)")
-    parser.add_argument("--seeds", default="42", help="comma-separated train.seed values: the compared runs' data order (and, from random "
-                        "init, their initial weights; the first seed also seeds the warm-up); every seed runs all --runs, and the runs' "
-                        "means over the seeds are compared: two runs of one seed are not bitwise equal on GPUs (bench/RESULTS.md)")
+    parser.add_argument(
+        "--lr",
+        type=float,
+        default=1e-4,
+        help="peak learning rate (1e-4, llama-recipes' fine-tuning default; at the trainer's "
+        "pretraining default 3e-4 with 20 warm-up steps a random-init 7B spikes to loss 16 in its first steps, where runs "
+        "differing only in rounding part ways)",
+    )
+    parser.add_argument(
+        "--seeds",
+        default="42",
+        help="comma-separated train.seed values: the compared runs' data order (and, from random "
+        "init, their initial weights; the first seed also seeds the warm-up); every seed runs all --runs, and the runs' "
+        "means over the seeds are compared: two runs of one seed are not bitwise equal on GPUs (bench/RESULTS.md)",
+    )
     parser.add_argument("--timeout", type=int, default=540)
-    parser.add_argument("--warm-steps", type=int, default=80, help="first train one bf16 model for this many steps on both GPUs, on text "
-                        "the compared runs never see, and start every compared run from its weights (fresh optimizer, same warm-up): "
-                        "a fine-tuning comparison, past the first steps from random init where runs differing only in rounding part "
-                        "ways; 0 starts every run from random init")
-    parser.add_argument("--runs", default="bf16,fp8", help="the runs compared, the reference first: bf16,fp8 (the check; "
-                        "fp8-rowwise and fp8-rowwise-gw-hp for torchao's rowwise-scaled recipes); bf16-flash is the noise floor, the same "
-                        "bf16 training with another attention kernel; bf16-again and fp8-again repeat bf16 and fp8 exactly: e.g. bf16,fp8,bf16-again,fp8-again")
+    parser.add_argument(
+        "--warm-steps",
+        type=int,
+        default=80,
+        help="first train one bf16 model for this many steps on both GPUs, on text "
+        "the compared runs never see, and start every compared run from its weights (fresh optimizer, same warm-up): "
+        "a fine-tuning comparison, past the first steps from random init where runs differing only in rounding part "
+        "ways; 0 starts every run from random init",
+    )
+    parser.add_argument(
+        "--runs",
+        default="bf16,fp8",
+        help="the runs compared, the reference first: bf16,fp8 (the check; "
+        "fp8-rowwise and fp8-rowwise-gw-hp for torchao's rowwise-scaled recipes); bf16-flash is the noise floor, the same "
+        "bf16 training with another attention kernel; bf16-again and fp8-again repeat bf16 and fp8 exactly: e.g. bf16,fp8,bf16-again,fp8-again",
+    )
     args = parser.parse_args()
 
     try:
@@ -103,7 +126,9 @@ def main() -> int:
         parser.error(f"--warm-steps: 0 or more steps, got {args.warm_steps}")
     names = args.runs.split(",")
     if len(names) < 2 or len(set(names)) != len(names) or any(n not in VARIANTS for n in names):
-        parser.error(f"--runs: two or more distinct runs of {', '.join(VARIANTS)}, comma-separated, the reference first")
+        parser.error(
+            f"--runs: two or more distinct runs of {', '.join(VARIANTS)}, comma-separated, the reference first"
+        )
     work = Path(tempfile.mkdtemp(prefix="fsdp-fp8-loss-"))
     try:
         return compare(args, names, seeds, work)
@@ -117,9 +142,19 @@ def compare(args: argparse.Namespace, names: list[str], seeds: list[int], work: 
     compared_bytes = 2 * args.steps * args.micro_batch * (args.seq_len + 1)
     warm_bytes = 2 * args.warm_steps * 2 * args.micro_batch * (args.seq_len + 1)  # two GPUs, twice the text they read
     size = write_corpus(corpus, max_bytes=warm_bytes + compared_bytes)
-    result: dict = {"corpus_bytes": size, "steps": args.steps, "preset": args.preset, "micro_batch": args.micro_batch, "seeds": seeds,
-                    "lr": args.lr, "seq_len": args.seq_len, "window": args.window, "tolerance": args.tolerance, "warm_steps": args.warm_steps,
-                    "per_seed": {}}
+    result: dict = {
+        "corpus_bytes": size,
+        "steps": args.steps,
+        "preset": args.preset,
+        "micro_batch": args.micro_batch,
+        "seeds": seeds,
+        "lr": args.lr,
+        "seq_len": args.seq_len,
+        "window": args.window,
+        "tolerance": args.tolerance,
+        "warm_steps": args.warm_steps,
+        "per_seed": {},
+    }
     start = ["--model.preset", args.preset, "--model.init", "random"]
     if args.warm_steps:
         warm_text, corpus = split_corpus(corpus, warm_bytes)
@@ -130,8 +165,10 @@ def compare(args: argparse.Namespace, names: list[str], seeds: list[int], work: 
             write_result(args, names, seeds, result)
             return 1
         start = ["--model.init", "pretrained", "--model.name_or_path", str(work / "warm" / "hf")]
-        tail = warm["losses"][-args.window:]
-        print(f"warm start: {args.warm_steps} bf16 steps on 2 GPUs, last-{len(tail)}-step mean loss {sum(tail) / max(len(tail), 1):.4f}")
+        tail = warm["losses"][-args.window :]
+        print(
+            f"warm start: {args.warm_steps} bf16 steps on 2 GPUs, last-{len(tail)}-step mean loss {sum(tail) / max(len(tail), 1):.4f}"
+        )
     w = args.window
     finals: dict[str, list[float]] = {name: [] for name in names}
     print(f"| seed | run | first loss | loss at step {args.steps // 2} | mean loss, last {w} steps | tokens/s/GPU |")
@@ -139,7 +176,7 @@ def compare(args: argparse.Namespace, names: list[str], seeds: list[int], work: 
     for seed in seeds:
         runs = {}
         for first in range(0, len(names), 2):  # two at a time, one GPU each
-            runs.update(run_pair(names[first:first + 2], args, corpus, seed, work / f"seed{seed}", start))
+            runs.update(run_pair(names[first : first + 2], args, corpus, seed, work / f"seed{seed}", start))
             result["per_seed"][seed] = runs
             write_result(args, names, seeds, result)  # what is done so far survives a run cut short
         for name in names:
@@ -151,7 +188,9 @@ def compare(args: argparse.Namespace, names: list[str], seeds: list[int], work: 
                 continue
             finals[name].append(sum(losses[-w:]) / w)
             speed = runs[name]["summary"].get("tokens_per_s_per_gpu") or 0
-            print(f"| {seed} | {name} | {losses[0]:.4f} | {losses[args.steps // 2 - 1]:.4f} | {finals[name][-1]:.4f} | {speed:,.0f} |")
+            print(
+                f"| {seed} | {name} | {losses[0]:.4f} | {losses[args.steps // 2 - 1]:.4f} | {finals[name][-1]:.4f} | {speed:,.0f} |"
+            )
     ok = all(len(v) == len(seeds) for v in finals.values())
     if ok:
         ref_name, others = names[0], names[1:]
@@ -159,13 +198,24 @@ def compare(args: argparse.Namespace, names: list[str], seeds: list[int], work: 
         spread = {k: (max(v) - min(v)) / mean[k] for k, v in finals.items()}
         signed = {k: (mean[k] - mean[ref_name]) / mean[ref_name] for k in others}
         inside = {k: abs(v) <= args.tolerance for k, v in signed.items()}
-        result.update(final_means=finals, mean_over_seeds=mean, spread_over_seeds=spread, relative_difference=signed, within_tolerance=inside)
-        print(f"mean over {len(seeds)} seed(s) of the last-{w}-step means, against {ref_name} {mean[ref_name]:.4f} "
-              f"(tolerance {100 * args.tolerance:.1f}%; + is a higher loss):")
+        result.update(
+            final_means=finals,
+            mean_over_seeds=mean,
+            spread_over_seeds=spread,
+            relative_difference=signed,
+            within_tolerance=inside,
+        )
+        print(
+            f"mean over {len(seeds)} seed(s) of the last-{w}-step means, against {ref_name} {mean[ref_name]:.4f} "
+            f"(tolerance {100 * args.tolerance:.1f}%; + is a higher loss):"
+        )
         for k in others:
             print(f"  {k} {mean[k]:.4f}: {100 * signed[k]:+.3f}% {'ok' if inside[k] else 'OUTSIDE'}")
         if len(seeds) > 1:
-            print("spread over the seeds (max - min, relative): " + ", ".join(f"{k} {100 * v:.2f}%" for k, v in spread.items()))
+            print(
+                "spread over the seeds (max - min, relative): "
+                + ", ".join(f"{k} {100 * v:.2f}%" for k, v in spread.items())
+            )
     write_result(args, names, seeds, result)
     return 0 if ok and all(result["within_tolerance"].values()) else 1
 
@@ -188,17 +238,57 @@ def split_corpus(corpus: Path, warm_bytes: int) -> tuple[Path, Path]:
 
 
 def _common(args: argparse.Namespace, text: Path, steps: int, seed: int) -> list[str]:
-    return ["--model.tokenizer", "bytes", "--data.source", "text", "--data.path", str(text), "--data.seq_len", str(args.seq_len),
-            "--train.micro_batch_size", str(args.micro_batch), "--train.steps", str(steps), "--train.warmup_steps", "20", "--train.lr", str(args.lr),
-            "--compile.enabled", "true", "--compile.loss", "true", "--checkpoint.enabled", "false", "--train.log_every", "20",
-            "--train.seed", str(seed)]
+    return [
+        "--model.tokenizer",
+        "bytes",
+        "--data.source",
+        "text",
+        "--data.path",
+        str(text),
+        "--data.seq_len",
+        str(args.seq_len),
+        "--train.micro_batch_size",
+        str(args.micro_batch),
+        "--train.steps",
+        str(steps),
+        "--train.warmup_steps",
+        "20",
+        "--train.lr",
+        str(args.lr),
+        "--compile.enabled",
+        "true",
+        "--compile.loss",
+        "true",
+        "--checkpoint.enabled",
+        "false",
+        "--train.log_every",
+        "20",
+        "--train.seed",
+        str(seed),
+    ]
 
 
-def _launch(nproc: int, gpus: str, args: list[str], work: Path, name: str) -> tuple[subprocess.Popen, object, list[str]]:
-    env = {**os.environ, **CHILD_ENV, "CUDA_VISIBLE_DEVICES": gpus,
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(TRAINER_SRC), os.environ.get("PYTHONPATH")]))}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", "-m", "fsdp_trainer",
-           *args, "--train.output_dir", str(work / name)]
+def _launch(
+    nproc: int, gpus: str, args: list[str], work: Path, name: str
+) -> tuple[subprocess.Popen, object, list[str]]:
+    env = {
+        **os.environ,
+        **CHILD_ENV,
+        "CUDA_VISIBLE_DEVICES": gpus,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(TRAINER_SRC), os.environ.get("PYTHONPATH")])),
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={nproc}",
+        "-m",
+        "fsdp_trainer",
+        *args,
+        "--train.output_dir",
+        str(work / name),
+    ]
     log = open(work / f"{name}.log", "w")  # noqa: SIM115 - open while the run lasts, closed in _collect
     return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT), log, cmd
 
@@ -217,15 +307,29 @@ def _collect(launched: tuple[subprocess.Popen, object, list[str]], timeout: int,
     summary_file = work / name / "summary.json"
     summary = json.loads(summary_file.read_text()) if summary_file.is_file() else {}
     summary.pop("config", None)
-    return {"rc": rc, "command": " ".join(["torchrun", *cmd[3:]]), "losses": [r["loss"] for r in records],
-            "summary": summary, "errors": _error_lines(work / f"{name}.log") if rc else []}
+    return {
+        "rc": rc,
+        "command": " ".join(["torchrun", *cmd[3:]]),
+        "losses": [r["loss"] for r in records],
+        "summary": summary,
+        "errors": _error_lines(work / f"{name}.log") if rc else [],
+    }
 
 
 def run_warm(args: argparse.Namespace, text: Path, seed: int, work: Path) -> dict:
     """The shared starting point: bf16 from random init over both GPUs, exported as a bf16 Hugging Face model to ``work/hf``."""
     work.mkdir(parents=True, exist_ok=True)
-    cmd = ["--model.preset", args.preset, "--model.init", "random", *_common(args, text, args.warm_steps, seed),
-           "--checkpoint.export_hf", str(work / "hf"), "--checkpoint.export_dtype", "bf16"]
+    cmd = [
+        "--model.preset",
+        args.preset,
+        "--model.init",
+        "random",
+        *_common(args, text, args.warm_steps, seed),
+        "--checkpoint.export_hf",
+        str(work / "hf"),
+        "--checkpoint.export_dtype",
+        "bf16",
+    ]
     return _collect(_launch(2, "0,1", cmd, work, "run"), args.timeout, work, "run")
 
 

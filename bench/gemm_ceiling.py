@@ -49,7 +49,9 @@ def step_matmuls(preset: str, tokens: int, loss_chunk: int) -> list[tuple[str, i
     kv = kv_dim(spec)
     block = [("q", h, h), ("k", h, kv), ("v", h, kv), ("o", h, h), ("gate", h, f), ("up", h, f), ("down", f, h)]
     chunk = min(loss_chunk, tokens)
-    return [(name, layers, tokens, i, o) for name, i, o in block] + [("lm_head", -(-tokens // chunk), chunk, h, spec["vocab_size"])]
+    return [(name, layers, tokens, i, o) for name, i, o in block] + [
+        ("lm_head", -(-tokens // chunk), chunk, h, spec["vocab_size"])
+    ]
 
 
 def time_ms(fn, iters: int) -> float:
@@ -98,8 +100,10 @@ def _work(rank: int, world: int, args: argparse.Namespace, queue) -> None:
     warm_up_gpu()
     result: dict = {}
     if rank == 0:
-        result["alone"] = {name: {kind: time_ms(fn, args.iters) for kind, fn in pass_fns(rows, i, o).items()}
-                           for name, _, rows, i, o in matmuls}
+        result["alone"] = {
+            name: {kind: time_ms(fn, args.iters) for kind, fn in pass_fns(rows, i, o).items()}
+            for name, _, rows, i, o in matmuls
+        }
     if world > 1:
         result.update(beside_nccl(rank, world, args, matmuls, result.get("alone")))
     if rank == 0:
@@ -167,8 +171,18 @@ def summarize(result: dict, matmuls: list[tuple[str, int, int, int, int]]) -> di
         for name, count, tokens, fan_in, fan_out in matmuls:
             flop = 2 * tokens * fan_in * fan_out
             for kind, ms in result[mode][name].items():
-                rows.append({"mode": mode, "matmul": name, "pass": kind, "calls_per_step": count, "m_k_n": _mkn(kind, tokens, fan_in, fan_out),
-                             "ms": ms, "tflops": flop / ms / 1e9, "covered": result.get("covered", {}).get(name, {}).get(kind) if mode == "beside_nccl" else None})
+                rows.append(
+                    {
+                        "mode": mode,
+                        "matmul": name,
+                        "pass": kind,
+                        "calls_per_step": count,
+                        "m_k_n": _mkn(kind, tokens, fan_in, fan_out),
+                        "ms": ms,
+                        "tflops": flop / ms / 1e9,
+                        "covered": result.get("covered", {}).get(name, {}).get(kind) if mode == "beside_nccl" else None,
+                    }
+                )
                 step_ms += count * ms
                 step_flop += count * flop
         totals[mode] = {"step_matmul_ms": step_ms, "step_flop": step_flop, "tflops": step_flop / step_ms / 1e9}
@@ -176,16 +190,28 @@ def summarize(result: dict, matmuls: list[tuple[str, int, int, int, int]]) -> di
 
 
 def _mkn(kind: str, tokens: int, fan_in: int, fan_out: int) -> str:
-    return {"forward": f"{tokens}x{fan_in}x{fan_out}", "input_grad": f"{tokens}x{fan_out}x{fan_in}",
-            "weight_grad": f"{fan_out}x{tokens}x{fan_in}"}[kind]
+    return {
+        "forward": f"{tokens}x{fan_in}x{fan_out}",
+        "input_grad": f"{tokens}x{fan_out}x{fan_in}",
+        "weight_grad": f"{fan_out}x{tokens}x{fan_in}",
+    }[kind]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="llama3.1-8b")
-    parser.add_argument("--tokens", type=int, default=3 * 4096, help="rows of the blocks' matmuls: micro batch x sequence length")
-    parser.add_argument("--loss-chunk", type=int, default=4096, help="rows of each lm_head matmul (the trainer's train.loss_chunk_tokens)")
-    parser.add_argument("--nproc", type=int, default=0, help="GPUs for the beside-NCCL timing (default: all visible; 1 skips it)")
+    parser.add_argument(
+        "--tokens", type=int, default=3 * 4096, help="rows of the blocks' matmuls: micro batch x sequence length"
+    )
+    parser.add_argument(
+        "--loss-chunk",
+        type=int,
+        default=4096,
+        help="rows of each lm_head matmul (the trainer's train.loss_chunk_tokens)",
+    )
+    parser.add_argument(
+        "--nproc", type=int, default=0, help="GPUs for the beside-NCCL timing (default: all visible; 1 skips it)"
+    )
     parser.add_argument("--iters", type=int, default=10)
     parser.add_argument("--out", default=os.environ.get("OUT", ".bench"))
     args = parser.parse_args()
@@ -214,10 +240,20 @@ def main() -> int:
         return 1
     matmuls = step_matmuls(args.preset, args.tokens, args.loss_chunk)
     summary = summarize(result, matmuls)
-    header = {"gpu": torch.cuda.get_device_name(), "gpus": world, "torch": torch.__version__, "preset": args.preset, "tokens": args.tokens,
-              "loss_chunk": args.loss_chunk, "collective_round_ms": result.get("collective_round_ms"), "block_params": result.get("block_params")}
+    header = {
+        "gpu": torch.cuda.get_device_name(),
+        "gpus": world,
+        "torch": torch.__version__,
+        "preset": args.preset,
+        "tokens": args.tokens,
+        "loss_chunk": args.loss_chunk,
+        "collective_round_ms": result.get("collective_round_ms"),
+        "block_params": result.get("block_params"),
+    }
     print(header)
-    print("| matmul | pass | calls/step | M x K x N | alone ms | alone TFLOP/s | beside NCCL ms | beside NCCL TFLOP/s | NCCL outlasted it |")
+    print(
+        "| matmul | pass | calls/step | M x K x N | alone ms | alone TFLOP/s | beside NCCL ms | beside NCCL TFLOP/s | NCCL outlasted it |"
+    )
     print("|---|---|---:|---|---:|---:|---:|---:|---|")
     by_key = {(r["matmul"], r["pass"], r["mode"]): r for r in summary["rows"]}
     for name, count, *_ in matmuls:
@@ -226,7 +262,9 @@ def main() -> int:
             tail = f"{b['ms']:.3f} | {b['tflops']:.0f} | {'yes' if b['covered'] else 'NO'}" if b else "- | - | -"
             print(f"| {name} | {kind} | {count} | {a['m_k_n']} | {a['ms']:.3f} | {a['tflops']:.0f} | {tail} |")
     for mode, t in summary["totals"].items():
-        print(f"one step's matmuls, {mode}: {t['step_matmul_ms']:.1f} ms for {t['step_flop']:.3g} FLOP, {t['tflops']:.0f} TFLOP/s")
+        print(
+            f"one step's matmuls, {mode}: {t['step_matmul_ms']:.1f} ms for {t['step_flop']:.3g} FLOP, {t['tflops']:.0f} TFLOP/s"
+        )
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / f"gemm_ceiling_{args.preset}.json").write_text(json.dumps({**header, **summary}, indent=1))
     return 0

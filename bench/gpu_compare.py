@@ -45,11 +45,21 @@ CHILD_ENV = {**MULTICAST_OFF, "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:Tr
 
 # torchtitan's inputs for the trainer: its text and tokenizer, written by peers.torchtitan_run.prepare_assets under the
 # run's work folder ({tt_assets} is filled in by run_trainer).
-TT_TEXT = {"data.source": "jsonl", "data.path": "{tt_assets}/data/train.jsonl", "model.tokenizer": "{tt_assets}/tokenizer"}
+TT_TEXT = {
+    "data.source": "jsonl",
+    "data.path": "{tt_assets}/data/train.jsonl",
+    "model.tokenizer": "{tt_assets}/tokenizer",
+}
 
 # Trainer variants: name -> trainer overrides on top of BASE.
-BASE = {"model.init": "random", "data.source": "synthetic", "data.seq_len": "4096", "precision.mode": "bf16",
-        "train.warmup_steps": "2", "checkpoint.enabled": "false"}
+BASE = {
+    "model.init": "random",
+    "data.source": "synthetic",
+    "data.seq_len": "4096",
+    "precision.mode": "bf16",
+    "train.warmup_steps": "2",
+    "checkpoint.enabled": "false",
+}
 
 
 def tv(preset: str, api: str, ac: str, mb: int, **extra: str) -> dict[str, str]:
@@ -65,93 +75,408 @@ TRAINER_VARIANTS: dict[str, dict[str, str]] = {
     "fsdp1-ac-mb1": tv("llama2-7b", "fsdp1", "full", 1),
     "fsdp1-noac-mb2": tv("llama2-7b", "fsdp1", "none", 2),
     # speed
-    "fsdp2-noac-mb2-compile": tv("llama2-7b", "fsdp2", "none", 2, **{"compile.enabled": "true", "compile.loss": "true"}),
+    "fsdp2-noac-mb2-compile": tv(
+        "llama2-7b", "fsdp2", "none", 2, **{"compile.enabled": "true", "compile.loss": "true"}
+    ),
     "fsdp2-noac-mb1-noclip": tv("llama2-7b", "fsdp2", "none", 1, **{"train.max_grad_norm": "0"}),
-    "fsdp2-noac-mb3-compile": tv("llama2-7b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true"}),
-    "8b-fsdp2-noac-mb3-compile": tv("llama3.1-8b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true"}),
-    "fsdp2-sel2-mb4-compile": tv("llama2-7b", "fsdp2", "selective", 4, **{"ac.every": "2", "compile.enabled": "true", "compile.loss": "true"}),
-    "fsdp2-noac-mb2-compile-fp8": tv("llama2-7b", "fsdp2", "none", 2, **{"compile.enabled": "true", "compile.loss": "true", "fp8.enabled": "true", "fp8.all_gather": "true"}),
-    "8b-fsdp2-noac-mb2-compile": tv("llama3.1-8b", "fsdp2", "none", 2, **{"compile.enabled": "true", "compile.loss": "true"}),
-    "8b-fsdp2-sel2-mb4-compile": tv("llama3.1-8b", "fsdp2", "selective", 4, **{"ac.every": "2", "compile.enabled": "true", "compile.loss": "true"}),
+    "fsdp2-noac-mb3-compile": tv(
+        "llama2-7b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true"}
+    ),
+    "8b-fsdp2-noac-mb3-compile": tv(
+        "llama3.1-8b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true"}
+    ),
+    "fsdp2-sel2-mb4-compile": tv(
+        "llama2-7b", "fsdp2", "selective", 4, **{"ac.every": "2", "compile.enabled": "true", "compile.loss": "true"}
+    ),
+    "fsdp2-noac-mb2-compile-fp8": tv(
+        "llama2-7b",
+        "fsdp2",
+        "none",
+        2,
+        **{"compile.enabled": "true", "compile.loss": "true", "fp8.enabled": "true", "fp8.all_gather": "true"},
+    ),
+    "8b-fsdp2-noac-mb2-compile": tv(
+        "llama3.1-8b", "fsdp2", "none", 2, **{"compile.enabled": "true", "compile.loss": "true"}
+    ),
+    "8b-fsdp2-sel2-mb4-compile": tv(
+        "llama3.1-8b", "fsdp2", "selective", 4, **{"ac.every": "2", "compile.enabled": "true", "compile.loss": "true"}
+    ),
     "fsdp2-noac-mb1-hfkernels": tv("llama2-7b", "fsdp2", "none", 1, **{"model.fused_kernels": "false"}),
     "fsdp2-noac-mb1-flash": tv("llama2-7b", "fsdp2", "none", 1, **{"model.sdpa_backend": "flash"}),
     "fsdp2-noac-mb1-bf16reduce": tv("llama2-7b", "fsdp2", "none", 1, **{"precision.reduce_dtype": "bf16"}),
     "fsdp2-noac-mb1-unfused": tv("llama2-7b", "fsdp2", "none", 1, **{"train.fused_loss": "false"}),
-    "fsdp2-noac-mb4-compile": tv("llama2-7b", "fsdp2", "none", 4, **{"compile.enabled": "true", "compile.loss": "true"}),
-    "fsdp2-noac-mb3-compile-fp8": tv("llama2-7b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "fp8.enabled": "true", "fp8.all_gather": "true"}),
-    "fsdp1-noac-mb2-compile": tv("llama2-7b", "fsdp1", "none", 2, **{"compile.enabled": "true", "compile.loss": "true"}),
-    "8b-fsdp2-noac-mb4-compile": tv("llama3.1-8b", "fsdp2", "none", 4, **{"compile.enabled": "true", "compile.loss": "true"}),
-    "8b-fsdp2-noac-mb3-compile-noreshard": tv("llama3.1-8b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "parallel.reshard_after_forward": "false"}),
-    "8b-fsdp2-noac-mb2-compile-noreshard": tv("llama3.1-8b", "fsdp2", "none", 2, **{"compile.enabled": "true", "compile.loss": "true", "parallel.reshard_after_forward": "false"}),
-    "8b-fsdp2-noac-mb3-compile-bf16reduce": tv("llama3.1-8b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "precision.reduce_dtype": "bf16"}),
-    "8b-fsdp2-noac-mb3-compile-maxautotune": tv("llama3.1-8b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "compile.mode": "max-autotune-no-cudagraphs"}),
-    "8b-fsdp2-noac-mb3-compile-pgbuffers": tv("llama3.1-8b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "parallel.comm_buffers": "process_group"}),
-    "8b-fsdp2-noac-mb3-compile-bf16reduce-symm": tv("llama3.1-8b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "precision.reduce_dtype": "bf16", "parallel.comm_buffers": "symmetric"}),
-    "8b-fsdp2-noac-mb3-compile-symm": tv("llama3.1-8b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "parallel.comm_buffers": "symmetric"}),
-    "8b-fsdp2-noac-mb3-compile-bf16reduce-tadam": tv("llama3.1-8b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "precision.reduce_dtype": "bf16", "train.adamw": "triton"}),
-    "8b-fsdp2-noac-mb3-compile-bf16reduce-symm-tadam": tv("llama3.1-8b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "precision.reduce_dtype": "bf16", "parallel.comm_buffers": "symmetric", "train.adamw": "triton"}),
-    "fsdp2-noac-mb3-compile-fp8-tadam": tv("llama2-7b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "fp8.enabled": "true", "fp8.all_gather": "true", "train.adamw": "triton"}),
-    "fsdp2-noac-mb3-compile-tadam": tv("llama2-7b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "train.adamw": "triton"}),
+    "fsdp2-noac-mb4-compile": tv(
+        "llama2-7b", "fsdp2", "none", 4, **{"compile.enabled": "true", "compile.loss": "true"}
+    ),
+    "fsdp2-noac-mb3-compile-fp8": tv(
+        "llama2-7b",
+        "fsdp2",
+        "none",
+        3,
+        **{"compile.enabled": "true", "compile.loss": "true", "fp8.enabled": "true", "fp8.all_gather": "true"},
+    ),
+    "fsdp1-noac-mb2-compile": tv(
+        "llama2-7b", "fsdp1", "none", 2, **{"compile.enabled": "true", "compile.loss": "true"}
+    ),
+    "8b-fsdp2-noac-mb4-compile": tv(
+        "llama3.1-8b", "fsdp2", "none", 4, **{"compile.enabled": "true", "compile.loss": "true"}
+    ),
+    "8b-fsdp2-noac-mb3-compile-noreshard": tv(
+        "llama3.1-8b",
+        "fsdp2",
+        "none",
+        3,
+        **{"compile.enabled": "true", "compile.loss": "true", "parallel.reshard_after_forward": "false"},
+    ),
+    "8b-fsdp2-noac-mb2-compile-noreshard": tv(
+        "llama3.1-8b",
+        "fsdp2",
+        "none",
+        2,
+        **{"compile.enabled": "true", "compile.loss": "true", "parallel.reshard_after_forward": "false"},
+    ),
+    "8b-fsdp2-noac-mb3-compile-bf16reduce": tv(
+        "llama3.1-8b",
+        "fsdp2",
+        "none",
+        3,
+        **{"compile.enabled": "true", "compile.loss": "true", "precision.reduce_dtype": "bf16"},
+    ),
+    "8b-fsdp2-noac-mb3-compile-maxautotune": tv(
+        "llama3.1-8b",
+        "fsdp2",
+        "none",
+        3,
+        **{"compile.enabled": "true", "compile.loss": "true", "compile.mode": "max-autotune-no-cudagraphs"},
+    ),
+    "8b-fsdp2-noac-mb3-compile-pgbuffers": tv(
+        "llama3.1-8b",
+        "fsdp2",
+        "none",
+        3,
+        **{"compile.enabled": "true", "compile.loss": "true", "parallel.comm_buffers": "process_group"},
+    ),
+    "8b-fsdp2-noac-mb3-compile-bf16reduce-symm": tv(
+        "llama3.1-8b",
+        "fsdp2",
+        "none",
+        3,
+        **{
+            "compile.enabled": "true",
+            "compile.loss": "true",
+            "precision.reduce_dtype": "bf16",
+            "parallel.comm_buffers": "symmetric",
+        },
+    ),
+    "8b-fsdp2-noac-mb3-compile-symm": tv(
+        "llama3.1-8b",
+        "fsdp2",
+        "none",
+        3,
+        **{"compile.enabled": "true", "compile.loss": "true", "parallel.comm_buffers": "symmetric"},
+    ),
+    "8b-fsdp2-noac-mb3-compile-bf16reduce-tadam": tv(
+        "llama3.1-8b",
+        "fsdp2",
+        "none",
+        3,
+        **{
+            "compile.enabled": "true",
+            "compile.loss": "true",
+            "precision.reduce_dtype": "bf16",
+            "train.adamw": "triton",
+        },
+    ),
+    "8b-fsdp2-noac-mb3-compile-bf16reduce-symm-tadam": tv(
+        "llama3.1-8b",
+        "fsdp2",
+        "none",
+        3,
+        **{
+            "compile.enabled": "true",
+            "compile.loss": "true",
+            "precision.reduce_dtype": "bf16",
+            "parallel.comm_buffers": "symmetric",
+            "train.adamw": "triton",
+        },
+    ),
+    "fsdp2-noac-mb3-compile-fp8-tadam": tv(
+        "llama2-7b",
+        "fsdp2",
+        "none",
+        3,
+        **{
+            "compile.enabled": "true",
+            "compile.loss": "true",
+            "fp8.enabled": "true",
+            "fp8.all_gather": "true",
+            "train.adamw": "triton",
+        },
+    ),
+    "fsdp2-noac-mb3-compile-tadam": tv(
+        "llama2-7b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "train.adamw": "triton"}
+    ),
     # FSDP1 keeps each unit's parameters in one flat buffer: its all-gather writes them in place (no copy-out) and its
     # reduce-scatter reads the flat gradient (no copy-in), where FSDP2 copies both ways per unit.
-    "8b-fsdp1-noac-mb3-compile-bf16reduce": tv("llama3.1-8b", "fsdp1", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "precision.reduce_dtype": "bf16"}),
+    "8b-fsdp1-noac-mb3-compile-bf16reduce": tv(
+        "llama3.1-8b",
+        "fsdp1",
+        "none",
+        3,
+        **{"compile.enabled": "true", "compile.loss": "true", "precision.reduce_dtype": "bf16"},
+    ),
     # precision.master_weights params: fp32 parameters cast by FSDP2 (what auto picked before session 6)
-    "8b-fsdp2-noac-mb3-compile-bf16reduce-symm-fp32params": tv("llama3.1-8b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "precision.reduce_dtype": "bf16", "parallel.comm_buffers": "symmetric", "precision.master_weights": "params"}),
-    "fsdp2-noac-mb3-compile-fp32params": tv("llama2-7b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "precision.master_weights": "params"}),
+    "8b-fsdp2-noac-mb3-compile-bf16reduce-symm-fp32params": tv(
+        "llama3.1-8b",
+        "fsdp2",
+        "none",
+        3,
+        **{
+            "compile.enabled": "true",
+            "compile.loss": "true",
+            "precision.reduce_dtype": "bf16",
+            "parallel.comm_buffers": "symmetric",
+            "precision.master_weights": "params",
+        },
+    ),
+    "fsdp2-noac-mb3-compile-fp32params": tv(
+        "llama2-7b",
+        "fsdp2",
+        "none",
+        3,
+        **{"compile.enabled": "true", "compile.loss": "true", "precision.master_weights": "params"},
+    ),
     # all-gathers only in symmetric memory (what "symmetric" meant on torch 2.11 before session 6)
-    "8b-fsdp2-noac-mb3-compile-bf16reduce-symmag": tv("llama3.1-8b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "precision.reduce_dtype": "bf16", "parallel.comm_buffers": "symmetric_all_gather"}),
-    "fsdp2-noac-mb4-compile-fp8": tv("llama2-7b", "fsdp2", "none", 4, **{"compile.enabled": "true", "compile.loss": "true", "fp8.enabled": "true", "fp8.all_gather": "true"}),
+    "8b-fsdp2-noac-mb3-compile-bf16reduce-symmag": tv(
+        "llama3.1-8b",
+        "fsdp2",
+        "none",
+        3,
+        **{
+            "compile.enabled": "true",
+            "compile.loss": "true",
+            "precision.reduce_dtype": "bf16",
+            "parallel.comm_buffers": "symmetric_all_gather",
+        },
+    ),
+    "fsdp2-noac-mb4-compile-fp8": tv(
+        "llama2-7b",
+        "fsdp2",
+        "none",
+        4,
+        **{"compile.enabled": "true", "compile.loss": "true", "fp8.enabled": "true", "fp8.all_gather": "true"},
+    ),
     # parallel.flat_shards false: FSDP2 copies every shard into the all-gather buffer before each all-gather
-    "8b-fsdp2-noac-mb3-compile-bf16reduce-symm-noflat": tv("llama3.1-8b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "precision.reduce_dtype": "bf16", "parallel.comm_buffers": "symmetric", "parallel.flat_shards": "false"}),
-    "fsdp2-noac-mb3-compile-noflat": tv("llama2-7b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "parallel.flat_shards": "false"}),
+    "8b-fsdp2-noac-mb3-compile-bf16reduce-symm-noflat": tv(
+        "llama3.1-8b",
+        "fsdp2",
+        "none",
+        3,
+        **{
+            "compile.enabled": "true",
+            "compile.loss": "true",
+            "precision.reduce_dtype": "bf16",
+            "parallel.comm_buffers": "symmetric",
+            "parallel.flat_shards": "false",
+        },
+    ),
+    "fsdp2-noac-mb3-compile-noflat": tv(
+        "llama2-7b",
+        "fsdp2",
+        "none",
+        3,
+        **{"compile.enabled": "true", "compile.loss": "true", "parallel.flat_shards": "false"},
+    ),
     # compile.memory_budget 0.7: the compiled blocks recompute their norms and SiLU(gate)*up in backward, keeping a
     # third less per token, which makes room for micro batch 5 on the 8B
-    **{f"8b-fsdp2-noac-mb{mb}-compile-bf16reduce-symm-budget{b}": tv("llama3.1-8b", "fsdp2", "none", mb, **{
-        "compile.enabled": "true", "compile.loss": "true", "precision.reduce_dtype": "bf16", "parallel.comm_buffers": "symmetric",
-        "compile.memory_budget": f"0.{b}"}) for mb in (3, 4, 5, 6) for b in (5, 6, 7, 8)},
-    **{f"fsdp2-noac-mb{mb}-compile-budget7": tv("llama2-7b", "fsdp2", "none", mb, **{
-        "compile.enabled": "true", "compile.loss": "true", "compile.memory_budget": "0.7"}) for mb in (4, 5, 6, 7)},
-    **{f"fsdp2-noac-mb{mb}-compile-fp8-budget7": tv("llama2-7b", "fsdp2", "none", mb, **{
-        "compile.enabled": "true", "compile.loss": "true", "fp8.enabled": "true", "fp8.all_gather": "true",
-        "compile.memory_budget": "0.7"}) for mb in (5, 6, 8)},
+    **{
+        f"8b-fsdp2-noac-mb{mb}-compile-bf16reduce-symm-budget{b}": tv(
+            "llama3.1-8b",
+            "fsdp2",
+            "none",
+            mb,
+            **{
+                "compile.enabled": "true",
+                "compile.loss": "true",
+                "precision.reduce_dtype": "bf16",
+                "parallel.comm_buffers": "symmetric",
+                "compile.memory_budget": f"0.{b}",
+            },
+        )
+        for mb in (3, 4, 5, 6)
+        for b in (5, 6, 7, 8)
+    },
+    **{
+        f"fsdp2-noac-mb{mb}-compile-budget7": tv(
+            "llama2-7b",
+            "fsdp2",
+            "none",
+            mb,
+            **{"compile.enabled": "true", "compile.loss": "true", "compile.memory_budget": "0.7"},
+        )
+        for mb in (4, 5, 6, 7)
+    },
+    **{
+        f"fsdp2-noac-mb{mb}-compile-fp8-budget7": tv(
+            "llama2-7b",
+            "fsdp2",
+            "none",
+            mb,
+            **{
+                "compile.enabled": "true",
+                "compile.loss": "true",
+                "fp8.enabled": "true",
+                "fp8.all_gather": "true",
+                "compile.memory_budget": "0.7",
+            },
+        )
+        for mb in (5, 6, 8)
+    },
     # the 7B with the 8B's communication settings: bf16 reduction, symmetric buffers (copy-engine all-gathers)
-    **{f"fsdp2-noac-mb{mb}-compile-bf16reduce-symm-budget7": tv("llama2-7b", "fsdp2", "none", mb, **{
-        "compile.enabled": "true", "compile.loss": "true", "precision.reduce_dtype": "bf16", "parallel.comm_buffers": "symmetric",
-        "compile.memory_budget": "0.7"}) for mb in (5, 6, 7)},
-    **{f"fsdp2-noac-mb{mb}-compile-fp8-bf16reduce-symm": tv("llama2-7b", "fsdp2", "none", mb, **{
-        "compile.enabled": "true", "compile.loss": "true", "fp8.enabled": "true", "fp8.all_gather": "true",
-        "precision.reduce_dtype": "bf16", "parallel.comm_buffers": "symmetric"}) for mb in (4, 5, 6, 7)},
+    **{
+        f"fsdp2-noac-mb{mb}-compile-bf16reduce-symm-budget7": tv(
+            "llama2-7b",
+            "fsdp2",
+            "none",
+            mb,
+            **{
+                "compile.enabled": "true",
+                "compile.loss": "true",
+                "precision.reduce_dtype": "bf16",
+                "parallel.comm_buffers": "symmetric",
+                "compile.memory_budget": "0.7",
+            },
+        )
+        for mb in (5, 6, 7)
+    },
+    **{
+        f"fsdp2-noac-mb{mb}-compile-fp8-bf16reduce-symm": tv(
+            "llama2-7b",
+            "fsdp2",
+            "none",
+            mb,
+            **{
+                "compile.enabled": "true",
+                "compile.loss": "true",
+                "fp8.enabled": "true",
+                "fp8.all_gather": "true",
+                "precision.reduce_dtype": "bf16",
+                "parallel.comm_buffers": "symmetric",
+            },
+        )
+        for mb in (4, 5, 6, 7)
+    },
     # the 8B's best with key/value heads repeated for cuDNN (the trainer before session 9; model.sdpa_gqa auto passes
     # them to cuDNN as they are)
-    **{f"8b-fsdp2-noac-mb{mb}-compile-bf16reduce-symm-budget7{suffix}": tv("llama3.1-8b", "fsdp2", "none", mb, **{
-        "compile.enabled": "true", "compile.loss": "true", "precision.reduce_dtype": "bf16", "parallel.comm_buffers": "symmetric",
-        "compile.memory_budget": "0.7", **extra}) for mb in (5, 6) for suffix, extra in (
-            ("-gqarepeat", {"model.sdpa_gqa": "repeat"}),)},
+    **{
+        f"8b-fsdp2-noac-mb{mb}-compile-bf16reduce-symm-budget7{suffix}": tv(
+            "llama3.1-8b",
+            "fsdp2",
+            "none",
+            mb,
+            **{
+                "compile.enabled": "true",
+                "compile.loss": "true",
+                "precision.reduce_dtype": "bf16",
+                "parallel.comm_buffers": "symmetric",
+                "compile.memory_budget": "0.7",
+                **extra,
+            },
+        )
+        for mb in (5, 6)
+        for suffix, extra in (("-gqarepeat", {"model.sdpa_gqa": "repeat"}),)
+    },
     # loss chunks of 8192 or 12288 tokens instead of 4096 (fewer, larger lm_head matmuls; 2.4 or 4.9 GiB more at the loss), and of
     # 2048 at micro batch 7 (2.4 GiB less there; it still ran out of memory in backward, session 11 call A)
-    **{f"8b-fsdp2-noac-mb{mb}-compile-bf16reduce-symm-budget7-chunk{k}k": tv("llama3.1-8b", "fsdp2", "none", mb, **{
-        "compile.enabled": "true", "compile.loss": "true", "precision.reduce_dtype": "bf16", "parallel.comm_buffers": "symmetric",
-        "compile.memory_budget": "0.7", "train.loss_chunk_tokens": str(k * 1024)}) for mb, k in ((6, 8), (6, 12), (7, 2))},
+    **{
+        f"8b-fsdp2-noac-mb{mb}-compile-bf16reduce-symm-budget7-chunk{k}k": tv(
+            "llama3.1-8b",
+            "fsdp2",
+            "none",
+            mb,
+            **{
+                "compile.enabled": "true",
+                "compile.loss": "true",
+                "precision.reduce_dtype": "bf16",
+                "parallel.comm_buffers": "symmetric",
+                "compile.memory_budget": "0.7",
+                "train.loss_chunk_tokens": str(k * 1024),
+            },
+        )
+        for mb, k in ((6, 8), (6, 12), (7, 2))
+    },
     # the 8B's best on torchtitan's own inputs: the same text and byte-level BPE tokenizer (bench/peers/torchtitan_run.py),
     # with the trainer's learning rate (3e-4) or torchtitan's (8e-4); the rows above train on seeded random tokens
-    **{f"8b-fsdp2-noac-mb6-compile-bf16reduce-symm-budget7-tttext{suffix}": tv("llama3.1-8b", "fsdp2", "none", 6, **{
-        "compile.enabled": "true", "compile.loss": "true", "precision.reduce_dtype": "bf16", "parallel.comm_buffers": "symmetric",
-        "compile.memory_budget": "0.7", **TT_TEXT, **extra}) for suffix, extra in (("", {}), ("-lr8", {"train.lr": "8e-4"}))},
+    **{
+        f"8b-fsdp2-noac-mb6-compile-bf16reduce-symm-budget7-tttext{suffix}": tv(
+            "llama3.1-8b",
+            "fsdp2",
+            "none",
+            6,
+            **{
+                "compile.enabled": "true",
+                "compile.loss": "true",
+                "precision.reduce_dtype": "bf16",
+                "parallel.comm_buffers": "symmetric",
+                "compile.memory_budget": "0.7",
+                **TT_TEXT,
+                **extra,
+            },
+        )
+        for suffix, extra in (("", {}), ("-lr8", {"train.lr": "8e-4"}))
+    },
     # larger micro-batches made to fit by keeping the first blocks' activations in pinned host memory (ac.offload_layers),
     # on torchtitan's inputs and learning rate: about 0.35 GiB per sequence per block stays off the GPU
-    **{f"8b-fsdp2-noac-mb{mb}-compile-bf16reduce-symm-budget7-tttext-lr8-off{n}": tv("llama3.1-8b", "fsdp2", "none", mb, **{
-        "compile.enabled": "true", "compile.loss": "true", "precision.reduce_dtype": "bf16", "parallel.comm_buffers": "symmetric",
-        "compile.memory_budget": "0.7", **TT_TEXT, "train.lr": "8e-4", "ac.offload_layers": str(n)})
-       for mb, n in ((6, 2), (7, 2), (8, 6), (10, 12))},
-    "8b-fsdp2-noac-mb3-compile-flash": tv("llama3.1-8b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "model.sdpa_backend": "flash"}),
+    **{
+        f"8b-fsdp2-noac-mb{mb}-compile-bf16reduce-symm-budget7-tttext-lr8-off{n}": tv(
+            "llama3.1-8b",
+            "fsdp2",
+            "none",
+            mb,
+            **{
+                "compile.enabled": "true",
+                "compile.loss": "true",
+                "precision.reduce_dtype": "bf16",
+                "parallel.comm_buffers": "symmetric",
+                "compile.memory_budget": "0.7",
+                **TT_TEXT,
+                "train.lr": "8e-4",
+                "ac.offload_layers": str(n),
+            },
+        )
+        for mb, n in ((6, 2), (7, 2), (8, 6), (10, 12))
+    },
+    "8b-fsdp2-noac-mb3-compile-flash": tv(
+        "llama3.1-8b",
+        "fsdp2",
+        "none",
+        3,
+        **{"compile.enabled": "true", "compile.loss": "true", "model.sdpa_backend": "flash"},
+    ),
     # --auto: the trainer picks micro-batch, checkpointing and compile itself
     "7b-auto": {"model.preset": "llama2-7b", "auto.enabled": "true"},
     "8b-auto": {"model.preset": "llama3.1-8b", "auto.enabled": "true"},
-    "7b-fp8-auto": {"model.preset": "llama2-7b", "auto.enabled": "true", "fp8.enabled": "true", "fp8.all_gather": "true",
-                    "precision.reduce_dtype": "bf16", "parallel.comm_buffers": "symmetric"},
+    "7b-fp8-auto": {
+        "model.preset": "llama2-7b",
+        "auto.enabled": "true",
+        "fp8.enabled": "true",
+        "fp8.all_gather": "true",
+        "precision.reduce_dtype": "bf16",
+        "parallel.comm_buffers": "symmetric",
+    },
     # FSDP2 with parameters and optimizer on CPU, shards drawn on CPU (a correctness run: few steps)
-    "fsdp2-cpu-offload": tv("llama2-7b", "fsdp2", "none", 1, **{"parallel.cpu_offload": "true", "model.random_init": "sharded",
-                                                                "train.steps": "4", "metrics.warmup_steps": "2"}),
+    "fsdp2-cpu-offload": tv(
+        "llama2-7b",
+        "fsdp2",
+        "none",
+        1,
+        **{
+            "parallel.cpu_offload": "true",
+            "model.random_init": "sharded",
+            "train.steps": "4",
+            "metrics.warmup_steps": "2",
+        },
+    ),
     # smoke: a tiny model through both APIs with compile, to fail fast before the big runs
     "smoke-fsdp2": tv("tiny", "fsdp2", "none", 2, **{"compile.enabled": "true", "data.seq_len": "256"}),
     "smoke-fsdp1": tv("tiny", "fsdp1", "full", 2, **{"data.seq_len": "256"}),
@@ -166,36 +491,74 @@ ENV_VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
     "8b-fsdp2-noac-mb3-compile-ctaeff": ("8b-fsdp2-noac-mb3-compile", {"NCCL_CTA_POLICY": "1"}),
     # NCCL's zero-CTA policy: all-gathers over symmetric memory run on the copy engines, no SM taken from the GEMMs.
     "8b-fsdp2-noac-mb3-compile-symm-ce": ("8b-fsdp2-noac-mb3-compile-symm", {"NCCL_CTA_POLICY": "2"}),
-    "8b-fsdp2-noac-mb3-compile-symm-ce-bf16reduce": ("8b-fsdp2-noac-mb3-compile-bf16reduce-symm", {"NCCL_CTA_POLICY": "2"}),
-    "8b-fsdp2-noac-mb3-compile-symm-ce-bf16reduce-fp32params": ("8b-fsdp2-noac-mb3-compile-bf16reduce-symm-fp32params", {"NCCL_CTA_POLICY": "2"}),
-    "8b-fsdp2-noac-mb3-compile-symmag-ce-bf16reduce": ("8b-fsdp2-noac-mb3-compile-bf16reduce-symmag", {"NCCL_CTA_POLICY": "2"}),
-    "8b-fsdp2-noac-mb3-compile-symm-ce-bf16reduce-tadam": ("8b-fsdp2-noac-mb3-compile-bf16reduce-symm-tadam", {"NCCL_CTA_POLICY": "2"}),
+    "8b-fsdp2-noac-mb3-compile-symm-ce-bf16reduce": (
+        "8b-fsdp2-noac-mb3-compile-bf16reduce-symm",
+        {"NCCL_CTA_POLICY": "2"},
+    ),
+    "8b-fsdp2-noac-mb3-compile-symm-ce-bf16reduce-fp32params": (
+        "8b-fsdp2-noac-mb3-compile-bf16reduce-symm-fp32params",
+        {"NCCL_CTA_POLICY": "2"},
+    ),
+    "8b-fsdp2-noac-mb3-compile-symmag-ce-bf16reduce": (
+        "8b-fsdp2-noac-mb3-compile-bf16reduce-symmag",
+        {"NCCL_CTA_POLICY": "2"},
+    ),
+    "8b-fsdp2-noac-mb3-compile-symm-ce-bf16reduce-tadam": (
+        "8b-fsdp2-noac-mb3-compile-bf16reduce-symm-tadam",
+        {"NCCL_CTA_POLICY": "2"},
+    ),
     # Inductor's coordinate-descent tuning of the compiled blocks' element-wise and reduction kernels (launch
     # configs only; GEMMs stay with cuBLAS, unlike max-autotune): not yet measured
-    "8b-fsdp2-noac-mb5-compile-bf16reduce-symm-budget7-cdt": ("8b-fsdp2-noac-mb5-compile-bf16reduce-symm-budget7",
-                                                            {"TORCHINDUCTOR_COORDINATE_DESCENT_TUNING": "1"}),
+    "8b-fsdp2-noac-mb5-compile-bf16reduce-symm-budget7-cdt": (
+        "8b-fsdp2-noac-mb5-compile-bf16reduce-symm-budget7",
+        {"TORCHINDUCTOR_COORDINATE_DESCENT_TUNING": "1"},
+    ),
     # NCCL's Simple protocol for the reduce-scatters: it picks LL (flag-per-word polling, SM-heavy) for the 8B's
     # symmetric-memory reduce-scatters, which run 90 ms of each 1.74 s step beside the backward's GEMMs
-    **{f"8b-fsdp2-noac-mb{mb}-compile-bf16reduce-symm-budget7-simple": (f"8b-fsdp2-noac-mb{mb}-compile-bf16reduce-symm-budget7",
-                                                                      {"NCCL_PROTO": "Simple"}) for mb in (5, 6)},
+    **{
+        f"8b-fsdp2-noac-mb{mb}-compile-bf16reduce-symm-budget7-simple": (
+            f"8b-fsdp2-noac-mb{mb}-compile-bf16reduce-symm-budget7",
+            {"NCCL_PROTO": "Simple"},
+        )
+        for mb in (5, 6)
+    },
     # at most 4 or 2 CTAs per collective: with the all-gathers on the copy engines only the reduce-scatters take SMs
     # from the backward's GEMMs, and they have slack (2.7 ms each beside a 34 ms block backward at micro batch 5)
-    **{f"8b-fsdp2-noac-mb6-compile-bf16reduce-symm-budget7-ctas{n}": ("8b-fsdp2-noac-mb6-compile-bf16reduce-symm-budget7",
-                                                                    {"NCCL_MAX_CTAS": str(n)}) for n in (2, 4)},
+    **{
+        f"8b-fsdp2-noac-mb6-compile-bf16reduce-symm-budget7-ctas{n}": (
+            "8b-fsdp2-noac-mb6-compile-bf16reduce-symm-budget7",
+            {"NCCL_MAX_CTAS": str(n)},
+        )
+        for n in (2, 4)
+    },
     # the same tuning on torchtitan's inputs and learning rate
-    "8b-fsdp2-noac-mb6-compile-bf16reduce-symm-budget7-tttext-lr8-cdt": ("8b-fsdp2-noac-mb6-compile-bf16reduce-symm-budget7-tttext-lr8",
-                                                                       {"TORCHINDUCTOR_COORDINATE_DESCENT_TUNING": "1"}),
+    "8b-fsdp2-noac-mb6-compile-bf16reduce-symm-budget7-tttext-lr8-cdt": (
+        "8b-fsdp2-noac-mb6-compile-bf16reduce-symm-budget7-tttext-lr8",
+        {"TORCHINDUCTOR_COORDINATE_DESCENT_TUNING": "1"},
+    ),
     # the same tuning at micro batch 6, alone and with loss chunks of 8,192 tokens
-    **{f"8b-fsdp2-noac-mb6-compile-bf16reduce-symm-budget7{suffix}-cdt": (f"8b-fsdp2-noac-mb6-compile-bf16reduce-symm-budget7{suffix}",
-                                                                        {"TORCHINDUCTOR_COORDINATE_DESCENT_TUNING": "1"}) for suffix in ("", "-chunk8k")},
+    **{
+        f"8b-fsdp2-noac-mb6-compile-bf16reduce-symm-budget7{suffix}-cdt": (
+            f"8b-fsdp2-noac-mb6-compile-bf16reduce-symm-budget7{suffix}",
+            {"TORCHINDUCTOR_COORDINATE_DESCENT_TUNING": "1"},
+        )
+        for suffix in ("", "-chunk8k")
+    },
     # cuBLASLt with a 64 MiB workspace (room for more algorithms, stream-K among them) for every GEMM
-    "8b-fsdp2-noac-mb6-compile-bf16reduce-symm-budget7-ltws": ("8b-fsdp2-noac-mb6-compile-bf16reduce-symm-budget7",
-                                                             {"CUBLASLT_WORKSPACE_SIZE": "65536", "CUBLAS_WORKSPACE_CONFIG": ":65536:2"}),
+    "8b-fsdp2-noac-mb6-compile-bf16reduce-symm-budget7-ltws": (
+        "8b-fsdp2-noac-mb6-compile-bf16reduce-symm-budget7",
+        {"CUBLASLT_WORKSPACE_SIZE": "65536", "CUBLAS_WORKSPACE_CONFIG": ":65536:2"},
+    ),
     # every bf16 matmul through cuBLASLt instead of cuBLAS (torch's preferred BLAS library; other kernels and heuristics)
-    "8b-fsdp2-noac-mb6-compile-bf16reduce-symm-budget7-tttext-lr8-lt": ("8b-fsdp2-noac-mb6-compile-bf16reduce-symm-budget7-tttext-lr8",
-                                                                      {"TORCH_BLAS_PREFER_CUBLASLT": "1"}),
+    "8b-fsdp2-noac-mb6-compile-bf16reduce-symm-budget7-tttext-lr8-lt": (
+        "8b-fsdp2-noac-mb6-compile-bf16reduce-symm-budget7-tttext-lr8",
+        {"TORCH_BLAS_PREFER_CUBLASLT": "1"},
+    ),
     # in case the symmetric pool and expandable segments do not mix
-    "8b-fsdp2-noac-mb3-compile-symm-ce-noexpand": ("8b-fsdp2-noac-mb3-compile-symm", {"NCCL_CTA_POLICY": "2", "PYTORCH_CUDA_ALLOC_CONF": ""}),
+    "8b-fsdp2-noac-mb3-compile-symm-ce-noexpand": (
+        "8b-fsdp2-noac-mb3-compile-symm",
+        {"NCCL_CTA_POLICY": "2", "PYTORCH_CUDA_ALLOC_CONF": ""},
+    ),
 }
 for _name, (_base, _env) in ENV_VARIANTS.items():
     TRAINER_VARIANTS[_name] = TRAINER_VARIANTS[_base]
@@ -209,8 +572,16 @@ ACCELERATE_VARIANTS = {  # name -> (preset shape, micro batch, activation checkp
     "accelerate-7b-ac-mb1": ("llama2-7b", 1, True),
 }
 SUITES = {
-    "issue2": ["smoke-fsdp2", "smoke-fsdp1", "fsdp2-ac-mb1", "fsdp2-ac-mb2", "fsdp2-noac-mb1", "fsdp2-noac-mb2",
-               "fsdp1-ac-mb1", "fsdp1-noac-mb2"],
+    "issue2": [
+        "smoke-fsdp2",
+        "smoke-fsdp1",
+        "fsdp2-ac-mb1",
+        "fsdp2-ac-mb2",
+        "fsdp2-noac-mb1",
+        "fsdp2-noac-mb2",
+        "fsdp1-ac-mb1",
+        "fsdp1-noac-mb2",
+    ],
     # issue 5 in one call (about 8 minutes on 2 H200s): the 8B head to head (the trainer's best: micro batch 6 with
     # the lean memory budget, symmetric buffers and bf16 reduction, 122.9 GiB since master weights take 16-bit
     # remainders; torchtitan's best), the 7B bf16 at its best
@@ -219,9 +590,16 @@ SUITES = {
     # and --auto's picks for the 8B and for FP8 on the 7B.
     # Since session 12 the 8B trainer row trains on torchtitan's own text, tokenizer and learning rate, and torchtitan
     # runs first and last: the GPUs are power-capped, so the inputs' values and the GPUs' warming move both figures.
-    "speed": ["tt-8b-mb3-compile", "8b-fsdp2-noac-mb6-compile-bf16reduce-symm-budget7-tttext-lr8", "tt-8b-mb3-compile",
-              "fsdp2-noac-mb6-compile-bf16reduce-symm-budget7", "fsdp2-noac-mb6-compile-fp8-bf16reduce-symm",
-              "accelerate-7b-noac-mb2", "8b-auto", "7b-fp8-auto"],
+    "speed": [
+        "tt-8b-mb3-compile",
+        "8b-fsdp2-noac-mb6-compile-bf16reduce-symm-budget7-tttext-lr8",
+        "tt-8b-mb3-compile",
+        "fsdp2-noac-mb6-compile-bf16reduce-symm-budget7",
+        "fsdp2-noac-mb6-compile-fp8-bf16reduce-symm",
+        "accelerate-7b-noac-mb2",
+        "8b-auto",
+        "7b-fp8-auto",
+    ],
 }
 
 
@@ -232,12 +610,25 @@ def child_env(variant: str = "") -> dict[str, str]:
 
 
 def run_trainer(name: str, args: argparse.Namespace, nproc: int, work: Path) -> dict:
-    overrides = {**BASE, "train.steps": str(args.steps), "metrics.warmup_steps": str(args.warmup),
-                 **TRAINER_VARIANTS[name], "train.output_dir": str(work / name)}
+    overrides = {
+        **BASE,
+        "train.steps": str(args.steps),
+        "metrics.warmup_steps": str(args.warmup),
+        **TRAINER_VARIANTS[name],
+        "train.output_dir": str(work / name),
+    }
     if any("{tt_assets}" in v for v in overrides.values()):
         assets = torchtitan_assets(work)
         overrides = {k: v.replace("{tt_assets}", str(assets)) for k, v in overrides.items()}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", "-m", "fsdp_trainer"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={nproc}",
+        "-m",
+        "fsdp_trainer",
+    ]
     for key, value in overrides.items():
         cmd += [f"--{key}", value]
     env_prefix = [f"{k}={v}" for k, v in ENV_VARIANTS.get(name, ("", {}))[1].items()]
@@ -247,7 +638,13 @@ def run_trainer(name: str, args: argparse.Namespace, nproc: int, work: Path) -> 
     if proc_rc == 0 and summary_file.is_file():
         summary = json.loads(summary_file.read_text())
         train = summary.pop("config")["train"]  # resolved settings (--auto chooses the micro-batch)
-        expected = summary["steps_run"] * nproc * train["micro_batch_size"] * train["grad_accum_steps"] * int(overrides["data.seq_len"])
+        expected = (
+            summary["steps_run"]
+            * nproc
+            * train["micro_batch_size"]
+            * train["grad_accum_steps"]
+            * int(overrides["data.seq_len"])
+        )
         record.update(summary, ok=True, tokens_expected=expected, tokens_check=summary["tokens_processed"] == expected)
     else:
         record.update(ok=False, error=_error_line(log, proc_rc))
@@ -269,8 +666,19 @@ def run_torchtitan_variant(name: str, args: argparse.Namespace, nproc: int, work
 
     assets = torchtitan_assets(work)
     flavor, batch, ac, compile_ = TORCHTITAN_VARIANTS[name]
-    rec = run_torchtitan(nproc=nproc, flavor=flavor, seq_len=4096, batch=batch, ac=ac, compile_=compile_,
-                         steps=args.steps + 3, assets=assets, out_dir=work, env=CHILD_ENV, timeout=args.timeout)
+    rec = run_torchtitan(
+        nproc=nproc,
+        flavor=flavor,
+        seq_len=4096,
+        batch=batch,
+        ac=ac,
+        compile_=compile_,
+        steps=args.steps + 3,
+        assets=assets,
+        out_dir=work,
+        env=CHILD_ENV,
+        timeout=args.timeout,
+    )
     rec.update(variant=name, kind="torchtitan", ok="error" not in rec)
     return rec
 
@@ -282,14 +690,38 @@ def run_accelerate_variant(name: str, args: argparse.Namespace, nproc: int, work
     preset, mb, ac = ACCELERATE_VARIANTS[name]
     p = PRESETS[preset]()
     out = work / f"{name}.json"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-           str(ROOT / "bench" / "peers" / "accelerate_fsdp.py"),
-           "--hidden", str(p["hidden_size"]), "--layers", str(p["num_hidden_layers"]),
-           "--heads", str(p["num_attention_heads"]), "--kv-heads", str(p.get("num_key_value_heads", p["num_attention_heads"])),
-           "--ffn", str(p["intermediate_size"]), "--vocab", str(p["vocab_size"]),
-           "--rope-theta", str(p.get("rope_theta", 10000.0)),
-           "--seq-len", "4096", "--micro-batch", str(mb), "--steps", str(args.steps), "--warmup", str(args.warmup),
-           "--out", str(out)] + (["--activation-checkpointing"] if ac else [])
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={nproc}",
+        str(ROOT / "bench" / "peers" / "accelerate_fsdp.py"),
+        "--hidden",
+        str(p["hidden_size"]),
+        "--layers",
+        str(p["num_hidden_layers"]),
+        "--heads",
+        str(p["num_attention_heads"]),
+        "--kv-heads",
+        str(p.get("num_key_value_heads", p["num_attention_heads"])),
+        "--ffn",
+        str(p["intermediate_size"]),
+        "--vocab",
+        str(p["vocab_size"]),
+        "--rope-theta",
+        str(p.get("rope_theta", 10000.0)),
+        "--seq-len",
+        "4096",
+        "--micro-batch",
+        str(mb),
+        "--steps",
+        str(args.steps),
+        "--warmup",
+        str(args.warmup),
+        "--out",
+        str(out),
+    ] + (["--activation-checkpointing"] if ac else [])
     rc, log = _run(cmd, work / f"{name}.log", args.timeout)
     if rc == 0 and out.is_file():
         return {**json.loads(out.read_text()), "variant": name, "kind": "accelerate", "ok": True}
@@ -304,8 +736,12 @@ class Telemetry:
     def __init__(self, path: Path):
         self.path = path
         self.file = path.open("w")
-        self.proc = subprocess.Popen(["nvidia-smi", f"--query-gpu={self.FIELDS}", "--format=csv,noheader,nounits", "-lms", "250"],
-                                     stdout=self.file, stderr=subprocess.STDOUT, text=True)
+        self.proc = subprocess.Popen(
+            ["nvidia-smi", f"--query-gpu={self.FIELDS}", "--format=csv,noheader,nounits", "-lms", "250"],
+            stdout=self.file,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
 
     def stop(self) -> dict:
         """End the sampling; returns ``smi_summary`` of what it wrote."""
@@ -331,8 +767,13 @@ def smi_summary(text: str) -> dict:
         return {"telemetry_error": (text.strip().splitlines() or ["no samples"])[-1][:200]}
     top = max(s[2] for s in samples)
     busy = [s for s in samples if s[2] >= top / 2]
-    return {"sm_clock_mhz_median": statistics.median(s[1] for s in busy), "power_w_median": statistics.median(s[2] for s in busy),
-            "power_w_max": top, "clock_event_reasons": Counter(s[3] for s in busy).most_common(1)[0][0], "telemetry_samples": len(busy)}
+    return {
+        "sm_clock_mhz_median": statistics.median(s[1] for s in busy),
+        "power_w_median": statistics.median(s[2] for s in busy),
+        "power_w_max": top,
+        "clock_event_reasons": Counter(s[3] for s in busy).most_common(1)[0][0],
+        "telemetry_samples": len(busy),
+    }
 
 
 def stop(proc: subprocess.Popen, grace: float = 60.0) -> None:
@@ -348,7 +789,9 @@ def stop(proc: subprocess.Popen, grace: float = 60.0) -> None:
 
 def _run(cmd: list[str], log_path: Path, timeout: int) -> tuple[int, str]:
     print(f"== {log_path.stem}", file=sys.stderr, flush=True)
-    proc = subprocess.Popen(cmd, env=child_env(log_path.stem), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+    proc = subprocess.Popen(
+        cmd, env=child_env(log_path.stem), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT
+    )
     try:
         log, _ = proc.communicate(timeout=timeout)
         rc = proc.returncode
@@ -371,16 +814,24 @@ def _error_line(log: str, rc: int) -> str:
 
 
 def table(records: list[dict]) -> str:
-    rows = ["| variant | tokens/s/GPU | TFLOP/s/GPU | MFU | peak GiB | loss | tokens check | SM MHz, W |",
-            "|---|---:|---:|---:|---:|---:|---|---|"]
+    rows = [
+        "| variant | tokens/s/GPU | TFLOP/s/GPU | MFU | peak GiB | loss | tokens check | SM MHz, W |",
+        "|---|---:|---:|---:|---:|---:|---|---|",
+    ]
     for r in records:
         if not r["ok"]:
             rows.append(f"| {r['variant']} | failed: {r['error'][:120]} | | | | | | |")
             continue
-        check = "-" if "tokens_check" not in r else ("ok" if r["tokens_check"] else f"MISMATCH {r['tokens_processed']}!={r['tokens_expected']}")
+        check = (
+            "-"
+            if "tokens_check" not in r
+            else ("ok" if r["tokens_check"] else f"MISMATCH {r['tokens_processed']}!={r['tokens_expected']}")
+        )
         mfu = "-" if r.get("mfu") is None else f"{100 * r['mfu']:.1f}%"
-        rows.append(f"| {r['variant']} | {r['tokens_per_s_per_gpu']:,.0f} | {r['tflops_per_gpu']:.1f} | {mfu} | "
-                    f"{r.get('peak_mem_gib') or 0:.1f} | {r.get('final_loss', float('nan')):.3f} | {check} | {_power(r)} |")
+        rows.append(
+            f"| {r['variant']} | {r['tokens_per_s_per_gpu']:,.0f} | {r['tflops_per_gpu']:.1f} | {mfu} | "
+            f"{r.get('peak_mem_gib') or 0:.1f} | {r.get('final_loss', float('nan')):.3f} | {check} | {_power(r)} |"
+        )
     return "\n".join(rows)
 
 
@@ -392,15 +843,26 @@ def _power(r: dict) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=os.environ.get("OUT", ".bench"), help="folder for results.json and logs.tar.gz (default: $OUT or .bench)")
+    parser.add_argument(
+        "--out",
+        default=os.environ.get("OUT", ".bench"),
+        help="folder for results.json and logs.tar.gz (default: $OUT or .bench)",
+    )
     parser.add_argument("--suite", default="issue2", help=f"a named list of variants: {', '.join(SUITES)}, or 'all'")
     parser.add_argument("--only", default="", help="comma-separated variants instead of a suite")
     parser.add_argument("--steps", type=int, default=12, help="optimizer steps per variant")
     parser.add_argument("--warmup", type=int, default=4, help="first steps left out of the averages")
     parser.add_argument("--nproc", type=int, default=0, help="GPUs per run (default: all visible)")
     parser.add_argument("--timeout", type=int, default=420, help="seconds per variant before it is recorded as failed")
-    parser.add_argument("--deadline", type=int, default=0, help="start no variant after this many seconds (0: no limit); skipped ones are listed")
-    parser.add_argument("--telemetry", action="store_true", help="sample SM clocks and power with nvidia-smi during each variant")
+    parser.add_argument(
+        "--deadline",
+        type=int,
+        default=0,
+        help="start no variant after this many seconds (0: no limit); skipped ones are listed",
+    )
+    parser.add_argument(
+        "--telemetry", action="store_true", help="sample SM clocks and power with nvidia-smi during each variant"
+    )
     args = parser.parse_args()
 
     if args.telemetry and shutil.which("nvidia-smi") is None:
@@ -411,7 +873,9 @@ def main() -> int:
     elif args.suite == "all":
         names = [n for suite in SUITES.values() for n in suite]
     else:
-        names = SUITES.get(args.suite) or parser.error(f"--suite: unknown {args.suite!r}; use one of {', '.join(SUITES)} or all")
+        names = SUITES.get(args.suite) or parser.error(
+            f"--suite: unknown {args.suite!r}; use one of {', '.join(SUITES)} or all"
+        )
     unknown = [n for n in names if n not in known]
     if unknown:
         parser.error(f"--only: unknown variants {', '.join(unknown)}; known: {', '.join(known)}")
@@ -423,8 +887,14 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="fsdp-bench-"))
-    header = {"gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu", "gpus": nproc, "torch": torch.__version__,
-              "date": time.strftime("%Y-%m-%d"), "steps": args.steps, "warmup": args.warmup}
+    header = {
+        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+        "gpus": nproc,
+        "torch": torch.__version__,
+        "date": time.strftime("%Y-%m-%d"),
+        "steps": args.steps,
+        "warmup": args.warmup,
+    }
     records: list[dict] = []
     started = time.perf_counter()
     for name in names:
@@ -446,7 +916,11 @@ def main() -> int:
         rec["run_s"] = round(time.perf_counter() - t0, 1)
         records.append(rec)
         (out / "results.json").write_text(json.dumps({"header": header, "records": records}, indent=1))
-        print(f"   {name}: {'ok' if rec['ok'] else 'FAILED ' + rec['error']} ({rec['run_s']} s)", file=sys.stderr, flush=True)
+        print(
+            f"   {name}: {'ok' if rec['ok'] else 'FAILED ' + rec['error']} ({rec['run_s']} s)",
+            file=sys.stderr,
+            flush=True,
+        )
         if name.startswith("smoke") and not rec["ok"]:
             print("smoke run failed: stopping before the large runs", file=sys.stderr)
             break

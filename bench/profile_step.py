@@ -129,7 +129,10 @@ def main() -> int:
         if name not in gpu_compare.TRAINER_VARIANTS:
             parser.error(f"--only: unknown variant {name!r}; see TRAINER_VARIANTS in bench/gpu_compare.py")
         profiled = f"{name}.profiled"
-        gpu_compare.TRAINER_VARIANTS[profiled] = {**gpu_compare.TRAINER_VARIANTS[name], "metrics.profile_steps": args.profile}
+        gpu_compare.TRAINER_VARIANTS[profiled] = {
+            **gpu_compare.TRAINER_VARIANTS[name],
+            "metrics.profile_steps": args.profile,
+        }
         if name in gpu_compare.ENV_VARIANTS:  # keep the variant's environment (NCCL settings, ...)
             gpu_compare.ENV_VARIANTS[profiled] = gpu_compare.ENV_VARIANTS[name]
         record = gpu_compare.run_trainer(profiled, run_args, nproc, work)
@@ -138,15 +141,20 @@ def main() -> int:
             print(f"{name}: failed: {record.get('error')}")
             results[name] = {"run": record}
             continue
-        results[name] = {"run": {k: record.get(k) for k in ("command", "tokens_per_s_per_gpu", "mfu", "peak_mem_gib")}, **analyse(trace, traced)}
+        results[name] = {
+            "run": {k: record.get(k) for k in ("command", "tokens_per_s_per_gpu", "mfu", "peak_mem_gib")},
+            **analyse(trace, traced),
+        }
         kernels = work / profiled / "profile" / "kernels.txt"
         if kernels.is_file():
             shutil.copy(kernels, out / f"kernels_{name}.txt")
         (out / f"profile_{name}.json").write_text(json.dumps(results[name], indent=1))
         r = results[name]
         kinds = ", ".join(f"{k} {v:.1f}" for k, v in r["by_kind_ms"].items())
-        print(f"{name}: step {r['step_ms']:.1f} ms | {kinds} | compute busy {r['compute_busy_ms']:.1f}, nccl {r['nccl_ms']:.1f} "
-              f"(exposed {r['nccl_exposed_ms']:.1f}), idle {r['idle_ms']:.1f} ms | {r['run']['tokens_per_s_per_gpu'] or 0:,.0f} tokens/s/GPU")
+        print(
+            f"{name}: step {r['step_ms']:.1f} ms | {kinds} | compute busy {r['compute_busy_ms']:.1f}, nccl {r['nccl_ms']:.1f} "
+            f"(exposed {r['nccl_exposed_ms']:.1f}), idle {r['idle_ms']:.1f} ms | {r['run']['tokens_per_s_per_gpu'] or 0:,.0f} tokens/s/GPU"
+        )
     return 0 if all("step_ms" in r for r in results.values()) else 1
 
 

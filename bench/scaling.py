@@ -27,14 +27,32 @@ GPU_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NV
 
 def points(gpus: list[int], preset: str) -> list[dict]:
     """(label, processes, trainer overrides) for every measurement of the plan."""
-    plan = [{"label": f"{preset} full_shard x{n}", "nproc": n, "preset": preset, "sharding": "full_shard"} for n in gpus]
+    plan = [
+        {"label": f"{preset} full_shard x{n}", "nproc": n, "preset": preset, "sharding": "full_shard"} for n in gpus
+    ]
     top = max(gpus)
     if top >= 8 and top % 4 == 0:
-        plan.append({"label": f"{preset} hybrid_shard {top // 4}x4", "nproc": top, "preset": preset,
-                     "sharding": "hybrid_shard", "replicate_size": top // 4, "shard_size": 4})
+        plan.append(
+            {
+                "label": f"{preset} hybrid_shard {top // 4}x4",
+                "nproc": top,
+                "preset": preset,
+                "sharding": "hybrid_shard",
+                "replicate_size": top // 4,
+                "shard_size": 4,
+            }
+        )
     if top >= 8:  # other shapes: not part of the sweep, so each at the settings --auto picks for it
         for other in ("llama2-13b", "llama3.1-8b"):
-            plan.append({"label": f"{other} full_shard x{top} (--auto)", "nproc": top, "preset": other, "sharding": "full_shard", "auto": True})
+            plan.append(
+                {
+                    "label": f"{other} full_shard x{top} (--auto)",
+                    "nproc": top,
+                    "preset": other,
+                    "sharding": "full_shard",
+                    "auto": True,
+                }
+            )
     return plan
 
 
@@ -43,11 +61,21 @@ def run_point(point: dict, args: argparse.Namespace) -> dict:
     from fsdp_sdk.errors import FsdpSdkError
 
     overrides = {
-        "model.preset": point["preset"], "model.init": "random", "data.source": "synthetic",
-        "data.seq_len": args.seq_len, "precision.mode": "bf16", "parallel.api": "fsdp2",
-        "parallel.sharding": point["sharding"], "ac.mode": args.ac, "compile.enabled": args.compile,
-        "compile.loss": args.compile, "train.micro_batch_size": args.micro_batch, "train.steps": args.steps,
-        "metrics.warmup_steps": args.warmup, "checkpoint.enabled": False, "runtime.device": args.device,
+        "model.preset": point["preset"],
+        "model.init": "random",
+        "data.source": "synthetic",
+        "data.seq_len": args.seq_len,
+        "precision.mode": "bf16",
+        "parallel.api": "fsdp2",
+        "parallel.sharding": point["sharding"],
+        "ac.mode": args.ac,
+        "compile.enabled": args.compile,
+        "compile.loss": args.compile,
+        "train.micro_batch_size": args.micro_batch,
+        "train.steps": args.steps,
+        "metrics.warmup_steps": args.warmup,
+        "checkpoint.enabled": False,
+        "runtime.device": args.device,
     }
     for key in ("replicate_size", "shard_size"):
         if key in point:
@@ -56,8 +84,10 @@ def run_point(point: dict, args: argparse.Namespace) -> dict:
         for key in ("ac.mode", "compile.enabled", "compile.loss", "train.micro_batch_size"):
             del overrides[key]
         overrides["auto.enabled"] = True
-    client = Client.from_sources(overrides={"cluster.backend": "local", "job.num_workers": 1,
-                                            "job.nproc_per_node": point["nproc"]}, read_default_env_file=False)
+    client = Client.from_sources(
+        overrides={"cluster.backend": "local", "job.num_workers": 1, "job.nproc_per_node": point["nproc"]},
+        read_default_env_file=False,
+    )
     try:
         summary = client.run(trainer_overrides=overrides).summary
     except FsdpSdkError as exc:
@@ -80,13 +110,22 @@ def chart(records: list[dict], path: Path) -> None:
     n = [r["nproc"] for r in base]
     ax1.plot(n, [r["tokens_per_s_per_gpu"] * r["nproc"] for r in base], "o-", label="measured")
     ax1.plot(n, [ref * k for k in n], "--", color="grey", label="perfect")
-    ax1.set(xlabel="GPUs", ylabel="tokens/s (all GPUs)", title=f"{base[0]['preset']} throughput", xscale="log", xticks=n)
+    ax1.set(
+        xlabel="GPUs", ylabel="tokens/s (all GPUs)", title=f"{base[0]['preset']} throughput", xscale="log", xticks=n
+    )
     ax1.set_xticklabels([str(k) for k in n])
     ax1.legend()
     eff = [100 * r["tokens_per_s_per_gpu"] / ref for r in base]
     ax2.plot(n, eff, "o-")
     ax2.axhline(95, ls="--", color="grey", label="95% target")
-    ax2.set(xlabel="GPUs", ylabel="weak-scaling efficiency (%)", title="efficiency vs 1 GPU", xscale="log", xticks=n, ylim=(0, max(110, max(eff) + 10)))
+    ax2.set(
+        xlabel="GPUs",
+        ylabel="weak-scaling efficiency (%)",
+        title="efficiency vs 1 GPU",
+        xscale="log",
+        xticks=n,
+        ylim=(0, max(110, max(eff) + 10)),
+    )
     ax2.set_xticklabels([str(k) for k in n])
     ax2.legend()
     fig.tight_layout()
@@ -98,11 +137,17 @@ def main() -> int:
     parser.add_argument("--out", default=os.environ.get("OUT", ".bench"), help="folder for scaling.json / scaling.png")
     parser.add_argument("--gpus", default="1,2,4,8", help="processes (GPUs) per point of the sweep")
     parser.add_argument("--preset", default="llama2-7b", help="model of the sweep")
-    parser.add_argument("--micro-batch", type=int, default=2,
-                        help="per-GPU micro batch, the same at every point: 2 is the largest that leaves the 1-GPU point of the 7B "
-                             "headroom (micro batch 3 peaked at 126 of 140 GiB there, where the allocator slows down)")
+    parser.add_argument(
+        "--micro-batch",
+        type=int,
+        default=2,
+        help="per-GPU micro batch, the same at every point: 2 is the largest that leaves the 1-GPU point of the 7B "
+        "headroom (micro batch 3 peaked at 126 of 140 GiB there, where the allocator slows down)",
+    )
     parser.add_argument("--ac", default="none", help="activation checkpointing mode")
-    parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True, help="compiled blocks and loss")
+    parser.add_argument(
+        "--compile", action=argparse.BooleanOptionalAction, default=True, help="compiled blocks and loss"
+    )
     parser.add_argument("--seq-len", type=int, default=4096)
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--warmup", type=int, default=4)
@@ -126,7 +171,9 @@ def main() -> int:
             continue
         mfu = "-" if r.get("mfu") is None else f"{100 * r['mfu']:.1f}%"
         eff = f"{100 * r['tokens_per_s_per_gpu'] / ref:.1f}%" if ref and r["preset"] == args.preset else "-"
-        print(f"| {r['label']} | {r['nproc']} | {r['tokens_per_s_per_gpu']:,.0f} | {mfu} | {r.get('peak_mem_gib') or 0:.1f} | {eff} |")
+        print(
+            f"| {r['label']} | {r['nproc']} | {r['tokens_per_s_per_gpu']:,.0f} | {mfu} | {r.get('peak_mem_gib') or 0:.1f} | {eff} |"
+        )
     return 0 if all(r["ok"] for r in records) else 1
 
 

@@ -21,7 +21,11 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-KERNELS = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION}
+KERNELS = {
+    "cudnn": SDPBackend.CUDNN_ATTENTION,
+    "flash": SDPBackend.FLASH_ATTENTION,
+    "efficient": SDPBackend.EFFICIENT_ATTENTION,
+}
 
 
 def fwd_bwd(q, k, v, kernel, grad):
@@ -55,7 +59,9 @@ def agreement(kernel, b=1, h=8, s=512, d=128):
     out_ref = fwd_bwd(*ref, SDPBackend.MATH, grad)
     low = [t.to(torch.bfloat16).requires_grad_() for t in (q, k, v)]
     out = fwd_bwd(*low, kernel, grad.to(torch.bfloat16))
-    err = [(out.float() - out_ref).abs().max().item()] + [(a.grad.float() - r.grad).abs().max().item() for a, r in zip(low, ref, strict=True)]
+    err = [(out.float() - out_ref).abs().max().item()] + [
+        (a.grad.float() - r.grad).abs().max().item() for a, r in zip(low, ref, strict=True)
+    ]
     return dict(zip(["out", "dq", "dk", "dv"], err, strict=True))
 
 
@@ -77,7 +83,12 @@ def trainer_path(choice: str, compiled: bool, priority_only: bool = False) -> di
     hf.num_hidden_layers = 2
     used = attention.configure_attention(hf, choice, torch.device("cuda"), torch.bfloat16, 4096)
     if priority_only:
-        order = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+        order = [
+            SDPBackend.CUDNN_ATTENTION,
+            SDPBackend.FLASH_ATTENTION,
+            SDPBackend.EFFICIENT_ATTENTION,
+            SDPBackend.MATH,
+        ]
 
         def by_priority(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
             groups = getattr(module, "num_key_value_groups", 1)
@@ -110,16 +121,31 @@ def trainer_path(choice: str, compiled: bool, priority_only: bool = False) -> di
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         step()
         torch.cuda.synchronize()
-    names = sorted({e.key for e in prof.key_averages() if any(w in e.key.lower() for w in ("fmha", "flash", "cudnn", "attention", "sdpa", "sm90_"))})
-    return {"attention": used, "implementation": lm.config._attn_implementation, "compiled": compiled,
-            "kernels": [n[:100] for n in names if "gemm" not in n.lower()]}
+    names = sorted(
+        {
+            e.key
+            for e in prof.key_averages()
+            if any(w in e.key.lower() for w in ("fmha", "flash", "cudnn", "attention", "sdpa", "sm90_"))
+        }
+    )
+    return {
+        "attention": used,
+        "implementation": lm.config._attn_implementation,
+        "compiled": compiled,
+        "kernels": [n[:100] for n in names if "gemm" not in n.lower()],
+    }
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=os.environ.get("OUT", ".bench"))
     args = parser.parse_args()
-    results = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(), "kernels": {}}
+    results = {
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "cudnn": torch.backends.cudnn.version(),
+        "kernels": {},
+    }
     print(f"{results['gpu']}  torch {results['torch']}  cuDNN {results['cudnn']}")
     print("| kernel | fwd+bwd ms (2x32x4096x128, causal) | TFLOP/s | max error vs fp32 math (out, dq, dk, dv) |")
     print("|---|---:|---:|---|")
@@ -132,8 +158,11 @@ def main() -> int:
         except RuntimeError as e:
             results["kernels"][name] = {"error": str(e).splitlines()[0][:200]}
             print(f"| {name} | refused: {str(e).splitlines()[0][:100]} | | |")
-    for name, (choice, compiled, priority_only) in {"auto-eager": ("auto", False, False), "auto-compiled": ("auto", True, False),
-                                                    "priority-compiled": ("auto", True, True)}.items():
+    for name, (choice, compiled, priority_only) in {
+        "auto-eager": ("auto", False, False),
+        "auto-compiled": ("auto", True, False),
+        "priority-compiled": ("auto", True, True),
+    }.items():
         try:
             results[f"trainer_{name}"] = trainer_path(choice, compiled, priority_only)
         except Exception as e:  # a diagnosis: report, don't stop

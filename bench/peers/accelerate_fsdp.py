@@ -28,9 +28,18 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    for name, default in (("hidden", 4096), ("layers", 32), ("heads", 32), ("kv-heads", 32),
-                          ("ffn", 11008), ("vocab", 32000), ("seq-len", 4096),
-                          ("micro-batch", 1), ("steps", 12), ("warmup", 3)):
+    for name, default in (
+        ("hidden", 4096),
+        ("layers", 32),
+        ("heads", 32),
+        ("kv-heads", 32),
+        ("ffn", 11008),
+        ("vocab", 32000),
+        ("seq-len", 4096),
+        ("micro-batch", 1),
+        ("steps", 12),
+        ("warmup", 3),
+    ):
         p.add_argument(f"--{name}", type=int, default=default)
     p.add_argument("--rope-theta", type=float, default=10000.0)
     p.add_argument("--activation-checkpointing", action="store_true")
@@ -51,10 +60,16 @@ def main() -> None:
     )
     acc = Accelerator(mixed_precision="bf16", fsdp_plugin=plugin)
     cfg = LlamaConfig(
-        hidden_size=args.hidden, num_hidden_layers=args.layers, num_attention_heads=args.heads,
-        num_key_value_heads=args.kv_heads, intermediate_size=args.ffn, vocab_size=args.vocab,
-        max_position_embeddings=args.seq_len, rope_theta=args.rope_theta,
-        attn_implementation="sdpa", use_cache=False,
+        hidden_size=args.hidden,
+        num_hidden_layers=args.layers,
+        num_attention_heads=args.heads,
+        num_key_value_heads=args.kv_heads,
+        intermediate_size=args.ffn,
+        vocab_size=args.vocab,
+        max_position_embeddings=args.seq_len,
+        rope_theta=args.rope_theta,
+        attn_implementation="sdpa",
+        use_cache=False,
     )
     torch.manual_seed(0)
     model = LlamaForCausalLM(cfg)
@@ -79,7 +94,7 @@ def main() -> None:
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
         losses.append(out.loss.item())
-    timed = times[args.warmup:]
+    timed = times[args.warmup :]
     tokens_per_step = args.micro_batch * args.seq_len
     tps = tokens_per_step * len(timed) / sum(timed)
     head_dim = args.hidden // args.heads

@@ -41,13 +41,24 @@ def prepare_assets(root: Path) -> tuple[Path, Path]:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=2048, special_tokens=specials,
-                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.train_from_iterator(
+        texts,
+        trainers.BpeTrainer(
+            vocab_size=2048, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        ),
+    )
     tok.save(str(tok_dir / "tokenizer.json"))
-    (tok_dir / "tokenizer_config.json").write_text(json.dumps({
-        "bos_token": specials[0], "eos_token": specials[1], "add_bos_token": True, "add_eos_token": False,
-        "tokenizer_class": "PreTrainedTokenizerFast",
-    }))
+    (tok_dir / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "bos_token": specials[0],
+                "eos_token": specials[1],
+                "add_bos_token": True,
+                "add_eos_token": False,
+                "tokenizer_class": "PreTrainedTokenizerFast",
+            }
+        )
+    )
     return tok_dir, data_dir
 
 
@@ -71,19 +82,57 @@ def _corpus() -> list[str]:
     return texts * 4
 
 
-def run_torchtitan(*, nproc: int, flavor: str, seq_len: int, batch: int, ac: str, compile_: bool,
-                   steps: int, assets: Path, out_dir: Path, env: dict[str, str], timeout: int) -> dict:
+def run_torchtitan(
+    *,
+    nproc: int,
+    flavor: str,
+    seq_len: int,
+    batch: int,
+    ac: str,
+    compile_: bool,
+    steps: int,
+    assets: Path,
+    out_dir: Path,
+    env: dict[str, str],
+    timeout: int,
+) -> dict:
     tok_dir, data_dir = assets / "tokenizer", assets / "data"
     name = f"torchtitan-{flavor}-mb{batch}-ac_{ac}" + ("-compile" if compile_ else "")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-           "-m", "torchtitan.train",
-           "--model.name", "llama3", "--model.flavor", flavor, "--model.hf_assets_path", str(tok_dir),
-           "--training.dataset", "c4_test", "--training.dataset_path", str(data_dir),
-           "--training.seq_len", str(seq_len), "--training.local_batch_size", str(batch),
-           "--training.steps", str(steps), "--lr_scheduler.warmup_steps", "2",
-           "--activation_checkpoint.mode", ac,
-           "--parallelism.data_parallel_shard_degree", str(nproc),
-           "--metrics.log_freq", "1", "--job.dump_folder", str(out_dir / name)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={nproc}",
+        "-m",
+        "torchtitan.train",
+        "--model.name",
+        "llama3",
+        "--model.flavor",
+        flavor,
+        "--model.hf_assets_path",
+        str(tok_dir),
+        "--training.dataset",
+        "c4_test",
+        "--training.dataset_path",
+        str(data_dir),
+        "--training.seq_len",
+        str(seq_len),
+        "--training.local_batch_size",
+        str(batch),
+        "--training.steps",
+        str(steps),
+        "--lr_scheduler.warmup_steps",
+        "2",
+        "--activation_checkpoint.mode",
+        ac,
+        "--parallelism.data_parallel_shard_degree",
+        str(nproc),
+        "--metrics.log_freq",
+        "1",
+        "--job.dump_folder",
+        str(out_dir / name),
+    ]
     if compile_:
         cmd.append("--compile.enable")
     child_env = {**os.environ, **env, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
@@ -94,7 +143,7 @@ def run_torchtitan(*, nproc: int, flavor: str, seq_len: int, batch: int, ac: str
     if proc.returncode != 0 or len(rows) < 4:
         tail = log.strip().splitlines()[-3:]
         return {"variant": name, "error": f"rc={proc.returncode}: " + " | ".join(tail)[:400]}
-    rows = rows[len(rows) // 3:]  # drop compile / warm-up steps
+    rows = rows[len(rows) // 3 :]  # drop compile / warm-up steps
     return {
         "variant": name,
         "world_size": nproc,

@@ -81,8 +81,17 @@ def example_plugin() -> Path:
 
     if not any(ep.name == "b200" for ep in entry_points("fsdp_sdk")):
         subprocess.run(
-            [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "-e",
-             str(EXAMPLE_PLUGIN)],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--no-deps",
+                "--no-build-isolation",
+                "-e",
+                str(EXAMPLE_PLUGIN),
+            ],
             check=True,
         )
         sys.path.append(str(EXAMPLE_PLUGIN / "src"))  # what the editable install's .pth adds at start-up

@@ -35,7 +35,10 @@ def test_help_lists_every_command(invoke) -> None:
 
 def test_the_table_names_the_kubernetes_commands() -> None:
     assert {COMMANDS[n] for n in ("prereqs", "image", "job")} == {
-        "fsdp_sdk.cli.prereqs:prereqs", "fsdp_sdk.cli.image:image", "fsdp_sdk.cli.job:job"}
+        "fsdp_sdk.cli.prereqs:prereqs",
+        "fsdp_sdk.cli.image:image",
+        "fsdp_sdk.cli.job:job",
+    }
 
 
 @pytest.mark.parametrize("command", list(TRAITS), ids=[" ".join(c) for c in TRAITS])
@@ -84,12 +87,27 @@ def test_config_show_prints_the_resolved_configuration(invoke) -> None:
 
 
 def test_run_dry_run_shows_the_agents_commands(invoke, state_dir: Path) -> None:
-    result = invoke("run", "--nodes", "2", "--nproc-per-node", "1", "--preset", "tiny", "--steps", "5", "--dry-run",
-                    "--", "--train.lr", "0.01")
+    result = invoke(
+        "run",
+        "--nodes",
+        "2",
+        "--nproc-per-node",
+        "1",
+        "--preset",
+        "tiny",
+        "--steps",
+        "5",
+        "--dry-run",
+        "--",
+        "--train.lr",
+        "0.01",
+    )
     assert result.exit_code == 0, result.stderr
     commands = [line for line in result.stdout.splitlines() if "torch.distributed.run" in line]
     assert len(commands) == 2
-    assert "--model.preset tiny" in commands[0] and "--train.steps 5" in commands[0] and "--train.lr 0.01" in commands[0]
+    assert (
+        "--model.preset tiny" in commands[0] and "--train.steps 5" in commands[0] and "--train.lr 0.01" in commands[0]
+    )
     assert not state_dir.exists()
 
 

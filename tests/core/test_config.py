@@ -22,7 +22,9 @@ def _design_rows() -> list[tuple[str, str]]:
     """(field path, seed .env name) of every row of the configuration table in docs/design.md."""
     rows = []
     for line in DESIGN.read_text().splitlines():
-        match = re.match(r"^\| ((?:cluster|job|trainer|observability)\.[\w.]+)(?: / (\w+))? \| [^|]* \| ([A-Z_]*) ?\|$", line)
+        match = re.match(
+            r"^\| ((?:cluster|job|trainer|observability)\.[\w.]+)(?: / (\w+))? \| [^|]* \| ([A-Z_]*) ?\|$", line
+        )
         if match:
             path, second, seed = match.groups()
             rows.append((path, seed))
@@ -46,14 +48,37 @@ def test_every_field_of_the_design_table_exists_with_its_seed_name() -> None:
 def test_defaults_are_those_of_the_design() -> None:
     c = Config()
     assert (c.cluster.name, c.cluster.backend, c.cluster.region, c.cluster.instance_type) == (
-        "fsdp-sdk", "local", "us-west-2", "p5.48xlarge")
+        "fsdp-sdk",
+        "local",
+        "us-west-2",
+        "p5.48xlarge",
+    )
     assert (c.cluster.nodes, c.cluster.min_nodes, c.cluster.max_nodes, c.cluster.kubernetes_version, c.cluster.efa) == (
-        2, 0, None, "1.31", True)
+        2,
+        0,
+        None,
+        "1.31",
+        True,
+    )
     j = c.job
     assert (j.name, j.namespace, j.api, j.registry, j.image, j.tag, j.num_workers) == (
-        "fsdp", "default", "pytorchjob", None, "fsdp-sdk-trainer", "latest", 2)
-    assert (j.rdzv_backend, j.rdzv_host, j.rdzv_port, j.max_restarts, j.fi_provider, j.nccl_debug, j.hf_token_secret) == (
-        "etcd-v2", "etcd", 2379, 3, "efa", "WARN", "hf-token")
+        "fsdp",
+        "default",
+        "pytorchjob",
+        None,
+        "fsdp-sdk-trainer",
+        "latest",
+        2,
+    )
+    assert (
+        j.rdzv_backend,
+        j.rdzv_host,
+        j.rdzv_port,
+        j.max_restarts,
+        j.fi_provider,
+        j.nccl_debug,
+        j.hf_token_secret,
+    ) == ("etcd-v2", "etcd", 2379, 3, "efa", "WARN", "hf-token")
     assert c.image_ref == "fsdp-sdk-trainer:latest"
 
 
@@ -67,7 +92,9 @@ def test_state_dir_defaults_to_the_environment_variable(state_dir: Path) -> None
 @pytest.fixture
 def sources(work_dir: Path) -> dict[str, Path]:
     yaml_file = work_dir / "cluster.yaml"
-    yaml_file.write_text("cluster:\n  region: eu-west-1\njob:\n  num_workers: 3\n  tag: from-yaml\n  image: from-yaml\n")
+    yaml_file.write_text(
+        "cluster:\n  region: eu-west-1\njob:\n  num_workers: 3\n  tag: from-yaml\n  image: from-yaml\n"
+    )
     env_file = work_dir / "team.env"
     env_file.write_text("NUM_WORKERS=4\nTAG=from-dotenv\n")
     return {"yaml": yaml_file, "env": env_file}
@@ -92,8 +119,17 @@ def test_each_source_overrides_the_one_before(sources: dict[str, Path]) -> None:
 
 def test_precedence_through_the_cli(sources: dict[str, Path], invoke, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FSDP_SDK_JOB__IMAGE", "from-environment")  # undone after the test, unlike os.environ[...]
-    result = invoke("config", "show", "--json", "-c", str(sources["yaml"]), "--env-file", str(sources["env"]),
-                    "--set", "job.tag=from-cli")
+    result = invoke(
+        "config",
+        "show",
+        "--json",
+        "-c",
+        str(sources["yaml"]),
+        "--env-file",
+        str(sources["env"]),
+        "--set",
+        "job.tag=from-cli",
+    )
     assert result.exit_code == 0, result.stderr
     job = json.loads(result.stdout)["job"]
     assert (job["num_workers"], job["tag"], job["image"]) == (4, "from-cli", "from-environment")
@@ -117,7 +153,13 @@ def test_the_seed_dotenv_names_map_to_fields(work_dir: Path) -> None:
     assert c.image_ref == "123456789012.dkr.ecr.us-east-2.amazonaws.com/fsdp:v7"
     j = c.job
     assert (j.name, j.rdzv_host, j.rdzv_port, j.num_workers, j.gpu_per_worker, j.efa_per_worker) == (
-        "llama-ft", "etcd-client", 2380, 4, 8, 32)
+        "llama-ft",
+        "etcd-client",
+        2380,
+        4,
+        8,
+        32,
+    )
     assert (j.command, j.fi_provider) == ("python train.py", "efa")
     assert c.trainer == {"model": {"name_or_path": "meta-llama/Llama-3.1-8B"}}
     assert isinstance(j.hf_token, Secret) and j.hf_token.get_secret_value() == "hf_s3cr3t"
@@ -161,8 +203,14 @@ def test_config_show_redacts_secret_looking_env_values(invoke, work_dir: Path) -
         for secret in ("k3y", "hunter2", "s1", "t0k", "hf_s3cr3t"):
             assert secret not in result.output, (args, secret)
     shown = json.loads(invoke("config", "show", "--json", "--set", f"job.env={env}").stdout)["job"]["env"]
-    assert shown == {"WANDB_API_KEY": "**********", "DB_PASSWORD": "**********", "MY_SECRET": "**********",
-                     "GH_TOKEN": "**********", "HUB_AUTH": "**********", "LOG_LEVEL": "debug"}
+    assert shown == {
+        "WANDB_API_KEY": "**********",
+        "DB_PASSWORD": "**********",
+        "MY_SECRET": "**********",
+        "GH_TOKEN": "**********",
+        "HUB_AUTH": "**********",
+        "LOG_LEVEL": "debug",
+    }
     # one pattern for config show and for the renderer's refusal
     import fsdp_sdk.k8s.render as render
     from fsdp_sdk.config import SECRET_ENV_NAME
@@ -192,7 +240,10 @@ def test_gpu_and_efa_counts_follow_the_instance_type(plugins) -> None:
     "overrides, message",
     [
         ({"job.gpu_per_worker": 16}, "job.gpu_per_worker (from overrides): 16 GPUs per worker but p5.48xlarge has 8"),
-        ({"job.efa_per_worker": 33}, "job.efa_per_worker (from overrides): 33 EFA interfaces per worker but p5.48xlarge has 32"),
+        (
+            {"job.efa_per_worker": 33},
+            "job.efa_per_worker (from overrides): 33 EFA interfaces per worker but p5.48xlarge has 32",
+        ),
         ({"cluster.efa": False, "job.efa_per_worker": 1}, "cluster.efa is off"),
         ({"cluster.nodes": 5, "cluster.max_nodes": 4}, "5 is outside min_nodes..max_nodes (0..4)"),
         ({"cluster.instance_type": "p5.48xlarg"}, "did you mean p5.48xlarge?"),
@@ -219,10 +270,15 @@ def test_the_trainer_section_is_validated_by_the_trainer(plugins) -> None:
 
 
 def test_values_are_converted_to_the_field_types() -> None:
-    c = load_config(overrides={
-        "cluster.efa": "no", "cluster.availability_zones": "us-west-2a, us-west-2b", "job.env": "A=1,B=two",
-        "job.registry": "none", "cluster.state_dir": "~/somewhere",
-    })
+    c = load_config(
+        overrides={
+            "cluster.efa": "no",
+            "cluster.availability_zones": "us-west-2a, us-west-2b",
+            "job.env": "A=1,B=two",
+            "job.registry": "none",
+            "cluster.state_dir": "~/somewhere",
+        }
+    )
     assert c.cluster.efa is False
     assert c.cluster.availability_zones == ["us-west-2a", "us-west-2b"]
     assert c.job.env == {"A": "1", "B": "two"} and c.job.registry is None
@@ -232,7 +288,10 @@ def test_values_are_converted_to_the_field_types() -> None:
 def test_unknown_yaml_keys_name_the_key_and_suggest(work_dir: Path) -> None:
     path = work_dir / "c.yaml"
     path.write_text("cluster:\n  instance_typ: p5.48xlarge\n")
-    with pytest.raises(ConfigError, match=r"^cluster.instance_typ \(from c.yaml\): unknown setting; did you mean cluster.instance_type\?$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^cluster.instance_typ \(from c.yaml\): unknown setting; did you mean cluster.instance_type\?$",
+    ):
         load_config(path)
     path.write_text("clustr:\n  nodes: 2\n")
     with pytest.raises(ConfigError, match=r"^clustr \(from c.yaml\): unknown setting; did you mean cluster\?$"):

@@ -69,8 +69,11 @@ def test_without_etcd_runs_use_the_c10d_rendezvous(monkeypatch: pytest.MonkeyPat
 
 def test_the_run_command_line(state_dir: Path) -> None:
     client = Client.from_sources(overrides={"job.num_workers": 3, "job.nproc_per_node": 2})
-    first = client.run(trainer_overrides={"model.preset": "tiny", "train.steps": 20},
-                       trainer_args=["--train.lr", "0.01", "--parallel.api=fsdp1"], dry_run=True)
+    first = client.run(
+        trainer_overrides={"model.preset": "tiny", "train.steps": 20},
+        trainer_args=["--train.lr", "0.01", "--parallel.api=fsdp1"],
+        dry_run=True,
+    )
     second = client.run(dry_run=True)
     assert first.dry_run and first.run_id != second.run_id, "a fresh rendezvous id per run"
     assert len(first.commands) == 3 and len(set(first.commands)) == 1
@@ -80,9 +83,12 @@ def test_the_run_command_line(state_dir: Path) -> None:
     assert flags["--nnodes"] == "3" and flags["--nproc-per-node"] == "2" and flags["--max-restarts"] == "0"
     assert flags["--rdzv-id"] == first.run_id and flags["--local-addr"] == "127.0.0.1"
     assert "--node-rank" not in command
-    trainer = command[command.index("fsdp_trainer") + 1:]
+    trainer = command[command.index("fsdp_trainer") + 1 :]
     assert dict(zip(trainer[::2], trainer[1::2], strict=True)) == {
-        "--model.preset": "tiny", "--train.steps": "20", "--train.lr": "0.01", "--parallel.api": "fsdp1",
+        "--model.preset": "tiny",
+        "--train.steps": "20",
+        "--train.lr": "0.01",
+        "--parallel.api": "fsdp1",
         "--train.output_dir": str(state_dir / "local" / "runs" / first.run_id),
     }
     assert not state_dir.exists(), "a dry run starts and creates nothing"
@@ -96,11 +102,22 @@ def test_the_state_directory_is_cluster_state_dir_slash_local(tmp_path: Path) ->
 @pytest.mark.parametrize(
     "lines, cause",
     [
-        (["[rank0] ValueError: bad shape", "torch...ChildFailedError: ", "exitcode  : 1 (pid: 9)"], "[rank0] ValueError: bad shape"),
-        (["fsdp-train: error: --runtime.backend: nccl needs CUDA", "exitcode  : 2 (pid: 9)"],
-         "fsdp-train: error: --runtime.backend: nccl needs CUDA"),
-        (["terminate called without an active exception", "  exitcode  : -6 (pid: 8027)  (SIGABRT)",
-          "  error_file: <N/A>"], "worker exitcode : -6 (pid: 8027) (SIGABRT)"),
+        (
+            ["[rank0] ValueError: bad shape", "torch...ChildFailedError: ", "exitcode  : 1 (pid: 9)"],
+            "[rank0] ValueError: bad shape",
+        ),
+        (
+            ["fsdp-train: error: --runtime.backend: nccl needs CUDA", "exitcode  : 2 (pid: 9)"],
+            "fsdp-train: error: --runtime.backend: nccl needs CUDA",
+        ),
+        (
+            [
+                "terminate called without an active exception",
+                "  exitcode  : -6 (pid: 8027)  (SIGABRT)",
+                "  error_file: <N/A>",
+            ],
+            "worker exitcode : -6 (pid: 8027) (SIGABRT)",
+        ),
         ([], "no output"),
     ],
 )
@@ -110,7 +127,9 @@ def test_a_failed_agent_is_summed_up_by_its_most_telling_line(lines: list[str], 
 
 def test_run_requires_the_trainer(monkeypatch: pytest.MonkeyPatch, state_dir: Path) -> None:
     real = local.importlib.util.find_spec
-    monkeypatch.setattr(local.importlib.util, "find_spec", lambda name, *a: None if name == "fsdp_trainer" else real(name, *a))
+    monkeypatch.setattr(
+        local.importlib.util, "find_spec", lambda name, *a: None if name == "fsdp_trainer" else real(name, *a)
+    )
     with pytest.raises(local.BackendError, match="the trainer is not installed"):
         Client.from_sources().run()
     assert not state_dir.exists()

@@ -25,8 +25,10 @@ from .conftest import FSDP_SDK, etcd_or_skip, run_cli
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(importlib.util.find_spec("fsdp_trainer") is None,
-                       reason="the trainer package (fsdp_trainer) is not installed: pip install -e packages/trainer"),
+    pytest.mark.skipif(
+        importlib.util.find_spec("fsdp_trainer") is None,
+        reason="the trainer package (fsdp_trainer) is not installed: pip install -e packages/trainer",
+    ),
 ]
 
 TINY = ["--backend", "local", "--nodes", "2", "--nproc-per-node", "1", "--preset", "tiny", "--steps", "3"]
@@ -87,8 +89,9 @@ def test_two_runs_in_a_row(local_cluster: dict, state_dir: Path) -> None:
         run_id = _run_id(result.stderr)
         run_ids.append(run_id)
         # the run used the cluster's etcd through torch's etcd-v2 rendezvous, not the c10d fallback
-        assert re.search(rf"^run {run_id}: .*, etcd-v2 rendezvous at 127\.0\.0\.1:{port}, ", result.stderr, re.M), \
+        assert re.search(rf"^run {run_id}: .*, etcd-v2 rendezvous at 127\.0\.0\.1:{port}, ", result.stderr, re.M), (
             result.stderr[-3000:]
+        )
         run_dir = state_dir / "local" / "runs" / run_id
         summary = json.loads((run_dir / "summary.json").read_text())
         assert (summary["steps"], summary["world_size"]) == (3, 2)
@@ -104,7 +107,9 @@ def test_two_runs_in_a_row(local_cluster: dict, state_dir: Path) -> None:
         assert re.search(r"^\[agent\d\] .*master_addr=127\.0\.0\.1", log, re.M)
         assert re.search(r'^\[agent\d\] \{"step": 3', log, re.M)
         # torch's etcd-v2 rendezvous wrote its state and store keys during the run; the run cleared them
-        assert clear_rendezvous(EtcdV2.direct(f"http://127.0.0.1:{port}"), "etcd-v2", run_id) == [], "the run's rendezvous keys were left in etcd"
+        assert clear_rendezvous(EtcdV2.direct(f"http://127.0.0.1:{port}"), "etcd-v2", run_id) == [], (
+            "the run's rendezvous keys were left in etcd"
+        )
     assert run_ids[0] != run_ids[1]
 
 
@@ -120,7 +125,10 @@ def test_a_failing_run_stops_every_agent_and_exits_1(local_cluster: dict) -> Non
 def test_an_interrupt_stops_every_agent(local_cluster: dict, sig: signal.Signals) -> None:
     process = subprocess.Popen(
         [FSDP_SDK, "run", *TINY[:-1], "500", "--json", *NO_CHECKPOINT],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=os.environ.copy(),
     )
     seen = []
     try:
@@ -160,8 +168,10 @@ def test_the_library_starts_etcd_when_up_was_not_run(state_dir: Path) -> None:
     client = Client.from_sources(overrides={"job.num_workers": 2}, progress=progress.append)
     assert client.status().state == "absent"
     try:
-        result = client.run(trainer_overrides={"model.preset": "tiny", "train.steps": 2, "checkpoint.enabled": False},
-                            on_output=output.append)
+        result = client.run(
+            trainer_overrides={"model.preset": "tiny", "train.steps": 2, "checkpoint.enabled": False},
+            on_output=output.append,
+        )
         assert result.summary["steps"] == 2 and result.output_dir == state_dir / "local" / "runs" / result.run_id
         assert any("not up: starting it now" in line for line in progress)
         assert any("master_addr=" in line for line in output)

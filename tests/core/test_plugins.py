@@ -43,9 +43,15 @@ def test_every_hook_is_documented(name: str, spec: object) -> None:
 def test_the_hook_groups_the_issue_asks_for_exist() -> None:
     names = {n for n, _ in _hookspecs()}
     assert {
-        "fsdp_sdk_register_backends", "fsdp_sdk_register_instance_types", "fsdp_sdk_register_commands",
-        "fsdp_sdk_render_job", "fsdp_sdk_monitoring_components", "fsdp_sdk_preflight",
-        "fsdp_sdk_cluster_created", "fsdp_sdk_before_cluster_delete", "fsdp_sdk_job_submitted",
+        "fsdp_sdk_register_backends",
+        "fsdp_sdk_register_instance_types",
+        "fsdp_sdk_register_commands",
+        "fsdp_sdk_render_job",
+        "fsdp_sdk_monitoring_components",
+        "fsdp_sdk_preflight",
+        "fsdp_sdk_cluster_created",
+        "fsdp_sdk_before_cluster_delete",
+        "fsdp_sdk_job_submitted",
         "fsdp_sdk_job_finished",
     } <= names
 
@@ -69,7 +75,13 @@ def test_the_plugin_manager_is_built_on_first_use_and_cached() -> None:
 class TestBuiltinInstanceTypes(InstanceTypePluginConformance):
     plugin = fsdp_sdk.instance_types
     expected_names = (
-        "p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge", "g5.48xlarge", "g6e.48xlarge",
+        "p4d.24xlarge",
+        "p4de.24xlarge",
+        "p5.48xlarge",
+        "p5e.48xlarge",
+        "p5en.48xlarge",
+        "g5.48xlarge",
+        "g6e.48xlarge",
     )
 
 
@@ -89,8 +101,15 @@ PUBLIC_SPECS = [
 def test_builtin_instance_types_have_the_public_specs(spec: tuple) -> None:
     name, gpus, model, memory, efa, vcpus, host_memory, tflops = spec
     t = build_plugins(autoload=False).instance_types[name]
-    assert (t.gpu_count, t.gpu_model, t.gpu_memory_gib, t.efa_interfaces, t.vcpus, t.memory_gib, t.bf16_tflops_per_gpu) == (
-        gpus, model, memory, efa, vcpus, host_memory, tflops)
+    assert (
+        t.gpu_count,
+        t.gpu_model,
+        t.gpu_memory_gib,
+        t.efa_interfaces,
+        t.vcpus,
+        t.memory_gib,
+        t.bf16_tflops_per_gpu,
+    ) == (gpus, model, memory, efa, vcpus, host_memory, tflops)
     assert t.price_date == fsdp_sdk.instance_types.PRICE_DATE
 
 
@@ -108,7 +127,11 @@ def test_example_plugin_is_loaded_through_its_entry_point(example_plugin: Path) 
     plugins = build_plugins()
     assert plugins.instance_types.owner("p6-b200.48xlarge") == "b200"
     info = next(i for i in plugins.infos() if i.name == "b200")
-    assert (info.builtin, info.distribution, info.hooks) == (False, "fsdp_sdk_plugin_b200", ("fsdp_sdk_register_instance_types",))
+    assert (info.builtin, info.distribution, info.hooks) == (
+        False,
+        "fsdp_sdk_plugin_b200",
+        ("fsdp_sdk_register_instance_types",),
+    )
 
 
 def test_example_plugin_shows_in_the_instance_types_command(example_plugin: Path) -> None:
@@ -141,8 +164,10 @@ def test_a_duplicate_backend_name_is_refused() -> None:
 
     plugins = build_plugins(autoload=False)
     plugins.register(Duplicate(), name="dup")
-    with pytest.raises(PluginError, match=re.escape(
-            "backend 'local' from plugin dup is already registered by plugin fsdp_sdk.backends.builtin")):
+    with pytest.raises(
+        PluginError,
+        match=re.escape("backend 'local' from plugin dup is already registered by plugin fsdp_sdk.backends.builtin"),
+    ):
         _ = plugins.backends
 
 
@@ -277,7 +302,10 @@ def duplicate_site(fake_site: Path) -> Path:
     named ``hello``."""
     _install(fake_site, "other_hello", "from fsdp_sdk import hookimpl\n", entry_point="hello")
     _install(fake_site, "shadow", "from fsdp_sdk import hookimpl\n", entry_point="fsdp_sdk.instance_types")
-    _install(fake_site, "greet_plugin", """
+    _install(
+        fake_site,
+        "greet_plugin",
+        """
         import click
         from fsdp_sdk import hookimpl
 
@@ -287,7 +315,8 @@ def duplicate_site(fake_site: Path) -> Path:
             def hello():
                 '''Say hello from another plugin.'''
                 click.echo("hello from greet")
-    """)
+    """,
+    )
     return fake_site
 
 
@@ -302,8 +331,9 @@ def test_a_duplicate_entry_point_name_is_reported_not_dropped(
     # the first distribution on the path keeps the name; the second is listed as broken, naming both
     assert plugins.describe("hello") == "'hello' (from hello_plugin 1.0)"
     assert "hello_plugin 1.0" in broken["hello", "other_hello"].error
-    assert ("plugin 'hello' (from other_hello 1.0) is not loaded: the name 'hello' is already taken by "
-            "hello_plugin 1.0") in err
+    assert (
+        "plugin 'hello' (from other_hello 1.0) is not loaded: the name 'hello' is already taken by hello_plugin 1.0"
+    ) in err
     shadow = broken["fsdp_sdk.instance_types", "shadow"].error
     assert "built-in plugin of fsdp-sdk" in shadow and "shadow" in shadow
     assert "plugin 'fsdp_sdk.instance_types' (from shadow 1.0) is not loaded" in err
@@ -313,8 +343,10 @@ def test_a_duplicate_entry_point_name_is_reported_not_dropped(
 
 def test_two_plugins_with_the_same_command_name_are_refused(duplicate_site: Path) -> None:
     env = {"PYTHONPATH": str(duplicate_site)}
-    expected = ("plugins 'greet' (from greet_plugin 1.0) and 'hello' (from hello_plugin 1.0) both register a "
-                "command named 'hello'")
+    expected = (
+        "plugins 'greet' (from greet_plugin 1.0) and 'hello' (from hello_plugin 1.0) both register a "
+        "command named 'hello'"
+    )
     helped = run_cli("--help", env=env)
     assert helped.returncode == 0 and "Say hello" not in helped.stdout
     assert expected in helped.stderr

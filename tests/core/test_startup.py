@@ -9,7 +9,18 @@ import pytest
 
 from .conftest import FSDP_SDK
 
-HEAVY = ("torch", "boto3", "botocore", "kubernetes", "yaml", "rich", "pydantic", "numpy", "fsdp_trainer", "importlib.metadata")
+HEAVY = (
+    "torch",
+    "boto3",
+    "botocore",
+    "kubernetes",
+    "yaml",
+    "rich",
+    "pydantic",
+    "numpy",
+    "fsdp_trainer",
+    "importlib.metadata",
+)
 
 
 def imported_modules(*args: str) -> set[str]:

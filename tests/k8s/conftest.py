@@ -75,11 +75,26 @@ def etcd_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     endpoint = f"http://127.0.0.1:{client}"
     data = tmp_path_factory.mktemp("etcd")
     process = subprocess.Popen(
-        [binary, "--enable-v2=true", "--name", "test", "--data-dir", str(data / "data"),
-         "--listen-client-urls", endpoint, "--advertise-client-urls", endpoint,
-         "--listen-peer-urls", f"http://127.0.0.1:{peer}", "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
-         "--initial-cluster", f"test=http://127.0.0.1:{peer}"],
-        stdout=subprocess.DEVNULL, stderr=open(data / "etcd.log", "wb"),  # noqa: SIM115 - etcd writes to it while it runs
+        [
+            binary,
+            "--enable-v2=true",
+            "--name",
+            "test",
+            "--data-dir",
+            str(data / "data"),
+            "--listen-client-urls",
+            endpoint,
+            "--advertise-client-urls",
+            endpoint,
+            "--listen-peer-urls",
+            f"http://127.0.0.1:{peer}",
+            "--initial-advertise-peer-urls",
+            f"http://127.0.0.1:{peer}",
+            "--initial-cluster",
+            f"test=http://127.0.0.1:{peer}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=open(data / "etcd.log", "wb"),  # noqa: SIM115 - etcd writes to it while it runs
     )
     try:
         deadline = time.monotonic() + 20
@@ -101,7 +116,8 @@ def etcd_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", "cluster: runs against the real Kubernetes cluster named by KUBECONFIG (skipped without one)")
+        "markers", "cluster: runs against the real Kubernetes cluster named by KUBECONFIG (skipped without one)"
+    )
 
 
 @pytest.fixture

@@ -101,8 +101,15 @@ class _Log:
 
 def status_body(code: int, reason: str, message: str, details: dict | None = None) -> dict:
     """A ``meta/v1 Status`` failure object as the API server sends it."""
-    body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-            "message": message, "reason": reason, "code": code}
+    body = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
     if details:
         body["details"] = details
     return body
@@ -173,8 +180,9 @@ class FakeApiServer:
         handler = type("Handler", (_Handler,), {"api": self})
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._httpd.daemon_threads = True
-        threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-apiserver",
-                         daemon=True).start()
+        threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-apiserver", daemon=True
+        ).start()
         return self
 
     def stop(self) -> None:
@@ -194,7 +202,9 @@ class FakeApiServer:
     def write_kubeconfig(self, path: Path, *, namespace: str = "default") -> Path:
         """Write a kubeconfig file that points at this server with its token."""
         config = {
-            "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "fake",
             "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
             "users": [{"name": "fake", "user": {"token": self.token}}],
             "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake", "namespace": namespace}}],
@@ -234,12 +244,25 @@ class FakeApiServer:
             self._objects[(res.group_version, res.plural, namespace, name)]["status"] = copy.deepcopy(status)
 
     def add_pod(
-        self, name: str, *, labels: dict[str, str], log: str = "", phase: str = "Running",
-        follow_open: bool = False, namespace: str = "default",
+        self,
+        name: str,
+        *,
+        labels: dict[str, str],
+        log: str = "",
+        phase: str = "Running",
+        follow_open: bool = False,
+        namespace: str = "default",
     ) -> None:
         """Add a pod with a log; with ``follow_open`` a followed log stays open until :meth:`close_log`."""
-        self.put({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace, "labels": labels},
-                  "spec": {"containers": [{"name": "pytorch", "image": "trainer"}]}, "status": {"phase": phase}})
+        self.put(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name, "namespace": namespace, "labels": labels},
+                "spec": {"containers": [{"name": "pytorch", "image": "trainer"}]},
+                "status": {"phase": phase},
+            }
+        )
         with self._lock:
             self._logs[(namespace, name)] = _Log(text=log, closed=not follow_open)
 
@@ -264,8 +287,13 @@ class FakeApiServer:
 
     def writes(self, *, include_dry_run: bool = True) -> list[RecordedRequest]:
         """The mutating requests received (POST, PUT, PATCH, DELETE), proxy calls excluded."""
-        return [r for r in self.requests if r.method in ("POST", "PUT", "PATCH", "DELETE")
-                and "/proxy/" not in r.path and (include_dry_run or not r.dry_run)]
+        return [
+            r
+            for r in self.requests
+            if r.method in ("POST", "PUT", "PATCH", "DELETE")
+            and "/proxy/" not in r.path
+            and (include_dry_run or not r.dry_run)
+        ]
 
     # ------------------------------------------------------------------ internals
 
@@ -358,9 +386,21 @@ class _Handler(BaseHTTPRequestHandler):
             for r in api.resources:
                 if r.group and r.version not in groups.setdefault(r.group, []):
                     groups[r.group].append(r.version)
-            self._send_json(200, {"kind": "APIGroupList", "apiVersion": "v1", "groups": [
-                {"name": g, "versions": [{"groupVersion": f"{g}/{v}", "version": v} for v in vs],
-                 "preferredVersion": {"groupVersion": f"{g}/{vs[0]}", "version": vs[0]}} for g, vs in groups.items()]})
+            self._send_json(
+                200,
+                {
+                    "kind": "APIGroupList",
+                    "apiVersion": "v1",
+                    "groups": [
+                        {
+                            "name": g,
+                            "versions": [{"groupVersion": f"{g}/{v}", "version": v} for v in vs],
+                            "preferredVersion": {"groupVersion": f"{g}/{vs[0]}", "version": vs[0]},
+                        }
+                        for g, vs in groups.items()
+                    ],
+                },
+            )
             return
         if parts[:1] == ["api"] and len(parts) >= 2:
             group_version, rest = parts[1], parts[2:]
@@ -377,10 +417,24 @@ class _Handler(BaseHTTPRequestHandler):
             if method != "GET":
                 self._fail(405, "MethodNotAllowed", "method not allowed")
                 return
-            self._send_json(200, {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version,
-                                  "resources": [{"name": r.plural, "singularName": r.kind.lower(), "namespaced": r.namespaced,
-                                                 "kind": r.kind, "verbs": ["create", "delete", "get", "list", "patch", "update"]}
-                                                for r in served]})
+            self._send_json(
+                200,
+                {
+                    "kind": "APIResourceList",
+                    "apiVersion": "v1",
+                    "groupVersion": group_version,
+                    "resources": [
+                        {
+                            "name": r.plural,
+                            "singularName": r.kind.lower(),
+                            "namespaced": r.namespaced,
+                            "kind": r.kind,
+                            "verbs": ["create", "delete", "get", "list", "patch", "update"],
+                        }
+                        for r in served
+                    ],
+                },
+            )
             return
         namespace = ""
         if rest[0] == "namespaces" and len(rest) >= 3:
@@ -399,11 +453,19 @@ class _Handler(BaseHTTPRequestHandler):
         elif method == "GET":
             self._get(res, namespace, name, query)
         elif method == "POST" and not name:
-            self._write(res, namespace, body.get("metadata", {}).get("name", "") if isinstance(body, dict) else "",
-                        body, query, create=True)
+            self._write(
+                res,
+                namespace,
+                body.get("metadata", {}).get("name", "") if isinstance(body, dict) else "",
+                body,
+                query,
+                create=True,
+            )
         elif method in ("PUT", "PATCH") and name:
             if method == "PATCH" and content_type != "application/apply-patch+yaml":
-                self._fail(415, "UnsupportedMediaType", f"the fake server only supports server-side apply, not {content_type}")
+                self._fail(
+                    415, "UnsupportedMediaType", f"the fake server only supports server-side apply, not {content_type}"
+                )
             elif method == "PATCH" and not query.get("fieldManager"):
                 self._fail(400, "BadRequest", "PATCH, fieldManager: Required value: is required for apply patch")
             else:
@@ -424,28 +486,48 @@ class _Handler(BaseHTTPRequestHandler):
             if name:
                 obj = api._objects.get(self._key(res, namespace, name))
                 if obj is None:
-                    self._fail(404, "NotFound", f'{res.plural}.{res.group or "core"} "{name}" not found',
-                               {"name": name, "group": res.group, "kind": res.plural})
+                    self._fail(
+                        404,
+                        "NotFound",
+                        f'{res.plural}.{res.group or "core"} "{name}" not found',
+                        {"name": name, "group": res.group, "kind": res.plural},
+                    )
                 else:
                     self._send_json(200, obj)
                 return
             selector = (query.get("labelSelector") or [""])[0]
-            items = [o for (gv, plural, ns, _), o in sorted(api._objects.items())
-                     if gv == res.group_version and plural == res.plural and (not namespace or ns == namespace)
-                     and _selector_matches(selector, o["metadata"].get("labels") or {})]
-            self._send_json(200, {"kind": f"{res.kind}List", "apiVersion": res.group_version,
-                                  "metadata": {"resourceVersion": str(next(api._rv))}, "items": items})
+            items = [
+                o
+                for (gv, plural, ns, _), o in sorted(api._objects.items())
+                if gv == res.group_version
+                and plural == res.plural
+                and (not namespace or ns == namespace)
+                and _selector_matches(selector, o["metadata"].get("labels") or {})
+            ]
+            self._send_json(
+                200,
+                {
+                    "kind": f"{res.kind}List",
+                    "apiVersion": res.group_version,
+                    "metadata": {"resourceVersion": str(next(api._rv))},
+                    "items": items,
+                },
+            )
 
-    def _write(self, res: Resource, namespace: str, name: str, body: Any, query: dict, *, create: bool,
-               apply: bool = False) -> None:
+    def _write(
+        self, res: Resource, namespace: str, name: str, body: Any, query: dict, *, create: bool, apply: bool = False
+    ) -> None:
         api = self.api
         if not isinstance(body, dict):
             self._fail(400, "BadRequest", "the request body is not an object")
             return
         if body.get("apiVersion") != res.group_version or body.get("kind") != res.kind:
-            self._fail(400, "BadRequest",
-                       f"the body's apiVersion/kind {body.get('apiVersion')}/{body.get('kind')} does not match "
-                       f"{res.group_version}/{res.kind}")
+            self._fail(
+                400,
+                "BadRequest",
+                f"the body's apiVersion/kind {body.get('apiVersion')}/{body.get('kind')} does not match "
+                f"{res.group_version}/{res.kind}",
+            )
             return
         meta = body.get("metadata") or {}
         if meta.get("name") != name or not name:
@@ -456,9 +538,17 @@ class _Handler(BaseHTTPRequestHandler):
             return
         errors = api.validate(body)
         if errors:
-            self._fail(422, "Invalid", f'{res.kind} "{name}" is invalid: ' + "; ".join(errors),
-                       {"name": name, "group": res.group, "kind": res.kind,
-                        "causes": [{"reason": "FieldValueInvalid", "message": e} for e in errors]})
+            self._fail(
+                422,
+                "Invalid",
+                f'{res.kind} "{name}" is invalid: ' + "; ".join(errors),
+                {
+                    "name": name,
+                    "group": res.group,
+                    "kind": res.kind,
+                    "causes": [{"reason": "FieldValueInvalid", "message": e} for e in errors],
+                },
+            )
             return
         dry_run = query.get("dryRun") == ["All"]
         key = self._key(res, namespace, name)
@@ -472,8 +562,9 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             stored = _merge_apply(current, body) if (apply and current) else copy.deepcopy(body)
             if apply:
-                stored["metadata"]["managedFields"] = [{"manager": query["fieldManager"][0], "operation": "Apply",
-                                                        "apiVersion": res.group_version}]
+                stored["metadata"]["managedFields"] = [
+                    {"manager": query["fieldManager"][0], "operation": "Apply", "apiVersion": res.group_version}
+                ]
             stored = api._stamp(stored, namespace if res.namespaced else None)
             if not dry_run:
                 api._objects[key] = stored
@@ -488,8 +579,10 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             if query.get("dryRun") != ["All"]:
                 del api._objects[key]
-        self._send_json(200, {"kind": "Status", "apiVersion": "v1", "status": "Success",
-                              "details": {"name": name, "kind": res.plural}})
+        self._send_json(
+            200,
+            {"kind": "Status", "apiVersion": "v1", "status": "Success", "details": {"name": name, "kind": res.plural}},
+        )
 
     def _pod_log(self, namespace: str, name: str, query: dict) -> None:
         log = self.api._logs.get((namespace, name))
@@ -531,8 +624,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
 
-    def _proxy(self, method: str, namespace: str, service: str, path: list[str], raw_query: str, body: Any,
-               content_type: str) -> None:
+    def _proxy(
+        self, method: str, namespace: str, service: str, path: list[str], raw_query: str, body: Any, content_type: str
+    ) -> None:
         name, _, port = service.partition(":")
         upstream = self.api.proxies.get((namespace, name, port))
         if upstream is None:

@@ -42,7 +42,11 @@ CASES = {
 
 @pytest.mark.parametrize("args, field", CASES.values(), ids=CASES.keys())
 def test_bad_input_is_one_line_exit_2_and_sends_nothing(
-    args: list[str], field: str, apiserver: FakeApiServer, kubeconfig: Path, capsys: pytest.CaptureFixture[str],
+    args: list[str],
+    field: str,
+    apiserver: FakeApiServer,
+    kubeconfig: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(["job", "submit", "--set", f"job.registry={REGISTRY}", "--set", f"job.hf_token={TOKEN}", *args])
@@ -61,7 +65,9 @@ def test_render_refuses_the_same_inputs_without_a_cluster(capsys: pytest.Capture
 
 
 def test_a_plugin_that_copies_the_token_into_an_object_is_refused(
-    apiserver: FakeApiServer, kubeconfig: Path, capsys: pytest.CaptureFixture[str],
+    apiserver: FakeApiServer,
+    kubeconfig: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     class LeakToken:
         @hookimpl
@@ -85,11 +91,26 @@ def test_more_processes_than_gpus_names_the_gpu_count(capsys: pytest.CaptureFixt
         main(["job", "render", "--set", f"job.registry={REGISTRY}", "--set", "job.nproc_per_node=16"])
     err = capsys.readouterr().err
     assert exit_info.value.code == 2
-    assert err.startswith("Error: job.nproc_per_node (from --set): 16 processes per worker but p5.48xlarge "
-                          "has 8 GPUs; set it to 8 or less, or leave it unset"), err
+    assert err.startswith(
+        "Error: job.nproc_per_node (from --set): 16 processes per worker but p5.48xlarge "
+        "has 8 GPUs; set it to 8 or less, or leave it unset"
+    ), err
     with pytest.raises(SystemExit):
-        main(["job", "render", "--set", f"job.registry={REGISTRY}", "--set", "job.gpu_per_worker=4",
-              "--set", "job.nproc_per_node=8"])
+        main(
+            [
+                "job",
+                "render",
+                "--set",
+                f"job.registry={REGISTRY}",
+                "--set",
+                "job.gpu_per_worker=4",
+                "--set",
+                "job.nproc_per_node=8",
+            ]
+        )
     assert "each worker gets 4 GPUs" in capsys.readouterr().err
     # the local backend runs CPU processes: the configuration itself still allows more processes than GPUs
-    assert Config.from_dict({"job": {"nproc_per_node": 16}}).resolved(build_plugins(autoload=False)).job.nproc_per_node == 16
+    assert (
+        Config.from_dict({"job": {"nproc_per_node": 16}}).resolved(build_plugins(autoload=False)).job.nproc_per_node
+        == 16
+    )

@@ -55,12 +55,20 @@ def _operator(apiserver: FakeApiServer) -> None:
     labels = {"training.kubeflow.org/job-name": "fsdp"}
     apiserver.add_pod("fsdp-worker-1", labels=labels, log="torchrun starting\n")
     apiserver.add_pod("fsdp-worker-0", labels=labels, log=f"{LEADER_LINE}\n", follow_open=True)
-    apiserver.set_status("kubeflow.org/v1", "PyTorchJob", "fsdp", {
-        "conditions": [{"type": "Running", "status": "True"}], "replicaStatuses": {"Worker": {"active": 2}}})
+    apiserver.set_status(
+        "kubeflow.org/v1",
+        "PyTorchJob",
+        "fsdp",
+        {"conditions": [{"type": "Running", "status": "True"}], "replicaStatuses": {"Worker": {"active": 2}}},
+    )
     time.sleep(0.3)
     apiserver.append_log("fsdp-worker-0", '{"step": 5, "loss": 3.0}\n{"steps": 5, "final_loss": 3.0}\n')
-    apiserver.set_status("kubeflow.org/v1", "PyTorchJob", "fsdp", {
-        "conditions": [{"type": "Succeeded", "status": "True"}], "replicaStatuses": {"Worker": {"succeeded": 2}}})
+    apiserver.set_status(
+        "kubeflow.org/v1",
+        "PyTorchJob",
+        "fsdp",
+        {"conditions": [{"type": "Succeeded", "status": "True"}], "replicaStatuses": {"Worker": {"succeeded": 2}}},
+    )
     apiserver.close_log("fsdp-worker-0")
 
 
@@ -79,8 +87,9 @@ def test_client_run_submits_follows_and_returns_the_summary(apiserver: FakeApiSe
     client = Client(config, plugins=plugins)
     threading.Thread(target=_operator, args=(apiserver,), daemon=True).start()
     lines: list[str] = []
-    result = client.run(trainer_overrides={"model.preset": "tiny", "train.steps": 5}, run_id="fsdp-seam1",
-                        on_output=lines.append)
+    result = client.run(
+        trainer_overrides={"model.preset": "tiny", "train.steps": 5}, run_id="fsdp-seam1", on_output=lines.append
+    )
     assert result.summary == {"steps": 5, "final_loss": 3.0}
     assert result.job.name == "fsdp" and result.job.run_id == "fsdp-seam1"
     assert lines[0] == LEADER_LINE

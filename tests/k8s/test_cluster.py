@@ -46,13 +46,17 @@ def cluster() -> Kube:
 
 
 def _config(**job: object) -> Config:
-    image = os.environ.get("FSDP_SDK_TEST_IMAGE", "123456789012.dkr.ecr.us-west-2.amazonaws.com/fsdp-sdk-trainer:latest")
+    image = os.environ.get(
+        "FSDP_SDK_TEST_IMAGE", "123456789012.dkr.ecr.us-west-2.amazonaws.com/fsdp-sdk-trainer:latest"
+    )
     repository, _, tag = image.rpartition(":")
     registry, _, name = repository.rpartition("/")
-    config = Config.from_dict({
-        "job": {"namespace": NAMESPACE, "registry": registry, "image": name, "tag": tag, "num_workers": 1, **job},
-        "trainer": {"model": {"preset": "tiny"}, "train": {"steps": 5}},
-    })
+    config = Config.from_dict(
+        {
+            "job": {"namespace": NAMESPACE, "registry": registry, "image": name, "tag": tag, "num_workers": 1, **job},
+            "trainer": {"model": {"preset": "tiny"}, "train": {"steps": 5}},
+        }
+    )
     config.cluster.instance_type = os.environ.get("FSDP_SDK_TEST_INSTANCE_TYPE", config.cluster.instance_type)
     return config
 
@@ -75,10 +79,13 @@ def test_etcd_objects_pass_a_server_dry_run(cluster: Kube) -> None:
         assert cluster.apply(obj, dry_run=True)["metadata"]["name"] == "etcd"
 
 
-@pytest.mark.parametrize("api, api_version, kind", [
-    ("pytorchjob", "kubeflow.org/v1", "PyTorchJob"),
-    ("trainjob", "trainer.kubeflow.org/v1alpha1", "TrainJob"),
-])
+@pytest.mark.parametrize(
+    "api, api_version, kind",
+    [
+        ("pytorchjob", "kubeflow.org/v1", "PyTorchJob"),
+        ("trainjob", "trainer.kubeflow.org/v1alpha1", "TrainJob"),
+    ],
+)
 def test_job_passes_a_server_dry_run(cluster: Kube, api: str, api_version: str, kind: str) -> None:
     if not _served(cluster, api_version, kind):
         pytest.skip(f"{api_version} {kind} is not served by this cluster ('fsdp-sdk prereqs install')")

@@ -31,25 +31,55 @@ def test_dockerfile_pins_every_version() -> None:
     for name, value in BUILD_ARGS.items():
         assert f"ARG {name}={value}" in text
     assert text.index("ARG BASE_IMAGE=") < text.index("FROM ${BASE_IMAGE}")
-    for needle in ("aws-efa-installer-${EFA_INSTALLER_VERSION}", "aws-ofi-nccl-${AWS_OFI_NCCL_VERSION}",
-                   "--with-libfabric=/opt/amazon/efa", '"python-etcd==${PYTHON_ETCD_VERSION}"',
-                   '"torch==${TORCH_VERSION}"', "COPY trainer/ /opt/fsdp-trainer/",
-                   "pip install --no-cache-dir /opt/fsdp-trainer"):
+    for needle in (
+        "aws-efa-installer-${EFA_INSTALLER_VERSION}",
+        "aws-ofi-nccl-${AWS_OFI_NCCL_VERSION}",
+        "--with-libfabric=/opt/amazon/efa",
+        '"python-etcd==${PYTHON_ETCD_VERSION}"',
+        '"torch==${TORCH_VERSION}"',
+        "COPY trainer/ /opt/fsdp-trainer/",
+        "pip install --no-cache-dir /opt/fsdp-trainer",
+    ):
         assert needle in text
     assert BUILD_ARGS["BASE_IMAGE"].startswith("nvidia/cuda:12.") and "devel-ubuntu22.04" in BUILD_ARGS["BASE_IMAGE"]
     assert "ARG EFA_INSTALLER_VERSION=9.9.9" in render_dockerfile({"EFA_INSTALLER_VERSION": "9.9.9"})
 
 
-def test_build_writes_the_context_and_runs_the_first_tool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                          capsys) -> None:
+def test_build_writes_the_context_and_runs_the_first_tool(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
     log = tools_on_path(tmp_path, monkeypatch, "finch", "buildah")  # no docker: finch comes next
     context = tmp_path / "ctx"
-    code, _, err = cli(capsys, "image", "build", "--context", str(context), "--trainer-src", str(TRAINER_SRC),
-                       "--tag", "v1", "--build-arg", "AWS_OFI_NCCL_VERSION=1.13.2")
+    code, _, err = cli(
+        capsys,
+        "image",
+        "build",
+        "--context",
+        str(context),
+        "--trainer-src",
+        str(TRAINER_SRC),
+        "--tag",
+        "v1",
+        "--build-arg",
+        "AWS_OFI_NCCL_VERSION=1.13.2",
+    )
     assert code == 0, err
-    assert recorded(log) == [{"tool": "finch", "stdin": None, "argv": [
-        "build", "-t", "fsdp-sdk-trainer:v1", "-f", str(context / "Dockerfile"),
-        "--build-arg", "AWS_OFI_NCCL_VERSION=1.13.2", str(context)]}]
+    assert recorded(log) == [
+        {
+            "tool": "finch",
+            "stdin": None,
+            "argv": [
+                "build",
+                "-t",
+                "fsdp-sdk-trainer:v1",
+                "-f",
+                str(context / "Dockerfile"),
+                "--build-arg",
+                "AWS_OFI_NCCL_VERSION=1.13.2",
+                str(context),
+            ],
+        }
+    ]
     assert "ARG AWS_OFI_NCCL_VERSION=1.13.2" in (context / "Dockerfile").read_text()
     assert (context / "trainer" / "pyproject.toml").is_file()
     assert (context / "trainer" / "src" / "fsdp_trainer" / "__main__.py").is_file()
@@ -115,8 +145,9 @@ def aws(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[object]
         ecr.delete_repository(repositoryName=repo["repositoryName"], force=True)
 
 
-def test_push_creates_the_repository_logs_in_tags_and_pushes(aws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                             capsys) -> None:
+def test_push_creates_the_repository_logs_in_tags_and_pushes(
+    aws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
     ecr = aws
     log = tools_on_path(tmp_path, monkeypatch, "docker")
     code, out, err = cli(capsys, "image", "push", "--tag", "v2", "--set", "cluster.region=us-west-2")
@@ -138,8 +169,9 @@ def test_push_creates_the_repository_logs_in_tags_and_pushes(aws, tmp_path: Path
     assert code == 0 and "repository created" not in out and len(recorded(log)) == 6
 
 
-def test_push_to_the_configured_ecr_registry_and_dry_run(aws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                         capsys) -> None:
+def test_push_to_the_configured_ecr_registry_and_dry_run(
+    aws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
     log = tools_on_path(tmp_path, monkeypatch, "docker")
     registry = "123456789012.dkr.ecr.us-west-2.amazonaws.com"
     code, out, err = cli(capsys, "image", "push", "--dry-run", "--set", f"job.registry={registry}")
@@ -149,8 +181,7 @@ def test_push_to_the_configured_ecr_registry_and_dry_run(aws, tmp_path: Path, mo
     assert recorded(log) == [] and aws.describe_repositories()["repositories"] == []
 
 
-def test_push_refuses_a_registry_that_is_not_ecr(aws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                 capsys) -> None:
+def test_push_refuses_a_registry_that_is_not_ecr(aws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     log = tools_on_path(tmp_path, monkeypatch, "docker")
     code, _, err = cli(capsys, "image", "push", "--set", "job.registry=ghcr.io/me")
     assert code == 2 and "job.registry" in err and "not an Amazon ECR registry" in err

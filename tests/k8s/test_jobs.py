@@ -42,7 +42,9 @@ def test_submit_applies_server_side(apiserver: FakeApiServer, kubeconfig: Path, 
     assert code == 0, err
     assert json.loads(out)["rdzv_id"] == "fsdp-r1"
     writes = apiserver.writes()
-    assert [(w.method, w.path) for w in writes] == [("PATCH", "/apis/kubeflow.org/v1/namespaces/default/pytorchjobs/fsdp")]
+    assert [(w.method, w.path) for w in writes] == [
+        ("PATCH", "/apis/kubeflow.org/v1/namespaces/default/pytorchjobs/fsdp")
+    ]
     assert writes[0].content_type == "application/apply-patch+yaml"
     assert writes[0].query["fieldManager"] == ["fsdp-sdk"] and writes[0].query["force"] == ["true"]
     stored = apiserver.get("kubeflow.org/v1", "PyTorchJob", "fsdp")
@@ -78,8 +80,7 @@ def test_secret_gets_its_data_only_at_apply_time(apiserver: FakeApiServer, kubec
 
 def test_invalid_object_is_refused_with_422(apiserver: FakeApiServer, kubeconfig: Path) -> None:
     kube = Kube.from_kubeconfig(kubeconfig)
-    bad = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "default"},
-           "data": {"a": 1}}
+    bad = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "default"}, "data": {"a": 1}}
     with pytest.raises(Exception, match="422 Invalid"):
         kube.apply(bad)
     assert apiserver.objects() == []
@@ -93,9 +94,12 @@ def test_status_list_and_wait(apiserver: FakeApiServer, kubeconfig: Path, capsys
     jobs = client(kubeconfig)
     jobs.submit(run_id="fsdp-w1")
     assert jobs.status().phase == "Pending"
-    apiserver.set_status("kubeflow.org/v1", "PyTorchJob", "fsdp", {
-        "conditions": _conditions("Created", "Running"),
-        "replicaStatuses": {"Worker": {"active": 2}}})
+    apiserver.set_status(
+        "kubeflow.org/v1",
+        "PyTorchJob",
+        "fsdp",
+        {"conditions": _conditions("Created", "Running"), "replicaStatuses": {"Worker": {"active": 2}}},
+    )
     code, out, _ = cli(capsys, "job", "status", "--json")
     data = json.loads(out)
     assert code == 0 and data["phase"] == "Running" and data["replicas"]["Worker"]["active"] == 2
@@ -107,9 +111,15 @@ def test_status_list_and_wait(apiserver: FakeApiServer, kubeconfig: Path, capsys
 
     def finish() -> None:
         time.sleep(0.3)
-        apiserver.set_status("kubeflow.org/v1", "PyTorchJob", "fsdp", {
-            "conditions": _conditions("Created", "Running", "Succeeded"),
-            "replicaStatuses": {"Worker": {"succeeded": 2}}})
+        apiserver.set_status(
+            "kubeflow.org/v1",
+            "PyTorchJob",
+            "fsdp",
+            {
+                "conditions": _conditions("Created", "Running", "Succeeded"),
+                "replicaStatuses": {"Worker": {"succeeded": 2}},
+            },
+        )
 
     threading.Thread(target=finish).start()
     code, out, err = cli(capsys, "job", "wait", "--timeout", "20", "--poll", "0.1", "--json")
@@ -122,15 +132,17 @@ def test_status_list_and_wait(apiserver: FakeApiServer, kubeconfig: Path, capsys
 
 def test_status_phases_from_conditions() -> None:
     def phase(*types: str) -> str:
-        return JobStatus.from_object({"kind": "PyTorchJob", "metadata": {"name": "j"},
-                                      "status": {"conditions": _conditions(*types)}}).phase
+        return JobStatus.from_object(
+            {"kind": "PyTorchJob", "metadata": {"name": "j"}, "status": {"conditions": _conditions(*types)}}
+        ).phase
 
     assert phase("Created") == "Created"
     assert phase("Created", "Running", "Restarting") == "Restarting"
     assert phase("Created", "Running", "Failed") == "Failed"
     assert phase("Created", "Complete") == "Succeeded"  # TrainJob
-    assert JobStatus.from_object({"kind": "TrainJob", "metadata": {"name": "t"}, "status": {
-        "jobsStatus": [{"name": "node", "active": 3}]}}).replicas == {"node": {"active": 3, "succeeded": 0, "failed": 0}}
+    assert JobStatus.from_object(
+        {"kind": "TrainJob", "metadata": {"name": "t"}, "status": {"jobsStatus": [{"name": "node", "active": 3}]}}
+    ).replicas == {"node": {"active": 3, "succeeded": 0, "failed": 0}}
 
 
 def leader_line(host: str) -> str:
@@ -141,8 +153,12 @@ def leader_line(host: str) -> str:
 def _add_workers(apiserver: FakeApiServer, *, follow_open: bool = False) -> None:
     labels = {JOB_LABEL: "fsdp"}
     apiserver.add_pod("fsdp-worker-0", labels=labels, log="waiting for rendezvous\nstep 1\n", follow_open=follow_open)
-    apiserver.add_pod("fsdp-worker-1", labels=labels, follow_open=follow_open,
-                      log=f'{leader_line("fsdp-worker-1")}\n{{"step": 1, "loss": 2.5}}\n')
+    apiserver.add_pod(
+        "fsdp-worker-1",
+        labels=labels,
+        follow_open=follow_open,
+        log=f'{leader_line("fsdp-worker-1")}\n{{"step": 1, "loss": 2.5}}\n',
+    )
     apiserver.add_pod("other-worker-0", labels={JOB_LABEL: "other"}, log=f"{leader_line('other')}\n")
 
 
@@ -161,8 +177,9 @@ def test_logs_show_the_leader(apiserver: FakeApiServer, kubeconfig: Path, capsys
 def test_logs_follow_all_workers(apiserver: FakeApiServer, kubeconfig: Path) -> None:
     _add_workers(apiserver, follow_open=True)
     lines: list[str] = []
-    follower = threading.Thread(target=client(kubeconfig).logs,
-                                kwargs={"follow": True, "all_workers": True, "out": lines.append})
+    follower = threading.Thread(
+        target=client(kubeconfig).logs, kwargs={"follow": True, "all_workers": True, "out": lines.append}
+    )
     follower.start()
     time.sleep(0.3)
     apiserver.append_log("fsdp-worker-0", "step 2\n")
@@ -190,8 +207,9 @@ def test_wait_returns_the_summary_for_client_run(apiserver: FakeApiServer, kubec
 
     def finish() -> None:
         time.sleep(0.3)
-        apiserver.set_status("kubeflow.org/v1", "PyTorchJob", "fsdp",
-                             {"conditions": _conditions("Created", "Running", "Succeeded")})
+        apiserver.set_status(
+            "kubeflow.org/v1", "PyTorchJob", "fsdp", {"conditions": _conditions("Created", "Running", "Succeeded")}
+        )
 
     threading.Thread(target=finish).start()
     seen: list[str] = []
@@ -200,13 +218,16 @@ def test_wait_returns_the_summary_for_client_run(apiserver: FakeApiServer, kubec
     assert seen[0] == leader_line("fsdp-worker-0")
 
 
-def test_stop_deletes_and_clears_the_rendezvous(apiserver: FakeApiServer, kubeconfig: Path, etcd_endpoint: str,
-                                                capsys) -> None:
+def test_stop_deletes_and_clears_the_rendezvous(
+    apiserver: FakeApiServer, kubeconfig: Path, etcd_endpoint: str, capsys
+) -> None:
     run_id, other = f"fsdp-{uuid.uuid4().hex[:8]}", f"fsdp-{uuid.uuid4().hex[:8]}"
     for rid in (run_id, other):
         data = urllib.parse.urlencode({"value": "state"}).encode()
-        urllib.request.urlopen(urllib.request.Request(
-            f"{etcd_endpoint}/v2/keys/torch/elastic/rendezvous/{rid}", data=data, method="PUT"), timeout=5).close()
+        urllib.request.urlopen(
+            urllib.request.Request(f"{etcd_endpoint}/v2/keys/torch/elastic/rendezvous/{rid}", data=data, method="PUT"),
+            timeout=5,
+        ).close()
     apiserver.proxy_service("default", "etcd", "2379", etcd_endpoint)
     client(kubeconfig).submit(run_id=run_id)
 
@@ -225,8 +246,7 @@ def test_stop_deletes_and_clears_the_rendezvous(apiserver: FakeApiServer, kubeco
     assert code == 0 and "does not exist" in out
 
 
-def test_stop_reports_an_unreachable_etcd_but_still_deletes(apiserver: FakeApiServer, kubeconfig: Path,
-                                                            capsys) -> None:
+def test_stop_reports_an_unreachable_etcd_but_still_deletes(apiserver: FakeApiServer, kubeconfig: Path, capsys) -> None:
     client(kubeconfig).submit(run_id="fsdp-x1")
     code, out, err = cli(capsys, "job", "stop")
     assert code == 0 and "deleted job default/fsdp" in out

@@ -33,8 +33,9 @@ def fake_kubectl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return log
 
 
-def test_dry_run_prints_yaml_and_applies_nothing(apiserver: FakeApiServer, kubeconfig: Path, fake_kubectl: Path,
-                                                 capsys) -> None:
+def test_dry_run_prints_yaml_and_applies_nothing(
+    apiserver: FakeApiServer, kubeconfig: Path, fake_kubectl: Path, capsys
+) -> None:
     code, out, err = cli(capsys, "prereqs", "install", "--dry-run")
     assert code == 0, err
     assert f"# would run: kubectl apply --server-side -k '{OPERATOR_URL}' --kubeconfig {kubeconfig}" in out
@@ -43,8 +44,9 @@ def test_dry_run_prints_yaml_and_applies_nothing(apiserver: FakeApiServer, kubec
     assert apiserver.requests == [] and recorded(fake_kubectl) == []
 
 
-def test_install_is_server_side_and_idempotent(apiserver: FakeApiServer, kubeconfig: Path, fake_kubectl: Path,
-                                               capsys) -> None:
+def test_install_is_server_side_and_idempotent(
+    apiserver: FakeApiServer, kubeconfig: Path, fake_kubectl: Path, capsys
+) -> None:
     code, _, err = cli(capsys, "prereqs", "install")
     assert code == 0, err
     writes = apiserver.writes()
@@ -52,11 +54,20 @@ def test_install_is_server_side_and_idempotent(apiserver: FakeApiServer, kubecon
         ("PATCH", "/api/v1/namespaces/default/services/etcd"),
         ("PATCH", "/apis/apps/v1/namespaces/default/deployments/etcd"),
     ]
-    assert all(w.content_type == "application/apply-patch+yaml" and w.query["fieldManager"] == ["fsdp-sdk"]
-               and w.query["force"] == ["true"] for w in writes)
+    assert all(
+        w.content_type == "application/apply-patch+yaml"
+        and w.query["fieldManager"] == ["fsdp-sdk"]
+        and w.query["force"] == ["true"]
+        for w in writes
+    )
     calls = recorded(fake_kubectl)
-    assert calls == [{"tool": "kubectl", "stdin": None,
-                      "argv": ["apply", "--server-side", "-k", OPERATOR_URL, "--kubeconfig", str(kubeconfig)]}]
+    assert calls == [
+        {
+            "tool": "kubectl",
+            "stdin": None,
+            "argv": ["apply", "--server-side", "-k", OPERATOR_URL, "--kubeconfig", str(kubeconfig)],
+        }
+    ]
     first = {o["kind"]: o for o in apiserver.objects()}
 
     code, _, err = cli(capsys, "prereqs", "install", "--operator-version", "v1.9.1", "-n", "default")
@@ -68,39 +79,54 @@ def test_install_is_server_side_and_idempotent(apiserver: FakeApiServer, kubecon
     assert recorded(fake_kubectl)[1]["argv"][3].endswith("?ref=v1.9.1")
 
 
-def test_install_into_another_namespace_creates_it(apiserver: FakeApiServer, kubeconfig: Path, fake_kubectl: Path,
-                                                   capsys) -> None:
+def test_install_into_another_namespace_creates_it(
+    apiserver: FakeApiServer, kubeconfig: Path, fake_kubectl: Path, capsys
+) -> None:
     code, _, err = cli(capsys, "prereqs", "install", "--skip-operator", "-n", "training")
     assert code == 0, err
     assert [w.path for w in apiserver.writes()] == [
-        "/api/v1/namespaces/training", "/api/v1/namespaces/training/services/etcd",
-        "/apis/apps/v1/namespaces/training/deployments/etcd"]
+        "/api/v1/namespaces/training",
+        "/api/v1/namespaces/training/services/etcd",
+        "/apis/apps/v1/namespaces/training/deployments/etcd",
+    ]
     assert apiserver.writes()[0].body == {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "training"}}
     assert recorded(fake_kubectl) == []
 
 
-def test_kubectl_failure_is_reported(apiserver: FakeApiServer, kubeconfig: Path, fake_kubectl: Path,
-                                     monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+def test_kubectl_failure_is_reported(
+    apiserver: FakeApiServer, kubeconfig: Path, fake_kubectl: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
     monkeypatch.setenv("FAKE_TOOL_EXIT", "1")
     code, _, err = cli(capsys, "prereqs", "install")
     assert code == 1 and "kubectl apply of the Training Operator failed (exit 1)" in err
 
 
-def test_status_reports_what_is_missing_then_healthy(apiserver: FakeApiServer, kubeconfig: Path, fake_kubectl: Path,
-                                                     pytorchjob_crd: Path, capsys) -> None:
+def test_status_reports_what_is_missing_then_healthy(
+    apiserver: FakeApiServer, kubeconfig: Path, fake_kubectl: Path, pytorchjob_crd: Path, capsys
+) -> None:
     code, out, _ = cli(capsys, "prereqs", "status", "--json")
     report = json.loads(out)
     assert code == 1 and report["healthy"] is False and len(report["problems"]) == 4
 
     cli(capsys, "prereqs", "install")
     apiserver.set_status("apps/v1", "Deployment", "etcd", {"readyReplicas": 1})
-    apiserver.put({"apiVersion": "apps/v1", "kind": "Deployment",
-                   "metadata": {"name": "training-operator", "namespace": "kubeflow"},
-                   "spec": {"selector": {"matchLabels": {"a": "b"}}, "template": {
-                       "metadata": {"labels": {"a": "b"}},
-                       "spec": {"containers": [{"name": "training-operator",
-                                                "image": "kubeflow/training-operator:v1-855e096"}]}}},
-                   "status": {"readyReplicas": 1}})
+    apiserver.put(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "training-operator", "namespace": "kubeflow"},
+            "spec": {
+                "selector": {"matchLabels": {"a": "b"}},
+                "template": {
+                    "metadata": {"labels": {"a": "b"}},
+                    "spec": {
+                        "containers": [{"name": "training-operator", "image": "kubeflow/training-operator:v1-855e096"}]
+                    },
+                },
+            },
+            "status": {"readyReplicas": 1},
+        }
+    )
     apiserver.put(yaml.load(pytorchjob_crd.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
     code, out, _ = cli(capsys, "prereqs", "status", "--json")
     report = json.loads(out)
@@ -122,7 +148,8 @@ def test_the_rendered_etcd_command_serves_the_v2_api(tmp_path: Path) -> None:
     container = render_etcd(config)[1]["spec"]["template"]["spec"]["containers"][0]
     peer = f"http://127.0.0.1:{free_port()}"
     command = [binary] + [
-        arg.replace("/var/lib/etcd", str(tmp_path / "etcd")).replace("http://127.0.0.1:2380", peer)
+        arg.replace("/var/lib/etcd", str(tmp_path / "etcd"))
+        .replace("http://127.0.0.1:2380", peer)
         .replace("0.0.0.0", "127.0.0.1")
         for arg in container["command"][1:]
     ]

@@ -26,9 +26,14 @@ def plugins() -> Plugins:
 
 
 def make_config(**job: Any) -> Config:
-    data = {"job": {"registry": REGISTRY, "num_workers": 4, **job},
-            "trainer": {"model": {"preset": "llama2-7b"}, "train": {"steps": 100, "output_dir": "/local/out"},
-                        "parallel": {"sharding": "full_shard"}}}
+    data = {
+        "job": {"registry": REGISTRY, "num_workers": 4, **job},
+        "trainer": {
+            "model": {"preset": "llama2-7b"},
+            "train": {"steps": 100, "output_dir": "/local/out"},
+            "parallel": {"sharding": "full_shard"},
+        },
+    }
     return Config.from_dict(data)
 
 
@@ -51,8 +56,15 @@ def test_pytorchjob_validates_and_has_the_job(plugins: Plugins, pytorchjob_crd: 
     assert (job["apiVersion"], job["kind"]) == ("kubeflow.org/v1", "PyTorchJob")
     spec = job["spec"]
     assert spec["nprocPerNode"] == "8"  # p5.48xlarge, a string as the CRD types it
-    assert spec["elasticPolicy"] == {"rdzvBackend": "etcd-v2", "rdzvHost": "etcd", "rdzvPort": 2379,
-                                     "rdzvId": "fsdp-abc123", "minReplicas": 4, "maxReplicas": 4, "maxRestarts": 3}
+    assert spec["elasticPolicy"] == {
+        "rdzvBackend": "etcd-v2",
+        "rdzvHost": "etcd",
+        "rdzvPort": 2379,
+        "rdzvId": "fsdp-abc123",
+        "minReplicas": 4,
+        "maxReplicas": 4,
+        "maxRestarts": 3,
+    }
     assert spec["runPolicy"]["cleanPodPolicy"] == "None"
     assert worker(job)["replicas"] == 4
     pod = worker(job)["template"]["spec"]
@@ -74,8 +86,13 @@ def test_pytorchjob_validates_and_has_the_job(plugins: Plugins, pytorchjob_crd: 
     env = env_of(container)
     assert env["FI_PROVIDER"] == "efa" and env["FI_EFA_USE_HUGE_PAGE"] == "0" and env["FI_EFA_USE_DEVICE_RDMA"] == "1"
     assert env["NCCL_DEBUG"] == "WARN" and env["NCCL_SOCKET_IFNAME"].startswith("^lo")
-    for name in ("TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_NCCL_DUMP_ON_TIMEOUT", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
-                 "TORCH_DISTRIBUTED_DEBUG", "LOGLEVEL"):
+    for name in (
+        "TORCH_NCCL_TRACE_BUFFER_SIZE",
+        "TORCH_NCCL_DUMP_ON_TIMEOUT",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+        "TORCH_DISTRIBUTED_DEBUG",
+        "LOGLEVEL",
+    ):
         assert env[name]
     assert env["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
     assert env["HF_TOKEN"] == {"secretKeyRef": {"name": "hf-token", "key": "token", "optional": False}}
@@ -99,9 +116,13 @@ def test_the_token_never_appears_in_rendered_output(plugins: Plugins) -> None:
 
 def test_secret_only_when_requested(plugins: Plugins) -> None:
     assert [o["kind"] for o in render_job(make_config(), plugins=plugins)] == ["PyTorchJob"]
-    assert [o["kind"] for o in render_job(make_config(), plugins=plugins, create_secret=True)] == ["PyTorchJob", "Secret"]
+    assert [o["kind"] for o in render_job(make_config(), plugins=plugins, create_secret=True)] == [
+        "PyTorchJob",
+        "Secret",
+    ]
     assert [o["kind"] for o in render_job(make_config(hf_token=TOKEN), plugins=plugins, create_secret=False)] == [
-        "PyTorchJob"]
+        "PyTorchJob"
+    ]
     env = env_of(worker(render_job(make_config(), plugins=plugins)[0])["template"]["spec"]["containers"][0])
     assert env["HF_TOKEN"]["secretKeyRef"]["optional"] is True  # public models work without the Secret
 
@@ -174,15 +195,21 @@ def test_validation_catches_a_broken_object(plugins: Plugins, pytorchjob_crd: Pa
     report = validate_objects([job])
     assert report.skipped == ["PyTorchJob/fsdp"] and report.validated == []
     assert [(c.subject, c.schema, c.ok) for c in report.checks] == [
-        ("PyTorchJob/fsdp Worker pod template", "the Kubernetes 1.31 OpenAPI (as a Pod)", False)]
+        ("PyTorchJob/fsdp Worker pod template", "the Kubernetes 1.31 OpenAPI (as a Pod)", False)
+    ]
     assert any("pod template" in e and "volumeMount" in e for e in report.errors)
     report = validate_objects([job], crd_paths=[pytorchjob_crd])
-    assert [c.schema for c in report.checks] == ["the CRD kubeflow.org_pytorchjobs.yaml",
-                                                 "the Kubernetes 1.31 OpenAPI (as a Pod)"]
+    assert [c.schema for c in report.checks] == [
+        "the CRD kubeflow.org_pytorchjobs.yaml",
+        "the Kubernetes 1.31 OpenAPI (as a Pod)",
+    ]
 
 
 def test_render_validate_says_what_was_checked_against_what(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, pytorchjob_crd: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    pytorchjob_crd: Path,
 ) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("FSDP_SDK_DISABLE_PLUGIN_AUTOLOAD", "1")
@@ -214,9 +241,14 @@ def test_plugins_adjust_the_rendered_objects(plugins: Plugins, pytorchjob_crd: P
         @hookimpl
         def fsdp_sdk_render_job(self, config: Config, objects: list[dict]) -> None:
             objects[0]["metadata"]["labels"]["team"] = "ml"
-            objects.append({"apiVersion": "v1", "kind": "ConfigMap",
-                            "metadata": {"name": f"{config.job.name}-extra", "namespace": config.job.namespace},
-                            "data": {"a": "b"}})
+            objects.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {"name": f"{config.job.name}-extra", "namespace": config.job.namespace},
+                    "data": {"a": "b"},
+                }
+            )
 
     plugins.register(AddConfigMap(), name="add-configmap")
     objects = render_job(make_config(), plugins=plugins)

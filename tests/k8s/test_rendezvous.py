@@ -38,8 +38,9 @@ def _torch_writes_rendezvous(endpoint: str, run_id: str) -> None:
     from torch.distributed.elastic.rendezvous import RendezvousParameters
     from torch.distributed.elastic.rendezvous.etcd_rendezvous_backend import create_backend
 
-    params = RendezvousParameters(backend="etcd-v2", endpoint=endpoint.removeprefix("http://"), run_id=run_id,
-                                  min_nodes=1, max_nodes=2)
+    params = RendezvousParameters(
+        backend="etcd-v2", endpoint=endpoint.removeprefix("http://"), run_id=run_id, min_nodes=1, max_nodes=2
+    )
     backend, store = create_backend(params)
     backend.set_state(b"state-of-" + run_id.encode())
     # the dynamic rendezvous wraps the store in PrefixStore("torch.rendezvous.<run_id>.<round>")
@@ -53,7 +54,7 @@ def test_etcd_v2_backend_keys_are_where_torch_puts_them(etcd_endpoint: str) -> N
     keys = rendezvous_keys("etcd-v2", run_id)
     assert _exists(etcd_endpoint, keys.trees[0])
     store_keys = EtcdV2.direct(etcd_endpoint).leaves(keys.store_dir)
-    assert len([k for k in store_keys if run_id in base64.b64decode(k[len(keys.store_dir) + 1:]).decode()]) == 2
+    assert len([k for k in store_keys if run_id in base64.b64decode(k[len(keys.store_dir) + 1 :]).decode()]) == 2
 
 
 def test_clear_removes_only_the_stopped_runs_keys(etcd_endpoint: str) -> None:

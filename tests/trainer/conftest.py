@@ -20,11 +20,16 @@ if str(TRAINER_SRC) not in sys.path:  # run from a checkout even when the packag
 
 # A tiny Llama, fp32 so that sharded and single-process runs agree to float rounding.
 TINY = [
-    "--model.preset", "tiny",
-    "--data.seq_len", "64",
-    "--precision.mode", "fp32",
-    "--train.warmup_steps", "2",
-    "--train.lr", "3e-3",
+    "--model.preset",
+    "tiny",
+    "--data.seq_len",
+    "64",
+    "--precision.mode",
+    "fp32",
+    "--train.warmup_steps",
+    "2",
+    "--train.lr",
+    "3e-3",
 ]
 
 
@@ -55,17 +60,33 @@ class Run:
 def trainer_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env.update({"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(TRAINER_SRC)})
-    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "FSDP_TRAINER_FAULT_AFTER_STEP", "FSDP_TRAINER_FAULT_DURING_SAVE"):
+    for key in (
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "FSDP_TRAINER_FAULT_AFTER_STEP",
+        "FSDP_TRAINER_FAULT_DURING_SAVE",
+    ):
         env.pop(key, None)
     env.update(extra or {})
     return env
 
 
-def run_trainer(args: list[str], output_dir: Path, nproc: int = 0, env: dict[str, str] | None = None, timeout: int = 150) -> Run:
+def run_trainer(
+    args: list[str], output_dir: Path, nproc: int = 0, env: dict[str, str] | None = None, timeout: int = 150
+) -> Run:
     """Run ``python -m fsdp_trainer`` (nproc=0) or ``torchrun --standalone --nproc-per-node N -m fsdp_trainer``."""
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc)] if nproc else [sys.executable]
+    launcher = (
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc)]
+        if nproc
+        else [sys.executable]
+    )
     cmd = [*launcher, "-m", "fsdp_trainer", *args, "--train.output_dir", str(output_dir)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=trainer_env(env), timeout=timeout, cwd=output_dir.parent)
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, env=trainer_env(env), timeout=timeout, cwd=output_dir.parent
+    )
     return Run(proc.returncode, proc.stdout, proc.stderr, output_dir)
 
 

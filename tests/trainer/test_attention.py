@@ -35,7 +35,9 @@ def _lm(hf_config):
 
 
 @pytest.mark.parametrize("kernel", ["flash", "math"])
-@pytest.mark.parametrize("preset, gqa", [("tiny", "auto"), ("tiny-gqa", "auto"), ("tiny-gqa", "repeat")])  # tiny-gqa: grouped key/value heads
+@pytest.mark.parametrize(
+    "preset, gqa", [("tiny", "auto"), ("tiny-gqa", "auto"), ("tiny-gqa", "repeat")]
+)  # tiny-gqa: grouped key/value heads
 def test_trainer_sdpa_matches_transformers_sdpa(preset, gqa, kernel):
     ids = torch.randint(0, 512, (2, 40), generator=torch.Generator().manual_seed(0))
     stock = build_hf_config(ModelConfig(preset=preset))
@@ -44,7 +46,10 @@ def test_trainer_sdpa_matches_transformers_sdpa(preset, gqa, kernel):
     ref.sum().backward()
 
     ours = build_hf_config(ModelConfig(preset=preset))
-    heads = {"tiny": "", "tiny-gqa": {"auto": ", grouped key/value heads as they are", "repeat": ", key/value heads repeated"}[gqa]}[preset]
+    heads = {
+        "tiny": "",
+        "tiny-gqa": {"auto": ", grouped key/value heads as they are", "repeat": ", key/value heads repeated"}[gqa],
+    }[preset]
     used = attention.configure_attention(ours, kernel, torch.device("cpu"), torch.float32, 40, gqa)
     assert used == f"sdpa, {kernel} kernel (math as fallback){heads}"
     assert attention._gqa_native is (preset == "tiny-gqa" and gqa == "auto")
@@ -54,7 +59,9 @@ def test_trainer_sdpa_matches_transformers_sdpa(preset, gqa, kernel):
     out.sum().backward()
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
     q_proj = "model.layers.0.self_attn.q_proj.weight"
-    torch.testing.assert_close(dict(lm.named_parameters())[q_proj].grad, dict(ref_lm.named_parameters())[q_proj].grad, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(
+        dict(lm.named_parameters())[q_proj].grad, dict(ref_lm.named_parameters())[q_proj].grad, rtol=1e-4, atol=1e-6
+    )
 
 
 @pytest.mark.parametrize("native", [True, False])  # enable_gqa, or repeated heads (model.sdpa_gqa repeat, efficient)
@@ -66,9 +73,15 @@ def test_grouped_heads_either_way_match_plain_attention(native, monkeypatch):
     module = torch.nn.Module()
     module.num_key_value_groups, module.is_causal = 2, True
     g = torch.Generator().manual_seed(0)
-    q, k, v = torch.randn(2, 4, 9, 8, generator=g), torch.randn(2, 2, 9, 8, generator=g), torch.randn(2, 2, 9, 8, generator=g)
+    q, k, v = (
+        torch.randn(2, 4, 9, 8, generator=g),
+        torch.randn(2, 2, 9, 8, generator=g),
+        torch.randn(2, 2, 9, 8, generator=g),
+    )
     out, _ = attention.sdpa_attention(module, q, k, v, None)
-    expected = F.scaled_dot_product_attention(q, k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1), is_causal=True)
+    expected = F.scaled_dot_product_attention(
+        q, k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1), is_causal=True
+    )
     torch.testing.assert_close(out, expected.transpose(1, 2))
 
 
@@ -86,7 +99,9 @@ def test_non_sdpa_implementations_are_left_alone():
     assert hf_config._attn_implementation == "eager"
 
 
-@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0), reason="cuDNN attention on sm_90+")
+@pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0), reason="cuDNN attention on sm_90+"
+)
 def test_cudnn_takes_grouped_heads_as_they_are_with_the_repeated_heads_results_on_cuda(monkeypatch):
     """Llama-3's attention shape (32 query heads, 8 key/value heads) in bf16: cuDNN with ``enable_gqa`` against cuDNN on
     repeated heads, forward and every gradient. Run on the GPU machine (bench/RESULTS.md, session 9)."""
@@ -108,4 +123,6 @@ def test_cudnn_takes_grouped_heads_as_they_are_with_the_repeated_heads_results_o
     for name, ours, repeated in zip(("out", "dq", "dk", "dv"), results[True], results[False], strict=True):
         assert ours.shape == repeated.shape, name
         error = (ours.float() - repeated.float()).abs().max() / repeated.float().abs().max()
-        assert error < 1e-2, f"{name}: largest difference {error:.2e} of the largest value"  # bf16 rounding, summed in another order
+        assert error < 1e-2, (
+            f"{name}: largest difference {error:.2e} of the largest value"
+        )  # bf16 rounding, summed in another order

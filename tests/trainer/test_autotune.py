@@ -56,11 +56,26 @@ MEASURED_FUSED_KERNELS = [
 ]
 
 
-@pytest.mark.parametrize("measured, fused_loss, fused_kernels", [(MEASURED, False, False), (MEASURED_FUSED, True, False), (MEASURED_FUSED_KERNELS, True, True)])
+@pytest.mark.parametrize(
+    "measured, fused_loss, fused_kernels",
+    [(MEASURED, False, False), (MEASURED_FUSED, True, False), (MEASURED_FUSED_KERNELS, True, True)],
+)
 def test_memory_model_within_6_percent_of_measured_peaks(measured, fused_loss, fused_kernels):
     for shape, gpus, mb, compiled, ac, every, measured_gib in measured:
-        est = estimate_peak_bytes(shape, 4096, mb, shard_degree=gpus, compiled=compiled, ac_mode=ac, ac_every=every, fused_loss=fused_loss,
-                                  fused_kernels=fused_kernels) / GiB
+        est = (
+            estimate_peak_bytes(
+                shape,
+                4096,
+                mb,
+                shard_degree=gpus,
+                compiled=compiled,
+                ac_mode=ac,
+                ac_every=every,
+                fused_loss=fused_loss,
+                fused_kernels=fused_kernels,
+            )
+            / GiB
+        )
         assert est == pytest.approx(measured_gib, rel=0.06), (shape, gpus, mb, compiled, ac)
 
 
@@ -69,54 +84,130 @@ def test_memory_model_with_master_weights():
     per sharded parameter while activations peak. Compiled, no AC, micro batch 3, 2 x H200:
     bench/results/2026-11-30-s6-callB-h200x2.json."""
     for shape, measured_gib, params_mode_gib in ((L7, 95.1, 88.8), (L8, 117.5, 110.0)):
-        est = estimate_peak_bytes(shape, 4096, 3, shard_degree=2, compiled=True, ac_mode="none", master_weights=True, master_bytes=4) / GiB
+        est = (
+            estimate_peak_bytes(
+                shape, 4096, 3, shard_degree=2, compiled=True, ac_mode="none", master_weights=True, master_bytes=4
+            )
+            / GiB
+        )
         assert est == pytest.approx(measured_gib, rel=0.06), shape
         plain = estimate_peak_bytes(shape, 4096, 3, shard_degree=2, compiled=True, ac_mode="none") / GiB
         assert est - plain == pytest.approx(measured_gib - params_mode_gib, rel=0.2)
     # 16-bit remainders instead (session 10): bf16 parameter + remainder take what an fp32 parameter took. The 8B at
     # micro batch 5, budget 0.7, bf16 reduction: 118.8 GiB with fp32 masters, 111.3 with remainders (s10 call B)
     for master_bytes, measured_gib in ((4, 118.8), (2, 111.3)):
-        est = estimate_peak_bytes(L8, 4096, 5, shard_degree=2, compiled=True, ac_mode="none", master_weights=True, memory_budget=0.7,
-                                  reduce_bytes=2, master_bytes=master_bytes) / GiB
+        est = (
+            estimate_peak_bytes(
+                L8,
+                4096,
+                5,
+                shard_degree=2,
+                compiled=True,
+                ac_mode="none",
+                master_weights=True,
+                memory_budget=0.7,
+                reduce_bytes=2,
+                master_bytes=master_bytes,
+            )
+            / GiB
+        )
         assert est == pytest.approx(measured_gib, rel=0.03), master_bytes
-    assert estimate_peak_bytes(L8, 4096, 3, shard_degree=2, compiled=True, ac_mode="none", master_weights=True) == \
-        estimate_peak_bytes(L8, 4096, 3, shard_degree=2, compiled=True, ac_mode="none")
+    assert estimate_peak_bytes(
+        L8, 4096, 3, shard_degree=2, compiled=True, ac_mode="none", master_weights=True
+    ) == estimate_peak_bytes(L8, 4096, 3, shard_degree=2, compiled=True, ac_mode="none")
     # no masters when gradients accumulate (they would add up in bf16): the estimate does not charge for them
-    assert estimate_peak_bytes(L8, 4096, 2, shard_degree=2, compiled=True, ac_mode="none", grad_accum_steps=2, master_weights=True) == \
-        estimate_peak_bytes(L8, 4096, 2, shard_degree=2, compiled=True, ac_mode="none", grad_accum_steps=2)
+    assert estimate_peak_bytes(
+        L8, 4096, 2, shard_degree=2, compiled=True, ac_mode="none", grad_accum_steps=2, master_weights=True
+    ) == estimate_peak_bytes(L8, 4096, 2, shard_degree=2, compiled=True, ac_mode="none", grad_accum_steps=2)
 
 
 def test_memory_model_with_a_memory_budget():
     """compile.memory_budget 0.7 (norms and SiLU(gate)*up recomputed in backward), master weights (whole fp32 copies
     then), 2 x H200: bench/results/2026-11-30-s7-call{B,C}-h200x2.json."""
     for shape, mb, measured_gib in ((L8, 3, 96.5), (L8, 4, 108.1), (L8, 5, 119.7), (L7, 6, 116.2), (L7, 7, 127.9)):
-        est = estimate_peak_bytes(shape, 4096, mb, shard_degree=2, compiled=True, ac_mode="none", master_weights=True, memory_budget=0.7,
-                                  master_bytes=4) / GiB
+        est = (
+            estimate_peak_bytes(
+                shape,
+                4096,
+                mb,
+                shard_degree=2,
+                compiled=True,
+                ac_mode="none",
+                master_weights=True,
+                memory_budget=0.7,
+                master_bytes=4,
+            )
+            / GiB
+        )
         assert est == pytest.approx(measured_gib, rel=0.06), (shape, mb)
     # bf16 gradient reduction and symmetric buffers (reduce_bytes 2), and --auto's own run of the 8B (fp32 reduction):
     # bench/results/2026-11-30-s8-call{B,C}-h200x2.json; with 16-bit master remainders, the 8B at micro batch 6
     # (s10 call B)
     for shape, mb, reduce_bytes, master_bytes, measured_gib in (
-            (L8, 5, 2, 4, 118.8), (L7, 5, 2, 4, 104.2), (L7, 6, 2, 4, 115.9), (L7, 7, 2, 4, 127.7), (L8, 4, 4, 4, 107.1), (L8, 6, 2, 2, 122.9)):
-        est = estimate_peak_bytes(shape, 4096, mb, shard_degree=2, compiled=True, ac_mode="none", master_weights=True, memory_budget=0.7,
-                                  reduce_bytes=reduce_bytes, master_bytes=master_bytes) / GiB
+        (L8, 5, 2, 4, 118.8),
+        (L7, 5, 2, 4, 104.2),
+        (L7, 6, 2, 4, 115.9),
+        (L7, 7, 2, 4, 127.7),
+        (L8, 4, 4, 4, 107.1),
+        (L8, 6, 2, 2, 122.9),
+    ):
+        est = (
+            estimate_peak_bytes(
+                shape,
+                4096,
+                mb,
+                shard_degree=2,
+                compiled=True,
+                ac_mode="none",
+                master_weights=True,
+                memory_budget=0.7,
+                reduce_bytes=reduce_bytes,
+                master_bytes=master_bytes,
+            )
+            / GiB
+        )
         assert est == pytest.approx(measured_gib, rel=0.06), (shape, mb, reduce_bytes)
     # FP8 (fp32 parameters, FP8 all-gather), Llama-2-7B: default budget with bf16 reduction and symmetric buffers
     # (session 8, call B), fp32 reduction (call B), and the lean budget (session 7, call D)
-    for mb, budget, reduce_bytes, measured_gib in ((4, 1.0, 2, 90.3), (5, 1.0, 2, 102.0), (6, 1.0, 2, 113.7), (7, 1.0, 2, 125.4),
-                                                   (4, 1.0, 4, 90.5), (6, 0.7, 4, 90.9), (8, 0.7, 4, 107.1)):
-        est = estimate_peak_bytes(L7, 4096, mb, shard_degree=2, compiled=True, ac_mode="none", memory_budget=budget,
-                                  reduce_bytes=reduce_bytes, fp8=True) / GiB
+    for mb, budget, reduce_bytes, measured_gib in (
+        (4, 1.0, 2, 90.3),
+        (5, 1.0, 2, 102.0),
+        (6, 1.0, 2, 113.7),
+        (7, 1.0, 2, 125.4),
+        (4, 1.0, 4, 90.5),
+        (6, 0.7, 4, 90.9),
+        (8, 0.7, 4, 107.1),
+    ):
+        est = (
+            estimate_peak_bytes(
+                L7,
+                4096,
+                mb,
+                shard_degree=2,
+                compiled=True,
+                ac_mode="none",
+                memory_budget=budget,
+                reduce_bytes=reduce_bytes,
+                fp8=True,
+            )
+            / GiB
+        )
         assert est == pytest.approx(measured_gib, rel=0.06), (mb, budget)
     # a budget below 1 changes nothing without compile (eager keeps what autograd saves)
-    assert estimate_peak_bytes(L8, 4096, 2, shard_degree=2, compiled=False, ac_mode="none", memory_budget=0.7) == \
-        estimate_peak_bytes(L8, 4096, 2, shard_degree=2, compiled=False, ac_mode="none")
+    assert estimate_peak_bytes(
+        L8, 4096, 2, shard_degree=2, compiled=False, ac_mode="none", memory_budget=0.7
+    ) == estimate_peak_bytes(L8, 4096, 2, shard_degree=2, compiled=False, ac_mode="none")
 
 
 def test_memory_model_without_resharding():
     """Blocks kept gathered from forward to backward (parallel.reshard_after_forward false), Llama-3.1-8B compiled, 2 x H200."""
     for mb, measured_gib in ((2, 104.1), (3, 122.8)):  # bench/results/2026-11-30-s3-call{B,A}-h200x2.json
-        est = estimate_peak_bytes(L8, 4096, mb, shard_degree=2, compiled=True, ac_mode="none", reshard_after_forward=False) / GiB
+        est = (
+            estimate_peak_bytes(
+                L8, 4096, mb, shard_degree=2, compiled=True, ac_mode="none", reshard_after_forward=False
+            )
+            / GiB
+        )
         assert est == pytest.approx(measured_gib, rel=0.06), mb
 
 
@@ -134,8 +225,18 @@ def test_shape_matches_the_built_model(preset):
 
 
 def _choose(shape, gpus, **kw):
-    args = dict(device_bytes=H200, memory_fraction=0.85, shard_degree=gpus, compiled=True, fixed_batch=None, fixed_micro_batch=None,
-                ac_fixed=None, loss_chunk_tokens=4096, fused_loss=True, cpu_offload=False)
+    args = dict(
+        device_bytes=H200,
+        memory_fraction=0.85,
+        shard_degree=gpus,
+        compiled=True,
+        fixed_batch=None,
+        fixed_micro_batch=None,
+        ac_fixed=None,
+        loss_chunk_tokens=4096,
+        fused_loss=True,
+        cpu_offload=False,
+    )
     args.update(kw)
     return choose(shape, 4096, **args)
 
@@ -146,7 +247,10 @@ def test_choices_on_h200s():
     assert (best.ac_mode, best.micro_batch_size) == ("none", 3)
     assert _choose(L7, 2)[0].micro_batch_size == 4  # measured fastest for Llama-2-7B (105 GiB)
     # with master weights (auto on GPUs since session 6) the same settings still fit
-    assert (_choose(L8, 2, master_weights=True)[0].micro_batch_size, _choose(L7, 2, master_weights=True)[0].micro_batch_size) == (3, 4)
+    assert (
+        _choose(L8, 2, master_weights=True)[0].micro_batch_size,
+        _choose(L7, 2, master_weights=True)[0].micro_batch_size,
+    ) == (3, 4)
     assert best.peak_bytes <= 0.85 * H200
     assert all(c.speed <= considered[0].speed for c in considered)
     # 70B: the fp32 state alone (16 bytes x 70.6B / 8) fills 8 H200s; 16 fit with full checkpointing.
@@ -197,49 +301,109 @@ def test_shard_degree_follows_the_mesh():
 def test_apply_auto_keeps_explicit_settings_and_refuses_what_cannot_fit():
     from fsdp_trainer.model import build_hf_config
 
-    cfg = load_config(None, ["--model.preset", "llama3.1-8b", "--data.seq_len", "4096", "--ac.mode", "full", "--train.grad_accum_steps", "4"])
-    record = apply_auto(cfg, build_hf_config(cfg.model), world_size=2, local_world_size=2, device_bytes=H200, on_gpu=True)
+    cfg = load_config(
+        None,
+        [
+            "--model.preset",
+            "llama3.1-8b",
+            "--data.seq_len",
+            "4096",
+            "--ac.mode",
+            "full",
+            "--train.grad_accum_steps",
+            "4",
+        ],
+    )
+    record = apply_auto(
+        cfg, build_hf_config(cfg.model), world_size=2, local_world_size=2, device_bytes=H200, on_gpu=True
+    )
     assert cfg.activation_checkpointing.mode == "full"
     assert cfg.train.micro_batch_size * cfg.train.grad_accum_steps == 4
     assert cfg.compile.enabled and cfg.compile.loss
     assert record["kept"] == ["ac.mode", "per-rank batch 4 (micro_batch_size x grad_accum_steps)"]
     assert record["global_batch_sequences"] == 8
 
-    cfg = load_config(None, ["--model.preset", "llama3.1-8b", "--data.seq_len", "4096", "--ac.every", "3", "--compile.memory_budget", "1"])
+    cfg = load_config(
+        None,
+        ["--model.preset", "llama3.1-8b", "--data.seq_len", "4096", "--ac.every", "3", "--compile.memory_budget", "1"],
+    )
     # 4 x 54 GiB (85%: 45.9 GiB): no checkpointing (49 GiB at micro batch 1) does not fit; the given ac.every stays.
-    record = apply_auto(cfg, build_hf_config(cfg.model), world_size=4, local_world_size=4, device_bytes=54 * GiB, on_gpu=True)
+    record = apply_auto(
+        cfg, build_hf_config(cfg.model), world_size=4, local_world_size=4, device_bytes=54 * GiB, on_gpu=True
+    )
     assert cfg.activation_checkpointing.mode in ("selective", "full") and cfg.activation_checkpointing.every == 3
     assert record["kept"] == ["ac.every", "compile.memory_budget"]
 
     # masters as 16-bit remainders cost what fp32 parameters cost: where micro batch 3 just fits without them, it
     # fits with them; as whole fp32 copies (before session 10) apply_auto had to step down to 2
     def chosen(master):
-        cfg = load_config(None, ["--model.preset", "llama3.1-8b", "--data.seq_len", "4096", "--compile.memory_budget", "1"])
-        apply_auto(cfg, build_hf_config(cfg.model), world_size=2, local_world_size=2, device_bytes=int(110 * GiB / 0.85), on_gpu=True,
-                   master_weights=master)
+        cfg = load_config(
+            None, ["--model.preset", "llama3.1-8b", "--data.seq_len", "4096", "--compile.memory_budget", "1"]
+        )
+        apply_auto(
+            cfg,
+            build_hf_config(cfg.model),
+            world_size=2,
+            local_world_size=2,
+            device_bytes=int(110 * GiB / 0.85),
+            on_gpu=True,
+            master_weights=master,
+        )
         return cfg.train.micro_batch_size
+
     assert (chosen(False), chosen(True)) == (3, 3)
 
     # --auto picks the memory budget with the micro batch, and keeps one given
     cfg = load_config(None, ["--model.preset", "llama3.1-8b", "--data.seq_len", "4096"])
-    record = apply_auto(cfg, build_hf_config(cfg.model), world_size=2, local_world_size=2, device_bytes=H200, on_gpu=True, master_weights=True)
-    assert (cfg.train.micro_batch_size, cfg.compile.memory_budget) == (5, 0.7) and record["chosen"].endswith("memory_budget=0.7")
+    record = apply_auto(
+        cfg,
+        build_hf_config(cfg.model),
+        world_size=2,
+        local_world_size=2,
+        device_bytes=H200,
+        on_gpu=True,
+        master_weights=True,
+    )
+    assert (cfg.train.micro_batch_size, cfg.compile.memory_budget) == (5, 0.7) and record["chosen"].endswith(
+        "memory_budget=0.7"
+    )
     assert record["comm_buffers"] == "default"  # chosen before the process group exists (choose_comm_buffers), not here
     cfg = load_config(None, ["--model.preset", "llama3.1-8b", "--data.seq_len", "4096", "--compile.memory_budget", "1"])
-    record = apply_auto(cfg, build_hf_config(cfg.model), world_size=2, local_world_size=2, device_bytes=H200, on_gpu=True, master_weights=True)
-    assert (cfg.train.micro_batch_size, cfg.compile.memory_budget) == (3, 1.0) and "compile.memory_budget" in record["kept"]
+    record = apply_auto(
+        cfg,
+        build_hf_config(cfg.model),
+        world_size=2,
+        local_world_size=2,
+        device_bytes=H200,
+        on_gpu=True,
+        master_weights=True,
+    )
+    assert (cfg.train.micro_batch_size, cfg.compile.memory_budget) == (3, 1.0) and "compile.memory_budget" in record[
+        "kept"
+    ]
 
     # FP8 (fp32 parameters, no masters): the default budget only, and the largest micro batch under the 85% line, 6:
     # measured fastest (18,079 tokens/s/GPU at 113.7 GiB; micro batch 7 at 125.4 GiB fell to 12,867; session 8)
-    cfg = load_config(None, ["--model.preset", "llama2-7b", "--data.seq_len", "4096", "--fp8.enabled", "true", "--fp8.all_gather", "true"])
-    record = apply_auto(cfg, build_hf_config(cfg.model), world_size=2, local_world_size=2, device_bytes=H200, on_gpu=True)
-    assert (cfg.train.micro_batch_size, cfg.compile.memory_budget, cfg.activation_checkpointing.mode) == (6, 1.0, "none"), record
+    cfg = load_config(
+        None,
+        ["--model.preset", "llama2-7b", "--data.seq_len", "4096", "--fp8.enabled", "true", "--fp8.all_gather", "true"],
+    )
+    record = apply_auto(
+        cfg, build_hf_config(cfg.model), world_size=2, local_world_size=2, device_bytes=H200, on_gpu=True
+    )
+    assert (cfg.train.micro_batch_size, cfg.compile.memory_budget, cfg.activation_checkpointing.mode) == (
+        6,
+        1.0,
+        "none",
+    ), record
 
     cfg = load_config(None, ["--model.preset", "llama3.1-70b", "--data.seq_len", "4096"])
     with pytest.raises(ConfigError) as err:
         apply_auto(cfg, build_hf_config(cfg.model), world_size=8, local_world_size=8, device_bytes=H200, on_gpu=True)
     message = str(err.value)
-    assert message.startswith("--auto: nothing fits on 8 x 140.4 GiB (GPUs)") and "--parallel.cpu_offload true" in message
+    assert (
+        message.startswith("--auto: nothing fits on 8 x 140.4 GiB (GPUs)") and "--parallel.cpu_offload true" in message
+    )
     assert "\n" not in message
 
 
@@ -248,12 +412,16 @@ def test_auto_puts_collectives_in_symmetric_memory_on_one_node_of_gpus():
 
     def chosen(*flags, world=2, local=2, on_gpu=True, unavailable=None):
         cfg = load_config(None, ["--model.preset", "llama3.1-8b", "--auto.enabled", "true", *flags])
-        picked = choose_comm_buffers(cfg, world_size=world, local_world_size=local, on_gpu=on_gpu, symmetric_unavailable=unavailable)
+        picked = choose_comm_buffers(
+            cfg, world_size=world, local_world_size=local, on_gpu=on_gpu, symmetric_unavailable=unavailable
+        )
         assert picked in (None, cfg.parallel.comm_buffers)
         return cfg.parallel.comm_buffers
 
     assert chosen() == "symmetric"
-    assert chosen("--parallel.sharding", "hybrid_shard", "--parallel.replicate_size", "2", world=8, local=8) == "symmetric"
+    assert (
+        chosen("--parallel.sharding", "hybrid_shard", "--parallel.replicate_size", "2", world=8, local=8) == "symmetric"
+    )
     assert chosen("--parallel.comm_buffers", "process_group") == "process_group"  # given: kept
     assert chosen(on_gpu=False) == "default"
     assert chosen(unavailable="NCCL 2.27.3 is older than 2.28") == "default"
@@ -263,11 +431,15 @@ def test_auto_puts_collectives_in_symmetric_memory_on_one_node_of_gpus():
     assert chosen("--parallel.cpu_offload", "true") == "default"
     assert chosen("--runtime.backend", "gloo") == "default"
     assert chosen("--parallel.sharding", "no_shard") == "default"  # nothing sharded, nothing gathered
-    assert chosen("--parallel.sharding", "hybrid_shard", "--parallel.replicate_size", "4", world=4, local=4) == "default"
+    assert (
+        chosen("--parallel.sharding", "hybrid_shard", "--parallel.replicate_size", "4", world=4, local=4) == "default"
+    )
 
 
 def test_auto_run_on_cpu(tmp_path):
-    run = run_trainer([*TINY, "--auto", "--train.steps", "3", "--checkpoint.enabled", "false"], tmp_path / "out", nproc=2)
+    run = run_trainer(
+        [*TINY, "--auto", "--train.steps", "3", "--checkpoint.enabled", "false"], tmp_path / "out", nproc=2
+    )
     assert_ok(run)
     summary = run.summary
     assert summary["auto"]["chosen"].startswith("micro_batch_size=") and "compile=off" in summary["auto"]["chosen"]

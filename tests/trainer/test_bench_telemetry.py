@@ -12,20 +12,24 @@ import gpu_compare
 
 
 def test_busy_samples_decide_the_medians():
-    text = "\n".join([
-        "0, 1980, 80.5, 0x0000000000000001",  # start-up: idle, full clock
-        "1, 1980, 90.0, 0x0000000000000001",
-        "0, 1455, 690.0, 0x0000000000000004",  # training at the power cap
-        "1, 1440, 692.0, 0x0000000000000004",
-        "0, 1470, 688.0, 0x0000000000000004",
-        "1, [N/A], 690.0, 0x0000000000000004",  # a field nvidia-smi could not read: skipped
-        "0, 1500, 400.0, 0x0000000000000000",
-    ])
+    text = "\n".join(
+        [
+            "0, 1980, 80.5, 0x0000000000000001",  # start-up: idle, full clock
+            "1, 1980, 90.0, 0x0000000000000001",
+            "0, 1455, 690.0, 0x0000000000000004",  # training at the power cap
+            "1, 1440, 692.0, 0x0000000000000004",
+            "0, 1470, 688.0, 0x0000000000000004",
+            "1, [N/A], 690.0, 0x0000000000000004",  # a field nvidia-smi could not read: skipped
+            "0, 1500, 400.0, 0x0000000000000000",
+        ]
+    )
     s = gpu_compare.smi_summary(text)
     assert s["telemetry_samples"] == 4 and s["power_w_max"] == 692.0
     assert s["sm_clock_mhz_median"] == 1462.5 and s["power_w_median"] == 689.0
     assert s["clock_event_reasons"] == "0x0000000000000004"
-    row = gpu_compare.table([{"variant": "v", "ok": True, "tokens_per_s_per_gpu": 1.0, "tflops_per_gpu": 1.0, "mfu": 0.5, **s}])
+    row = gpu_compare.table(
+        [{"variant": "v", "ok": True, "tokens_per_s_per_gpu": 1.0, "tflops_per_gpu": 1.0, "mfu": 0.5, **s}]
+    )
     assert row.splitlines()[-1].endswith("| 1462, 689 (0x0000000000000004) |")
 
 

@@ -66,8 +66,11 @@ def _check(rank: int, world: int, store: str, shard: int, max_norm: float, out: 
 
         from fsdp_trainer.trainer import clip_grad_norm_local_
 
-        mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("shard",)) if shard == world else \
-            init_device_mesh("cpu", (world // shard, shard), mesh_dim_names=("replicate", "shard"))
+        mesh = (
+            init_device_mesh("cpu", (world,), mesh_dim_names=("shard",))
+            if shard == world
+            else init_device_mesh("cpu", (world // shard, shard), mesh_dim_names=("replicate", "shard"))
+        )
         results = []
         for ours in (True, False):
             torch.manual_seed(0)  # same weights on every rank, then sharded
@@ -75,10 +78,16 @@ def _check(rank: int, world: int, store: str, shard: int, max_norm: float, out: 
             for layer in model:
                 fully_shard(layer, mesh=mesh)
             fully_shard(model, mesh=mesh)
-            g = torch.Generator().manual_seed(100 + rank)  # different data per rank: gradients differ before the reduction
+            g = torch.Generator().manual_seed(
+                100 + rank
+            )  # different data per rank: gradients differ before the reduction
             model(torch.randn(4, 8, generator=g)).square().sum().backward()
             params = list(model.parameters())
-            norm = clip_grad_norm_local_(params, max_norm) if ours else torch.nn.utils.clip_grad_norm_(params, max_norm or float("inf"), foreach=True)
+            norm = (
+                clip_grad_norm_local_(params, max_norm)
+                if ours
+                else torch.nn.utils.clip_grad_norm_(params, max_norm or float("inf"), foreach=True)
+            )
             if hasattr(norm, "full_tensor"):
                 norm = norm.full_tensor()
             results.append((float(norm), [p.grad.full_tensor() for p in params]))

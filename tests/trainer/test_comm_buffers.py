@@ -69,8 +69,12 @@ def test_default_leaves_the_units_alone(world_of_one):
     assert _comm_classes(model) == {("DefaultAllGather", "DefaultReduceScatter")}
 
 
-@pytest.mark.parametrize("where, reduce_scatter", [("symmetric", "SymmetricReduceScatter"), ("symmetric_all_gather", "DefaultReduceScatter")])
-def test_symmetric_before_torch_2_12_installs_the_trainers_collectives_on_every_unit(world_of_one, monkeypatch, where, reduce_scatter):
+@pytest.mark.parametrize(
+    "where, reduce_scatter", [("symmetric", "SymmetricReduceScatter"), ("symmetric_all_gather", "DefaultReduceScatter")]
+)
+def test_symmetric_before_torch_2_12_installs_the_trainers_collectives_on_every_unit(
+    world_of_one, monkeypatch, where, reduce_scatter
+):
     from torch.distributed.fsdp import FSDPModule
 
     from fsdp_trainer import comm
@@ -80,7 +84,9 @@ def test_symmetric_before_torch_2_12_installs_the_trainers_collectives_on_every_
     if hasattr(FSDPModule, "set_symm_mem_for_comm"):  # as on torch 2.11 (the GPU machine's), which lacks it
         monkeypatch.delattr(FSDPModule, "set_symm_mem_for_comm")
     prepared = []
-    monkeypatch.setattr(comm._SymmetricPool, "prepare", lambda self: prepared.append(self))  # NCCL symmetric memory needs GPUs
+    monkeypatch.setattr(
+        comm._SymmetricPool, "prepare", lambda self: prepared.append(self)
+    )  # NCCL symmetric memory needs GPUs
     set_comm_buffers(model, where, mesh)
     assert len(prepared) == 1, "the backend is chosen once, before the first collective"
     assert prepared[0].group is mesh.get_group(0), "its communicator is the units' collective group's"
@@ -99,23 +105,33 @@ def test_symmetric_on_torch_2_12_uses_torchs_own_setter(world_of_one, monkeypatc
 
     model = _sharded_model()
     calls = []
-    monkeypatch.setattr(FSDPModule, "set_symm_mem_for_comm", lambda self, backend="NCCL": calls.append(backend), raising=False)
+    monkeypatch.setattr(
+        FSDPModule, "set_symm_mem_for_comm", lambda self, backend="NCCL": calls.append(backend), raising=False
+    )
     monkeypatch.setattr(comm, "prepare_symmetric_memory", lambda group: calls.append("prepared"))
     set_comm_buffers(model, "symmetric")
     assert calls == ["prepared"] + ["NCCL"] * 4, "the backend first, then every unit (three layers and the root)"
 
 
 def test_a_torch_without_the_setters_is_refused_in_one_line():
-    with pytest.raises(ConfigError, match=r"^--parallel.comm_buffers: symmetric needs FSDPModule.set_custom_all_gather, which torch .* lacks"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^--parallel.comm_buffers: symmetric needs FSDPModule.set_custom_all_gather, which torch .* lacks",
+    ):
         set_comm_buffers(nn.Linear(2, 2), "symmetric")
-    with pytest.raises(ConfigError, match=r"^--parallel.comm_buffers: process_group needs FSDPModule.set_allocate_memory_from_process_group_for_comm"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^--parallel.comm_buffers: process_group needs FSDPModule.set_allocate_memory_from_process_group_for_comm",
+    ):
         set_comm_buffers(nn.Linear(2, 2), "process_group")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks a CPU-only build of torch")
 def test_a_torch_build_without_nccl_symmetric_memory_is_refused_in_one_line(world_of_one):
     # This CPU build of torch has the FSDP API but no NCCL: the backend cannot be chosen.
-    with pytest.raises(ConfigError, match=r"^--parallel.comm_buffers: this torch build cannot use NCCL symmetric memory \("):
+    with pytest.raises(
+        ConfigError, match=r"^--parallel.comm_buffers: this torch build cannot use NCCL symmetric memory \("
+    ):
         set_comm_buffers(_sharded_model(), "symmetric")
 
 

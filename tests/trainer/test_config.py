@@ -34,14 +34,68 @@ def test_every_field_has_a_docstring():
 
 
 def test_required_flags_exist():
-    required = ["model.preset", "model.name_or_path", "model.init", "model.attn_implementation", "model.tokenizer", "data.source", "data.path", "data.dataset", "data.split", "data.text_field", "data.seq_len", "data.seed", "train.steps", "train.micro_batch_size", "train.grad_accum_steps", "train.lr", "train.min_lr_ratio", "train.warmup_steps", "train.schedule", "train.weight_decay", "train.max_grad_norm", "train.seed", "train.output_dir", "train.log_every", "parallel.api", "parallel.sharding", "parallel.shard_size", "parallel.replicate_size", "parallel.reshard_after_forward", "parallel.cpu_offload", "parallel.forward_prefetch", "parallel.backward_prefetch", "parallel.limit_all_gathers", "precision.mode", "precision.param_dtype", "precision.reduce_dtype", "ac.mode", "ac.every", "compile.enabled", "compile.loss", "fp8.enabled", "checkpoint.dir", "checkpoint.every_steps", "checkpoint.keep", "checkpoint.resume", "checkpoint.export_hf", "metrics.file", "metrics.peak_tflops", "runtime.device", "runtime.backend", "runtime.seed"]
+    required = [
+        "model.preset",
+        "model.name_or_path",
+        "model.init",
+        "model.attn_implementation",
+        "model.tokenizer",
+        "data.source",
+        "data.path",
+        "data.dataset",
+        "data.split",
+        "data.text_field",
+        "data.seq_len",
+        "data.seed",
+        "train.steps",
+        "train.micro_batch_size",
+        "train.grad_accum_steps",
+        "train.lr",
+        "train.min_lr_ratio",
+        "train.warmup_steps",
+        "train.schedule",
+        "train.weight_decay",
+        "train.max_grad_norm",
+        "train.seed",
+        "train.output_dir",
+        "train.log_every",
+        "parallel.api",
+        "parallel.sharding",
+        "parallel.shard_size",
+        "parallel.replicate_size",
+        "parallel.reshard_after_forward",
+        "parallel.cpu_offload",
+        "parallel.forward_prefetch",
+        "parallel.backward_prefetch",
+        "parallel.limit_all_gathers",
+        "precision.mode",
+        "precision.param_dtype",
+        "precision.reduce_dtype",
+        "ac.mode",
+        "ac.every",
+        "compile.enabled",
+        "compile.loss",
+        "fp8.enabled",
+        "checkpoint.dir",
+        "checkpoint.every_steps",
+        "checkpoint.keep",
+        "checkpoint.resume",
+        "checkpoint.export_hf",
+        "metrics.file",
+        "metrics.peak_tflops",
+        "runtime.device",
+        "runtime.backend",
+        "runtime.seed",
+    ]
     missing = {f"--{r}" for r in required} - set(known_flags())
     assert not missing
 
 
 def test_file_then_overrides(tmp_path):
     path = tmp_path / "run.yaml"
-    path.write_text("train:\n  steps: 7\n  lr: 1e-3\nactivation_checkpointing:\n  mode: full\nparallel:\n  sharding: hybrid_shard\n")
+    path.write_text(
+        "train:\n  steps: 7\n  lr: 1e-3\nactivation_checkpointing:\n  mode: full\nparallel:\n  sharding: hybrid_shard\n"
+    )
     cfg = load_config(str(path), ["--train.steps", "9", "--ac.every=3", "--parallel.reshard_after_forward", "false"])
     assert cfg.train.steps == 9 and cfg.train.lr == 1e-3
     assert cfg.activation_checkpointing.mode == "full" and cfg.activation_checkpointing.every == 3
@@ -60,13 +114,22 @@ def test_derived_defaults():
     assert tiny.data.source == "text" and tiny.model.tokenizer == "bytes" and tiny.model.init == "random"
     assert tiny.checkpoint.dir.endswith("checkpoints") and tiny.metrics.file.endswith("metrics.jsonl")
     assert tiny.precision.param_dtype == "bf16" and tiny.precision.reduce_dtype == "fp32"
-    big = load_config(None, ["--model.preset", "llama2-7b", "--train.output_dir", "/x", "--parallel.sharding", "shard_grad_op"])
+    big = load_config(
+        None, ["--model.preset", "llama2-7b", "--train.output_dir", "/x", "--parallel.sharding", "shard_grad_op"]
+    )
     assert big.data.source == "synthetic" and big.model.tokenizer is None
     assert big.checkpoint.dir == "/x/checkpoints" and big.parallel.reshard_after_forward is False
-    hf = load_config(None, ["--model.name_or_path", "/models/llama", "--precision.mode", "fp16", "--precision.reduce_dtype", "fp16"])
+    hf = load_config(
+        None, ["--model.name_or_path", "/models/llama", "--precision.mode", "fp16", "--precision.reduce_dtype", "fp16"]
+    )
     assert hf.model.init == "pretrained" and hf.model.tokenizer == "/models/llama" and hf.data.source == "synthetic"
     assert hf.precision.param_dtype == "fp16" and hf.precision.reduce_dtype == "fp16"
-    assert load_config(None, ["--model.preset", "llama2-7b", "--model.tokenizer", "t", "--data.path", "d/x.jsonl"]).data.source == "jsonl"
+    assert (
+        load_config(
+            None, ["--model.preset", "llama2-7b", "--model.tokenizer", "t", "--data.path", "d/x.jsonl"]
+        ).data.source
+        == "jsonl"
+    )
     assert load_config(None, ["--model.name_or_path", "m", "--data.path", "corpus/"]).data.source == "text"
 
 
@@ -80,8 +143,14 @@ def test_round_trip_through_dict():
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        (["--parallel.sharding", "full"], "--parallel.sharding: 'full' is not one of full_shard, hybrid_shard, shard_grad_op, no_shard"),
-        (["--parallel.shardin", "full_shard"], "--parallel.shardin: unknown option (did you mean --parallel.sharding?)"),
+        (
+            ["--parallel.sharding", "full"],
+            "--parallel.sharding: 'full' is not one of full_shard, hybrid_shard, shard_grad_op, no_shard",
+        ),
+        (
+            ["--parallel.shardin", "full_shard"],
+            "--parallel.shardin: unknown option (did you mean --parallel.sharding?)",
+        ),
         (["--train.steps", "ten"], "--train.steps: 'ten' is not an integer"),
         (["--train.steps", "0"], "--train.steps: must be positive"),
         (["--train.lr", "fast"], "--train.lr: 'fast' is not a number"),
@@ -90,26 +159,51 @@ def test_round_trip_through_dict():
         (["--parallel.api", "fsdp2", "--parallel.backward_prefetch", "post"], "--parallel.backward_prefetch:"),
         (["--parallel.shard_size", "2"], "--parallel.shard_size: only used with --parallel.sharding hybrid_shard"),
         (["--fp8.all_gather", "true", "--fp8.recipe", "rowwise"], "--fp8.all_gather:"),
-        (["--fp8.all_gather", "true", "--fp8.recipe", "rowwise_with_gw_hp"], "--fp8.all_gather: needs --fp8.recipe tensorwise"),
-        (["--parallel.api", "fsdp1", "--parallel.comm_buffers", "symmetric"], "--parallel.comm_buffers: symmetric needs --parallel.api fsdp2"),
-        (["--parallel.comm_buffers", "process_group", "--parallel.cpu_offload", "true"],
-         "--parallel.comm_buffers: process_group cannot be combined with --parallel.cpu_offload true"),
-        (["--train.adamw", "triton", "--parallel.cpu_offload", "true"],
-         "--train.adamw: triton runs on the GPU and cannot step parameters offloaded to CPU; use foreach or auto"),
+        (
+            ["--fp8.all_gather", "true", "--fp8.recipe", "rowwise_with_gw_hp"],
+            "--fp8.all_gather: needs --fp8.recipe tensorwise",
+        ),
+        (
+            ["--parallel.api", "fsdp1", "--parallel.comm_buffers", "symmetric"],
+            "--parallel.comm_buffers: symmetric needs --parallel.api fsdp2",
+        ),
+        (
+            ["--parallel.comm_buffers", "process_group", "--parallel.cpu_offload", "true"],
+            "--parallel.comm_buffers: process_group cannot be combined with --parallel.cpu_offload true",
+        ),
+        (
+            ["--train.adamw", "triton", "--parallel.cpu_offload", "true"],
+            "--train.adamw: triton runs on the GPU and cannot step parameters offloaded to CPU; use foreach or auto",
+        ),
         (["--train.adamw", "apex"], "--train.adamw: 'apex' is not one of auto, fused, foreach, triton"),
-        (["--parallel.comm_buffers", "nvls"], "--parallel.comm_buffers: 'nvls' is not one of default, process_group, symmetric"),
+        (
+            ["--parallel.comm_buffers", "nvls"],
+            "--parallel.comm_buffers: 'nvls' is not one of default, process_group, symmetric",
+        ),
         (["--fp8.recipe", "mxfp8"], "--fp8.recipe: 'mxfp8' is not one of tensorwise, rowwise, rowwise_with_gw_hp"),
         (["--checkpoint.resume", "latest"], "--checkpoint.resume:"),
         (["--model.preset", "llama2-7b", "--data.source", "hf"], "--model.tokenizer: data.source=hf needs a tokenizer"),
         (["--train.steps"], "--train.steps: missing value"),
-        (["--compile.mode", "max-autotune-no-cudagraphs"], "--compile.mode: max-autotune-no-cudagraphs needs --compile.enabled true"),
-        (["--compile.mode", "reduce-overhead", "--compile.enabled", "true"], "--compile.mode: 'reduce-overhead' is not one of default, max-autotune-no-cudagraphs"),
-        (["--compile.memory_budget", "1.5", "--compile.enabled", "true"], "--compile.memory_budget: must be between 0 and 1 (got 1.5)"),
+        (
+            ["--compile.mode", "max-autotune-no-cudagraphs"],
+            "--compile.mode: max-autotune-no-cudagraphs needs --compile.enabled true",
+        ),
+        (
+            ["--compile.mode", "reduce-overhead", "--compile.enabled", "true"],
+            "--compile.mode: 'reduce-overhead' is not one of default, max-autotune-no-cudagraphs",
+        ),
+        (
+            ["--compile.memory_budget", "1.5", "--compile.enabled", "true"],
+            "--compile.memory_budget: must be between 0 and 1 (got 1.5)",
+        ),
         (["--compile.memory_budget", "0.7"], "--compile.memory_budget: 0.7 needs --compile.enabled true"),
         (["--metrics.profile_steps", "3..4"], "--metrics.profile_steps: expected 'A-B' or 'A'"),
         (["--metrics.profile_steps", "4-3"], "--metrics.profile_steps: steps count from 1 and A <= B"),
         (["--metrics.profile_steps", "0"], "--metrics.profile_steps: steps count from 1"),
-        (["--train.steps", "5", "--metrics.profile_steps", "5-6"], "--metrics.profile_steps: step 6 is after the last step (5)"),
+        (
+            ["--train.steps", "5", "--metrics.profile_steps", "5-6"],
+            "--metrics.profile_steps: step 6 is after the last step (5)",
+        ),
         (["--ac.offload_layers", "-1"], "--ac.offload_layers: must be zero or positive (got -1)"),
         (["train.steps", "3"], "expected an option like --section.field VALUE"),
     ],
@@ -151,7 +245,11 @@ def test_help_lists_every_flag_with_its_doc():
 def test_cli_exits_2_with_one_line(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "fsdp_trainer", "--parallel.sharding", "full"],
-        capture_output=True, text=True, env=trainer_env(), cwd=tmp_path, timeout=60,
+        capture_output=True,
+        text=True,
+        env=trainer_env(),
+        cwd=tmp_path,
+        timeout=60,
     )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
@@ -167,7 +265,12 @@ def test_preset_shapes():
     assert 8.0e9 < num_params(PRESETS["llama3.1-8b"]()) < 8.1e9
     assert 70.5e9 < num_params(PRESETS["llama3.1-70b"]()) < 70.7e9
     l3 = PRESETS["llama3.1-70b"]()
-    assert (l3["hidden_size"], l3["num_hidden_layers"], l3["num_attention_heads"], l3["num_key_value_heads"]) == (8192, 80, 64, 8)
+    assert (l3["hidden_size"], l3["num_hidden_layers"], l3["num_attention_heads"], l3["num_key_value_heads"]) == (
+        8192,
+        80,
+        64,
+        8,
+    )
     assert l3["vocab_size"] == 128256 and l3["rope_theta"] == 500000.0
 
 
@@ -177,4 +280,6 @@ def test_readme_documents_every_flag():
         for f in dataclasses.fields(section):
             flag = f"`--{flag_prefix(name)}.{f.name}`"
             assert flag in readme, f"README lacks {flag}"
-            assert options.field_docs(section)[f.name].replace("|", "\\|") in readme, f"README's text for {flag} is stale"
+            assert options.field_docs(section)[f.name].replace("|", "\\|") in readme, (
+                f"README's text for {flag} is stale"
+            )

@@ -66,7 +66,6 @@ def test_seed_fixes_the_order():
     assert sorted(first_epoch) == sorted(second_epoch) and first_epoch != second_epoch
 
 
-
 def test_epoch_orders_of_neighbouring_seeds_differ():
     """Seed 1's second epoch is not seed 2's first (seed + epoch made them collide)."""
     from fsdp_trainer.data import epoch_seed
@@ -136,7 +135,9 @@ def test_dataloader_with_a_trained_bpe_tokenizer(bpe_tokenizer_dir, corpus_file)
     assert b0.input_ids.shape == (2, 32) and torch.equal(b0.input_ids[:, 1:], b0.labels[:, :-1])
     assert not torch.equal(b0.input_ids, b1.input_ids)
     assert int(b0.input_ids.max()) < len(tok)
-    with pytest.raises(ConfigError, match=re.escape("--model.tokenizer: token id ") + ".*" + re.escape(" vocabulary of 100")):
+    with pytest.raises(
+        ConfigError, match=re.escape("--model.tokenizer: token id ") + ".*" + re.escape(" vocabulary of 100")
+    ):
         build_dataloader(cfg, tok, 100, 2, 0, 2, torch.device("cpu"))
 
 
@@ -157,7 +158,10 @@ def test_hub_dataset_uses_the_samsum_prompt(monkeypatch):
     import types
 
     calls = []
-    rows = {"knkarthick/samsum": [{"id": "1", "dialogue": "A: hi\nB: hello", "summary": "They greet."}], "wiki": [{"text": "Plain text."}]}
+    rows = {
+        "knkarthick/samsum": [{"id": "1", "dialogue": "A: hi\nB: hello", "summary": "They greet."}],
+        "wiki": [{"text": "Plain text."}],
+    }
     fake = types.ModuleType("datasets")
     fake.load_dataset = lambda name, split, token=None: calls.append((name, split)) or FakeHubDataset(rows[name])
     monkeypatch.setitem(sys.modules, "datasets", fake)
@@ -178,5 +182,7 @@ def test_hub_source_without_datasets_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "datasets", None)  # import fails
     from fsdp_trainer.data import load_documents
 
-    with pytest.raises(ConfigError, match=r"^--data.source: 'hf' needs the datasets library; pip install fsdp-trainer\[hub\]$"):
+    with pytest.raises(
+        ConfigError, match=r"^--data.source: 'hf' needs the datasets library; pip install fsdp-trainer\[hub\]$"
+    ):
         load_documents(DataConfig(source="hf"))

@@ -22,9 +22,23 @@ def exported(bpe_tokenizer_dir, corpus_file, tmp_path_factory):
     root = tmp_path_factory.mktemp("export")
     hf_dir = root / "hf"
     run = run_trainer(
-        [*TINY, "--model.preset", "tiny-gqa", "--model.tokenizer", str(bpe_tokenizer_dir), "--data.path", str(corpus_file),
-         "--train.steps", "3", "--train.micro_batch_size", "2", "--checkpoint.export_hf", str(hf_dir)],
-        root / "out", nproc=2,
+        [
+            *TINY,
+            "--model.preset",
+            "tiny-gqa",
+            "--model.tokenizer",
+            str(bpe_tokenizer_dir),
+            "--data.path",
+            str(corpus_file),
+            "--train.steps",
+            "3",
+            "--train.micro_batch_size",
+            "2",
+            "--checkpoint.export_hf",
+            str(hf_dir),
+        ],
+        root / "out",
+        nproc=2,
     )
     assert_ok(run)
     return hf_dir, root / "out" / "checkpoints" / "step_00000003"
@@ -58,12 +72,25 @@ def test_export_matches_the_checkpoint(exported, bpe_tokenizer_dir, tmp_path):
 @pytest.fixture(scope="module")
 def pretrained_args(exported, corpus_file):
     hf_dir, _ = exported
-    return [*TINY, "--model.name_or_path", str(hf_dir), "--data.path", str(corpus_file), "--train.steps", "2", "--checkpoint.enabled", "false"]
+    return [
+        *TINY,
+        "--model.name_or_path",
+        str(hf_dir),
+        "--data.path",
+        str(corpus_file),
+        "--train.steps",
+        "2",
+        "--checkpoint.enabled",
+        "false",
+    ]
 
 
 @pytest.fixture(scope="module")
 def single_process_pretrained(pretrained_args, tmp_path_factory):
-    run = run_trainer([*pretrained_args, "--parallel.api", "none", "--train.micro_batch_size", "4"], tmp_path_factory.mktemp("pre") / "out")
+    run = run_trainer(
+        [*pretrained_args, "--parallel.api", "none", "--train.micro_batch_size", "4"],
+        tmp_path_factory.mktemp("pre") / "out",
+    )
     assert_ok(run)
     return run.losses()
 
@@ -77,8 +104,15 @@ def test_pretrained_first_loss_is_the_models_loss(exported, corpus_file, single_
 
     hf_dir, _ = exported
     model = LlamaForCausalLM.from_pretrained(hf_dir).eval()
-    loader = build_dataloader(DataConfig(source="text", path=str(corpus_file), seq_len=64, seed=42),
-                              AutoTokenizer.from_pretrained(hf_dir), model.config.vocab_size, 4, 0, 1, torch.device("cpu"))
+    loader = build_dataloader(
+        DataConfig(source="text", path=str(corpus_file), seq_len=64, seed=42),
+        AutoTokenizer.from_pretrained(hf_dir),
+        model.config.vocab_size,
+        4,
+        0,
+        1,
+        torch.device("cpu"),
+    )
     batch = loader.next_batch()
     with torch.no_grad():
         logits = model(batch.input_ids).logits
@@ -88,7 +122,9 @@ def test_pretrained_first_loss_is_the_models_loss(exported, corpus_file, single_
 
 @pytest.mark.parametrize("api", ["fsdp2", "fsdp1"])
 def test_pretrained_broadcast_from_rank0(api, pretrained_args, single_process_pretrained, tmp_path):
-    run = run_trainer([*pretrained_args, "--parallel.api", api, "--train.micro_batch_size", "2"], tmp_path / "out", nproc=2)
+    run = run_trainer(
+        [*pretrained_args, "--parallel.api", api, "--train.micro_batch_size", "2"], tmp_path / "out", nproc=2
+    )
     assert_ok(run)
     for step, ref in single_process_pretrained.items():
         assert run.losses()[step] == pytest.approx(ref, rel=1e-4), f"{api} step {step}"

@@ -8,7 +8,17 @@ from conftest import TINY, assert_ok, run_trainer
 
 pytestmark = pytest.mark.timeout(300)
 
-FSDP2 = [*TINY, "--parallel.api", "fsdp2", "--train.micro_batch_size", "2", "--train.steps", "4", "--checkpoint.enabled", "false"]
+FSDP2 = [
+    *TINY,
+    "--parallel.api",
+    "fsdp2",
+    "--train.micro_batch_size",
+    "2",
+    "--train.steps",
+    "4",
+    "--checkpoint.enabled",
+    "false",
+]
 
 
 def test_consecutive_views_of_a_registered_buffer_are_sent_as_the_buffer():
@@ -29,7 +39,9 @@ def test_consecutive_views_of_a_registered_buffer_are_sent_as_the_buffer():
         assert sent is flat and out is output and not output.any(), "nothing copied: the all-gather sends the buffer"
         loose = [t.clone() for t in views]
         sent, out = _copy_in(loose, output, [4, 2, 4], 10, 1)
-        assert sent.data_ptr() == output[10:].data_ptr(), "any other input: copied into this rank's slice, as FSDP2 does"
+        assert sent.data_ptr() == output[10:].data_ptr(), (
+            "any other input: copied into this rank's slice, as FSDP2 does"
+        )
         assert torch.equal(output[10:], flat) and not output[:10].any()
     finally:
         del _BUFFERS[flat.untyped_storage().data_ptr()]
@@ -62,8 +74,11 @@ def test_flat_shards_train_exactly_like_copied_shards(runs):
 def test_cast_parameters_keep_the_copy(tmp_path):
     # bf16 compute over fp32 parameters: FSDP2 casts each shard into a temporary before the all-gather, so there is
     # nothing to flatten
-    run = run_trainer([*FSDP2, "--precision.mode", "bf16", "--precision.master_weights", "params", "--train.steps", "2"],
-                      tmp_path / "out", nproc=2)
+    run = run_trainer(
+        [*FSDP2, "--precision.mode", "bf16", "--precision.master_weights", "params", "--train.steps", "2"],
+        tmp_path / "out",
+        nproc=2,
+    )
     assert_ok(run)
     assert run.summary["flat_shard_units"] == 0 and run.summary["all_gathers_sent_as_is"] == 0
 

@@ -47,7 +47,9 @@ def test_rotary_bf16_is_no_worse_than_hugging_face():
     exact, _ = apply_rotary_pos_emb(x.transpose(1, 2).double(), x.transpose(1, 2).double(), cos.double(), sin.double())
     exact = exact.transpose(1, 2)
     ours = apply_rotary(x.bfloat16(), cos.bfloat16(), sin.bfloat16()).double()
-    ref, _ = apply_rotary_pos_emb(x.transpose(1, 2).bfloat16(), x.transpose(1, 2).bfloat16(), cos.bfloat16(), sin.bfloat16())
+    ref, _ = apply_rotary_pos_emb(
+        x.transpose(1, 2).bfloat16(), x.transpose(1, 2).bfloat16(), cos.bfloat16(), sin.bfloat16()
+    )
     assert (ours - exact).abs().max() <= (ref.transpose(1, 2).double() - exact).abs().max() * 1.01
 
 
@@ -83,7 +85,9 @@ def test_swapped_model_equals_hugging_face(preset, backend, monkeypatch):
         loss.backward()
         losses.append(loss)
     torch.testing.assert_close(losses[1], losses[0], rtol=1e-6, atol=1e-6)
-    assert len(rotations) == 4 * config.num_hidden_layers, "the swapped attention rotated query and key itself, forward and backward"
+    assert len(rotations) == 4 * config.num_hidden_layers, (
+        "the swapped attention rotated query and key itself, forward and backward"
+    )
     for (name, a), b in zip(ref.named_parameters(), fused.parameters(), strict=True):
         torch.testing.assert_close(b.grad, a.grad, rtol=1e-5, atol=1e-6, msg=name)
 
@@ -170,8 +174,15 @@ def test_memory_budget_makes_compiled_blocks_keep_less_for_backward():
     from transformers import LlamaConfig
     from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
-    cfg = LlamaConfig(hidden_size=64, intermediate_size=224, num_attention_heads=4, num_key_value_heads=2,
-                      num_hidden_layers=1, vocab_size=32, max_position_embeddings=64)
+    cfg = LlamaConfig(
+        hidden_size=64,
+        intermediate_size=224,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_hidden_layers=1,
+        vocab_size=32,
+        max_position_embeddings=64,
+    )
     cfg._attn_implementation = "sdpa"
     torch.manual_seed(0)
     holder = torch.nn.Module()

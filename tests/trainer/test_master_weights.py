@@ -16,8 +16,19 @@ pytestmark = pytest.mark.timeout(300)
 
 INTERPRET = {"TRITON_INTERPRET": "1"}
 # bf16 compute and reduction: what the masters change is where the fp32 values live, not the arithmetic.
-BF16 = [*TINY, "--precision.mode", "bf16", "--precision.reduce_dtype", "bf16", "--train.adamw", "triton",
-        "--train.micro_batch_size", "2", "--parallel.api", "fsdp2"]
+BF16 = [
+    *TINY,
+    "--precision.mode",
+    "bf16",
+    "--precision.reduce_dtype",
+    "bf16",
+    "--train.adamw",
+    "triton",
+    "--train.micro_batch_size",
+    "2",
+    "--parallel.api",
+    "fsdp2",
+]
 
 
 def test_master_step_matches_torch_adamw_on_fp32_weights():
@@ -109,11 +120,29 @@ def test_remainders_hold_every_fp32_value():
     from fsdp_trainer.adamw import join_master, split_master
 
     g = torch.Generator().manual_seed(0)
-    random_bits = torch.randint(-2**31, 2**31 - 1, (200_000,), dtype=torch.int64, generator=g).to(torch.int32)
+    random_bits = torch.randint(-(2**31), 2**31 - 1, (200_000,), dtype=torch.int64, generator=g).to(torch.int32)
     values = random_bits.view(torch.float32)
     values = values[torch.isfinite(values)]
-    edges = torch.tensor([0.0, -0.0, 1.0, -1.0, 1.0 + 2**-8, -(1.0 + 2**-8), 1.0 + 3 * 2**-8, 1.0 + 2**-9, 1e-45,
-                          -1e-45, 1e-40, 3.4028235e38, -3.4028235e38, float("inf"), float("-inf")], dtype=torch.float32)
+    edges = torch.tensor(
+        [
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            1.0 + 2**-8,
+            -(1.0 + 2**-8),
+            1.0 + 3 * 2**-8,
+            1.0 + 2**-9,
+            1e-45,
+            -1e-45,
+            1e-40,
+            3.4028235e38,
+            -3.4028235e38,
+            float("inf"),
+            float("-inf"),
+        ],
+        dtype=torch.float32,
+    )
     values = torch.cat([values, edges, torch.randn(10_000, generator=g) * 1e-3])
     param = torch.empty_like(values, dtype=torch.bfloat16)
     low = split_master(values, param)
@@ -153,7 +182,9 @@ def test_auto_uses_masters_only_where_they_apply(monkeypatch):
     assert not uses([], "cpu")
     explicit = load_config(None, ["--precision.master_weights", "optimizer"])
     explicit.train.grad_accum_steps = 2  # what --auto may choose after the config was checked
-    with pytest.raises(ConfigError, match=r"^--precision.master_weights: optimizer needs --train.grad_accum_steps 1 \(got 2\)"):
+    with pytest.raises(
+        ConfigError, match=r"^--precision.master_weights: optimizer needs --train.grad_accum_steps 1 \(got 2\)"
+    ):
         use_master_weights(explicit, "cuda")
     monkeypatch.setattr(adamw, "available", lambda: False)
     assert not uses([])
@@ -161,13 +192,16 @@ def test_auto_uses_masters_only_where_they_apply(monkeypatch):
         uses(["--precision.master_weights", "optimizer"])
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--parallel.api", "fsdp1"], "needs --parallel.api fsdp2"),
-    (["--precision.mode", "fp32"], "needs bf16 parameters"),
-    (["--fp8.enabled", "true"], "cannot be combined with --fp8.enabled"),
-    (["--train.grad_accum_steps", "4"], "needs --train.grad_accum_steps 1"),
-    (["--train.adamw", "fused"], "needs the Triton AdamW"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--parallel.api", "fsdp1"], "needs --parallel.api fsdp2"),
+        (["--precision.mode", "fp32"], "needs bf16 parameters"),
+        (["--fp8.enabled", "true"], "cannot be combined with --fp8.enabled"),
+        (["--train.grad_accum_steps", "4"], "needs --train.grad_accum_steps 1"),
+        (["--train.adamw", "fused"], "needs the Triton AdamW"),
+    ],
+)
 def test_explicit_masters_are_refused_in_one_line_where_they_cannot_apply(flags, message):
     from fsdp_trainer.config import ConfigError, load_config
 
@@ -178,9 +212,15 @@ def test_explicit_masters_are_refused_in_one_line_where_they_cannot_apply(flags,
 
 
 def test_cpu_run_without_triton_interpreter_is_refused(tmp_path):
-    run = run_trainer([*TINY, "--precision.mode", "bf16", "--precision.master_weights", "optimizer", "--train.steps", "1"], tmp_path / "out")
+    run = run_trainer(
+        [*TINY, "--precision.mode", "bf16", "--precision.master_weights", "optimizer", "--train.steps", "1"],
+        tmp_path / "out",
+    )
     assert run.returncode == 2
-    assert "error: --precision.master_weights: optimizer needs the Triton AdamW, which does not run here (cpu)" in run.stderr
+    assert (
+        "error: --precision.master_weights: optimizer needs the Triton AdamW, which does not run here (cpu)"
+        in run.stderr
+    )
     assert not (tmp_path / "out" / "checkpoints").exists()
 
 
@@ -190,8 +230,17 @@ def runs(tmp_path_factory):
     out = {}
     for mode in ("params", "optimizer"):
         root = tmp_path_factory.mktemp(mode)
-        args = [*BF16, "--train.steps", "6", "--precision.master_weights", mode,
-                "--checkpoint.export_hf", str(root / "hf"), "--checkpoint.export_dtype", "fp32"]
+        args = [
+            *BF16,
+            "--train.steps",
+            "6",
+            "--precision.master_weights",
+            mode,
+            "--checkpoint.export_hf",
+            str(root / "hf"),
+            "--checkpoint.export_dtype",
+            "fp32",
+        ]
         run = run_trainer(args, root / "out", nproc=2, env=INTERPRET)
         assert_ok(run)
         out[mode] = run
@@ -199,7 +248,10 @@ def runs(tmp_path_factory):
 
 
 def test_masters_train_like_fp32_parameters(runs):
-    assert runs["optimizer"].summary["master_weights"] == "optimizer" and runs["params"].summary["master_weights"] == "params"
+    assert (
+        runs["optimizer"].summary["master_weights"] == "optimizer"
+        and runs["params"].summary["master_weights"] == "params"
+    )
     # The masters start from the fp32 weights as drawn (not their bf16 rounding), the forward and backward see the
     # same bf16 weights, and with bf16 reduction the gradients are the same: the runs agree to rounding.
     for field in ("loss", "grad_norm"):
@@ -244,16 +296,23 @@ def test_tied_weights_get_their_master_under_every_name():
 def test_seeds_cover_only_stepped_parameters_and_give_way_to_a_loaded_state():
     from fsdp_trainer.adamw import TritonAdamW
 
-    stepped, frozen = torch.nn.Parameter(torch.zeros(4, dtype=torch.bfloat16)), torch.nn.Parameter(torch.zeros(4, dtype=torch.bfloat16))
+    stepped, frozen = (
+        torch.nn.Parameter(torch.zeros(4, dtype=torch.bfloat16)),
+        torch.nn.Parameter(torch.zeros(4, dtype=torch.bfloat16)),
+    )
     opt = TritonAdamW([stepped], master_weights=True)
     seeds = {stepped: torch.tensor([1.0, 2.0, 3.0, 1.0 + 2**-12]), frozen: torch.ones(4)}
     opt.seed_masters(seeds)
     assert torch.equal(opt.master_of(stepped), seeds[stepped]) and opt.master_of(frozen) is None
-    assert torch.equal(frozen, torch.zeros(4, dtype=torch.bfloat16)), "a parameter the optimizer does not step is left alone"
+    assert torch.equal(frozen, torch.zeros(4, dtype=torch.bfloat16)), (
+        "a parameter the optimizer does not step is left alone"
+    )
     with pytest.raises(ValueError, match="in none of the optimizer's groups"):
         opt.set_master(frozen, torch.ones(4))
     # a loaded state replaces the seeds; without remainders in it, the master is the parameter's value
-    opt.load_state_dict(TritonAdamW([torch.nn.Parameter(torch.zeros(4, dtype=torch.bfloat16))], master_weights=True).state_dict())
+    opt.load_state_dict(
+        TritonAdamW([torch.nn.Parameter(torch.zeros(4, dtype=torch.bfloat16))], master_weights=True).state_dict()
+    )
     assert opt.master_of(stepped) is None and not opt._seeded
 
 
@@ -262,7 +321,11 @@ def test_checkpoint_holds_fp32_masters_in_the_same_layout(runs):
 
     layouts = {}
     for mode, run in runs.items():
-        meta = dcp.FileSystemReader(str(run.output_dir / "checkpoints" / "step_00000006")).read_metadata().state_dict_metadata
+        meta = (
+            dcp.FileSystemReader(str(run.output_dir / "checkpoints" / "step_00000006"))
+            .read_metadata()
+            .state_dict_metadata
+        )
         layouts[mode] = {k: v.properties.dtype for k, v in meta.items() if hasattr(v, "properties")}
     assert layouts["params"] == layouts["optimizer"], "the same keys and dtypes in both modes"
     model_keys = [k for k in layouts["optimizer"] if k.startswith("model.")]
@@ -323,8 +386,22 @@ def test_sharded_init_seeds_the_masters_with_the_drawn_weights(tmp_path):
     """Weights drawn per shard on the device (the path of models above 1B): cast after drawing, masters from the draw."""
     records = {}
     for mode in ("params", "optimizer"):
-        run = run_trainer([*BF16, "--model.random_init", "sharded", "--train.steps", "3", "--checkpoint.enabled", "false",
-                           "--precision.master_weights", mode], tmp_path / mode, nproc=2, env=INTERPRET)
+        run = run_trainer(
+            [
+                *BF16,
+                "--model.random_init",
+                "sharded",
+                "--train.steps",
+                "3",
+                "--checkpoint.enabled",
+                "false",
+                "--precision.master_weights",
+                mode,
+            ],
+            tmp_path / mode,
+            nproc=2,
+            env=INTERPRET,
+        )
         assert_ok(run)
         records[mode] = [r[field] for r in run.records for field in ("loss", "grad_norm")]
     assert len(records["params"]) == 6

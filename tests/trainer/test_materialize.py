@@ -13,7 +13,12 @@ pytestmark = pytest.mark.timeout(120)
 
 
 def _cfg(**sections) -> TrainerConfig:
-    d = {"model": {"preset": "tiny"}, "data": {"seq_len": 16}, "precision": {"mode": "fp32"}, "runtime": {"device": "cpu"}}
+    d = {
+        "model": {"preset": "tiny"},
+        "data": {"seq_len": 16},
+        "precision": {"mode": "fp32"},
+        "runtime": {"device": "cpu"},
+    }
     for k, v in sections.items():
         d.setdefault(k, {}).update(v)
     return TrainerConfig.from_dict(d)
@@ -75,7 +80,9 @@ def test_fsdp2_init_with_cpu_offload_builds(init, world_of_one, monkeypatch, tmp
     assert torch.isfinite(loss) and int(count) == 16
 
 
-@pytest.mark.parametrize("api,random_init", [("none", "replicated"), ("fsdp2", "replicated"), ("fsdp2", "sharded"), ("fsdp1", "sharded")])
+@pytest.mark.parametrize(
+    "api,random_init", [("none", "replicated"), ("fsdp2", "replicated"), ("fsdp2", "sharded"), ("fsdp1", "sharded")]
+)
 def test_tied_embeddings_stay_tied(api, random_init, world_of_one, monkeypatch):
     """to_empty allocates each parameter on its own; the build re-ties lm_head to the input embeddings."""
     import fsdp_trainer.materialize as materialize

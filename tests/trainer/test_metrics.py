@@ -54,11 +54,15 @@ def test_profile_steps_trace_every_rank(tmp_path):
     assert_ok(run)
     assert [r["step"] for r in run.records] == [1, 2, 3, 4]
     assert [r.get("profiled", False) for r in run.records] == [False, True, True, False]
-    assert run.summary["measured_steps"] == 1, "traced steps stay out of the averages (steps 3-4 after warm-up, 3 traced)"
+    assert run.summary["measured_steps"] == 1, (
+        "traced steps stay out of the averages (steps 3-4 after warm-up, 3 traced)"
+    )
     for rank in (0, 1):
         trace = json.loads(gzip.decompress((out / "profile" / f"trace-rank{rank}.json.gz").read_bytes()))
         names = {e.get("name", "") for e in trace["traceEvents"]}
-        assert any("AdamW" in n or "adam" in n.lower() for n in names), "the optimizer step of a traced step is in the trace"
+        assert any("AdamW" in n or "adam" in n.lower() for n in names), (
+            "the optimizer step of a traced step is in the trace"
+        )
         assert any("gloo:all_reduce" in n or "all_reduce" in n for n in names)
     table = (out / "profile" / "kernels.txt").read_text()
     assert "Self CPU" in table and "aten::mm" in table

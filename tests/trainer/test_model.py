@@ -44,7 +44,9 @@ def test_chunked_loss_and_grads_equal_full_cross_entropy():
     torch.testing.assert_close(g_weight, weight.grad)
 
 
-@pytest.mark.parametrize("chunk_tokens", [8, 74, 200])  # several chunks with a short last one, exactly one, one larger than the input
+@pytest.mark.parametrize(
+    "chunk_tokens", [8, 74, 200]
+)  # several chunks with a short last one, exactly one, one larger than the input
 def test_fused_loss_gradients_made_in_forward_equal_autograd(chunk_tokens):
     torch.manual_seed(0)
     hidden = torch.randn(2, 37, 16, dtype=torch.float64, requires_grad=True)
@@ -65,7 +67,9 @@ def test_fused_loss_gradients_made_in_forward_equal_autograd(chunk_tokens):
     assert torch.count_nonzero(g_hidden[0, :5]) == 0  # rows whose label is ignored take no gradient
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA: the chunks' weight gradients add up in the matmuls' fp32 output")
+@pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="CUDA: the chunks' weight gradients add up in the matmuls' fp32 output"
+)
 def test_fused_loss_weight_gradient_adds_up_in_fp32_on_cuda():
     from fsdp_trainer.model import _fp32_output_matmul
 
@@ -100,7 +104,9 @@ def test_fused_and_checkpointed_loss_give_the_same_wrapper_gradients():
     torch.testing.assert_close(loss_a, loss_b, rtol=1e-6, atol=0)
     assert grads_a.keys() == grads_b.keys()
     for name in grads_a:
-        torch.testing.assert_close(grads_a[name], grads_b[name], rtol=1e-4, atol=1e-6 * float(grads_b[name].abs().max()), msg=name)
+        torch.testing.assert_close(
+            grads_a[name], grads_b[name], rtol=1e-4, atol=1e-6 * float(grads_b[name].abs().max()), msg=name
+        )
 
 
 def test_wrapper_loss_equals_hf_model_loss():
@@ -141,7 +147,10 @@ def test_random_init_leaves_the_global_generator_alone():
     init_weights_(lm, hf_config.initializer_range, seed=7)
     assert torch.equal(torch.rand(4), expected)
     torch.manual_seed(7)  # same numbers as seeding the global generator (replicated weights are unchanged)
-    assert torch.equal(lm.model.embed_tokens.weight, torch.empty_like(lm.model.embed_tokens.weight).normal_(0.0, hf_config.initializer_range))
+    assert torch.equal(
+        lm.model.embed_tokens.weight,
+        torch.empty_like(lm.model.embed_tokens.weight).normal_(0.0, hf_config.initializer_range),
+    )
 
 
 @pytest.mark.parametrize("name", list(PRESETS))
@@ -168,7 +177,11 @@ def test_flops_per_token_and_peaks():
     assert peak_tflops("NVIDIA H200") == 989.0 and peak_tflops("NVIDIA H200", fp8=True) == 1978.0
     assert peak_tflops("NVIDIA H100 PCIe") == 756.0
     assert peak_tflops("NVIDIA A100-SXM4-80GB") == 312.0 and peak_tflops("NVIDIA A100-SXM4-80GB", fp8=True) == 312.0
-    assert peak_tflops("NVIDIA A10G") == 125.0 and peak_tflops("NVIDIA L40S") == 362.0 and peak_tflops("NVIDIA L4") == 121.0
+    assert (
+        peak_tflops("NVIDIA A10G") == 125.0
+        and peak_tflops("NVIDIA L40S") == 362.0
+        and peak_tflops("NVIDIA L4") == 121.0
+    )
     assert peak_tflops("x86_64") is None
 
 

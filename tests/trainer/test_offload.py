@@ -33,7 +33,9 @@ def _grads(model: nn.Module, ids: torch.Tensor) -> tuple[torch.Tensor, dict[str,
     return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
 
 
-def _check_same_gradients(device: torch.device, compile_blocks: bool = False, dtype: torch.dtype = torch.float32) -> ActivationOffload:
+def _check_same_gradients(
+    device: torch.device, compile_blocks: bool = False, dtype: torch.dtype = torch.float32
+) -> ActivationOffload:
     model = _tiny(device, dtype)
     blocks = model.lm.model.layers
     if compile_blocks:
@@ -106,7 +108,9 @@ def test_offload_counts_are_checked():
     with pytest.raises(ValueError, match="offload at least one and leave at least one"):
         ActivationOffload(4, 4)
     cfg = load_config(None, ["--ac.offload_layers", "9"])
-    with pytest.raises(ConfigError, match=r"--ac.offload_layers: 9 is not below the model's \d+ decoder blocks; use 1 to"):
+    with pytest.raises(
+        ConfigError, match=r"--ac.offload_layers: 9 is not below the model's \d+ decoder blocks; use 1 to"
+    ):
         install_offload(cfg, _tiny(torch.device("cpu")), torch.device("cuda"))
     assert install_offload(load_config(None, []), _tiny(torch.device("cpu")), torch.device("cpu")) is None
 

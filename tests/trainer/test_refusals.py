@@ -14,26 +14,48 @@ from fsdp_trainer.train import main_with_config
 
 pytestmark = [
     pytest.mark.timeout(120),
-    pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the refusals of a machine without a GPU"),
+    pytest.mark.skipif(
+        __import__("torch").cuda.is_available(), reason="checks the refusals of a machine without a GPU"
+    ),
 ]
 
 
 @pytest.mark.parametrize(
     "flags, message",
     [
-        (["--fp8.enabled", "true"], "error: --fp8.enabled: float8 training needs a Hopper-class GPU (sm_89+); this run is on cpu"),
-        (["--parallel.cpu_offload", "true"], "error: --parallel.cpu_offload: offloading to CPU needs CUDA; this run is on cpu"),
-        (["--model.attn_implementation", "flash_attention_2"],
-         "error: --model.attn_implementation: flash_attention_2 needs CUDA; this run is on cpu (use sdpa or eager)"),
-        (["--runtime.device", "cuda"], "error: --runtime.device: 'cuda' requested but no GPU is visible (use auto or cpu)"),
+        (
+            ["--fp8.enabled", "true"],
+            "error: --fp8.enabled: float8 training needs a Hopper-class GPU (sm_89+); this run is on cpu",
+        ),
+        (
+            ["--parallel.cpu_offload", "true"],
+            "error: --parallel.cpu_offload: offloading to CPU needs CUDA; this run is on cpu",
+        ),
+        (
+            ["--model.attn_implementation", "flash_attention_2"],
+            "error: --model.attn_implementation: flash_attention_2 needs CUDA; this run is on cpu (use sdpa or eager)",
+        ),
+        (
+            ["--runtime.device", "cuda"],
+            "error: --runtime.device: 'cuda' requested but no GPU is visible (use auto or cpu)",
+        ),
         (["--runtime.backend", "nccl"], "error: --runtime.backend: nccl needs CUDA; use gloo (or auto) on CPU"),
-        (["--parallel.comm_buffers", "symmetric"],
-         "error: --parallel.comm_buffers: symmetric needs NCCL on GPUs; this run is on cpu (use default or process_group)"),
-        (["--ac.offload_layers", "2"],
-         "error: --ac.offload_layers: needs CUDA GPUs (pinned host memory, copy engines); this run is on cpu (set it to 0)"),
-        (["--train.adamw", "triton"], "error: --train.adamw: triton needs CUDA; this run is on cpu (use foreach or auto)"),
-        (["--parallel.sharding", "hybrid_shard", "--parallel.shard_size", "3"],
-         "error: --parallel.shard_size: shard_size 3 x replicate_size 1 must equal the world size 1"),
+        (
+            ["--parallel.comm_buffers", "symmetric"],
+            "error: --parallel.comm_buffers: symmetric needs NCCL on GPUs; this run is on cpu (use default or process_group)",
+        ),
+        (
+            ["--ac.offload_layers", "2"],
+            "error: --ac.offload_layers: needs CUDA GPUs (pinned host memory, copy engines); this run is on cpu (set it to 0)",
+        ),
+        (
+            ["--train.adamw", "triton"],
+            "error: --train.adamw: triton needs CUDA; this run is on cpu (use foreach or auto)",
+        ),
+        (
+            ["--parallel.sharding", "hybrid_shard", "--parallel.shard_size", "3"],
+            "error: --parallel.shard_size: shard_size 3 x replicate_size 1 must equal the world size 1",
+        ),
     ],
 )
 def test_refused_with_one_line(flags, message, tmp_path, capsys):
@@ -45,10 +67,16 @@ def test_refused_with_one_line(flags, message, tmp_path, capsys):
 def test_cli_refuses_fp8_on_cpu(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "fsdp_trainer", "--fp8.enabled", "true", "--train.output_dir", str(tmp_path)],
-        capture_output=True, text=True, env=trainer_env(), timeout=100,
+        capture_output=True,
+        text=True,
+        env=trainer_env(),
+        timeout=100,
     )
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines()[-1] == "error: --fp8.enabled: float8 training needs a Hopper-class GPU (sm_89+); this run is on cpu"
+    assert (
+        proc.stderr.strip().splitlines()[-1]
+        == "error: --fp8.enabled: float8 training needs a Hopper-class GPU (sm_89+); this run is on cpu"
+    )
     assert "Traceback" not in proc.stderr
 
 
@@ -62,7 +90,10 @@ def test_mesh_shapes():
     assert mesh_shape(ParallelConfig(sharding="hybrid_shard"), 16, 8) == (2, 8)  # shard within a node
     assert mesh_shape(ParallelConfig(sharding="hybrid_shard", replicate_size=4), 16, 8) == (4, 4)
     assert mesh_shape(ParallelConfig(sharding="hybrid_shard", shard_size=2, replicate_size=8), 16, 8) == (8, 2)
-    with pytest.raises(ConfigError, match=re.escape("--parallel.shard_size: shard_size 4 x replicate_size 3 must equal the world size 16")):
+    with pytest.raises(
+        ConfigError,
+        match=re.escape("--parallel.shard_size: shard_size 4 x replicate_size 3 must equal the world size 16"),
+    ):
         mesh_shape(ParallelConfig(sharding="hybrid_shard", shard_size=4, replicate_size=3), 16, 8)
 
 

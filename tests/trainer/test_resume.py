@@ -30,7 +30,9 @@ def straight(tmp_path_factory) -> dict[int, float]:
 
 def test_kill_after_step_5_then_resume_matches_straight_run(straight, tmp_path):
     out = tmp_path / "out"
-    killed = run_trainer([*ARGS, "--checkpoint.every_steps", "5"], out, nproc=2, env={"FSDP_TRAINER_FAULT_AFTER_STEP": "5"})
+    killed = run_trainer(
+        [*ARGS, "--checkpoint.every_steps", "5"], out, nproc=2, env={"FSDP_TRAINER_FAULT_AFTER_STEP": "5"}
+    )
     assert killed.returncode != 0
     assert [r["step"] for r in killed.records] == [1, 2, 3, 4, 5]
     ckpts = sorted(p.name for p in (out / "checkpoints").iterdir())
@@ -67,7 +69,9 @@ def test_save_killed_midway_leaves_the_previous_checkpoint(straight, tmp_path):
     assert "step_00000002 (step 2)" in resumed.stderr
     assert not partial.exists(), "the partial save is cleaned up"
     assert resumed.losses()[STEPS] == pytest.approx(straight[STEPS], abs=1e-6)
-    assert [r["step"] for r in resumed.records] == list(range(1, STEPS + 1)), "steps 3-4 of the crashed run are replaced"
+    assert [r["step"] for r in resumed.records] == list(range(1, STEPS + 1)), (
+        "steps 3-4 of the crashed run are replaced"
+    )
     assert sorted(p.name for p in ckpt.iterdir()) == ["step_00000006", "step_00000008", "step_00000010"]
 
 
@@ -89,19 +93,29 @@ def test_resume_picks_the_newest_complete_checkpoint(tmp_path):
     from fsdp_trainer.config import CheckpointConfig
     from fsdp_trainer.errors import ConfigError
 
-    for name, complete in [("step_00000002", True), ("step_00000003", False), ("step_00000004.tmp", False), ("step_00000001", True)]:
+    for name, complete in [
+        ("step_00000002", True),
+        ("step_00000003", False),
+        ("step_00000004.tmp", False),
+        ("step_00000001", True),
+    ]:
         (tmp_path / name).mkdir()
         if complete:
             (tmp_path / name / "COMPLETE").write_text("")
     assert [step for step, _ in complete_checkpoints(tmp_path)] == [1, 2]
 
     def finder(resume: str) -> Checkpointer:
-        return Checkpointer(CheckpointConfig(dir=str(tmp_path), resume=resume), env=None, model=None, optimizer=None, stateful={})
+        return Checkpointer(
+            CheckpointConfig(dir=str(tmp_path), resume=resume), env=None, model=None, optimizer=None, stateful={}
+        )
 
     assert finder("auto").find_resume() == tmp_path / "step_00000002"
     assert finder("never").find_resume() is None
     assert finder(str(tmp_path / "step_00000001")).find_resume() == tmp_path / "step_00000001"
-    with pytest.raises(ConfigError, match=re.escape("--checkpoint.resume: ") + ".*" + re.escape("step_00000003 is not a complete checkpoint")):
+    with pytest.raises(
+        ConfigError,
+        match=re.escape("--checkpoint.resume: ") + ".*" + re.escape("step_00000003 is not a complete checkpoint"),
+    ):
         finder(str(tmp_path / "step_00000003")).find_resume()
 
 
@@ -163,8 +177,12 @@ def test_replacing_a_checkpoint_keeps_the_old_one_until_the_new_is_in_place(tmp_
         def barrier(self):
             pass
 
-    Checkpointer(CheckpointConfig(dir=str(tmp_path)), env=Leader(), model=None, optimizer=None, stateful={}).clean_partial()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["step_00000005"], "the aside checkpoint is restored, the .tmp removed"
+    Checkpointer(
+        CheckpointConfig(dir=str(tmp_path)), env=Leader(), model=None, optimizer=None, stateful={}
+    ).clean_partial()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step_00000005"], (
+        "the aside checkpoint is restored, the .tmp removed"
+    )
     assert (final / "train_state.json").read_text() == "new"
 
 
@@ -182,7 +200,13 @@ def test_explicit_resume_prunes_the_abandoned_runs_newer_checkpoints(tmp_path):
         def barrier(self):
             pass
 
-    ck = Checkpointer(CheckpointConfig(dir=str(tmp_path), resume=str(tmp_path / "step_00000004")), env=Leader(), model=None, optimizer=None, stateful={})
+    ck = Checkpointer(
+        CheckpointConfig(dir=str(tmp_path), resume=str(tmp_path / "step_00000004")),
+        env=Leader(),
+        model=None,
+        optimizer=None,
+        stateful={},
+    )
     assert ck.find_resume() == tmp_path / "step_00000004"
     ck.prune_newer_than(4)
     assert [s for s, _ in complete_checkpoints(tmp_path)] == [2, 4]

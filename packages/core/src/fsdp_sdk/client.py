@@ -100,7 +100,9 @@ class Client:
     :raises ConfigError: the configuration is invalid.
     """
 
-    def __init__(self, config: Config, *, plugins: Plugins | None = None, progress: ProgressCallback | None = None) -> None:
+    def __init__(
+        self, config: Config, *, plugins: Plugins | None = None, progress: ProgressCallback | None = None
+    ) -> None:
         self.loaded_plugins = plugins or get_plugins()
         self.config = config.resolved(self.loaded_plugins)
         self.progress: ProgressCallback = progress or no_progress
@@ -257,7 +259,11 @@ class Client:
 
             try:
                 result = self.backend.run_job(
-                    config, run_id=run_id, dry_run=dry_run, on_output=on_output, on_started=started,
+                    config,
+                    run_id=run_id,
+                    dry_run=dry_run,
+                    on_output=on_output,
+                    on_started=started,
                     progress=self.progress,
                 )
             except BaseException:

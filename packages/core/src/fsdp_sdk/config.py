@@ -602,7 +602,9 @@ def _flatten_document(data: Mapping[str, Any], source: str) -> list[Setting]:
         if body is None:
             continue
         if not isinstance(body, Mapping):
-            raise ConfigError(section, "must be a mapping of settings", f"write '{section}:' followed by indented keys", source=source)
+            raise ConfigError(
+                section, "must be a mapping of settings", f"write '{section}:' followed by indented keys", source=source
+            )
         if section == "trainer":
             for key, value in _flatten_mapping(body):
                 settings.append(Setting(f"trainer.{key}", value, f"trainer.{key}", source))
@@ -657,7 +659,11 @@ def _env_setting(name: str, value: str, source: str) -> Setting:
         return Setting(".".join(parts), value, name, source)
     known = [f"{ENV_PREFIX}{s.upper()}__{n.upper()}" for s in SECTIONS for n in _field_names(s)]
     close = difflib.get_close_matches(name, known, n=1)
-    fix = f"did you mean {close[0]}?" if close else f"use {ENV_PREFIX}<SECTION>__<FIELD>, e.g. {ENV_PREFIX}JOB__NUM_WORKERS"
+    fix = (
+        f"did you mean {close[0]}?"
+        if close
+        else f"use {ENV_PREFIX}<SECTION>__<FIELD>, e.g. {ENV_PREFIX}JOB__NUM_WORKERS"
+    )
     raise ConfigError(name, "is not a configuration setting", fix, source=source)
 
 
@@ -689,13 +695,19 @@ def _apply(config: Config, setting: Setting) -> None:
     origin = setting.origin
     if parts[0] == "trainer":
         if len(parts) < 3 or not all(parts):
-            raise ConfigError(origin.name, "trainer settings have the form trainer.<section>.<field>",
-                              "e.g. trainer.model.preset=tiny", source=origin.source)
+            raise ConfigError(
+                origin.name,
+                "trainer settings have the form trainer.<section>.<field>",
+                "e.g. trainer.model.preset=tiny",
+                source=origin.source,
+            )
         node = config.trainer
         for part in parts[1:-1]:
             child = node.setdefault(part, {})
             if not isinstance(child, dict):
-                raise ConfigError(origin.name, f"{part!r} is a value, not a section", "check the key", source=origin.source)
+                raise ConfigError(
+                    origin.name, f"{part!r} is a value, not a section", "check the key", source=origin.source
+                )
             node = child
         node[parts[-1]] = setting.value.get_secret_value() if isinstance(setting.value, Secret) else setting.value
         config.origins[path] = origin
@@ -711,7 +723,9 @@ def _apply(config: Config, setting: Setting) -> None:
     if check is not None and value is not None:
         predicate, problem, fix = check
         if not predicate(value):
-            raise ConfigError(origin.name, f"{_show(value)} {problem}", fix.format(name=origin.name), source=origin.source)
+            raise ConfigError(
+                origin.name, f"{_show(value)} {problem}", fix.format(name=origin.name), source=origin.source
+            )
     setattr(getattr(config, section), name, value)
     config.origins[path] = origin
 
@@ -742,7 +756,7 @@ def _convert(value: Any, tp: Any, origin: Origin) -> Any:
             return value
         if isinstance(value, int) and not isinstance(value, bool):
             return str(value)
-        raise fail("is not a string", f"write {name} as text in quotes, e.g. \"{value}\"")
+        raise fail("is not a string", f'write {name} as text in quotes, e.g. "{value}"')
     if tp is bool:
         if isinstance(value, bool):
             return value

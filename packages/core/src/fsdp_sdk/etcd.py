@@ -146,7 +146,9 @@ def start_etcd(
     """
     binary = binary or etcd_binary()
     if binary is None:
-        raise BackendError("etcd: not found on PATH; install etcd (e.g. apt-get install etcd-server) or use --set job.rdzv_backend=c10d")
+        raise BackendError(
+            "etcd: not found on PATH; install etcd (e.g. apt-get install etcd-server) or use --set job.rdzv_backend=c10d"
+        )
     data_dir.mkdir(parents=True, exist_ok=True)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     last_error = ""
@@ -157,14 +159,21 @@ def start_etcd(
         client_url, peer_url = f"http://{HOST}:{client_port}", f"http://{HOST}:{peer_port}"
         command = [
             binary,
-            "--name", name,
-            "--data-dir", str(data_dir),
+            "--name",
+            name,
+            "--data-dir",
+            str(data_dir),
             "--enable-v2=true",
-            "--listen-client-urls", client_url,
-            "--advertise-client-urls", client_url,
-            "--listen-peer-urls", peer_url,
-            "--initial-advertise-peer-urls", peer_url,
-            "--initial-cluster", f"{name}={peer_url}",
+            "--listen-client-urls",
+            client_url,
+            "--advertise-client-urls",
+            client_url,
+            "--listen-peer-urls",
+            peer_url,
+            "--initial-advertise-peer-urls",
+            peer_url,
+            "--initial-cluster",
+            f"{name}={peer_url}",
         ]
         with open(log_path, "ab") as log:
             process = subprocess.Popen(

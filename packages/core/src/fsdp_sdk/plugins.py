@@ -294,8 +294,9 @@ class Plugins:
             return f"{name!r} (built into fsdp-sdk)"
         distribution, version = self._distributions.get(name, (None, None))
         if distribution is None:
-            distribution, version = next(((i.distribution, i.version) for i in self._broken if i.name == name),
-                                         (None, None))
+            distribution, version = next(
+                ((i.distribution, i.version) for i in self._broken if i.name == name), (None, None)
+            )
         return f"{name!r} (from {distribution} {version})" if distribution else repr(name)
 
     def _load_entry_points(self) -> None:
@@ -306,12 +307,20 @@ class Plugins:
             if self.pm.is_blocked(ep.name):
                 continue
             distribution = (ep.distribution, ep.version)
-            taken_by = (f"the built-in plugin of fsdp-sdk {__version__}" if ep.name in DEFAULT_PLUGINS
-                        else f"{claimed[ep.name][0]} {claimed[ep.name][1]}" if ep.name in claimed
-                        else "the plugin registered before it" if self.pm.has_plugin(ep.name) else None)
+            taken_by = (
+                f"the built-in plugin of fsdp-sdk {__version__}"
+                if ep.name in DEFAULT_PLUGINS
+                else f"{claimed[ep.name][0]} {claimed[ep.name][1]}"
+                if ep.name in claimed
+                else "the plugin registered before it"
+                if self.pm.has_plugin(ep.name)
+                else None
+            )
             if taken_by is not None:
                 self._mark_broken(
-                    ep.name, ep.value, distribution,
+                    ep.name,
+                    ep.value,
+                    distribution,
                     f"the name {ep.name!r} is already taken by {taken_by}, which is kept; rename the entry point "
                     f"in {ep.distribution}'s [project.entry-points.{ENTRY_POINT_GROUP}] or uninstall one of the two",
                     verb="is not loaded",
@@ -338,8 +347,15 @@ class Plugins:
                 module = getattr(exc.plugin, "__name__", repr(exc.plugin))
                 self._mark_broken(name, module, self._distributions.pop(name, (None, None)), exc)
 
-    def _mark_broken(self, name: str, module: str, distribution: tuple[str | None, str | None],
-                     problem: BaseException | str, *, verb: str = "failed to load and is disabled") -> None:
+    def _mark_broken(
+        self,
+        name: str,
+        module: str,
+        distribution: tuple[str | None, str | None],
+        problem: BaseException | str,
+        *,
+        verb: str = "failed to load and is disabled",
+    ) -> None:
         """List a plugin as broken and say so on stderr.
 
         :param problem: the exception that stopped it, or a sentence saying why it was not loaded.
@@ -390,4 +406,3 @@ def get_plugins() -> Plugins:
 def reset_plugins() -> None:
     """Forget the process-wide plugin set; the next :func:`get_plugins` builds a new one."""
     get_plugins.cache_clear()
-

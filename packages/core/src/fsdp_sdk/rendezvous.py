@@ -105,7 +105,9 @@ class EtcdV2:
             except urllib.error.HTTPError as error:
                 return error.code, _json_or_none(error.read())
             except OSError as error:
-                raise BackendError(f"etcd at {base}: cannot connect ({error}); check that etcd is running there") from error
+                raise BackendError(
+                    f"etcd at {base}: cannot connect ({error}); check that etcd is running there"
+                ) from error
 
         return cls(send, where=base)
 
@@ -153,8 +155,10 @@ class EtcdV2:
     def _check(self, status: int, body: Any, method: str, key: str) -> None:
         if not 200 <= status <= 299:
             message = body.get("message") if isinstance(body, dict) else body
-            raise BackendError(f"etcd {method} {key} at {self.where}: {status} {message}; "
-                               "check that etcd runs with --enable-v2=true ('fsdp-sdk prereqs status' in a cluster)")
+            raise BackendError(
+                f"etcd {method} {key} at {self.where}: {status} {message}; "
+                "check that etcd runs with --enable-v2=true ('fsdp-sdk prereqs status' in a cluster)"
+            )
 
 
 def _json_or_none(data: bytes) -> Any:
@@ -185,7 +189,7 @@ def clear_rendezvous(etcd: EtcdV2, backend: str, rdzv_id: str) -> list[str]:
     if keys.store_dir:
         # base64 names may contain '/', which etcd turns into sub-directories: decode the whole relative path.
         for key in etcd.leaves(keys.store_dir):
-            name = key[len(keys.store_dir) + 1:]
+            name = key[len(keys.store_dir) + 1 :]
             if _decoded(name).startswith(keys.store_prefix) and etcd.delete_tree(key):
                 deleted.append(key)
     return deleted

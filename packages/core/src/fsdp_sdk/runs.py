@@ -53,8 +53,12 @@ class RunResult:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
         return {
-            "job": {"name": self.job.name, "backend": self.job.backend, "run_id": self.job.run_id,
-                    "namespace": self.job.namespace},
+            "job": {
+                "name": self.job.name,
+                "backend": self.job.backend,
+                "run_id": self.job.run_id,
+                "namespace": self.job.namespace,
+            },
             "summary": self.summary,
             "output_dir": str(self.output_dir) if self.output_dir else None,
             "log_dir": str(self.log_dir) if self.log_dir else None,

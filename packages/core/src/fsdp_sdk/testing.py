@@ -110,7 +110,11 @@ class BackendConformance:
     @pytest.fixture
     def config(self, plugins: Plugins, state_dir: Path) -> Config:
         """The resolved configuration every test uses."""
-        overrides = {"cluster.backend": self.backend_class.name, "cluster.state_dir": str(state_dir), **self.config_overrides}
+        overrides = {
+            "cluster.backend": self.backend_class.name,
+            "cluster.state_dir": str(state_dir),
+            **self.config_overrides,
+        }
         return Config().with_overrides(overrides).resolved(plugins, validate_trainer=False)
 
     @pytest.fixture
@@ -238,9 +242,10 @@ class InstanceTypePluginConformance:
             json.dumps(t.to_dict())
 
     def test_names_do_not_clash_with_other_plugins(self) -> None:
-        plugins = build_plugins(autoload=False, default_plugins=tuple(
-            name for name in DEFAULT_PLUGINS if name != getattr(self.plugin, "__name__", None)
-        ))
+        plugins = build_plugins(
+            autoload=False,
+            default_plugins=tuple(name for name in DEFAULT_PLUGINS if name != getattr(self.plugin, "__name__", None)),
+        )
         if not plugins.pm.is_registered(self.plugin):
             plugins.register(self.plugin)
         registry = plugins.instance_types  # raises PluginError on a duplicate name
@@ -252,5 +257,7 @@ class InstanceTypePluginConformance:
         from importlib.metadata import entry_points
 
         found = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == self.entry_point_name]
-        assert found, f"no entry point {self.entry_point_name!r} in group {ENTRY_POINT_GROUP!r}; is the package installed?"
+        assert found, (
+            f"no entry point {self.entry_point_name!r} in group {ENTRY_POINT_GROUP!r}; is the package installed?"
+        )
         assert found[0].load() is self.plugin

@@ -47,9 +47,24 @@ def _kernel() -> Any:
     import triton.language as tl
 
     @triton.jit
-    def adamw_kernel(param_ptr, low_ptr, grad_ptr, exp_avg_ptr, exp_avg_sq_ptr, divisor_ptr, n_elements,
-                     beta1, beta2, eps, decay_factor, step_size, inv_sqrt_bias_correction2,
-                     HAS_DIVISOR: tl.constexpr, HAS_MASTER: tl.constexpr, BLOCK: tl.constexpr):
+    def adamw_kernel(
+        param_ptr,
+        low_ptr,
+        grad_ptr,
+        exp_avg_ptr,
+        exp_avg_sq_ptr,
+        divisor_ptr,
+        n_elements,
+        beta1,
+        beta2,
+        eps,
+        decay_factor,
+        step_size,
+        inv_sqrt_bias_correction2,
+        HAS_DIVISOR: tl.constexpr,
+        HAS_MASTER: tl.constexpr,
+        BLOCK: tl.constexpr,
+    ):
         offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
         mask = offsets < n_elements
         grad = tl.load(grad_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
@@ -109,8 +124,10 @@ def _local(t: torch.Tensor) -> torch.Tensor:
         same = [getattr(t, n) for n in names if getattr(t, n).shape == t.shape and getattr(t, n).dtype == t.dtype]
         inner = same[0] if len(same) == 1 else None
         if inner is None:
-            raise RuntimeError(f"TritonAdamW: {type(t).__name__} parameters are tensor subclasses the kernel cannot "
-                               "read; use --train.adamw fused")
+            raise RuntimeError(
+                f"TritonAdamW: {type(t).__name__} parameters are tensor subclasses the kernel cannot "
+                "read; use --train.adamw fused"
+            )
         t = inner
     return t
 
@@ -129,7 +146,9 @@ def split_master(master: torch.Tensor, param: torch.Tensor) -> torch.Tensor:
 def join_master(param: torch.Tensor, low: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """The fp32 master held as ``param`` (bf16, its upper half) and ``low`` (int16 remainder), written into ``out``
     (fp32, of their shape) or a new tensor, with no other temporary."""
-    bits = out.view(torch.int32) if out is not None else torch.empty(param.shape, dtype=torch.int32, device=param.device)
+    bits = (
+        out.view(torch.int32) if out is not None else torch.empty(param.shape, dtype=torch.int32, device=param.device)
+    )
     bits.copy_(param.view(torch.int16))
     bits.bitwise_left_shift_(16)
     bits.add_(low)
@@ -139,8 +158,15 @@ def join_master(param: torch.Tensor, low: torch.Tensor, out: torch.Tensor | None
 class TritonAdamW(torch.optim.AdamW):
     """``torch.optim.AdamW`` whose ``step`` runs one Triton kernel per parameter (see the module docstring)."""
 
-    def __init__(self, params: Any, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 1e-2, master_weights: bool = False) -> None:
+    def __init__(
+        self,
+        params: Any,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 1e-2,
+        master_weights: bool = False,
+    ) -> None:
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, foreach=False, fused=False)
         self.master_weights = master_weights
         self._seeded: dict[torch.Tensor, torch.Tensor] = {}  # remainders of seeded masters, until the first step
@@ -252,25 +278,45 @@ class TritonAdamW(torch.optim.AdamW):
                 if low is not None:
                     tensors.append(low)
                 if not all(t.is_contiguous() and t.numel() == param.numel() for t in tensors):
-                    raise RuntimeError("TritonAdamW: a parameter, its gradient and its state must be contiguous and "
-                                       "of one size; use --train.adamw fused")
+                    raise RuntimeError(
+                        "TritonAdamW: a parameter, its gradient and its state must be contiguous and "
+                        "of one size; use --train.adamw fused"
+                    )
                 if low is not None and (param.dtype != torch.bfloat16 or low.dtype != torch.int16):
-                    raise RuntimeError(f"TritonAdamW: master weights need bf16 parameters and int16 remainders, got "
-                                       f"{param.dtype} and {low.dtype}; use --precision.master_weights params")
-                if any(t.dtype != torch.float32 for t in (exp_avg, exp_avg_sq)) or (low is None and param.dtype != torch.float32):
-                    raise RuntimeError(f"TritonAdamW: parameters and state must be fp32, got {param.dtype}; "
-                                       "use --train.adamw fused or --precision.master_weights optimizer")
+                    raise RuntimeError(
+                        f"TritonAdamW: master weights need bf16 parameters and int16 remainders, got "
+                        f"{param.dtype} and {low.dtype}; use --precision.master_weights params"
+                    )
+                if any(t.dtype != torch.float32 for t in (exp_avg, exp_avg_sq)) or (
+                    low is None and param.dtype != torch.float32
+                ):
+                    raise RuntimeError(
+                        f"TritonAdamW: parameters and state must be fp32, got {param.dtype}; "
+                        "use --train.adamw fused or --precision.master_weights optimizer"
+                    )
                 n = param.numel()
                 if n == 0:
                     continue
                 bias_correction1 = 1.0 - beta1**step
                 bias_correction2 = 1.0 - beta2**step
                 kernel[(triton_cdiv(n, BLOCK),)](
-                    param, low if low is not None else param, grad, exp_avg, exp_avg_sq,
-                    divisor if divisor is not None else param, n,
-                    beta1, beta2, group["eps"], 1.0 - lr * group["weight_decay"], lr / bias_correction1,
+                    param,
+                    low if low is not None else param,
+                    grad,
+                    exp_avg,
+                    exp_avg_sq,
+                    divisor if divisor is not None else param,
+                    n,
+                    beta1,
+                    beta2,
+                    group["eps"],
+                    1.0 - lr * group["weight_decay"],
+                    lr / bias_correction1,
                     1.0 / math.sqrt(bias_correction2),
-                    HAS_DIVISOR=divisor is not None, HAS_MASTER=low is not None, BLOCK=BLOCK, num_warps=NUM_WARPS,
+                    HAS_DIVISOR=divisor is not None,
+                    HAS_MASTER=low is not None,
+                    BLOCK=BLOCK,
+                    num_warps=NUM_WARPS,
                 )
         return loss
 

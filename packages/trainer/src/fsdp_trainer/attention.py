@@ -61,14 +61,23 @@ def kernel_choice(choice: str, device: torch.device) -> str | None:
     return choice
 
 
-def probe(kernel: str, device: torch.device, dtype: torch.dtype, heads: int, head_dim: int, seq_len: int,
-          kv_heads: int | None = None) -> str | None:
+def probe(
+    kernel: str,
+    device: torch.device,
+    dtype: torch.dtype,
+    heads: int,
+    head_dim: int,
+    seq_len: int,
+    kv_heads: int | None = None,
+) -> str | None:
     """None when SDPA's dispatcher takes ``kernel`` for a causal training call of this shape, else the reason it does not.
 
     With ``kv_heads`` fewer than ``heads``, the call passes the grouped key/value heads as they are (``enable_gqa``)."""
     kv_heads = heads if kv_heads is None else kv_heads
     q = torch.zeros((1, heads, seq_len, head_dim), device=device, dtype=dtype, requires_grad=True)
-    k, v = (torch.zeros((1, kv_heads, seq_len, head_dim), device=device, dtype=dtype, requires_grad=True) for _ in range(2))
+    k, v = (
+        torch.zeros((1, kv_heads, seq_len, head_dim), device=device, dtype=dtype, requires_grad=True) for _ in range(2)
+    )
     try:
         with sdpa_kernel([_KERNELS[kernel]]):
             picked = torch._fused_sdp_choice(q, k, v, None, 0.0, True, enable_gqa=kv_heads != heads)
@@ -109,12 +118,15 @@ def sdpa_attention(
     # Training sequences come without a mask (packed, causal): let the kernel apply causality itself.
     causal = bool(causal) and attention_mask is None and query.shape[2] > 1
     with sdpa_kernel(_enabled):
-        out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling, is_causal=causal, **gqa)
+        out = F.scaled_dot_product_attention(
+            query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling, is_causal=causal, **gqa
+        )
     return out.transpose(1, 2).contiguous(), None
 
 
-def configure_attention(hf_config: Any, choice: str, device: torch.device, dtype: torch.dtype, seq_len: int,
-                        gqa: str = "auto") -> str:
+def configure_attention(
+    hf_config: Any, choice: str, device: torch.device, dtype: torch.dtype, seq_len: int, gqa: str = "auto"
+) -> str:
     """Point ``hf_config`` at the trainer's SDPA function when ``choice`` names a kernel that takes the run's shapes.
 
     ``gqa`` (``model.sdpa_gqa``): auto passes grouped key/value heads as they are where the kernel takes them
@@ -128,9 +140,16 @@ def configure_attention(hf_config: Any, choice: str, device: torch.device, dtype
     if kernel is None:
         return "sdpa, torch's default kernel order"
     head_dim = getattr(hf_config, "head_dim", None) or hf_config.hidden_size // hf_config.num_attention_heads
-    refused = None if kernel == "math" else probe(kernel, device, dtype, hf_config.num_attention_heads, head_dim, seq_len)
+    refused = (
+        None if kernel == "math" else probe(kernel, device, dtype, hf_config.num_attention_heads, head_dim, seq_len)
+    )
     if refused:
-        log.warning("model.sdpa_backend=%s: the %s kernel does not take this run's attention (%s); using torch's default order", choice, kernel, refused)
+        log.warning(
+            "model.sdpa_backend=%s: the %s kernel does not take this run's attention (%s); using torch's default order",
+            choice,
+            kernel,
+            refused,
+        )
         return "sdpa, torch's default kernel order"
     from transformers import AttentionInterface
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
@@ -138,10 +157,18 @@ def configure_attention(hf_config: Any, choice: str, device: torch.device, dtype
     kv_heads = getattr(hf_config, "num_key_value_heads", None) or hf_config.num_attention_heads
     grouped = kv_heads != hf_config.num_attention_heads
     _enabled = [_KERNELS[kernel]] + ([SDPBackend.MATH] if kernel != "math" else [])
-    _gqa_native = grouped and gqa == "auto" and (
-        kernel == "math" or probe(kernel, device, dtype, hf_config.num_attention_heads, head_dim, seq_len, kv_heads) is None)
+    _gqa_native = (
+        grouped
+        and gqa == "auto"
+        and (
+            kernel == "math"
+            or probe(kernel, device, dtype, hf_config.num_attention_heads, head_dim, seq_len, kv_heads) is None
+        )
+    )
     AttentionInterface.register(ATTENTION_NAME, sdpa_attention)
     AttentionMaskInterface.register(ATTENTION_NAME, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
     hf_config._attn_implementation = ATTENTION_NAME
-    heads = "" if not grouped else ", grouped key/value heads as they are" if _gqa_native else ", key/value heads repeated"
+    heads = (
+        "" if not grouped else ", grouped key/value heads as they are" if _gqa_native else ", key/value heads repeated"
+    )
     return f"sdpa, {kernel} kernel (math as fallback){heads}"

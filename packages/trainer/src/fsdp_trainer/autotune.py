@@ -93,12 +93,25 @@ class Shape:
     @classmethod
     def from_config(cls, hf: Any) -> Shape:
         """From a ``LlamaConfig`` or a preset spec (a dict with the same field names)."""
-        keys = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                "num_key_value_heads", "head_dim", "tie_word_embeddings")
+        keys = (
+            "vocab_size",
+            "hidden_size",
+            "intermediate_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "head_dim",
+            "tie_word_embeddings",
+        )
         spec = {k: (hf.get(k) if isinstance(hf, dict) else getattr(hf, k, None)) for k in keys}
         return cls(
-            vocab=spec["vocab_size"], hidden=spec["hidden_size"], ffn=spec["intermediate_size"], layers=spec["num_hidden_layers"],
-            tied=bool(spec["tie_word_embeddings"]), kv_dim=presets.kv_dim(spec), block_params=presets.block_params(spec),
+            vocab=spec["vocab_size"],
+            hidden=spec["hidden_size"],
+            ffn=spec["intermediate_size"],
+            layers=spec["num_hidden_layers"],
+            tied=bool(spec["tie_word_embeddings"]),
+            kv_dim=presets.kv_dim(spec),
+            block_params=presets.block_params(spec),
             params=presets.num_params(spec),
         )
 
@@ -122,8 +135,15 @@ class Candidate:
         return f"micro_batch_size={self.micro_batch_size} grad_accum_steps={self.grad_accum_steps} ac={ac} compile={'on' if self.compiled else 'off'}{budget}"
 
 
-def activation_bytes_per_token(shape: Shape, compiled: bool, ac_mode: str, ac_every: int, fused_kernels: bool = True,
-                               memory_budget: float = 1.0, fp8: bool = False) -> float:
+def activation_bytes_per_token(
+    shape: Shape,
+    compiled: bool,
+    ac_mode: str,
+    ac_every: int,
+    fused_kernels: bool = True,
+    memory_budget: float = 1.0,
+    fp8: bool = False,
+) -> float:
     """Bytes kept per token for the whole decoder between forward and backward."""
     full_layer = 12.7 * shape.hidden + 6 * shape.ffn + 4 * shape.kv_dim
     if compiled and memory_budget <= LEAN_BUDGET:  # between it and 1: counted as 1 (measured only at 0.7 and 0.8)
@@ -140,10 +160,26 @@ def activation_bytes_per_token(shape: Shape, compiled: bool, ac_mode: str, ac_ev
 
 
 def estimate_peak_bytes(
-    shape: Shape, seq_len: int, micro_batch: int, *, shard_degree: int, compiled: bool, ac_mode: str, ac_every: int = 2,
-    loss_chunk_tokens: int = 4096, fused_loss: bool = True, cpu_offload: bool = False, param_bytes: int = 2,
-    grad_accum_steps: int = 1, reshard_after_forward: bool = True, reduce_bytes: int = 4, fused_kernels: bool = True,
-    master_weights: bool = False, memory_budget: float = 1.0, fp8: bool = False, master_bytes: int = 2,
+    shape: Shape,
+    seq_len: int,
+    micro_batch: int,
+    *,
+    shard_degree: int,
+    compiled: bool,
+    ac_mode: str,
+    ac_every: int = 2,
+    loss_chunk_tokens: int = 4096,
+    fused_loss: bool = True,
+    cpu_offload: bool = False,
+    param_bytes: int = 2,
+    grad_accum_steps: int = 1,
+    reshard_after_forward: bool = True,
+    reduce_bytes: int = 4,
+    fused_kernels: bool = True,
+    master_weights: bool = False,
+    memory_budget: float = 1.0,
+    fp8: bool = False,
+    master_bytes: int = 2,
 ) -> int:
     """Estimated peak of allocated bytes (``torch.cuda.max_memory_allocated``) on one GPU in a training step.
 
@@ -158,9 +194,13 @@ def estimate_peak_bytes(
     fwd_bytes = 2 + master_bytes + 8 if master_weights and grad_accum_steps == 1 else 12
     states_fwd, states_step = (0.0, 0.0) if cpu_offload else (fwd_bytes * n_shard, 16 * n_shard)
     tokens = micro_batch * seq_len
-    activations = tokens * activation_bytes_per_token(shape, compiled, ac_mode, ac_every, fused_kernels, memory_budget, fp8)
+    activations = tokens * activation_bytes_per_token(
+        shape, compiled, ac_mode, ac_every, fused_kernels, memory_budget, fp8
+    )
     blocks_gathered = 3 if reshard_after_forward else shape.layers
-    gathered = param_bytes * (blocks_gathered * shape.block_params + shape.vocab * shape.hidden * (1 if shape.tied else 2))
+    gathered = param_bytes * (
+        blocks_gathered * shape.block_params + shape.vocab * shape.hidden * (1 if shape.tied else 2)
+    )
     if grad_accum_steps > 1:
         gathered += reduce_bytes * shape.params
     chunk = min(loss_chunk_tokens, tokens)
@@ -188,11 +228,27 @@ def relative_speed(ac_recompute: float, micro_batch: int, compiled: bool, fp8: b
 
 
 def choose(
-    shape: Shape, seq_len: int, *, device_bytes: int, memory_fraction: float, shard_degree: int, compiled: bool,
-    fixed_batch: int | None, fixed_micro_batch: int | None, ac_fixed: tuple[str, int] | None, loss_chunk_tokens: int,
-    fused_loss: bool, cpu_offload: bool, param_bytes: int = 2, ac_every_fixed: int | None = None,
-    reshard_after_forward: bool = True, reduce_bytes: int = 4, fused_kernels: bool = True, master_weights: bool = False,
-    memory_budgets: tuple[float, ...] = (1.0,), fp8: bool = False,
+    shape: Shape,
+    seq_len: int,
+    *,
+    device_bytes: int,
+    memory_fraction: float,
+    shard_degree: int,
+    compiled: bool,
+    fixed_batch: int | None,
+    fixed_micro_batch: int | None,
+    ac_fixed: tuple[str, int] | None,
+    loss_chunk_tokens: int,
+    fused_loss: bool,
+    cpu_offload: bool,
+    param_bytes: int = 2,
+    ac_every_fixed: int | None = None,
+    reshard_after_forward: bool = True,
+    reduce_bytes: int = 4,
+    fused_kernels: bool = True,
+    master_weights: bool = False,
+    memory_budgets: tuple[float, ...] = (1.0,),
+    fp8: bool = False,
 ) -> tuple[Candidate | None, list[Candidate]]:
     """The fastest candidate that fits (None when none does) and every candidate considered, fastest first.
 
@@ -205,7 +261,11 @@ def choose(
     if ac_fixed is not None:
         acs = [(ac_fixed[0], ac_fixed[1], _recompute_share(*ac_fixed))]
     elif ac_every_fixed is not None:
-        acs = [("none", 1, 0.0), ("selective", ac_every_fixed, _recompute_share("selective", ac_every_fixed)), ("full", 1, 1.0)]
+        acs = [
+            ("none", 1, 0.0),
+            ("selective", ac_every_fixed, _recompute_share("selective", ac_every_fixed)),
+            ("full", 1, 1.0),
+        ]
     else:
         acs = list(AC_CANDIDATES)
     if fixed_micro_batch is not None:
@@ -221,10 +281,24 @@ def choose(
             accum = (fixed_batch // mb) if fixed_batch is not None else 1
             for share in kept_shares:
                 peak = estimate_peak_bytes(
-                    shape, seq_len, mb, shard_degree=shard_degree, compiled=compiled, ac_mode=mode, ac_every=every,
-                    loss_chunk_tokens=loss_chunk_tokens, fused_loss=fused_loss, cpu_offload=cpu_offload, param_bytes=param_bytes,
-                    grad_accum_steps=accum, reshard_after_forward=reshard_after_forward, reduce_bytes=reduce_bytes, fused_kernels=fused_kernels,
-                    master_weights=master_weights, memory_budget=share, fp8=fp8,
+                    shape,
+                    seq_len,
+                    mb,
+                    shard_degree=shard_degree,
+                    compiled=compiled,
+                    ac_mode=mode,
+                    ac_every=every,
+                    loss_chunk_tokens=loss_chunk_tokens,
+                    fused_loss=fused_loss,
+                    cpu_offload=cpu_offload,
+                    param_bytes=param_bytes,
+                    grad_accum_steps=accum,
+                    reshard_after_forward=reshard_after_forward,
+                    reduce_bytes=reduce_bytes,
+                    fused_kernels=fused_kernels,
+                    master_weights=master_weights,
+                    memory_budget=share,
+                    fp8=fp8,
                 )
                 speed = relative_speed(recompute + (LEAN_RECOMPUTE if share < 1 else 0.0), mb, compiled, fp8)
                 considered.append(Candidate(mode, every, mb, accum, compiled, peak, speed, share))
@@ -237,7 +311,9 @@ def choose(
     return min(near, key=lambda c: c.peak_bytes), considered
 
 
-def choose_comm_buffers(cfg: Any, *, world_size: int, local_world_size: int, on_gpu: bool, symmetric_unavailable: str | None) -> str | None:
+def choose_comm_buffers(
+    cfg: Any, *, world_size: int, local_world_size: int, on_gpu: bool, symmetric_unavailable: str | None
+) -> str | None:
     """``--auto``'s ``parallel.comm_buffers``: ``symmetric`` (all-gathers on the copy engines, reduce-scatters on
     NCCL's symmetric-memory kernels) for FSDP2 runs sharded over several GPUs of one node, where it was measured
     (Llama-3.1-8B over 2 H200s: +1.8% over the default buffers with bf16 reduction, session 6; +0.7% with fp32
@@ -248,7 +324,13 @@ def choose_comm_buffers(cfg: Any, *, world_size: int, local_world_size: int, on_
     par = cfg.parallel
     if "parallel.comm_buffers" in getattr(cfg, "explicit", frozenset()) or not on_gpu or symmetric_unavailable:
         return None
-    if par.api != "fsdp2" or par.cpu_offload or cfg.runtime.backend == "gloo" or world_size < 2 or world_size != local_world_size:
+    if (
+        par.api != "fsdp2"
+        or par.cpu_offload
+        or cfg.runtime.backend == "gloo"
+        or world_size < 2
+        or world_size != local_world_size
+    ):
         return None
     if shard_degree(cfg, world_size, local_world_size) < 2:
         return None
@@ -269,8 +351,16 @@ def shard_degree(cfg: Any, world_size: int, local_world_size: int) -> int:
     return mesh_shape(cfg.parallel, world_size, local_world_size)[1]
 
 
-def apply_auto(cfg: Any, hf_config: Any, *, world_size: int, local_world_size: int, device_bytes: int, on_gpu: bool,
-               master_weights: bool = False) -> dict[str, Any]:
+def apply_auto(
+    cfg: Any,
+    hf_config: Any,
+    *,
+    world_size: int,
+    local_world_size: int,
+    device_bytes: int,
+    on_gpu: bool,
+    master_weights: bool = False,
+) -> dict[str, Any]:
     """Fill the settings ``--auto`` owns into ``cfg`` (those not set explicitly); returns a record for logs and the summary.
 
     ``master_weights``: whether the run keeps fp32 masters in the optimizer when it does not accumulate
@@ -290,15 +380,29 @@ def apply_auto(cfg: Any, hf_config: Any, *, world_size: int, local_world_size: i
     degree = shard_degree(cfg, world_size, local_world_size)
     param_bytes = 4 if cfg.precision.param_dtype == "fp32" else 2
     best, considered = choose(
-        shape, cfg.data.seq_len, device_bytes=device_bytes, memory_fraction=cfg.auto.memory_fraction, shard_degree=degree,
-        compiled=compiled, fixed_batch=fixed_batch, fixed_micro_batch=t.micro_batch_size if mb_set else None, ac_fixed=ac_fixed,
-        loss_chunk_tokens=t.loss_chunk_tokens, fused_loss=t.fused_loss, cpu_offload=cfg.parallel.cpu_offload, param_bytes=param_bytes,
+        shape,
+        cfg.data.seq_len,
+        device_bytes=device_bytes,
+        memory_fraction=cfg.auto.memory_fraction,
+        shard_degree=degree,
+        compiled=compiled,
+        fixed_batch=fixed_batch,
+        fixed_micro_batch=t.micro_batch_size if mb_set else None,
+        ac_fixed=ac_fixed,
+        loss_chunk_tokens=t.loss_chunk_tokens,
+        fused_loss=t.fused_loss,
+        cpu_offload=cfg.parallel.cpu_offload,
+        param_bytes=param_bytes,
         ac_every_fixed=ac.every if "ac.every" in explicit else None,
-        reshard_after_forward=bool(cfg.parallel.reshard_after_forward), reduce_bytes=4 if cfg.precision.reduce_dtype == "fp32" else 2,
-        fused_kernels=cfg.model.fused_kernels and cfg.model.attn_implementation != "eager",  # eager attention stays Hugging Face's
-        master_weights=master_weights, fp8=cfg.fp8.enabled,
-        memory_budgets=(comp.memory_budget,) if "compile.memory_budget" in explicit else
-        ((1.0, LEAN_BUDGET) if compiled and not cfg.fp8.enabled else (1.0,)),
+        reshard_after_forward=bool(cfg.parallel.reshard_after_forward),
+        reduce_bytes=4 if cfg.precision.reduce_dtype == "fp32" else 2,
+        fused_kernels=cfg.model.fused_kernels
+        and cfg.model.attn_implementation != "eager",  # eager attention stays Hugging Face's
+        master_weights=master_weights,
+        fp8=cfg.fp8.enabled,
+        memory_budgets=(comp.memory_budget,)
+        if "compile.memory_budget" in explicit
+        else ((1.0, LEAN_BUDGET) if compiled and not cfg.fp8.enabled else (1.0,)),
     )
     where = f"{world_size} x {device_bytes / GiB:.1f} GiB ({'GPUs' if on_gpu else 'CPU processes'})"
     if best is None:
@@ -316,7 +420,9 @@ def apply_auto(cfg: Any, hf_config: Any, *, world_size: int, local_world_size: i
         comp.loss = compiled
     kept = sorted(k for k in explicit if k in AUTO_FIELDS)
     if "train.grad_accum_steps" in kept and not mb_set:  # the per-rank batch is kept, split anew
-        kept[kept.index("train.grad_accum_steps")] = f"per-rank batch {fixed_batch} (micro_batch_size x grad_accum_steps)"
+        kept[kept.index("train.grad_accum_steps")] = (
+            f"per-rank batch {fixed_batch} (micro_batch_size x grad_accum_steps)"
+        )
     return {
         "chosen": best.describe(),
         "estimated_peak_gib": round(best.peak_bytes / GiB, 1),
@@ -330,5 +436,13 @@ def apply_auto(cfg: Any, hf_config: Any, *, world_size: int, local_world_size: i
 
 
 #: The settings ``--auto`` may choose; any of them given explicitly is kept (grad_accum_steps: the per-rank batch it makes).
-AUTO_FIELDS = ("train.micro_batch_size", "train.grad_accum_steps", "ac.mode", "ac.every", "compile.enabled", "compile.loss",
-               "compile.memory_budget", "parallel.comm_buffers")
+AUTO_FIELDS = (
+    "train.micro_batch_size",
+    "train.grad_accum_steps",
+    "ac.mode",
+    "ac.every",
+    "compile.enabled",
+    "compile.loss",
+    "compile.memory_budget",
+    "parallel.comm_buffers",
+)

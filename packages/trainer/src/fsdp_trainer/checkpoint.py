@@ -142,7 +142,14 @@ def _set_rng_state(state: dict[str, Any], device: torch.device) -> None:
 class Checkpointer:
     """Saves and restores everything a run needs to continue exactly where it stopped."""
 
-    def __init__(self, cfg: CheckpointConfig, env: DistEnv, model: nn.Module, optimizer: torch.optim.Optimizer, stateful: dict[str, Any]):
+    def __init__(
+        self,
+        cfg: CheckpointConfig,
+        env: DistEnv,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        stateful: dict[str, Any],
+    ):
         """``stateful``: name -> object with ``state_dict()``/``load_state_dict()`` (scheduler, data loader, scaler)."""
         assert cfg.dir is not None
         self.cfg, self.env, self.model, self.optimizer, self.stateful = cfg, env, model, optimizer, stateful
@@ -220,7 +227,9 @@ class Checkpointer:
         state, masters = self._dcp_state()
         dcp.load(state, checkpoint_id=str(path))
         set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
-        attach_masters(self.model, self.optimizer, masters)  # loaded in place; set_state_dict replaced the optimizer's state
+        attach_masters(
+            self.model, self.optimizer, masters
+        )  # loaded in place; set_state_dict replaced the optimizer's state
         train_state = json.loads((path / "train_state.json").read_text())
         for name, obj in self.stateful.items():
             if obj is not None and name in train_state:
@@ -264,8 +273,15 @@ class Checkpointer:
         return final
 
 
-def export_hf(model: nn.Module, hf_config: Any, tokenizer: Any, path: str, dtype: str, env: DistEnv,
-              optimizer: torch.optim.Optimizer | None = None) -> None:
+def export_hf(
+    model: nn.Module,
+    hf_config: Any,
+    tokenizer: Any,
+    path: str,
+    dtype: str,
+    env: DistEnv,
+    optimizer: torch.optim.Optimizer | None = None,
+) -> None:
     """Gather a full state dict on rank 0 (CPU) and write a ``save_pretrained`` directory plus the tokenizer.
 
     With master weights (``precision.master_weights optimizer``) the weights are the optimizer's fp32 masters,

@@ -31,8 +31,10 @@ def prepare_symmetric_memory(group: dist.ProcessGroup | None) -> None:
     try:
         symm_mem.set_backend("NCCL")
     except RuntimeError as e:
-        raise ConfigError(f"--parallel.comm_buffers: this torch build cannot use NCCL symmetric memory ({e}); "
-                          "use --parallel.comm_buffers default") from None
+        raise ConfigError(
+            f"--parallel.comm_buffers: this torch build cannot use NCCL symmetric memory ({e}); "
+            "use --parallel.comm_buffers default"
+        ) from None
     dist.all_reduce(torch.zeros(1, device=torch.device("cuda", torch.cuda.current_device())), group=group)
 
 
@@ -81,8 +83,9 @@ class _SymmetricPool:
 class SymmetricAllGather(_SymmetricPool, AllGather):
     """A custom FSDP2 all-gather (``FSDPModule.set_custom_all_gather``) whose output lives in NCCL symmetric memory."""
 
-    def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: dist.ProcessGroup,
-                 async_op: bool = False) -> dist.Work | None:
+    def __call__(
+        self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: dist.ProcessGroup, async_op: bool = False
+    ) -> dist.Work | None:
         from torch.distributed import _symmetric_memory as symm_mem
 
         # in place, the input is a slice of the output; out of place, it is a flat shard buffer, registered already
@@ -94,8 +97,14 @@ class SymmetricReduceScatter(_SymmetricPool, ReduceScatter):
     """A custom FSDP2 reduce-scatter (``FSDPModule.set_custom_reduce_scatter``) with both buffers in NCCL symmetric
     memory, where NCCL runs its symmetric-memory kernels (what torch 2.12+'s ``set_symm_mem_for_comm`` also does)."""
 
-    def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: dist.ProcessGroup,
-                 op: Any, async_op: bool = False) -> dist.Work | None:
+    def __call__(
+        self,
+        output_tensor: torch.Tensor,
+        input_tensor: torch.Tensor,
+        group: dist.ProcessGroup,
+        op: Any,
+        async_op: bool = False,
+    ) -> dist.Work | None:
         from torch.distributed import _symmetric_memory as symm_mem
 
         symm_mem.rendezvous(input_tensor, group=group.group_name)

@@ -214,7 +214,9 @@ class MetricsConfig:
         try:
             a, b = int(first), int(last or first)
         except ValueError:
-            raise ConfigError(f"--metrics.profile_steps: expected 'A-B' or 'A' (step numbers), got {self.profile_steps!r}") from None
+            raise ConfigError(
+                f"--metrics.profile_steps: expected 'A-B' or 'A' (step numbers), got {self.profile_steps!r}"
+            ) from None
         if not 1 <= a <= b:
             raise ConfigError(f"--metrics.profile_steps: steps count from 1 and A <= B (got {self.profile_steps!r})")
         return a, b
@@ -343,33 +345,47 @@ class TrainerConfig:
         if t.lr <= 0:
             raise ConfigError(f"--train.lr: must be positive (got {t.lr})")
         if self.compile.mode != "default" and not (self.compile.enabled or self.auto.enabled):
-            raise ConfigError(f"--compile.mode: {self.compile.mode} needs --compile.enabled true (or --auto, which turns compile on for GPUs)")
+            raise ConfigError(
+                f"--compile.mode: {self.compile.mode} needs --compile.enabled true (or --auto, which turns compile on for GPUs)"
+            )
         if not 0.0 <= self.compile.memory_budget <= 1.0:
             raise ConfigError(f"--compile.memory_budget: must be between 0 and 1 (got {self.compile.memory_budget})")
         if self.compile.memory_budget != 1.0 and not (self.compile.enabled or self.auto.enabled):
-            raise ConfigError(f"--compile.memory_budget: {self.compile.memory_budget} needs --compile.enabled true (or --auto, which turns compile on for GPUs)")
+            raise ConfigError(
+                f"--compile.memory_budget: {self.compile.memory_budget} needs --compile.enabled true (or --auto, which turns compile on for GPUs)"
+            )
         profile = self.metrics.profile_range()
         if profile and profile[1] > t.steps:
-            raise ConfigError(f"--metrics.profile_steps: step {profile[1]} is after the last step ({t.steps}); profile steps within --train.steps")
+            raise ConfigError(
+                f"--metrics.profile_steps: step {profile[1]} is after the last step ({t.steps}); profile steps within --train.steps"
+            )
         if not 0.0 < self.auto.memory_fraction <= 1.0:
-            raise ConfigError(f"--auto.memory_fraction: must be above 0 and at most 1 (got {self.auto.memory_fraction})")
+            raise ConfigError(
+                f"--auto.memory_fraction: must be above 0 and at most 1 (got {self.auto.memory_fraction})"
+            )
         if not 0.0 <= t.min_lr_ratio <= 1.0:
             raise ConfigError(f"--train.min_lr_ratio: must be between 0 and 1 (got {t.min_lr_ratio})")
         if m.init == "pretrained" and not m.name_or_path:
             raise ConfigError("--model.init: 'pretrained' needs --model.name_or_path (a local HF directory or Hub id)")
         if d.source in ("text", "jsonl", "hf") and not m.tokenizer:
-            raise ConfigError(f"--model.tokenizer: data.source={d.source} needs a tokenizer; set --model.tokenizer or --model.name_or_path")
+            raise ConfigError(
+                f"--model.tokenizer: data.source={d.source} needs a tokenizer; set --model.tokenizer or --model.name_or_path"
+            )
         if d.source == "jsonl" and not d.path:
             raise ConfigError("--data.path: data.source=jsonl needs a file or directory of .jsonl files")
         if (par.shard_size or par.replicate_size) and par.sharding != "hybrid_shard":
             flag = "--parallel.shard_size" if par.shard_size else "--parallel.replicate_size"
             raise ConfigError(f"{flag}: only used with --parallel.sharding hybrid_shard")
         if par.api == "fsdp2" and par.backward_prefetch != "pre":
-            raise ConfigError(f"--parallel.backward_prefetch: {par.backward_prefetch!r} is fsdp1-only; fsdp2 always prefetches the previous block ('pre')")
+            raise ConfigError(
+                f"--parallel.backward_prefetch: {par.backward_prefetch!r} is fsdp1-only; fsdp2 always prefetches the previous block ('pre')"
+            )
         if par.comm_buffers != "default" and par.api != "fsdp2":
             raise ConfigError(f"--parallel.comm_buffers: {par.comm_buffers} needs --parallel.api fsdp2")
         if par.comm_buffers != "default" and par.cpu_offload:
-            raise ConfigError(f"--parallel.comm_buffers: {par.comm_buffers} cannot be combined with --parallel.cpu_offload true")
+            raise ConfigError(
+                f"--parallel.comm_buffers: {par.comm_buffers} cannot be combined with --parallel.cpu_offload true"
+            )
         if par.api == "none" and par.cpu_offload:
             raise ConfigError("--parallel.cpu_offload: needs --parallel.api fsdp2 or fsdp1")
         if self.fp8.enabled and par.api == "fsdp1":
@@ -380,12 +396,16 @@ class TrainerConfig:
         if blocker:
             raise ConfigError(f"--precision.master_weights: optimizer {blocker}")
         if t.adamw == "triton" and par.cpu_offload:
-            raise ConfigError("--train.adamw: triton runs on the GPU and cannot step parameters offloaded to CPU; use foreach or auto")
+            raise ConfigError(
+                "--train.adamw: triton runs on the GPU and cannot step parameters offloaded to CPU; use foreach or auto"
+            )
         if self.runtime.device == "cpu" and self.runtime.backend == "nccl":
             raise ConfigError("--runtime.backend: nccl needs CUDA; use gloo (or auto) with --runtime.device cpu")
         resume = self.checkpoint.resume
         if resume not in ("auto", "never") and not Path(resume).name.startswith("step_"):
-            raise ConfigError(f"--checkpoint.resume: {resume!r} is not auto, never or a step_XXXXXXXX checkpoint directory")
+            raise ConfigError(
+                f"--checkpoint.resume: {resume!r} is not auto, never or a step_XXXXXXXX checkpoint directory"
+            )
 
     def master_weights_blocker(self, grad_accum_steps: int | None = None) -> str | None:
         """Why ``precision.master_weights optimizer`` cannot apply to these settings (the flag to change, and how), or None.
@@ -441,7 +461,9 @@ class TrainerConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """Nested plain dict keyed by CLI flag prefixes (``ac`` for activation checkpointing)."""
-        return {flag_prefix(name): dataclasses.asdict(getattr(self, name)) for name, _ in options.sections(TrainerConfig)}
+        return {
+            flag_prefix(name): dataclasses.asdict(getattr(self, name)) for name, _ in options.sections(TrainerConfig)
+        }
 
 
 def flag_prefix(section: str) -> str:
@@ -451,7 +473,11 @@ def flag_prefix(section: str) -> str:
 
 def known_flags() -> list[str]:
     """Every ``--section.field`` flag."""
-    return [f"--{flag_prefix(name)}.{f.name}" for name, sec in options.sections(TrainerConfig) for f in dataclasses.fields(sec)]
+    return [
+        f"--{flag_prefix(name)}.{f.name}"
+        for name, sec in options.sections(TrainerConfig)
+        for f in dataclasses.fields(sec)
+    ]
 
 
 def read_config_file(path: str) -> dict[str, Any]:
@@ -482,7 +508,9 @@ def load_config(path: str | None, overrides: list[str]) -> TrainerConfig:
     merged: dict[str, Any] = {}
     if path:
         for key, values in read_config_file(path).items():
-            merged[flag_prefix(key) if key in FLAG_PREFIX else key] = dict(values or {}) if isinstance(values, dict) else values
+            merged[flag_prefix(key) if key in FLAG_PREFIX else key] = (
+                dict(values or {}) if isinstance(values, dict) else values
+            )
     known = set(known_flags())
     for key, value in options.parse_overrides(overrides):
         if f"--{key}" not in known:

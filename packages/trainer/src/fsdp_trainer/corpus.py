@@ -14,14 +14,71 @@ import inspect
 import warnings
 
 MODULES = (
-    "abc", "argparse", "base64", "bisect", "calendar", "collections", "contextlib", "copy", "csv",
-    "dataclasses", "datetime", "decimal", "difflib", "email.message", "enum", "fnmatch", "fractions",
-    "functools", "getopt", "gettext", "glob", "gzip", "heapq", "hmac", "html", "http.client",
-    "inspect", "ipaddress", "itertools", "json", "logging", "mimetypes", "numbers", "operator",
-    "optparse", "os", "pathlib", "pickle", "pprint", "queue", "random", "re", "sched", "secrets",
-    "shlex", "shutil", "socket", "statistics", "string", "subprocess", "tarfile", "tempfile",
-    "textwrap", "threading", "timeit", "tokenize", "traceback", "types", "typing", "unittest",
-    "urllib.parse", "uuid", "warnings", "weakref", "zipfile",
+    "abc",
+    "argparse",
+    "base64",
+    "bisect",
+    "calendar",
+    "collections",
+    "contextlib",
+    "copy",
+    "csv",
+    "dataclasses",
+    "datetime",
+    "decimal",
+    "difflib",
+    "email.message",
+    "enum",
+    "fnmatch",
+    "fractions",
+    "functools",
+    "getopt",
+    "gettext",
+    "glob",
+    "gzip",
+    "heapq",
+    "hmac",
+    "html",
+    "http.client",
+    "inspect",
+    "ipaddress",
+    "itertools",
+    "json",
+    "logging",
+    "mimetypes",
+    "numbers",
+    "operator",
+    "optparse",
+    "os",
+    "pathlib",
+    "pickle",
+    "pprint",
+    "queue",
+    "random",
+    "re",
+    "sched",
+    "secrets",
+    "shlex",
+    "shutil",
+    "socket",
+    "statistics",
+    "string",
+    "subprocess",
+    "tarfile",
+    "tempfile",
+    "textwrap",
+    "threading",
+    "timeit",
+    "tokenize",
+    "traceback",
+    "types",
+    "typing",
+    "unittest",
+    "urllib.parse",
+    "uuid",
+    "warnings",
+    "weakref",
+    "zipfile",
 )
 
 
@@ -37,7 +94,11 @@ def _docs_of(module_name: str) -> list[str]:
         if inspect.isclass(obj) or inspect.isfunction(obj):
             members = [(name, obj)]
             if inspect.isclass(obj):
-                members += [(f"{name}.{m}", f) for m, f in sorted(vars(obj).items()) if inspect.isfunction(f) and not m.startswith("_")]
+                members += [
+                    (f"{name}.{m}", f)
+                    for m, f in sorted(vars(obj).items())
+                    if inspect.isfunction(f) and not m.startswith("_")
+                ]
             for qualname, member in members:
                 doc = inspect.getdoc(member)
                 if doc and len(doc) > 40:

@@ -85,7 +85,9 @@ def hub_documents(cfg: DataConfig, is_leader: bool, barrier: Callable[[], None])
     if {"dialogue", "summary"} <= set(ds.column_names):
         return [SAMSUM_PROMPT.format(dialogue=r["dialogue"], summary=r["summary"]) for r in ds]
     if cfg.text_field not in ds.column_names:
-        raise ConfigError(f"--data.text_field: dataset {cfg.dataset} has no column {cfg.text_field!r} (columns: {', '.join(ds.column_names)})")
+        raise ConfigError(
+            f"--data.text_field: dataset {cfg.dataset} has no column {cfg.text_field!r} (columns: {', '.join(ds.column_names)})"
+        )
     return [str(t) for t in ds[cfg.text_field]]
 
 

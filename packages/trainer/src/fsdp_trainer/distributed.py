@@ -69,7 +69,9 @@ def resolve_device(cfg: RuntimeConfig) -> torch.device:
         raise ConfigError("--runtime.device: 'cuda' requested but no GPU is visible (use auto or cpu)")
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if local_rank >= torch.cuda.device_count():
-        raise ConfigError(f"--runtime.device: LOCAL_RANK {local_rank} but only {torch.cuda.device_count()} GPUs are visible; lower --nproc-per-node")
+        raise ConfigError(
+            f"--runtime.device: LOCAL_RANK {local_rank} but only {torch.cuda.device_count()} GPUs are visible; lower --nproc-per-node"
+        )
     torch.cuda.set_device(local_rank)
     return torch.device("cuda", local_rank)
 
@@ -99,7 +101,14 @@ def init_distributed(cfg: RuntimeConfig, device: torch.device) -> DistEnv:
     # master_addr= first: the SDK finds the leader's log by this token. Under torchrun --standalone
     # MASTER_ADDR is localhost, so the host is named too.
     log.info("master_addr=%s host=%s", os.environ.get("MASTER_ADDR") or socket.gethostname(), socket.getfqdn())
-    log.info("rank=%d world_size=%d local_world_size=%d device=%s backend=%s", env.rank, env.world_size, env.local_world_size, device, backend)
+    log.info(
+        "rank=%d world_size=%d local_world_size=%d device=%s backend=%s",
+        env.rank,
+        env.world_size,
+        env.local_world_size,
+        device,
+        backend,
+    )
     return env
 
 
@@ -131,7 +140,9 @@ def build_mesh(cfg: ParallelConfig, env: DistEnv) -> DeviceMesh | None:
     """1-D ("shard",) mesh for full_shard/shard_grad_op; 2-D ("replicate", "shard") for hybrid_shard and no_shard."""
     if cfg.api == "none":
         if env.world_size != 1:
-            raise ConfigError(f"--parallel.api: 'none' runs one process, but the world size is {env.world_size}; use fsdp2 or fsdp1")
+            raise ConfigError(
+                f"--parallel.api: 'none' runs one process, but the world size is {env.world_size}; use fsdp2 or fsdp1"
+            )
         return None
     replicate, shard = mesh_shape(cfg, env.world_size, env.local_world_size)
     if cfg.sharding in ("full_shard", "shard_grad_op"):

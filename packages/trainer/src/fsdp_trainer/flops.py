@@ -37,7 +37,9 @@ PEAK_BF16_TFLOPS: tuple[tuple[str, float], ...] = (
 FP8_DOUBLES = ("GH200", "H200", "H100", "H800", "H20", "B200", "L40S", "L4")
 
 
-def flops_per_token(num_params: int, num_embedding_params: int, num_layers: int, num_heads: int, head_dim: int, seq_len: int) -> int:
+def flops_per_token(
+    num_params: int, num_embedding_params: int, num_layers: int, num_heads: int, head_dim: int, seq_len: int
+) -> int:
     """Training FLOPs (forward + backward) per token; see the module docstring."""
     return 6 * (num_params - num_embedding_params) + 12 * num_layers * num_heads * head_dim * seq_len
 

@@ -18,11 +18,15 @@ from .errors import ConfigError
 def check_fp8_supported(device: torch.device) -> None:
     """Raise a one-line ConfigError unless float8 can run here (CUDA, sm_89 or newer, torchao installed)."""
     if device.type != "cuda":
-        raise ConfigError(f"--fp8.enabled: float8 training needs a Hopper-class GPU (sm_89+); this run is on {device.type}")
+        raise ConfigError(
+            f"--fp8.enabled: float8 training needs a Hopper-class GPU (sm_89+); this run is on {device.type}"
+        )
     major, minor = torch.cuda.get_device_capability(device)
     if (major, minor) < (8, 9):
         name = torch.cuda.get_device_name(device)
-        raise ConfigError(f"--fp8.enabled: float8 training needs a Hopper-class GPU (sm_89+); {name} is sm_{major}{minor}")
+        raise ConfigError(
+            f"--fp8.enabled: float8 training needs a Hopper-class GPU (sm_89+); {name} is sm_{major}{minor}"
+        )
     try:
         import torchao.float8  # noqa: F401
     except ImportError:

@@ -99,13 +99,22 @@ def _rope_attention_classes() -> tuple[type, type]:
 
         def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
             if self.weight.dtype != hidden_states.dtype:  # fp32 weights under autocast: Hugging Face's promotion
-                return self.weight * F.rms_norm(hidden_states.float(), self.weight.shape, eps=self.variance_epsilon).to(hidden_states.dtype)
+                return self.weight * F.rms_norm(hidden_states.float(), self.weight.shape, eps=self.variance_epsilon).to(
+                    hidden_states.dtype
+                )
             return F.rms_norm(hidden_states, self.weight.shape, self.weight, self.variance_epsilon)
 
     class RopeAttention(LlamaAttention):
         """``LlamaAttention`` for training (no KV cache) with the rotary embedding on the projections' own layout."""
 
-        def forward(self, hidden_states: torch.Tensor, position_embeddings: Any = None, attention_mask: Any = None, *args: Any, **kwargs: Any) -> Any:
+        def forward(
+            self,
+            hidden_states: torch.Tensor,
+            position_embeddings: Any = None,
+            attention_mask: Any = None,
+            *args: Any,
+            **kwargs: Any,
+        ) -> Any:
             if args or kwargs.get("cache") is not None or kwargs.get("past_key_values") is not None:
                 return super().forward(hidden_states, position_embeddings, attention_mask, *args, **kwargs)
             from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
@@ -120,8 +129,14 @@ def _rope_attention_classes() -> tuple[type, type]:
             q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
             attend = ALL_ATTENTION_FUNCTIONS[self.config._attn_implementation]
             out, weights = attend(
-                self, q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attention_mask,
-                dropout=0.0 if not self.training else self.attention_dropout, scaling=self.scaling, **kwargs,
+                self,
+                q.transpose(1, 2),
+                k.transpose(1, 2),
+                v.transpose(1, 2),
+                attention_mask,
+                dropout=0.0 if not self.training else self.attention_dropout,
+                scaling=self.scaling,
+                **kwargs,
             )
             return self.o_proj(out.reshape(b, s, -1).contiguous()), weights
 

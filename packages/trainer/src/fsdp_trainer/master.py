@@ -76,7 +76,9 @@ def masters_by_key(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[s
     return out
 
 
-def with_masters(model: nn.Module, optimizer: torch.optim.Optimizer, model_sd: dict[str, Any], optim_sd: dict[str, Any]) -> dict[str, torch.Tensor]:
+def with_masters(
+    model: nn.Module, optimizer: torch.optim.Optimizer, model_sd: dict[str, Any], optim_sd: dict[str, Any]
+) -> dict[str, torch.Tensor]:
     """Put the fp32 masters in ``model_sd`` in place of the bf16 parameters, and take them out of ``optim_sd``.
 
     ``model_sd`` / ``optim_sd`` come from ``get_state_dict`` (keys are state-dict keys; the optimizer's state is

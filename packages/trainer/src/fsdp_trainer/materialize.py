@@ -105,7 +105,9 @@ def build_model(cfg: TrainerConfig, env: DistEnv, mesh: DeviceMesh | None) -> Bu
     """Build ``CausalLMWithLoss``, give it weights, parallelize it; returns it on ``env.device``."""
     hf_config = build_hf_config(cfg.model)
     compute_dtype = torch.float32 if env.device.type == "cpu" else DTYPES[cfg.precision.param_dtype or "fp32"]
-    attention = configure_attention(hf_config, cfg.model.sdpa_backend, env.device, compute_dtype, cfg.data.seq_len, cfg.model.sdpa_gqa)
+    attention = configure_attention(
+        hf_config, cfg.model.sdpa_backend, env.device, compute_dtype, cfg.data.seq_len, cfg.model.sdpa_gqa
+    )
     lm = meta_model(hf_config)
     if cfg.model.fused_kernels:
         log.info("fused kernels: %d RMSNorm / attention modules swapped (kernels.py)", use_fused_kernels(lm))
@@ -119,7 +121,11 @@ def build_model(cfg: TrainerConfig, env: DistEnv, mesh: DeviceMesh | None) -> Bu
     # FSDP1's sync_module_states needs CUDA: on CPU (small test runs) every rank takes a full copy from rank 0.
     fsdp1_cpu_copy = strategy == "pretrained" and api == "fsdp1" and device.type == "cpu"
     # Full weights on CPU before sharding: replicated random init, and pretrained where this rank holds them.
-    full_on_cpu = strategy == "replicated" or fsdp1_cpu_copy or (strategy == "pretrained" and (api == "none" or (api == "fsdp1" and env.is_leader)))
+    full_on_cpu = (
+        strategy == "replicated"
+        or fsdp1_cpu_copy
+        or (strategy == "pretrained" and (api == "none" or (api == "fsdp1" and env.is_leader)))
+    )
     if full_on_cpu:
         wrapper.to_empty(device="cpu")
         tie_embeddings_(lm, hf_config)
@@ -139,7 +145,9 @@ def build_model(cfg: TrainerConfig, env: DistEnv, mesh: DeviceMesh | None) -> Bu
     if api == "fsdp1" or full_on_cpu:
         param_init_fn = None
         if not full_on_cpu:  # FSDP1 materialises each meta unit on the device, just before sharding it
-            generator = torch.Generator(device=device).manual_seed(seed)  # private: runtime.seed's global generator stays
+            generator = torch.Generator(device=device).manual_seed(
+                seed
+            )  # private: runtime.seed's global generator stays
 
             tied = (lm.get_input_embeddings(), lm.lm_head) if getattr(hf_config, "tie_word_embeddings", False) else ()
 
@@ -155,7 +163,11 @@ def build_model(cfg: TrainerConfig, env: DistEnv, mesh: DeviceMesh | None) -> Bu
                 reset_rotary_(module, device)
 
         model = parallelize_llama(
-            wrapper, cfg, mesh, device=device, param_init_fn=param_init_fn,
+            wrapper,
+            cfg,
+            mesh,
+            device=device,
+            param_init_fn=param_init_fn,
             sync_module_states=strategy == "pretrained" and api == "fsdp1" and not fsdp1_cpu_copy,
         )
         if api == "none":  # FSDP placed its shards itself (and keeps them on CPU with parallel.cpu_offload)
@@ -163,7 +175,9 @@ def build_model(cfg: TrainerConfig, env: DistEnv, mesh: DeviceMesh | None) -> Bu
         return _built(cfg, model, mesh, device, hf_config, num_params, num_embedding)
 
     # FSDP2 from the meta device: shard first, then allocate only the local shards.
-    full_sd = load_pretrained_state_dict(cfg.model.name_or_path or "") if strategy == "pretrained" and env.is_leader else {}
+    full_sd = (
+        load_pretrained_state_dict(cfg.model.name_or_path or "") if strategy == "pretrained" and env.is_leader else {}
+    )
     model = parallelize_llama(wrapper, cfg, mesh, device=device)
     # With parallel.cpu_offload the shards live on CPU (not yet run on GPU: CPU runs refuse cpu_offload);
     # set_model_state_dict then broadcasts over the CPU (gloo) side of the group.
@@ -178,8 +192,15 @@ def build_model(cfg: TrainerConfig, env: DistEnv, mesh: DeviceMesh | None) -> Bu
     return _built(cfg, model, mesh, device, hf_config, num_params, num_embedding)
 
 
-def _built(cfg: TrainerConfig, model: nn.Module, mesh: DeviceMesh | None, device: torch.device, hf_config: Any,
-           num_params: int, num_embedding: int) -> BuiltModel:
+def _built(
+    cfg: TrainerConfig,
+    model: nn.Module,
+    mesh: DeviceMesh | None,
+    device: torch.device,
+    hf_config: Any,
+    num_params: int,
+    num_embedding: int,
+) -> BuiltModel:
     """The weights are in place: cast to bf16 under master weights, flatten FSDP2's shards."""
     masters = _masters(cfg, model, device)
     flat = flatten_unit_shards(model, cfg, mesh) if cfg.parallel.flat_shards and cfg.parallel.api == "fsdp2" else 0
@@ -193,12 +214,17 @@ def install_offload(cfg: TrainerConfig, model: nn.Module, device: torch.device) 
         return None
     blocks = model.lm.model.layers
     if n >= len(blocks):
-        raise ConfigError(f"--ac.offload_layers: {n} is not below the model's {len(blocks)} decoder blocks; "
-                          f"use 1 to {len(blocks) - 1}")
+        raise ConfigError(
+            f"--ac.offload_layers: {n} is not below the model's {len(blocks)} decoder blocks; "
+            f"use 1 to {len(blocks) - 1}"
+        )
     offload = ActivationOffload(n, len(blocks))
     offload.install(blocks)
-    log.info("ac.offload_layers: blocks 0-%d keep their saved activations in pinned host memory (blocks come back %d ahead)",
-             n - 1, offload.distance)
+    log.info(
+        "ac.offload_layers: blocks 0-%d keep their saved activations in pinned host memory (blocks come back %d ahead)",
+        n - 1,
+        offload.distance,
+    )
     return offload
 
 

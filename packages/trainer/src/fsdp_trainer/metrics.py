@@ -48,8 +48,22 @@ def _step_of(line: str) -> int | None:
 class Metrics:
     """Collects step records on every rank; only the leader writes them."""
 
-    def __init__(self, file: str | None, is_leader: bool, log_every: int, flops_per_token: int, device: torch.device, peak: float | None, fp8: bool):
-        self.is_leader, self.log_every, self.flops_per_token, self.device = is_leader, log_every, flops_per_token, device
+    def __init__(
+        self,
+        file: str | None,
+        is_leader: bool,
+        log_every: int,
+        flops_per_token: int,
+        device: torch.device,
+        peak: float | None,
+        fp8: bool,
+    ):
+        self.is_leader, self.log_every, self.flops_per_token, self.device = (
+            is_leader,
+            log_every,
+            flops_per_token,
+            device,
+        )
         self.name = device_name(device)
         self.peak = peak if peak is not None else (peak_tflops(self.name, fp8) if device.type == "cuda" else None)
         self.records: list[dict[str, Any]] = []
@@ -66,7 +80,11 @@ class Metrics:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         kept = []
         if start_step and self.path.is_file():
-            kept = [line for line in self.path.read_text(encoding="utf-8", errors="replace").splitlines() if _step_of(line) is not None and _step_of(line) <= start_step]
+            kept = [
+                line
+                for line in self.path.read_text(encoding="utf-8", errors="replace").splitlines()
+                if _step_of(line) is not None and _step_of(line) <= start_step
+            ]
         # Rewrite through a temporary file and a rename: a kill here leaves the old file or the new one, never half of one.
         tmp = self.path.with_name(self.path.name + f".tmp-{os.getpid()}")
         with open(tmp, "w", encoding="utf-8") as f:
@@ -86,7 +104,15 @@ class Metrics:
         return torch.cuda.max_memory_allocated(self.device) / 2**30 if self.device.type == "cuda" else None
 
     def end_step(
-        self, step: int, loss: float, lr: float, grad_norm: float, tokens: int, step_time: float, peak_mem_gib: float | None = None, profiled: bool = False,
+        self,
+        step: int,
+        loss: float,
+        lr: float,
+        grad_norm: float,
+        tokens: int,
+        step_time: float,
+        peak_mem_gib: float | None = None,
+        profiled: bool = False,
     ) -> dict[str, Any]:
         """Record one optimizer step; ``tokens`` is what this process consumed in it, ``peak_mem_gib`` its peak (default: now).
 

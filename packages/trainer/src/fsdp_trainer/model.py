@@ -46,7 +46,9 @@ def build_hf_config(cfg: ModelConfig) -> Any:
     if cfg.name_or_path:
         hf = AutoConfig.from_pretrained(cfg.name_or_path, token=os.environ.get("HF_TOKEN"))
         if hf.model_type != "llama":
-            raise ConfigError(f"--model.name_or_path: {cfg.name_or_path} is a {hf.model_type!r} model; this trainer trains Llama models")
+            raise ConfigError(
+                f"--model.name_or_path: {cfg.name_or_path} is a {hf.model_type!r} model; this trainer trains Llama models"
+            )
         hf._attn_implementation = cfg.attn_implementation
     else:
         hf = LlamaConfig(**PRESETS[cfg.preset](), attn_implementation=cfg.attn_implementation)
@@ -76,7 +78,9 @@ def chunked_cross_entropy(
     return torch.stack(parts).sum(), (y != IGNORE_INDEX).sum()
 
 
-def _chunk_loss_and_grads(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _chunk_loss_and_grads(
+    hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One chunk: (sum of token losses, d loss/d hidden, d loss/d logits), the gradients in the inputs' dtype
     (``LinearCrossEntropy`` makes d loss/d weight from the last).
 
@@ -121,7 +125,9 @@ class LinearCrossEntropy(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx: Any, hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, chunk_tokens: int, chunk_fn: Any) -> torch.Tensor:
+    def forward(
+        ctx: Any, hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, chunk_tokens: int, chunk_fn: Any
+    ) -> torch.Tensor:
         grad_hidden = torch.empty_like(hidden)
         grad_weight = None
         acc_dtype = torch.promote_types(hidden.dtype, torch.float32)  # sums in fp32 at least
@@ -154,7 +160,11 @@ class LinearCrossEntropy(torch.autograd.Function):
 
 
 def linear_cross_entropy(
-    hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, chunk_tokens: int, chunk_fn: Any = _chunk_loss_and_grads
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    labels: torch.Tensor,
+    chunk_tokens: int,
+    chunk_fn: Any = _chunk_loss_and_grads,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Same result as ``chunked_cross_entropy`` (sum of token losses, count of counted labels) through ``LinearCrossEntropy``."""
     h = hidden.reshape(-1, hidden.shape[-1])
@@ -188,7 +198,9 @@ class LossHead(nn.Linear):
         # backward brings the loss scale, and softmax terms of ~1/vocab would underflow.
         # (parallel.api none runs fp16 under autocast, with fp32 hidden states.)
         device = hidden.device.type
-        fp16 = hidden.dtype == torch.float16 or (torch.is_autocast_enabled(device) and torch.get_autocast_dtype(device) == torch.float16)
+        fp16 = hidden.dtype == torch.float16 or (
+            torch.is_autocast_enabled(device) and torch.get_autocast_dtype(device) == torch.float16
+        )
         fused = self.fused and not fp16
         if fused and torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
             return linear_cross_entropy(hidden, weight, labels, self.chunk_tokens, self._fused_fn)

@@ -71,7 +71,9 @@ class ActivationOffload:
 
     def __init__(self, num_blocks: int, total_blocks: int, min_bytes: int = MIN_BYTES):
         if not 0 < num_blocks < total_blocks:
-            raise ValueError(f"offload: {num_blocks} of {total_blocks} blocks; offload at least one and leave at least one")
+            raise ValueError(
+                f"offload: {num_blocks} of {total_blocks} blocks; offload at least one and leave at least one"
+            )
         self.num_blocks = num_blocks
         self.distance = min(num_blocks, total_blocks - 1 - num_blocks)  # D in the module docstring
         self.min_bytes = min_bytes
@@ -106,8 +108,13 @@ class ActivationOffload:
     def _eligible(self, t: torch.Tensor) -> bool:
         storage = t.untyped_storage()
         nbytes = t.numel() * t.element_size()
-        return (type(t) is torch.Tensor and nbytes >= self.min_bytes and t.storage_offset() == 0
-                and storage.nbytes() == nbytes and storage.data_ptr() not in self._param_storages)
+        return (
+            type(t) is torch.Tensor
+            and nbytes >= self.min_bytes
+            and t.storage_offset() == 0
+            and storage.nbytes() == nbytes
+            and storage.data_ptr() not in self._param_storages
+        )
 
     def _pack(self, t: torch.Tensor) -> Any:
         block = self._active

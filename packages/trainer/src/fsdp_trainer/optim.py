@@ -16,8 +16,9 @@ BETAS = (0.9, 0.95)  # Llama 2 / Llama 3 pretraining values
 EPS = 1e-8
 
 
-def build_optimizer(model: nn.Module, cfg: TrainerConfig, device: torch.device,
-                    masters: dict[str, torch.Tensor] | None = None) -> torch.optim.AdamW:
+def build_optimizer(
+    model: nn.Module, cfg: TrainerConfig, device: torch.device, masters: dict[str, torch.Tensor] | None = None
+) -> torch.optim.AdamW:
     """AdamW (``train.adamw``, see ``choose_adamw``) with no weight decay on norm weights.
 
     ``masters``: the fp32 weights by parameter name when the model's parameters were cast to bf16 for
@@ -73,8 +74,10 @@ def use_master_weights(cfg: TrainerConfig, device_type: str, grad_accum_steps: i
     if choose_adamw(cfg, device_type) == "triton":
         return True
     if mode == "optimizer":
-        raise ConfigError(f"--precision.master_weights: optimizer needs the Triton AdamW, which does not run here "
-                          f"({device_type}{'' if device_type == 'cpu' else ', Triton not installed'}); use --precision.master_weights params")
+        raise ConfigError(
+            f"--precision.master_weights: optimizer needs the Triton AdamW, which does not run here "
+            f"({device_type}{'' if device_type == 'cpu' else ', Triton not installed'}); use --precision.master_weights params"
+        )
     return False
 
 

@@ -99,14 +99,18 @@ def set_comm_buffers(model: nn.Module, where: str, mesh: DeviceMesh | None = Non
     units = [m for m in model.modules() if hasattr(m, "set_custom_all_gather")]  # every fully_shard unit
     if where == "process_group":
         if not all(hasattr(u, "set_allocate_memory_from_process_group_for_comm") for u in units) or not units:
-            raise ConfigError(f"--parallel.comm_buffers: process_group needs FSDPModule.set_allocate_memory_from_process_group_for_comm "
-                              f"(torch 2.8+), which torch {torch.__version__} lacks; upgrade torch or use --parallel.comm_buffers default")
+            raise ConfigError(
+                f"--parallel.comm_buffers: process_group needs FSDPModule.set_allocate_memory_from_process_group_for_comm "
+                f"(torch 2.8+), which torch {torch.__version__} lacks; upgrade torch or use --parallel.comm_buffers default"
+            )
         for unit in units:
             unit.set_allocate_memory_from_process_group_for_comm(True)
         return
     if not units:
-        raise ConfigError(f"--parallel.comm_buffers: {where} needs FSDPModule.set_custom_all_gather, which torch {torch.__version__} lacks; "
-                          "upgrade torch or use --parallel.comm_buffers default")
+        raise ConfigError(
+            f"--parallel.comm_buffers: {where} needs FSDPModule.set_custom_all_gather, which torch {torch.__version__} lacks; "
+            "upgrade torch or use --parallel.comm_buffers default"
+        )
     from .comm import SymmetricAllGather, SymmetricReduceScatter, prepare_symmetric_memory
 
     # The units all-gather and reduce-scatter over the mesh's shard dimension (its only one without replication).
@@ -118,8 +122,10 @@ def set_comm_buffers(model: nn.Module, where: str, mesh: DeviceMesh | None = Non
             unit.set_symm_mem_for_comm("NCCL")
         return
     if both and not all(hasattr(u, "set_custom_reduce_scatter") for u in units):
-        raise ConfigError(f"--parallel.comm_buffers: symmetric needs FSDPModule.set_custom_reduce_scatter, which torch {torch.__version__} "
-                          "lacks; use --parallel.comm_buffers symmetric_all_gather")
+        raise ConfigError(
+            f"--parallel.comm_buffers: symmetric needs FSDPModule.set_custom_reduce_scatter, which torch {torch.__version__} "
+            "lacks; use --parallel.comm_buffers symmetric_all_gather"
+        )
     gather = SymmetricAllGather(group)
     gather.prepare()
     scatter = SymmetricReduceScatter(group) if both else None
@@ -169,7 +175,9 @@ def apply_fsdp1(
         # FSDP1 turns a one-rank shard group into NO_SHARD *within that group*, which silently
         # drops the cross-replica gradient all-reduce. Replicating over all ranks is the same layout.
         strategy, hybrid = ShardingStrategy.NO_SHARD, False
-    prefetch = {"pre": BackwardPrefetch.BACKWARD_PRE, "post": BackwardPrefetch.BACKWARD_POST, "none": None}[par.backward_prefetch]
+    prefetch = {"pre": BackwardPrefetch.BACKWARD_PRE, "post": BackwardPrefetch.BACKWARD_POST, "none": None}[
+        par.backward_prefetch
+    ]
     return FSDP(
         model,
         auto_wrap_policy=policy,

@@ -62,8 +62,13 @@ def _flat_input(inputs: Sequence[torch.Tensor], dtype: torch.dtype, numel: int) 
     return flat if address == flat.data_ptr() + numel * itemsize else None
 
 
-def _copy_in(all_gather_inputs: list[torch.Tensor], all_gather_output: torch.Tensor, inp_split_sizes: list[int],
-             all_gather_input_numel: int, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _copy_in(
+    all_gather_inputs: list[torch.Tensor],
+    all_gather_output: torch.Tensor,
+    inp_split_sizes: list[int],
+    all_gather_input_numel: int,
+    rank: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``fsdp::all_gather_copy_in``: returns (the all-gather's input, its output)."""
     global sent_as_is, copied_in
     flat = _flat_input(all_gather_inputs, all_gather_output.dtype, all_gather_input_numel)
@@ -79,8 +84,10 @@ def _copy_in(all_gather_inputs: list[torch.Tensor], all_gather_output: torch.Ten
 
 
 #: the op ``_copy_in`` stands in for, as torch 2.11 to 2.13 define it
-SCHEMA = ("fsdp::all_gather_copy_in(Tensor[] all_gather_inputs, Tensor all_gather_output, SymInt[] inp_split_sizes, "
-          "SymInt all_gather_input_numel, SymInt rank) -> (Tensor, Tensor)")
+SCHEMA = (
+    "fsdp::all_gather_copy_in(Tensor[] all_gather_inputs, Tensor all_gather_output, SymInt[] inp_split_sizes, "
+    "SymInt all_gather_input_numel, SymInt rank) -> (Tensor, Tensor)"
+)
 
 
 def install() -> bool:
@@ -93,7 +100,11 @@ def install() -> bool:
     op = getattr(torch.ops.fsdp, "all_gather_copy_in", None)
     schema = None if op is None else str(op.default._schema)
     if schema != SCHEMA:
-        log.warning("parallel.flat_shards: torch %s's FSDP2 copy-in is not the one known (%s); its shards are copied as usual", torch.__version__, schema)
+        log.warning(
+            "parallel.flat_shards: torch %s's FSDP2 copy-in is not the one known (%s); its shards are copied as usual",
+            torch.__version__,
+            schema,
+        )
         return False
     library = torch.library.Library("fsdp", "IMPL")
     with warnings.catch_warnings():  # "Overriding a previously registered kernel": that is the point
@@ -118,9 +129,18 @@ def _eligible(group: object) -> bool:
     for fp in fsdp_params:
         local, data = fp.sharded_param._local_tensor, fp._sharded_param_data
         ranks, rows = fp.mesh_info.shard_mesh_size, fp._orig_size[0] if len(fp._orig_size) else 0
-        if (fp.sharded_state != ShardedState.SHARDED or getattr(fp, "offload_to_cpu", True) or fp.fsdp_placement.dim != 0
-                or type(local) is not torch.Tensor or type(data) is not torch.Tensor or not local.is_floating_point()
-                or rows == 0 or rows % ranks != 0 or local.numel() != data.numel() or not local.is_contiguous()):
+        if (
+            fp.sharded_state != ShardedState.SHARDED
+            or getattr(fp, "offload_to_cpu", True)
+            or fp.fsdp_placement.dim != 0
+            or type(local) is not torch.Tensor
+            or type(data) is not torch.Tensor
+            or not local.is_floating_point()
+            or rows == 0
+            or rows % ranks != 0
+            or local.numel() != data.numel()
+            or not local.is_contiguous()
+        ):
             return False
         dtypes.add(local.dtype)
     return len(dtypes) == 1 and gathered in (None, *dtypes)
@@ -144,14 +164,21 @@ def flatten_shards(model: nn.Module, allocate: Allocate | None = None) -> int:
         with torch.no_grad():
             for fp in group.fsdp_params:
                 local = fp.sharded_param._local_tensor
-                view = flat[offset:offset + local.numel()]
+                view = flat[offset : offset + local.numel()]
                 view.copy_(local.reshape(-1))
                 local.data = view.view(local.shape)  # the same tensor object, now a view of the buffer
                 fp.reset_sharded_param()  # FSDP2 re-reads its flat view of the shard from the local tensor
                 offset += local.numel()
-        if not all(fp._sharded_param_data.data_ptr() == fp.sharded_param._local_tensor.data_ptr() for fp in group.fsdp_params):
-            raise RuntimeError("parallel.flat_shards: FSDP2 did not take the moved shards; use --parallel.flat_shards false")
-        unit._flat_shards = [*getattr(unit, "_flat_shards", []), flat]  # the unit holds its buffers; the registry only points at them
+        if not all(
+            fp._sharded_param_data.data_ptr() == fp.sharded_param._local_tensor.data_ptr() for fp in group.fsdp_params
+        ):
+            raise RuntimeError(
+                "parallel.flat_shards: FSDP2 did not take the moved shards; use --parallel.flat_shards false"
+            )
+        unit._flat_shards = [
+            *getattr(unit, "_flat_shards", []),
+            flat,
+        ]  # the unit holds its buffers; the registry only points at them
         _BUFFERS[flat.untyped_storage().data_ptr()] = flat
         flattened += 1
     return flattened

@@ -20,7 +20,9 @@ BOS, EOS, PAD = "<s>", "</s>", "<pad>"
 
 def _bytes_to_unicode() -> dict[int, str]:
     """GPT-2's reversible map from bytes to printable unicode characters."""
-    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    keep = (
+        list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    )
     chars = keep[:]
     n = 0
     for b in range(256):

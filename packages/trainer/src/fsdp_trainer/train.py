@@ -1,7 +1,7 @@
 """Entry point: set up logging, parse the config, join the process group, build, train, close.
 
-    torchrun --standalone --nproc-per-node 8 -m fsdp_trainer --model.preset llama3.1-8b --data.seq_len 4096
-    python -m fsdp_trainer --model.preset tiny --train.steps 200      # one process, CPU or GPU
+torchrun --standalone --nproc-per-node 8 -m fsdp_trainer --model.preset llama3.1-8b --data.seq_len 4096
+python -m fsdp_trainer --model.preset tiny --train.steps 200      # one process, CPU or GPU
 """
 
 from __future__ import annotations
@@ -29,13 +29,19 @@ def run(cfg: TrainerConfig) -> dict:
     if cfg.parallel.cpu_offload and device.type != "cuda":
         raise ConfigError("--parallel.cpu_offload: offloading to CPU needs CUDA; this run is on cpu")
     if cfg.activation_checkpointing.offload_layers and device.type != "cuda":
-        raise ConfigError(f"--ac.offload_layers: needs CUDA GPUs (pinned host memory, copy engines); this run is on {device.type} "
-                          "(set it to 0)")
+        raise ConfigError(
+            f"--ac.offload_layers: needs CUDA GPUs (pinned host memory, copy engines); this run is on {device.type} "
+            "(set it to 0)"
+        )
     if cfg.model.attn_implementation == "flash_attention_2" and device.type != "cuda":
-        raise ConfigError(f"--model.attn_implementation: flash_attention_2 needs CUDA; this run is on {device.type} (use sdpa or eager)")
+        raise ConfigError(
+            f"--model.attn_implementation: flash_attention_2 needs CUDA; this run is on {device.type} (use sdpa or eager)"
+        )
     if cfg.parallel.comm_buffers.startswith("symmetric") and device.type != "cuda":
-        raise ConfigError(f"--parallel.comm_buffers: {cfg.parallel.comm_buffers} needs NCCL on GPUs; this run is on {device.type} "
-                          "(use default or process_group)")
+        raise ConfigError(
+            f"--parallel.comm_buffers: {cfg.parallel.comm_buffers} needs NCCL on GPUs; this run is on {device.type} "
+            "(use default or process_group)"
+        )
     if cfg.train.adamw == "triton":
         from .adamw import available
 
@@ -85,12 +91,19 @@ def _auto_comm_buffers(cfg: TrainerConfig, device) -> None:
         from .comm import symmetric_unavailable
 
         unavailable = symmetric_unavailable()
-    world, local = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
-    chosen = choose_comm_buffers(cfg, world_size=world, local_world_size=local, on_gpu=on_gpu, symmetric_unavailable=unavailable)
+    world, local = (
+        int(os.environ.get("WORLD_SIZE", "1")),
+        int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1"))),
+    )
+    chosen = choose_comm_buffers(
+        cfg, world_size=world, local_world_size=local, on_gpu=on_gpu, symmetric_unavailable=unavailable
+    )
     if chosen:
         log.info("auto: --parallel.comm_buffers %s (FSDP2 over %d GPUs of one node)", chosen, world)
     elif on_gpu and unavailable and world > 1:
-        log.info("auto: --parallel.comm_buffers stays %s (symmetric memory: %s)", cfg.parallel.comm_buffers, unavailable)
+        log.info(
+            "auto: --parallel.comm_buffers stays %s (symmetric memory: %s)", cfg.parallel.comm_buffers, unavailable
+        )
 
 
 def _apply_auto(cfg: TrainerConfig, env) -> None:
@@ -111,13 +124,25 @@ def _apply_auto(cfg: TrainerConfig, env) -> None:
     smallest = torch.tensor([total], dtype=torch.int64, device=env.device)
     if env.world_size > 1:
         dist.all_reduce(smallest, op=dist.ReduceOp.MIN)
-    record = apply_auto(cfg, build_hf_config(cfg.model), world_size=env.world_size, local_world_size=env.local_world_size,
-                        device_bytes=int(smallest.item()), on_gpu=env.device.type == "cuda",
-                        master_weights=use_master_weights(cfg, env.device.type, grad_accum_steps=1))
+    record = apply_auto(
+        cfg,
+        build_hf_config(cfg.model),
+        world_size=env.world_size,
+        local_world_size=env.local_world_size,
+        device_bytes=int(smallest.item()),
+        on_gpu=env.device.type == "cuda",
+        master_weights=use_master_weights(cfg, env.device.type, grad_accum_steps=1),
+    )
     cfg.auto_choice = record
-    log.info("auto: %s comm_buffers=%s, global batch %d sequences (estimated peak %.1f GiB of %.1f GiB per device; kept as given: %s)",
-             record["chosen"], record["comm_buffers"], record["global_batch_sequences"], record["estimated_peak_gib"], record["device_gib"],
-             ", ".join(record["kept"]) or "nothing")
+    log.info(
+        "auto: %s comm_buffers=%s, global batch %d sequences (estimated peak %.1f GiB of %.1f GiB per device; kept as given: %s)",
+        record["chosen"],
+        record["comm_buffers"],
+        record["global_batch_sequences"],
+        record["estimated_peak_gib"],
+        record["device_gib"],
+        ", ".join(record["kept"]) or "nothing",
+    )
 
 
 def main_with_config(cfg: TrainerConfig) -> int:

@@ -78,7 +78,10 @@ def clip_grad_norm_local_(parameters: Any, max_norm: float) -> torch.Tensor:
         squares = torch.stack(torch._foreach_norm(local, 2.0, dtype=torch.float32)).square().sum()
         first = grads[0]
         if isinstance(first, DTensor):
-            if any(not isinstance(g, DTensor) or g.device_mesh != first.device_mesh or g.placements != first.placements for g in grads):
+            if any(
+                not isinstance(g, DTensor) or g.device_mesh != first.device_mesh or g.placements != first.placements
+                for g in grads
+            ):
                 raise RuntimeError("clip_grad_norm_local_: the gradients are not all sharded alike")
             for dim, placement in enumerate(first.placements):
                 if placement.is_shard():
@@ -176,7 +179,13 @@ class StepProfiler:
         if self.prof is not None or not self.covers(step):
             return
         if step != self.first:
-            log.info("metrics.profile_steps: the run resumed inside %d-%d; tracing steps %d-%d", self.first, self.last, step, self.last)
+            log.info(
+                "metrics.profile_steps: the run resumed inside %d-%d; tracing steps %d-%d",
+                self.first,
+                self.last,
+                step,
+                self.last,
+            )
         from torch.profiler import ProfilerActivity, profile
 
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.env.device.type == "cuda" else [])
@@ -217,17 +226,45 @@ class Trainer:
         self.offload = built.offload
         self.tokenizer = load_tokenizer(cfg.model.tokenizer) if cfg.model.tokenizer else None
         self.data = build_dataloader(
-            cfg.data, self.tokenizer, self.hf_config.vocab_size, cfg.train.micro_batch_size,
-            dp_rank=env.rank, dp_size=env.world_size, device=env.device, is_leader=env.is_leader, barrier=env.barrier,
+            cfg.data,
+            self.tokenizer,
+            self.hf_config.vocab_size,
+            cfg.train.micro_batch_size,
+            dp_rank=env.rank,
+            dp_size=env.world_size,
+            device=env.device,
+            is_leader=env.is_leader,
+            barrier=env.barrier,
         )
         self.optimizer = build_optimizer(self.model, cfg, env.device, built.masters)
         self.scheduler = build_scheduler(self.optimizer, cfg.train)
         self.scaler = build_grad_scaler(cfg, env.device)
-        self.checkpointer = Checkpointer(cfg.checkpoint, env, self.model, self.optimizer, {"data": self.data, "scheduler": self.scheduler, "scaler": self.scaler})
+        self.checkpointer = Checkpointer(
+            cfg.checkpoint,
+            env,
+            self.model,
+            self.optimizer,
+            {"data": self.data, "scheduler": self.scheduler, "scaler": self.scaler},
+        )
         hf = self.hf_config
         head_dim = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
-        fpt = flops_per_token(built.num_params, built.num_embedding_params, hf.num_hidden_layers, hf.num_attention_heads, head_dim, cfg.data.seq_len)
-        self.metrics = Metrics(cfg.metrics.file, env.is_leader, cfg.train.log_every, fpt, env.device, cfg.metrics.peak_tflops, cfg.fp8.enabled)
+        fpt = flops_per_token(
+            built.num_params,
+            built.num_embedding_params,
+            hf.num_hidden_layers,
+            hf.num_attention_heads,
+            head_dim,
+            cfg.data.seq_len,
+        )
+        self.metrics = Metrics(
+            cfg.metrics.file,
+            env.is_leader,
+            cfg.train.log_every,
+            fpt,
+            env.device,
+            cfg.metrics.peak_tflops,
+            cfg.fp8.enabled,
+        )
         self.step = 0
         self.tokens_processed = 0
 
@@ -282,7 +319,11 @@ class Trainer:
         if stepped:
             self.scheduler.step()
         else:
-            log.warning("step %d: fp16 gradients overflowed; optimizer step skipped, grad scale lowered to %g", self.step + 1, self.scaler.get_scale())
+            log.warning(
+                "step %d: fp16 gradients overflowed; optimizer step skipped, grad scale lowered to %g",
+                self.step + 1,
+                self.scaler.get_scale(),
+            )
         return stepped
 
     def train_step(self) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -294,7 +335,9 @@ class Trainer:
         batches = [self.data.next_batch() for _ in range(accum)]
         # The global count of label tokens, all-reduced on the device: the host does not wait for it.
         # torch.full fills on the device (the value travels as a kernel argument): no host-to-device copy to wait for.
-        global_count = torch.full((), float(sum(b.num_targets for b in batches)), dtype=torch.float64, device=self.env.device)
+        global_count = torch.full(
+            (), float(sum(b.num_targets for b in batches)), dtype=torch.float64, device=self.env.device
+        )
         if self.env.world_size > 1:
             torch.distributed.all_reduce(global_count)
         global_count = global_count.clamp(min=1.0)
@@ -335,7 +378,11 @@ class Trainer:
         every = cfg.checkpoint.every_steps
         nothing_to_do = self.step >= cfg.train.steps
         if nothing_to_do:  # a finished run relaunched: no training, no second export
-            log.info("nothing to train: resumed at step %d and train.steps is %d; skipping training and export", self.step, cfg.train.steps)
+            log.info(
+                "nothing to train: resumed at step %d and train.steps is %d; skipping training and export",
+                self.step,
+                cfg.train.steps,
+            )
         gc.disable()
         gc.collect()
         try:
@@ -343,8 +390,15 @@ class Trainer:
         finally:
             gc.enable()
         if cfg.checkpoint.export_hf and not nothing_to_do:
-            export_hf(self.model, self.hf_config, self.tokenizer, cfg.checkpoint.export_hf, cfg.checkpoint.export_dtype or "fp32", env,
-                      self.optimizer)
+            export_hf(
+                self.model,
+                self.hf_config,
+                self.tokenizer,
+                cfg.checkpoint.export_hf,
+                cfg.checkpoint.export_dtype or "fp32",
+                env,
+                self.optimizer,
+            )
         (tokens_processed,) = env.all_reduce_sum([self.tokens_processed])
         summary = self.metrics.summary(
             cfg.metrics.warmup_steps,
@@ -390,15 +444,21 @@ class Trainer:
                     with contextlib.suppress(Exception):
                         self._record(pending, clock)
                 raise
-            peak = self.metrics.peak_mem_gib()  # the allocator's count is kept on the host: read it before the next step resets it
+            peak = (
+                self.metrics.peak_mem_gib()
+            )  # the allocator's count is kept on the host: read it before the next step resets it
             self.step += 1
             self.tokens_processed += tokens
-            step = PendingStep(self.step, loss, lr, grad_norm, tokens, peak, mark, clock.mark(), profiler.covers(self.step))
+            step = PendingStep(
+                self.step, loss, lr, grad_norm, tokens, peak, mark, clock.mark(), profiler.covers(self.step)
+            )
             mark = step.end
             if pending is not None:
                 self._record(pending, clock)  # waits for the previous step only: this one is queued behind it
             pending = step
-            checkpoint_due = cfg.checkpoint.enabled and (self.step == cfg.train.steps or (every and self.step % every == 0))
+            checkpoint_due = cfg.checkpoint.enabled and (
+                self.step == cfg.train.steps or (every and self.step % every == 0)
+            )
             profiler.after(self.step)
             sync_point = profiler.covers(self.step) or self.step % GC_EVERY == 0 or self.step == cfg.train.steps
             if checkpoint_due or self.step == fault_step or sync_point:
@@ -416,5 +476,13 @@ class Trainer:
 
     def _record(self, step: PendingStep, clock: StepClock) -> None:
         step_time = clock.seconds(step.start, step.end)  # waits for the step's end on the device
-        self.metrics.end_step(step.step, step.loss.item(), step.lr, step.grad_norm.item(), step.tokens, step_time, peak_mem_gib=step.peak_mem_gib,
-                              profiled=step.profiled)
+        self.metrics.end_step(
+            step.step,
+            step.loss.item(),
+            step.lr,
+            step.grad_norm.item(),
+            step.tokens,
+            step_time,
+            peak_mem_gib=step.peak_mem_gib,
+            profiled=step.profiled,
+        )

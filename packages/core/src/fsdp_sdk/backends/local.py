@@ -85,7 +85,9 @@ class LocalBackend(ClusterBackend):
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as exc:
-            raise BackendError(f"local: cannot read {path} ({exc}); run 'fsdp-sdk down --backend local' to reset it") from exc
+            raise BackendError(
+                f"local: cannot read {path} ({exc}); run 'fsdp-sdk down --backend local' to reset it"
+            ) from exc
 
     def _write_state(self, config: Config, state: dict[str, Any]) -> None:
         path = self._state_path(config)
@@ -146,8 +148,11 @@ class LocalBackend(ClusterBackend):
             progress(f"etcd is healthy at {server.endpoint} (pid {server.pid}, log {root / 'etcd.log'})")
         else:
             root.mkdir(parents=True, exist_ok=True)
-            progress(f"{why}: local runs will use torch's c10d rendezvous instead of etcd" if why
-                     else "job.rdzv_backend is c10d: no etcd needed")
+            progress(
+                f"{why}: local runs will use torch's c10d rendezvous instead of etcd"
+                if why
+                else "job.rdzv_backend is c10d: no etcd needed"
+            )
         self._write_state(config, state)
         return self.status(config)
 
@@ -197,7 +202,12 @@ class LocalBackend(ClusterBackend):
         endpoint = f"127.0.0.1:{server['client_port']}"
         healthy = etcd.pid_alive(server["pid"]) and etcd.is_healthy(server["client_port"])
         return ClusterStatus(
-            self.name, state.get("cluster", config.cluster.name), "ready" if healthy else "degraded", nodes, endpoint, details
+            self.name,
+            state.get("cluster", config.cluster.name),
+            "ready" if healthy else "degraded",
+            nodes,
+            endpoint,
+            details,
         )
 
     def kubeconfig(self, config: Config) -> Path | None:
@@ -217,16 +227,23 @@ class LocalBackend(ClusterBackend):
         progress: ProgressCallback = no_progress,
     ) -> RunResult:
         if not dry_run and importlib.util.find_spec("fsdp_trainer") is None:
-            raise BackendError("local: the trainer is not installed (no module fsdp_trainer); pip install -e packages/trainer")
+            raise BackendError(
+                "local: the trainer is not installed (no module fsdp_trainer); pip install -e packages/trainer"
+            )
         status = self.status(config)
         if not status.ready and not dry_run:
-            progress("the local cluster is not up: starting it now (it stays up for later runs; 'fsdp-sdk down' stops it)")
+            progress(
+                "the local cluster is not up: starting it now (it stays up for later runs; 'fsdp-sdk down' stops it)"
+            )
             status = self.up(_with_nodes(config, config.job.num_workers), progress=progress)
         state = self._read_state(config) or {}
         nodes, nproc = config.job.num_workers, config.job.nproc_per_node or 1
         if state and nodes > int(state.get("nodes", nodes)):
-            raise ConfigError("job.num_workers", f"{nodes} workers but the local cluster simulates {state['nodes']} nodes",
-                              f"run 'fsdp-sdk scale {nodes} --backend local' or use fewer workers")
+            raise ConfigError(
+                "job.num_workers",
+                f"{nodes} workers but the local cluster simulates {state['nodes']} nodes",
+                f"run 'fsdp-sdk scale {nodes} --backend local' or use fewer workers",
+            )
 
         rdzv = state.get("rdzv_backend") or self._rdzv_backend(config)[0]
         server = state.get("etcd")
@@ -244,16 +261,27 @@ class LocalBackend(ClusterBackend):
         log_dir = run_dir / "logs"
 
         command = [
-            sys.executable, "-m", "torch.distributed.run",
-            "--nnodes", str(nodes),
-            "--nproc-per-node", str(nproc),
-            "--rdzv-backend", rdzv,
-            "--rdzv-endpoint", endpoint,
-            "--rdzv-id", run_id,
-            "--rdzv-conf", rdzv_conf,
-            "--max-restarts", "0",
-            "--local-addr", "127.0.0.1",
-            "-m", "fsdp_trainer",
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes",
+            str(nodes),
+            "--nproc-per-node",
+            str(nproc),
+            "--rdzv-backend",
+            rdzv,
+            "--rdzv-endpoint",
+            endpoint,
+            "--rdzv-id",
+            run_id,
+            "--rdzv-conf",
+            rdzv_conf,
+            "--max-restarts",
+            "0",
+            "--local-addr",
+            "127.0.0.1",
+            "-m",
+            "fsdp_trainer",
             *trainer_arguments(trainer),
             *trainer_args,
         ]
@@ -270,7 +298,10 @@ class LocalBackend(ClusterBackend):
             self._write_state(config, state)
         log_dir.mkdir(parents=True, exist_ok=True)
         env = self._environment(config, nodes * nproc)
-        progress(f"run {run_id}: {nodes} agents x {nproc} processes, {rdzv} rendezvous at {endpoint}, outputs in {output_dir}")
+        progress(
+            f"run {run_id}: {nodes} agents x {nproc} processes, {rdzv} rendezvous at {endpoint}, outputs in {output_dir}"
+        )
+
         def started() -> None:
             if on_started is not None:
                 on_started(job)
@@ -284,8 +315,12 @@ class LocalBackend(ClusterBackend):
         try:
             summary = json.loads(summary_path.read_text())
         except (OSError, ValueError) as exc:
-            raise RunError(f"run {run_id}: the trainer exited successfully but {summary_path} is missing or invalid ({exc})") from exc
-        return RunResult(job, summary, output_dir, log_dir, commands, extra={"rdzv_backend": rdzv, "endpoint": endpoint})
+            raise RunError(
+                f"run {run_id}: the trainer exited successfully but {summary_path} is missing or invalid ({exc})"
+            ) from exc
+        return RunResult(
+            job, summary, output_dir, log_dir, commands, extra={"rdzv_backend": rdzv, "endpoint": endpoint}
+        )
 
     @staticmethod
     def _environment(config: Config, world_size: int) -> dict[str, str]:
@@ -352,8 +387,12 @@ class _Agents:
         try:
             for index in range(self.count):
                 process = subprocess.Popen(
-                    self.command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                    env=self.env, start_new_session=True,  # own process group: stopped as a unit
+                    self.command,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    env=self.env,
+                    start_new_session=True,  # own process group: stopped as a unit
                 )
                 self.processes.append(process)
                 threading.Thread(target=self._pump, args=(index, process), daemon=True).start()
@@ -396,9 +435,7 @@ class _Agents:
         cause = _failure_cause(tail)
         for line in tail[-10:]:
             self.progress(f"[agent{index}] {line}")
-        raise RunError(
-            f"agent {index} exited with code {code}: {cause.strip()[:300]}; logs in {self.log_dir}"
-        )
+        raise RunError(f"agent {index} exited with code {code}: {cause.strip()[:300]}; logs in {self.log_dir}")
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop every agent still running (SIGTERM to its process group, SIGKILL after ``timeout``)."""
@@ -437,22 +474,35 @@ def local_preflight(config: Config) -> list[PreflightResult]:
     state_dir = Path(config.cluster.state_dir)
     existing = next((p for p in (state_dir, *state_dir.parents) if p.exists()), None)
     writable = existing is not None and os.access(existing, os.W_OK)
-    results.append(PreflightResult(
-        "state-dir", writable, f"{state_dir} is {'writable' if writable else 'not writable'}",
-        "set cluster.state_dir (or FSDP_SDK_STATE_DIR) to a writable directory",
-    ))
+    results.append(
+        PreflightResult(
+            "state-dir",
+            writable,
+            f"{state_dir} is {'writable' if writable else 'not writable'}",
+            "set cluster.state_dir (or FSDP_SDK_STATE_DIR) to a writable directory",
+        )
+    )
     rdzv, why = LocalBackend._rdzv_backend(config)
-    results.append(PreflightResult(
-        "rendezvous", rdzv == config.job.rdzv_backend,
-        f"local runs use the {rdzv} rendezvous" + (f" ({why})" if why else ""),
-        "install etcd and python-etcd for the etcd-v2 rendezvous", severity="warning",
-    ))
+    results.append(
+        PreflightResult(
+            "rendezvous",
+            rdzv == config.job.rdzv_backend,
+            f"local runs use the {rdzv} rendezvous" + (f" ({why})" if why else ""),
+            "install etcd and python-etcd for the etcd-v2 rendezvous",
+            severity="warning",
+        )
+    )
     for module, what in (("torch", "PyTorch"), ("fsdp_trainer", "the fsdp-trainer package")):
         found = importlib.util.find_spec(module) is not None
-        results.append(PreflightResult(
-            module, found, f"{what} is {'installed' if found else 'not installed'}",
-            f"install {what} to run jobs locally", severity="warning",
-        ))
+        results.append(
+            PreflightResult(
+                module,
+                found,
+                f"{what} is {'installed' if found else 'not installed'}",
+                f"install {what} to run jobs locally",
+                severity="warning",
+            )
+        )
     return results
 
 

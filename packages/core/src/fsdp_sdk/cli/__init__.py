@@ -141,12 +141,16 @@ class LazyGroup(click.Group):
             if debug:
                 raise
             message = " ".join(str(exc).split())
-            click.echo(f"Error: unexpected {type(exc).__name__}: {message} (run again with --debug for the traceback)",
-                       err=True)
+            click.echo(
+                f"Error: unexpected {type(exc).__name__}: {message} (run again with --debug for the traceback)",
+                err=True,
+            )
             sys.exit(1)
         sys.exit(result if isinstance(result, int) else 0)
 
-    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
         name = args[0] if args else None
         if name is not None and self.get_command(ctx, name) is None and name in self._unavailable:
             raise click.UsageError(f"command {name!r} is not available here ({self._unavailable[name]})", ctx)

@@ -31,7 +31,10 @@ def down(app: Application, yes: bool, dry_run: bool, as_json: bool) -> None:
         current = client.status()
         if current.state != "absent":
             if not sys.stdin.isatty():
-                raise ConfigError("--yes", f"deleting cluster {current.cluster!r} needs a confirmation",
-                                  "pass --yes to delete without a prompt")
+                raise ConfigError(
+                    "--yes",
+                    f"deleting cluster {current.cluster!r} needs a confirmation",
+                    "pass --yes to delete without a prompt",
+                )
             click.confirm(f"Delete cluster {current.cluster!r} ({backend.name})?", abort=True, err=True)
     echo_status(client.down(dry_run=dry_run), as_json=as_json, dry_run=dry_run)

@@ -12,15 +12,25 @@ from fsdp_sdk.cli.options import common_options, setting
 
 __all__ = ["image"]
 
-_TOOL = click.option("--tool", type=click.Choice(["docker", "finch", "buildah"]), default=None,
-                     help="Container tool (default: the first of docker, finch, buildah on PATH).")
+_TOOL = click.option(
+    "--tool",
+    type=click.Choice(["docker", "finch", "buildah"]),
+    default=None,
+    help="Container tool (default: the first of docker, finch, buildah on PATH).",
+)
 
 
 def _image_options(function):  # type: ignore[no-untyped-def]
-    function = click.option("--tag", metavar="TAG", expose_value=False, callback=setting("job.tag"),
-                            help="Image tag (job.tag).")(function)
-    return click.option("--image", metavar="NAME", expose_value=False, callback=setting("job.image"),
-                        help="Image repository name (job.image).")(function)
+    function = click.option(
+        "--tag", metavar="TAG", expose_value=False, callback=setting("job.tag"), help="Image tag (job.tag)."
+    )(function)
+    return click.option(
+        "--image",
+        metavar="NAME",
+        expose_value=False,
+        callback=setting("job.image"),
+        help="Image repository name (job.image).",
+    )(function)
 
 
 @click.group(short_help="Build the trainer image and push it to ECR.")
@@ -32,16 +42,37 @@ def image() -> None:
 @common_options
 @_image_options
 @_TOOL
-@click.option("--context", "context_dir", type=click.Path(file_okay=False, path_type=Path),
-              default=Path(".fsdp-sdk/image"), show_default=True, help="Build context directory to write.")
-@click.option("--trainer-src", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="The trainer package directory (default: the installed fsdp_trainer's, or ./packages/trainer).")
-@click.option("--build-arg", "build_args", metavar="NAME=VALUE", multiple=True,
-              help="Override a pinned version, e.g. --build-arg EFA_INSTALLER_VERSION=1.38.1. Repeatable.")
+@click.option(
+    "--context",
+    "context_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path(".fsdp-sdk/image"),
+    show_default=True,
+    help="Build context directory to write.",
+)
+@click.option(
+    "--trainer-src",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="The trainer package directory (default: the installed fsdp_trainer's, or ./packages/trainer).",
+)
+@click.option(
+    "--build-arg",
+    "build_args",
+    metavar="NAME=VALUE",
+    multiple=True,
+    help="Override a pinned version, e.g. --build-arg EFA_INSTALLER_VERSION=1.38.1. Repeatable.",
+)
 @click.option("--dry-run", is_flag=True, help="Print the Dockerfile and the build command; write and run nothing.")
 @click.pass_obj
-def build(app: Application, tool: str | None, context_dir: Path, trainer_src: Path | None,
-          build_args: tuple[str, ...], dry_run: bool) -> None:
+def build(
+    app: Application,
+    tool: str | None,
+    context_dir: Path,
+    trainer_src: Path | None,
+    build_args: tuple[str, ...],
+    dry_run: bool,
+) -> None:
     """Write a Dockerfile and a copy of the trainer package into the build context, and build
     <job.image>:<job.tag> with docker, finch or buildah."""
     from fsdp_sdk.k8s.image import build_image
@@ -52,8 +83,9 @@ def build(app: Application, tool: str | None, context_dir: Path, trainer_src: Pa
         if not sep or not name:
             raise click.BadParameter(f"{item!r} is not NAME=VALUE", param_hint="--build-arg")
         args[name] = value
-    result = build_image(app.load_config(), context=context_dir, trainer_src=trainer_src, tool=tool,
-                         build_args=args, dry_run=dry_run)
+    result = build_image(
+        app.load_config(), context=context_dir, trainer_src=trainer_src, tool=tool, build_args=args, dry_run=dry_run
+    )
     if dry_run:
         click.echo(result.dockerfile, nl=False)
         click.echo(f"# would run: {shlex.join(result.command)}")

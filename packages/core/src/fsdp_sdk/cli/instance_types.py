@@ -39,5 +39,20 @@ def instance_types(app: Application, as_json: bool) -> None:
         )
         for t in registry
     ]
-    click.echo(table(["name", "gpus", "gpu mem", "efa", "vcpus", "memory", "bf16 tflops/gpu", "usd/hour",
-                      "price date", "plugin"], rows))
+    click.echo(
+        table(
+            [
+                "name",
+                "gpus",
+                "gpu mem",
+                "efa",
+                "vcpus",
+                "memory",
+                "bf16 tflops/gpu",
+                "usd/hour",
+                "price date",
+                "plugin",
+            ],
+            rows,
+        )
+    )

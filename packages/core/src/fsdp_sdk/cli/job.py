@@ -25,11 +25,24 @@ F = TypeVar("F", bound=Callable[..., Any])
 def kube_options(function: F) -> F:
     """``--kubeconfig``, ``--context`` and ``-n/--namespace`` (job.namespace)."""
     options = [
-        click.option("--kubeconfig", metavar="FILE", envvar="KUBECONFIG", show_envvar=True,
-                     help="kubeconfig file; default: $KUBECONFIG, the backend's, then ~/.kube/config."),
-        click.option("--context", "kube_context", metavar="NAME", help="kubeconfig context (default: the current one)."),
-        click.option("-n", "--namespace", metavar="NS", expose_value=False, callback=setting("job.namespace"),
-                     help="Kubernetes namespace (job.namespace; default: default)."),
+        click.option(
+            "--kubeconfig",
+            metavar="FILE",
+            envvar="KUBECONFIG",
+            show_envvar=True,
+            help="kubeconfig file; default: $KUBECONFIG, the backend's, then ~/.kube/config.",
+        ),
+        click.option(
+            "--context", "kube_context", metavar="NAME", help="kubeconfig context (default: the current one)."
+        ),
+        click.option(
+            "-n",
+            "--namespace",
+            metavar="NS",
+            expose_value=False,
+            callback=setting("job.namespace"),
+            help="Kubernetes namespace (job.namespace; default: default).",
+        ),
     ]
     for option in reversed(options):
         function = option(function)
@@ -37,9 +50,13 @@ def kube_options(function: F) -> F:
 
 
 def _api_option(function: F) -> F:
-    return click.option("--api", type=click.Choice(["pytorchjob", "trainjob"]), expose_value=False,
-                        callback=setting("job.api"),
-                        help="Kubeflow API of the job (job.api): pytorchjob (Training Operator) or trainjob (Trainer v2).")(function)
+    return click.option(
+        "--api",
+        type=click.Choice(["pytorchjob", "trainjob"]),
+        expose_value=False,
+        callback=setting("job.api"),
+        help="Kubeflow API of the job (job.api): pytorchjob (Training Operator) or trainjob (Trainer v2).",
+    )(function)
 
 
 def _job_client(app: Application, kubeconfig: str | None, kube_context: str | None) -> JobClient:
@@ -66,8 +83,11 @@ def _render_options(function: F) -> F:
     options = [
         _api_option,
         click.option("--rdzv-id", metavar="ID", help="Rendezvous id (elasticPolicy.rdzvId); default: a fresh one."),
-        click.option("--create-secret/--no-create-secret", default=None,
-                     help="Also create the Hugging Face token Secret (default: when job.hf_token is set)."),
+        click.option(
+            "--create-secret/--no-create-secret",
+            default=None,
+            help="Also create the Hugging Face token Secret (default: when job.hf_token is set).",
+        ),
     ]
     for option in reversed(options):
         function = option(function)
@@ -77,15 +97,32 @@ def _render_options(function: F) -> F:
 @job.command(short_help="Print the job's Kubernetes objects as YAML.")
 @common_options
 @_render_options
-@click.option("--validate", is_flag=True,
-              help="Validate the objects offline (built-in kinds and pod templates against the Kubernetes OpenAPI, "
-                   "custom resources against --crd); the report goes to stderr, exit 1 on a problem.")
-@click.option("--crd", "crds", metavar="FILE", multiple=True, type=click.Path(exists=True, dir_okay=False),
-              help="CRD file to validate custom resources with (e.g. kubeflow.org_pytorchjobs.yaml). Repeatable.")
-@click.option("--k8s-version", default="1.31", show_default=True, help="Kubernetes version of the OpenAPI used by --validate.")
+@click.option(
+    "--validate",
+    is_flag=True,
+    help="Validate the objects offline (built-in kinds and pod templates against the Kubernetes OpenAPI, "
+    "custom resources against --crd); the report goes to stderr, exit 1 on a problem.",
+)
+@click.option(
+    "--crd",
+    "crds",
+    metavar="FILE",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="CRD file to validate custom resources with (e.g. kubeflow.org_pytorchjobs.yaml). Repeatable.",
+)
+@click.option(
+    "--k8s-version", default="1.31", show_default=True, help="Kubernetes version of the OpenAPI used by --validate."
+)
 @click.pass_obj
-def render(app: Application, rdzv_id: str | None, create_secret: bool | None, validate: bool, crds: tuple[str, ...],
-           k8s_version: str) -> None:
+def render(
+    app: Application,
+    rdzv_id: str | None,
+    create_secret: bool | None,
+    validate: bool,
+    crds: tuple[str, ...],
+    k8s_version: str,
+) -> None:
     """Print the objects 'job submit' would apply, as multi-document YAML; nothing is sent anywhere.
 
     The Hugging Face token never appears: the job references the Secret, and the
@@ -112,8 +149,11 @@ def render(app: Application, rdzv_id: str | None, create_secret: bool | None, va
             if ref in report.skipped:
                 itself = " itself" if any(c.subject.startswith(f"{ref} ") for c in report.checks) else ""
                 crd = f"{str(obj.get('apiVersion', '')).split('/')[0]}_{str(obj.get('kind')).lower()}s.yaml"
-                click.echo(f"not validated: {ref}{itself} (no schema for its kind without its CRD; "
-                           f"pass --crd {crd} to check it)", err=True)
+                click.echo(
+                    f"not validated: {ref}{itself} (no schema for its kind without its CRD; "
+                    f"pass --crd {crd} to check it)",
+                    err=True,
+                )
         if not report.ok:
             raise click.exceptions.Exit(1)
 
@@ -122,11 +162,23 @@ def render(app: Application, rdzv_id: str | None, create_secret: bool | None, va
 @common_options
 @kube_options
 @_render_options
-@click.option("--dry-run", "dry_run", is_flag=True, help="Server-side dry run (dryRun=All): the API server validates, stores nothing.")
+@click.option(
+    "--dry-run",
+    "dry_run",
+    is_flag=True,
+    help="Server-side dry run (dryRun=All): the API server validates, stores nothing.",
+)
 @json_option
 @click.pass_obj
-def submit(app: Application, kubeconfig: str | None, kube_context: str | None, rdzv_id: str | None,
-           create_secret: bool | None, dry_run: bool, as_json: bool) -> None:
+def submit(
+    app: Application,
+    kubeconfig: str | None,
+    kube_context: str | None,
+    rdzv_id: str | None,
+    create_secret: bool | None,
+    dry_run: bool,
+    as_json: bool,
+) -> None:
     """Render the job and apply it with server-side apply (field manager fsdp-sdk)."""
     from fsdp_sdk.plugins import get_plugins
 
@@ -136,8 +188,16 @@ def submit(app: Application, kubeconfig: str | None, kube_context: str | None, r
         get_plugins().hooks.job_submitted(jobs.config, ref)
     kind = jobs.last_objects[0]["kind"]
     if as_json:
-        app.echo_json({"name": ref.name, "namespace": ref.namespace, "kind": kind, "rdzv_id": ref.run_id,
-                       "dry_run": dry_run, "objects": [f"{o['kind']}/{o['metadata']['name']}" for o in jobs.last_objects]})
+        app.echo_json(
+            {
+                "name": ref.name,
+                "namespace": ref.namespace,
+                "kind": kind,
+                "rdzv_id": ref.run_id,
+                "dry_run": dry_run,
+                "objects": [f"{o['kind']}/{o['metadata']['name']}" for o in jobs.last_objects],
+            }
+        )
         return
     verb = "would submit (server dry run passed)" if dry_run else "submitted"
     click.echo(f"{verb} {kind} {ref.namespace}/{ref.name} (rdzv id {ref.run_id})")
@@ -193,11 +253,18 @@ def list_jobs(app: Application, kubeconfig: str | None, kube_context: str | None
 @click.option("--all", "all_workers", is_flag=True, help="Every worker, each line prefixed with [pod-name].")
 @_name_argument
 @click.pass_obj
-def logs(app: Application, kubeconfig: str | None, kube_context: str | None, follow: bool, all_workers: bool,
-         name: str | None) -> None:
+def logs(
+    app: Application,
+    kubeconfig: str | None,
+    kube_context: str | None,
+    follow: bool,
+    all_workers: bool,
+    name: str | None,
+) -> None:
     """Print the log of the leader (the pod whose trainer printed master_addr=), or of all workers with --all."""
     _job_client(app, kubeconfig, kube_context).logs(
-        name, follow=follow, all_workers=all_workers, out=lambda line: click.echo(line))
+        name, follow=follow, all_workers=all_workers, out=lambda line: click.echo(line)
+    )
 
 
 @job.command(short_help="Delete a job and clear its rendezvous state.")
@@ -208,8 +275,14 @@ def logs(app: Application, kubeconfig: str | None, kube_context: str | None, fol
 @json_option
 @_name_argument
 @click.pass_obj
-def stop(app: Application, kubeconfig: str | None, kube_context: str | None, keep_rendezvous: bool, as_json: bool,
-         name: str | None) -> None:
+def stop(
+    app: Application,
+    kubeconfig: str | None,
+    kube_context: str | None,
+    keep_rendezvous: bool,
+    as_json: bool,
+    name: str | None,
+) -> None:
     """Delete the job (its pods go in the background) and delete its rendezvous keys in etcd.
 
     etcd is reached through the API server's service proxy, so the next run
@@ -219,8 +292,14 @@ def stop(app: Application, kubeconfig: str | None, kube_context: str | None, kee
     name = name or jobs.config.job.name
     result = jobs.stop(name, clear_rendezvous=not keep_rendezvous)
     if as_json:
-        app.echo_json({"name": name, "deleted": result.deleted, "rendezvous_keys": result.rendezvous_keys,
-                       "rendezvous_error": result.rendezvous_error})
+        app.echo_json(
+            {
+                "name": name,
+                "deleted": result.deleted,
+                "rendezvous_keys": result.rendezvous_keys,
+                "rendezvous_error": result.rendezvous_error,
+            }
+        )
     elif not result.deleted:
         click.echo(f"job {jobs.namespace}/{name} does not exist; nothing to stop")
     else:
@@ -238,8 +317,15 @@ def stop(app: Application, kubeconfig: str | None, kube_context: str | None, kee
 @json_option
 @_name_argument
 @click.pass_obj
-def wait(app: Application, kubeconfig: str | None, kube_context: str | None, timeout: float, poll: float,
-         as_json: bool, name: str | None) -> None:
+def wait(
+    app: Application,
+    kubeconfig: str | None,
+    kube_context: str | None,
+    timeout: float,
+    poll: float,
+    as_json: bool,
+    name: str | None,
+) -> None:
     """Wait until the job succeeds or fails.
 
     \b
@@ -251,7 +337,8 @@ def wait(app: Application, kubeconfig: str | None, kube_context: str | None, tim
         click.echo(f"{status.name}: {status.phase}", err=True)
 
     result = _job_client(app, kubeconfig, kube_context).wait_for_completion(
-        name, timeout=timeout, poll=poll, on_change=changed)
+        name, timeout=timeout, poll=poll, on_change=changed
+    )
     if as_json:
         app.echo_json({**result.to_dict(), "timed_out": not result.finished})
     else:
@@ -261,4 +348,3 @@ def wait(app: Application, kubeconfig: str | None, kube_context: str | None, tim
         raise click.exceptions.Exit(EXIT_TIMEOUT)
     if not result.succeeded:
         raise click.exceptions.Exit(1)
-

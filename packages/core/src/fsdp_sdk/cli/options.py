@@ -58,26 +58,49 @@ def common_options(function: F) -> F:
     """``-c/--config``, ``--env-file``, ``--backend``, ``--set`` and ``--debug``, on the root group and on each command."""
     options = [
         click.option(
-            "-c", "--config", "config_file", metavar="FILE", envvar="FSDP_SDK_CONFIG", show_envvar=True,
-            expose_value=False, callback=_store("config_file"),
+            "-c",
+            "--config",
+            "config_file",
+            metavar="FILE",
+            envvar="FSDP_SDK_CONFIG",
+            show_envvar=True,
+            expose_value=False,
+            callback=_store("config_file"),
             help="YAML configuration file (sections cluster, job, trainer, observability).",
         ),
         click.option(
-            "--env-file", metavar="FILE", envvar="FSDP_SDK_ENV_FILE", show_envvar=True, expose_value=False,
+            "--env-file",
+            metavar="FILE",
+            envvar="FSDP_SDK_ENV_FILE",
+            show_envvar=True,
+            expose_value=False,
             callback=_store("env_file"),
             help="A .env file with the original scripts' variables (NUM_WORKERS, INSTANCE_TYPE...). Default: ./.env if present.",
         ),
         click.option(
-            "--backend", metavar="NAME", expose_value=False, callback=setting("cluster.backend"),
+            "--backend",
+            metavar="NAME",
+            expose_value=False,
+            callback=setting("cluster.backend"),
             help="Cluster backend (cluster.backend; default: local). 'fsdp-sdk plugins' lists them.",
         ),
         click.option(
-            "--set", "set_pairs", metavar="KEY=VALUE", multiple=True, expose_value=False, callback=_set_pairs,
+            "--set",
+            "set_pairs",
+            metavar="KEY=VALUE",
+            multiple=True,
+            expose_value=False,
+            callback=_set_pairs,
             help="Set any field, e.g. --set job.num_workers=4 --set model.preset=tiny (trainer sections need no prefix). Repeatable.",
         ),
         click.option(
-            "--debug", is_flag=True, envvar="FSDP_SDK_DEBUG", show_envvar=True, expose_value=False,
-            callback=_store("debug"), help="Show tracebacks on errors.",
+            "--debug",
+            is_flag=True,
+            envvar="FSDP_SDK_DEBUG",
+            show_envvar=True,
+            expose_value=False,
+            callback=_store("debug"),
+            help="Show tracebacks on errors.",
         ),
     ]
     for option in reversed(options):
@@ -88,8 +111,13 @@ def common_options(function: F) -> F:
 def debug_option(function: F) -> F:
     """``--debug`` alone, for commands that read no configuration."""
     return click.option(
-        "--debug", is_flag=True, envvar="FSDP_SDK_DEBUG", show_envvar=True, expose_value=False,
-        callback=_store("debug"), help="Show tracebacks on errors.",
+        "--debug",
+        is_flag=True,
+        envvar="FSDP_SDK_DEBUG",
+        show_envvar=True,
+        expose_value=False,
+        callback=_store("debug"),
+        help="Show tracebacks on errors.",
     )(function)
 
 

@@ -48,7 +48,11 @@ def plugins(app: Application, as_json: bool) -> None:
         click.echo(table(["plugin", "from", "status", "hooks / error"], rows))
         if backends:
             click.echo()
-            click.echo(table(["backend", "plugin", "description"], [(b["name"], b["plugin"], b["description"]) for b in backends]))
+            click.echo(
+                table(
+                    ["backend", "plugin", "description"], [(b["name"], b["plugin"], b["description"]) for b in backends]
+                )
+            )
         if conflict:
             click.echo(f"\nError: {conflict}", err=True)
     if conflict or any(i.broken for i in infos):

@@ -32,12 +32,24 @@ def prereqs() -> None:
 @common_options
 @kube_options
 @click.option("--skip-operator", is_flag=True, help="Do not install the Training Operator (it is already there).")
-@click.option("--operator-version", metavar="TAG", default=None,
-              help="Training Operator release tag (default: the pinned one, see 'prereqs install --dry-run').")
-@click.option("--dry-run", is_flag=True, help="Print what would be applied as YAML (and the kubectl command); apply nothing.")
+@click.option(
+    "--operator-version",
+    metavar="TAG",
+    default=None,
+    help="Training Operator release tag (default: the pinned one, see 'prereqs install --dry-run').",
+)
+@click.option(
+    "--dry-run", is_flag=True, help="Print what would be applied as YAML (and the kubectl command); apply nothing."
+)
 @click.pass_obj
-def install(app: Application, kubeconfig: str | None, kube_context: str | None, skip_operator: bool,
-            operator_version: str | None, dry_run: bool) -> None:
+def install(
+    app: Application,
+    kubeconfig: str | None,
+    kube_context: str | None,
+    skip_operator: bool,
+    operator_version: str | None,
+    dry_run: bool,
+) -> None:
     """Apply etcd (Deployment and Service, v2 API on) with server-side apply, then install the
     Kubeflow Training Operator from its upstream kustomize overlay with 'kubectl apply --server-side -k'.
 

@@ -14,15 +14,34 @@ from fsdp_sdk.cli.output import key_values
 
 @click.command(short_help="Run the FSDP trainer and print its summary.")
 @common_options
-@click.option("--nodes", type=click.IntRange(min=1), expose_value=False, callback=setting("job.num_workers"),
-              help="Workers (nodes; locally, simulated nodes) for this run (job.num_workers).")
-@click.option("--nproc-per-node", type=click.IntRange(min=1), expose_value=False,
-              callback=setting("job.nproc_per_node"),
-              help="Trainer processes per node (job.nproc_per_node; default: GPUs per node, 1 locally).")
-@click.option("--preset", metavar="NAME", expose_value=False, callback=setting("trainer.model.preset"),
-              help="Model preset (trainer.model.preset), e.g. tiny.")
-@click.option("--steps", type=click.IntRange(min=1), expose_value=False, callback=setting("trainer.train.steps"),
-              help="Optimizer steps (trainer.train.steps).")
+@click.option(
+    "--nodes",
+    type=click.IntRange(min=1),
+    expose_value=False,
+    callback=setting("job.num_workers"),
+    help="Workers (nodes; locally, simulated nodes) for this run (job.num_workers).",
+)
+@click.option(
+    "--nproc-per-node",
+    type=click.IntRange(min=1),
+    expose_value=False,
+    callback=setting("job.nproc_per_node"),
+    help="Trainer processes per node (job.nproc_per_node; default: GPUs per node, 1 locally).",
+)
+@click.option(
+    "--preset",
+    metavar="NAME",
+    expose_value=False,
+    callback=setting("trainer.model.preset"),
+    help="Model preset (trainer.model.preset), e.g. tiny.",
+)
+@click.option(
+    "--steps",
+    type=click.IntRange(min=1),
+    expose_value=False,
+    callback=setting("trainer.train.steps"),
+    help="Optimizer steps (trainer.train.steps).",
+)
 @click.option("--run-id", metavar="ID", help="Rendezvous/run id (default: a fresh one; never reuse one).")
 @dry_run_option
 @json_option

@@ -11,10 +11,20 @@ from fsdp_sdk.cli.output import echo_status
 
 @click.command(short_help="Create the cluster (local backend: start etcd).")
 @common_options
-@click.option("--nodes", type=click.IntRange(min=0), expose_value=False, callback=setting("cluster.nodes"),
-              help="Number of nodes (cluster.nodes).")
-@click.option("--instance-type", metavar="TYPE", expose_value=False, callback=setting("cluster.instance_type"),
-              help="Instance type of the nodes (cluster.instance_type); see 'fsdp-sdk instance-types'.")
+@click.option(
+    "--nodes",
+    type=click.IntRange(min=0),
+    expose_value=False,
+    callback=setting("cluster.nodes"),
+    help="Number of nodes (cluster.nodes).",
+)
+@click.option(
+    "--instance-type",
+    metavar="TYPE",
+    expose_value=False,
+    callback=setting("cluster.instance_type"),
+    help="Instance type of the nodes (cluster.instance_type); see 'fsdp-sdk instance-types'.",
+)
 @dry_run_option
 @json_option
 @click.pass_obj

@@ -105,8 +105,10 @@ CMD ["torchrun", "-m", "fsdp_trainer", "--help"]
 def render_dockerfile(build_args: Mapping[str, str] | None = None) -> str:
     """The trainer Dockerfile; ``build_args`` change the pinned defaults written in it."""
     args = {**BUILD_ARGS, **(build_args or {})}
-    head = ["# syntax=docker/dockerfile:1",
-            "# The fsdp-sdk trainer image, written by 'fsdp-sdk image build'. Versions are build arguments."]
+    head = [
+        "# syntax=docker/dockerfile:1",
+        "# The fsdp-sdk trainer image, written by 'fsdp-sdk image build'. Versions are build arguments.",
+    ]
     head += [f"ARG {name}={value}" for name, value in args.items()]
     return "\n".join(head) + "\n" + _BODY
 
@@ -133,8 +135,11 @@ def find_trainer_source(explicit: str | os.PathLike[str] | None = None) -> Path:
         if (candidate / "pyproject.toml").is_file() and (candidate / "src" / "fsdp_trainer").is_dir():
             return candidate
     where = str(candidates[0]) if explicit else "the installed fsdp_trainer or ./packages/trainer"
-    raise ConfigError("--trainer-src", f"no trainer package found at {where}",
-                      "pass the directory that holds the trainer's pyproject.toml and src/fsdp_trainer")
+    raise ConfigError(
+        "--trainer-src",
+        f"no trainer package found at {where}",
+        "pass the directory that holds the trainer's pyproject.toml and src/fsdp_trainer",
+    )
 
 
 def prepare_context(context: Path, trainer_src: Path, build_args: Mapping[str, str] | None = None) -> Path:
@@ -165,8 +170,11 @@ def find_build_tool(name: str | None = None) -> str:
             return tool
     if name:
         raise ConfigError("--tool", f"{name} is not on PATH", f"install it or pick one of {', '.join(BUILD_TOOLS)}")
-    raise ConfigError("image build", f"no container build tool found on PATH (looked for {', '.join(BUILD_TOOLS)})",
-                      "install Docker, Finch or Buildah")
+    raise ConfigError(
+        "image build",
+        f"no container build tool found on PATH (looked for {', '.join(BUILD_TOOLS)})",
+        "install Docker, Finch or Buildah",
+    )
 
 
 def _local_ref(config: Config) -> str:
@@ -190,8 +198,9 @@ def _run(command: Sequence[str], *, input: str | None = None) -> subprocess.Comp
 
 def _check(result: subprocess.CompletedProcess[str], command: Sequence[str]) -> None:
     if result.returncode != 0:
-        raise FsdpSdkError(f"{shlex.join(command[:2])} failed with exit status {result.returncode}; "
-                           "see its output above")
+        raise FsdpSdkError(
+            f"{shlex.join(command[:2])} failed with exit status {result.returncode}; see its output above"
+        )
 
 
 @dataclass
@@ -207,8 +216,14 @@ class ImageBuild:
 
 
 def build_image(
-    config: Config, *, context: Path, trainer_src: str | os.PathLike[str] | None = None, tool: str | None = None,
-    build_args: Mapping[str, str] | None = None, dry_run: bool = False, run: Runner = _run,
+    config: Config,
+    *,
+    context: Path,
+    trainer_src: str | os.PathLike[str] | None = None,
+    tool: str | None = None,
+    build_args: Mapping[str, str] | None = None,
+    dry_run: bool = False,
+    run: Runner = _run,
 ) -> ImageBuild:
     """Write the build context and build ``<job.image>:<job.tag>``.
 
@@ -226,8 +241,9 @@ def build_image(
     dockerfile_text = render_dockerfile(overrides)
     ref = _local_ref(config)
     command = _build_command(chosen, context, context / "Dockerfile", ref, overrides)
-    result = ImageBuild(tool=chosen, context=context, dockerfile=dockerfile_text, command=command, image=ref,
-                        dry_run=dry_run)
+    result = ImageBuild(
+        tool=chosen, context=context, dockerfile=dockerfile_text, command=command, image=ref, dry_run=dry_run
+    )
     if dry_run:
         return result
     prepare_context(context, source, overrides)
@@ -261,7 +277,12 @@ def _ecr_client(region: str) -> Any:
 
 
 def push_image(
-    config: Config, *, tool: str | None = None, dry_run: bool = False, run: Runner = _run, ecr: Any = None,
+    config: Config,
+    *,
+    tool: str | None = None,
+    dry_run: bool = False,
+    run: Runner = _run,
+    ecr: Any = None,
 ) -> ImagePush:
     """Log in to ECR, create the repository if missing (scan on push), tag and push the image.
 
@@ -281,8 +302,11 @@ def push_image(
     if config.job.registry:
         match = _ECR_HOST.match(config.job.registry.strip().rstrip("/"))
         if not match:
-            raise ConfigError("job.registry", f"{config.job.registry!r} is not an Amazon ECR registry",
-                              "use <account>.dkr.ecr.<region>.amazonaws.com, or push with your own tool")
+            raise ConfigError(
+                "job.registry",
+                f"{config.job.registry!r} is not an Amazon ECR registry",
+                "use <account>.dkr.ecr.<region>.amazonaws.com, or push with your own tool",
+            )
         registry_id, region = match.group(1), match.group(2)
     ecr = ecr or _ecr_client(region)
     repository = config.job.image
@@ -290,8 +314,11 @@ def push_image(
         auth = ecr.get_authorization_token(**({"registryIds": [registry_id]} if registry_id else {}))
         data = auth["authorizationData"][0]
         user, _, password = base64.b64decode(data["authorizationToken"]).decode().partition(":")
-        registry = config.job.registry.strip().rstrip("/") if config.job.registry else \
-            re.sub(r"^https?://", "", data["proxyEndpoint"]).rstrip("/")
+        registry = (
+            config.job.registry.strip().rstrip("/")
+            if config.job.registry
+            else re.sub(r"^https?://", "", data["proxyEndpoint"]).rstrip("/")
+        )
         created = False
         try:
             ecr.describe_repositories(repositoryNames=[repository])
@@ -300,20 +327,29 @@ def push_image(
                 raise
             created = True
             if not dry_run:
-                ecr.create_repository(repositoryName=repository,
-                                      imageScanningConfiguration={"scanOnPush": True},
-                                      imageTagMutability="MUTABLE")
+                ecr.create_repository(
+                    repositoryName=repository,
+                    imageScanningConfiguration={"scanOnPush": True},
+                    imageTagMutability="MUTABLE",
+                )
     except (ClientError, BotoCoreError) as error:
-        raise FsdpSdkError(f"ECR in {region}: {' '.join(str(error).split())}; check your AWS credentials "
-                           "and region (cluster.region)") from error
+        raise FsdpSdkError(
+            f"ECR in {region}: {' '.join(str(error).split())}; check your AWS credentials and region (cluster.region)"
+        ) from error
     remote = f"{registry}/{repository}:{config.job.tag}"
     commands = [
         [chosen, "login", "--username", user or "AWS", "--password-stdin", registry],
         [chosen, "tag", _local_ref(config), remote],
         [chosen, "push", remote],
     ]
-    result = ImagePush(registry=registry, repository=repository, remote=remote, created_repository=created,
-                       commands=commands, dry_run=dry_run)
+    result = ImagePush(
+        registry=registry,
+        repository=repository,
+        remote=remote,
+        created_repository=created,
+        commands=commands,
+        dry_run=dry_run,
+    )
     if dry_run:
         return result
     login, *rest = commands

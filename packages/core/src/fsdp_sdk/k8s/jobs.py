@@ -61,8 +61,9 @@ _PHASE_ORDER = ("Failed", "Succeeded", "Suspended", "Restarting", "Running", "Cr
 _CONDITION_PHASE = {"Complete": "Succeeded", "JobSucceeded": "Succeeded", "JobFailed": "Failed"}
 
 
-def resolve_kubeconfig(config: Config, kubeconfig: str | os.PathLike[str] | None = None,
-                       plugins: Plugins | None = None) -> str | None:
+def resolve_kubeconfig(
+    config: Config, kubeconfig: str | os.PathLike[str] | None = None, plugins: Plugins | None = None
+) -> str | None:
     """The kubeconfig to use: ``kubeconfig``, else ``$KUBECONFIG``, else the backend's, else ``None``
     (``~/.kube/config`` or in-cluster)."""
     if kubeconfig:
@@ -104,9 +105,17 @@ class JobStatus:
         return self.phase == "Succeeded"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "namespace": self.namespace, "kind": self.kind, "phase": self.phase,
-                "replicas": self.replicas, "message": self.message, "rdzv_id": self.rdzv_id,
-                "rdzv_backend": self.rdzv_backend, "created": self.created}
+        return {
+            "name": self.name,
+            "namespace": self.namespace,
+            "kind": self.kind,
+            "phase": self.phase,
+            "replicas": self.replicas,
+            "message": self.message,
+            "rdzv_id": self.rdzv_id,
+            "rdzv_backend": self.rdzv_backend,
+            "created": self.created,
+        }
 
     @classmethod
     def from_object(cls, obj: dict[str, Any]) -> JobStatus:
@@ -124,10 +133,15 @@ class JobStatus:
         elastic = (obj.get("spec") or {}).get("elasticPolicy") or {}
         meta = obj.get("metadata") or {}
         return cls(
-            name=meta.get("name", "?"), namespace=meta.get("namespace", ""), kind=obj.get("kind", "?"), phase=phase,
-            replicas=replicas, message=message,
+            name=meta.get("name", "?"),
+            namespace=meta.get("namespace", ""),
+            kind=obj.get("kind", "?"),
+            phase=phase,
+            replicas=replicas,
+            message=message,
             rdzv_id=elastic.get("rdzvId") or (meta.get("labels") or {}).get(RUN_ID_LABEL),
-            rdzv_backend=elastic.get("rdzvBackend"), created=meta.get("creationTimestamp"),
+            rdzv_backend=elastic.get("rdzvBackend"),
+            created=meta.get("creationTimestamp"),
         )
 
 
@@ -153,8 +167,15 @@ class JobClient:
     :param plugins: the plugin set (defaults to the process-wide one).
     """
 
-    def __init__(self, config: Config, kube: Kube | None = None, *, kubeconfig: str | os.PathLike[str] | None = None,
-                 context: str | None = None, plugins: Plugins | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        kube: Kube | None = None,
+        *,
+        kubeconfig: str | os.PathLike[str] | None = None,
+        context: str | None = None,
+        plugins: Plugins | None = None,
+    ) -> None:
         self.config = config
         self.plugins = plugins
         self._kube = kube
@@ -197,13 +218,21 @@ class JobClient:
 
     # ------------------------------------------------------------------ submit
 
-    def render(self, *, run_id: str | None = None, create_secret: bool | None = None,
-               api: str | None = None) -> list[dict[str, Any]]:
+    def render(
+        self, *, run_id: str | None = None, create_secret: bool | None = None, api: str | None = None
+    ) -> list[dict[str, Any]]:
         """The job's objects (see :func:`fsdp_sdk.k8s.render.render_job`); ``run_id`` is the rendezvous id."""
         return render_job(self.config, rdzv_id=run_id, create_secret=create_secret, api=api, plugins=self.plugins)
 
-    def submit(self, config: Config | None = None, *, run_id: str | None = None, create_secret: bool | None = None,
-               api: str | None = None, dry_run: bool = False) -> JobRef:
+    def submit(
+        self,
+        config: Config | None = None,
+        *,
+        run_id: str | None = None,
+        create_secret: bool | None = None,
+        api: str | None = None,
+        dry_run: bool = False,
+    ) -> JobRef:
         """Render and apply the job (server-side apply); with ``dry_run`` the server validates only (``dryRun=All``).
 
         Everything is rendered and checked before the first request, so a bad
@@ -221,9 +250,9 @@ class JobClient:
         from fsdp_sdk.runs import JobRef
 
         if config is not None and config is not self.config:
-            return JobClient(config, self._kube, kubeconfig=self._kubeconfig, context=self._context,
-                             plugins=self.plugins).submit(run_id=run_id, create_secret=create_secret, api=api,
-                                                          dry_run=dry_run)
+            return JobClient(
+                config, self._kube, kubeconfig=self._kubeconfig, context=self._context, plugins=self.plugins
+            ).submit(run_id=run_id, create_secret=create_secret, api=api, dry_run=dry_run)
         objects = self.render(run_id=run_id, create_secret=create_secret, api=api)
         self.last_objects = objects
         job = objects[0]
@@ -232,11 +261,16 @@ class JobClient:
             phase = JobStatus.from_object(existing).phase
             raise KubernetesError(
                 f"{job['kind']} {self.namespace}/{job['metadata']['name']} already exists ({phase}); "
-                "stop it first with 'fsdp-sdk job stop', or set job.name to another name")
+                "stop it first with 'fsdp-sdk job stop', or set job.name to another name"
+            )
         for obj in [*objects[1:], job]:
             self.kube.apply(self._with_secret_data(obj), dry_run=dry_run)
-        return JobRef(name=job["metadata"]["name"], backend=self.config.cluster.backend,
-                      run_id=job["metadata"]["labels"][RUN_ID_LABEL], namespace=self.namespace)
+        return JobRef(
+            name=job["metadata"]["name"],
+            backend=self.config.cluster.backend,
+            run_id=job["metadata"]["labels"][RUN_ID_LABEL],
+            namespace=self.namespace,
+        )
 
     def _with_secret_data(self, obj: dict[str, Any]) -> dict[str, Any]:
         token = self.config.job.hf_token
@@ -257,8 +291,15 @@ class JobClient:
         api_version, kind, _ = self._api(api)
         return [JobStatus.from_object(o) for o in self.kube.list(api_version, kind, self.namespace)]
 
-    def wait_for_completion(self, job: JobRef | str | None = None, *, timeout: float, poll: float = 5.0,
-                            api: str | None = None, on_change: Callable[[JobStatus], None] | None = None) -> JobStatus:
+    def wait_for_completion(
+        self,
+        job: JobRef | str | None = None,
+        *,
+        timeout: float,
+        poll: float = 5.0,
+        api: str | None = None,
+        on_change: Callable[[JobStatus], None] | None = None,
+    ) -> JobStatus:
         """Poll until the job succeeds or fails, or ``timeout`` seconds pass; return the last status.
 
         Check :attr:`JobStatus.finished` to tell a timeout from an end.
@@ -274,8 +315,14 @@ class JobClient:
                 return status
             time.sleep(max(0.0, min(poll, deadline - time.monotonic())))
 
-    def wait(self, job: JobRef | str | None = None, *, on_output: Callable[[str], None] | None = None,
-             timeout: float | None = None, poll: float = 5.0) -> dict[str, Any]:
+    def wait(
+        self,
+        job: JobRef | str | None = None,
+        *,
+        on_output: Callable[[str], None] | None = None,
+        timeout: float | None = None,
+        poll: float = 5.0,
+    ) -> dict[str, Any]:
         """Follow the job to its end, streaming the leader's log to ``on_output``; return the trainer's summary.
 
         The summary is the last line of the leader's log that is a JSON object
@@ -301,8 +348,10 @@ class JobClient:
             if status.finished:
                 break
             if deadline is not None and time.monotonic() >= deadline:
-                raise RunError(f"job {name}: still {status.phase} after {timeout:g}s; "
-                               "'fsdp-sdk job status' follows it, 'fsdp-sdk job stop' ends it")
+                raise RunError(
+                    f"job {name}: still {status.phase} after {timeout:g}s; "
+                    "'fsdp-sdk job status' follows it, 'fsdp-sdk job stop' ends it"
+                )
             time.sleep(poll)
         if not status.succeeded:
             raise RunError(f"job {name} failed: {status.message or 'see fsdp-sdk job logs --all'}")
@@ -338,26 +387,40 @@ class JobClient:
         name = self._name(job)
         leader = self._find_leader(name, api)
         if leader is None:
-            raise KubernetesError(f"no pod of job {self.namespace}/{name} has printed master_addr= yet; "
-                                  "the trainer prints it at start: check 'fsdp-sdk job status', or use --all")
+            raise KubernetesError(
+                f"no pod of job {self.namespace}/{name} has printed master_addr= yet; "
+                "the trainer prints it at start: check 'fsdp-sdk job status', or use --all"
+            )
         return leader
 
-    def logs(self, job: JobRef | str | None = None, *, follow: bool = False, all_workers: bool = False,
-             out: Callable[[str], None] = print, api: str | None = None) -> None:
+    def logs(
+        self,
+        job: JobRef | str | None = None,
+        *,
+        follow: bool = False,
+        all_workers: bool = False,
+        out: Callable[[str], None] = print,
+        api: str | None = None,
+    ) -> None:
         """Write the leader's log (or every worker's, each line prefixed ``[pod] ``) to ``out``.
 
         With ``follow``, keep writing lines as they come until the containers end.
         """
         if not all_workers:
             leader = self.leader_pod(job, api=api)
-            lines = self.kube.follow_pod_log(leader, self.namespace) if follow else \
-                iter(self.kube.pod_log(leader, self.namespace).splitlines())
+            lines = (
+                self.kube.follow_pod_log(leader, self.namespace)
+                if follow
+                else iter(self.kube.pod_log(leader, self.namespace).splitlines())
+            )
             for line in lines:
                 out(line)
             return
         pods = sorted(p["metadata"]["name"] for p in self.pods(job, api=api))
         if not pods:
-            raise KubernetesError(f"job {self.namespace}/{self._name(job)} has no pods yet; check 'fsdp-sdk job status'")
+            raise KubernetesError(
+                f"job {self.namespace}/{self._name(job)} has no pods yet; check 'fsdp-sdk job status'"
+            )
         if not follow:
             for pod in pods:
                 for line in self.kube.pod_log(pod, self.namespace).splitlines():
@@ -372,8 +435,9 @@ class JobClient:
 
     # ------------------------------------------------------------------ stop
 
-    def stop(self, job: JobRef | str | None = None, *, clear_rendezvous: bool = True,
-             api: str | None = None) -> StopResult:
+    def stop(
+        self, job: JobRef | str | None = None, *, clear_rendezvous: bool = True, api: str | None = None
+    ) -> StopResult:
         """Delete the job (propagation Background) and clear its rendezvous keys in etcd.
 
         etcd is reached through the API server's service proxy
@@ -397,8 +461,9 @@ class JobClient:
             host = str(elastic.get("rdzvHost") or "etcd").split(".")
             namespace = host[1] if len(host) > 1 and host[1] != "svc" else self.namespace
             try:
-                etcd = EtcdV2.via_service_proxy(self.kube, namespace=namespace, service=host[0],
-                                                port=int(elastic.get("rdzvPort") or 2379))
+                etcd = EtcdV2.via_service_proxy(
+                    self.kube, namespace=namespace, service=host[0], port=int(elastic.get("rdzvPort") or 2379)
+                )
                 result.rendezvous_keys = clear(etcd, status.rdzv_backend, status.rdzv_id)
             except KubernetesError as error:
                 result.rendezvous_error = str(error)

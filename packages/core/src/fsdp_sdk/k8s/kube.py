@@ -114,12 +114,18 @@ class Kube:
 
                 return cls(ApiClient(configuration))
             if not Path(path).exists():
-                raise ConfigError("--kubeconfig", f"{path} does not exist",
-                                  "pass --kubeconfig, set KUBECONFIG, or run 'fsdp-sdk up' to create the cluster")
+                raise ConfigError(
+                    "--kubeconfig",
+                    f"{path} does not exist",
+                    "pass --kubeconfig, set KUBECONFIG, or run 'fsdp-sdk up' to create the cluster",
+                )
             return cls(kube_config.new_client_from_config(config_file=str(path), context=context))
         except kube_config.ConfigException as error:
-            raise ConfigError("--kubeconfig", f"cannot use {path or 'in-cluster config'}: {error}",
-                              "check the file and the --context name") from error
+            raise ConfigError(
+                "--kubeconfig",
+                f"cannot use {path or 'in-cluster config'}: {error}",
+                "check the file and the --context name",
+            ) from error
 
     # ------------------------------------------------------------------ transport
 
@@ -152,7 +158,12 @@ class Kube:
         if body is not None or method in ("POST", "PUT", "PATCH"):
             headers["Content-Type"] = content_type or "application/json"
         serialized = self.api_client.param_serialize(
-            method, path, query_params=params, header_params=headers, body=body, auth_settings=["BearerToken"],
+            method,
+            path,
+            query_params=params,
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
         )
         try:
             response = self.api_client.call_api(*serialized, _request_timeout=None if stream else timeout)
@@ -168,8 +179,9 @@ class Kube:
             raw.release_conn()
             reason, message = _status_message(data)
             fix = _FIXES.get(response.status, "see the API server's message")
-            raise ApiStatusError(f"{method} {path}: {response.status} {reason or 'Error'}: {message}; {fix}",
-                                 response.status)
+            raise ApiStatusError(
+                f"{method} {path}: {response.status} {reason or 'Error'}: {message}; {fix}", response.status
+            )
         if stream:
             return raw
         data = raw.read()
@@ -195,14 +207,20 @@ class Kube:
                 listing = {"resources": []}
             self._resources[api_version] = {
                 r["kind"]: ApiResource(api_version, r["kind"], r["name"], bool(r["namespaced"]))
-                for r in listing.get("resources", []) if "/" not in r["name"]
+                for r in listing.get("resources", [])
+                if "/" not in r["name"]
             }
         found = self._resources[api_version].get(kind)
         if found is None:
             self._resources.pop(api_version, None)  # look again next time: it may get installed
-            hint = "install the Kubeflow Training Operator with 'fsdp-sdk prereqs install'" \
-                if "kubeflow.org" in api_version else "check the apiVersion and kind"
-            raise KubernetesError(f"{api_version} {kind}: the API server at {self.host} does not serve this kind; {hint}")
+            hint = (
+                "install the Kubeflow Training Operator with 'fsdp-sdk prereqs install'"
+                if "kubeflow.org" in api_version
+                else "check the apiVersion and kind"
+            )
+            raise KubernetesError(
+                f"{api_version} {kind}: the API server at {self.host} does not serve this kind; {hint}"
+            )
         return found
 
     # ------------------------------------------------------------------ verbs on objects
@@ -219,7 +237,10 @@ class Kube:
         meta = obj["metadata"]
         path = res.path(meta["name"], meta.get("namespace") if res.namespaced else None)
         return self.request(
-            "PATCH", path, body=dict(obj), content_type="application/apply-patch+yaml",
+            "PATCH",
+            path,
+            body=dict(obj),
+            content_type="application/apply-patch+yaml",
             query={"fieldManager": self.field_manager, "force": "true", "dryRun": "All" if dry_run else None},
         )
 
@@ -250,15 +271,24 @@ class Kube:
         return items
 
     def delete(
-        self, api_version: str, kind: str, name: str, namespace: str | None = None, *,
-        propagation_policy: str = "Background", dry_run: bool = False,
+        self,
+        api_version: str,
+        kind: str,
+        name: str,
+        namespace: str | None = None,
+        *,
+        propagation_policy: str = "Background",
+        dry_run: bool = False,
     ) -> bool:
         """Delete one object; ``False`` when it did not exist."""
         res = self.resource(api_version, kind)
         try:
-            self.request("DELETE", res.path(name, namespace if res.namespaced else None),
-                         body={"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation_policy},
-                         query={"propagationPolicy": propagation_policy, "dryRun": "All" if dry_run else None})
+            self.request(
+                "DELETE",
+                res.path(name, namespace if res.namespaced else None),
+                body={"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation_policy},
+                query={"propagationPolicy": propagation_policy, "dryRun": "All" if dry_run else None},
+            )
         except ApiStatusError as error:
             if error.status == 404:
                 return False
@@ -267,16 +297,32 @@ class Kube:
 
     # ------------------------------------------------------------------ pods
 
-    def pod_log(self, name: str, namespace: str, *, limit_bytes: int | None = None,
-                tail_lines: int | None = None, container: str | None = None) -> str:
+    def pod_log(
+        self,
+        name: str,
+        namespace: str,
+        *,
+        limit_bytes: int | None = None,
+        tail_lines: int | None = None,
+        container: str | None = None,
+    ) -> str:
         """The pod's log (or its first ``limit_bytes`` / last ``tail_lines``)."""
-        return self.request("GET", f"/api/v1/namespaces/{namespace}/pods/{name}/log", accept="text/plain",
-                            query={"limitBytes": limit_bytes, "tailLines": tail_lines, "container": container})
+        return self.request(
+            "GET",
+            f"/api/v1/namespaces/{namespace}/pods/{name}/log",
+            accept="text/plain",
+            query={"limitBytes": limit_bytes, "tailLines": tail_lines, "container": container},
+        )
 
     def follow_pod_log(self, name: str, namespace: str, *, container: str | None = None) -> Iterator[str]:
         """Yield the pod's log line by line as it is written, until the container ends."""
-        raw = self.request("GET", f"/api/v1/namespaces/{namespace}/pods/{name}/log", accept="text/plain",
-                           stream=True, query={"follow": "true", "container": container})
+        raw = self.request(
+            "GET",
+            f"/api/v1/namespaces/{namespace}/pods/{name}/log",
+            accept="text/plain",
+            stream=True,
+            query={"follow": "true", "container": container},
+        )
         pending = b""
         try:
             for chunk in raw.stream(4096, decode_content=True):

@@ -55,8 +55,11 @@ def _etcd_name(config: Config) -> str:
     host = config.job.rdzv_host
     name = host.split(".", 1)[0]
     if "." in host and not host.startswith(f"{name}.{config.job.namespace}"):
-        raise ConfigError("job.rdzv_host", f"{host!r} points outside the job's namespace {config.job.namespace!r}",
-                          f"use the bare service name 'etcd' or etcd.{config.job.namespace}")
+        raise ConfigError(
+            "job.rdzv_host",
+            f"{host!r} points outside the job's namespace {config.job.namespace!r}",
+            f"use the bare service name 'etcd' or etcd.{config.job.namespace}",
+        )
     return name
 
 
@@ -76,7 +79,10 @@ def render_etcd(config: Config, *, image: str = ETCD_IMAGE) -> list[dict[str, An
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {"name": name, "namespace": namespace, "labels": labels},
-        "spec": {"selector": selector, "ports": [{"name": "client", "port": port, "targetPort": port, "protocol": "TCP"}]},
+        "spec": {
+            "selector": selector,
+            "ports": [{"name": "client", "port": port, "targetPort": port, "protocol": "TCP"}],
+        },
     }
     deployment = {
         "apiVersion": "apps/v1",
@@ -89,28 +95,37 @@ def render_etcd(config: Config, *, image: str = ETCD_IMAGE) -> list[dict[str, An
             "template": {
                 "metadata": {"labels": labels},
                 "spec": {
-                    "containers": [{
-                        "name": "etcd",
-                        "image": image,
-                        "command": [
-                            "/usr/local/bin/etcd",
-                            "--name=etcd",
-                            "--data-dir=/var/lib/etcd",
-                            "--enable-v2=true",
-                            f"--listen-client-urls=http://0.0.0.0:{port}",
-                            f"--advertise-client-urls=http://{name}:{port}",
-                            "--listen-peer-urls=http://127.0.0.1:2380",
-                            "--initial-advertise-peer-urls=http://127.0.0.1:2380",
-                            "--initial-cluster=etcd=http://127.0.0.1:2380",
-                            "--initial-cluster-state=new",
-                        ],
-                        "ports": [{"name": "client", "containerPort": port, "protocol": "TCP"}],
-                        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"},
-                                      "limits": {"cpu": "1", "memory": "1Gi"}},
-                        "readinessProbe": {**probe, "initialDelaySeconds": 2, "periodSeconds": 5},
-                        "livenessProbe": {**probe, "initialDelaySeconds": 10, "periodSeconds": 10, "failureThreshold": 3},
-                        "volumeMounts": [{"name": "data", "mountPath": "/var/lib/etcd"}],
-                    }],
+                    "containers": [
+                        {
+                            "name": "etcd",
+                            "image": image,
+                            "command": [
+                                "/usr/local/bin/etcd",
+                                "--name=etcd",
+                                "--data-dir=/var/lib/etcd",
+                                "--enable-v2=true",
+                                f"--listen-client-urls=http://0.0.0.0:{port}",
+                                f"--advertise-client-urls=http://{name}:{port}",
+                                "--listen-peer-urls=http://127.0.0.1:2380",
+                                "--initial-advertise-peer-urls=http://127.0.0.1:2380",
+                                "--initial-cluster=etcd=http://127.0.0.1:2380",
+                                "--initial-cluster-state=new",
+                            ],
+                            "ports": [{"name": "client", "containerPort": port, "protocol": "TCP"}],
+                            "resources": {
+                                "requests": {"cpu": "100m", "memory": "256Mi"},
+                                "limits": {"cpu": "1", "memory": "1Gi"},
+                            },
+                            "readinessProbe": {**probe, "initialDelaySeconds": 2, "periodSeconds": 5},
+                            "livenessProbe": {
+                                **probe,
+                                "initialDelaySeconds": 10,
+                                "periodSeconds": 10,
+                                "failureThreshold": 3,
+                            },
+                            "volumeMounts": [{"name": "data", "mountPath": "/var/lib/etcd"}],
+                        }
+                    ],
                     "volumes": [{"name": "data", "emptyDir": {}}],
                 },
             },
@@ -126,8 +141,12 @@ def training_operator_kustomize_url(version: str = TRAINING_OPERATOR_VERSION) ->
 
 
 def training_operator_command(
-    version: str = TRAINING_OPERATOR_VERSION, *, kubeconfig: str | None = None, context: str | None = None,
-    dry_run: bool = False, kubectl: str = "kubectl",
+    version: str = TRAINING_OPERATOR_VERSION,
+    *,
+    kubeconfig: str | None = None,
+    context: str | None = None,
+    dry_run: bool = False,
+    kubectl: str = "kubectl",
 ) -> list[str]:
     """The exact ``kubectl`` command that installs the Training Operator.
 
@@ -159,18 +178,30 @@ class PrereqStatus:
     @property
     def healthy(self) -> bool:
         """Everything installed and ready."""
-        return (self.etcd_deployment and self.etcd_ready_replicas > 0 and self.etcd_service
-                and self.operator_deployment and self.operator_ready_replicas > 0 and self.pytorchjob_crd)
+        return (
+            self.etcd_deployment
+            and self.etcd_ready_replicas > 0
+            and self.etcd_service
+            and self.operator_deployment
+            and self.operator_ready_replicas > 0
+            and self.pytorchjob_crd
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (``prereqs status --json``)."""
         return {
             "healthy": self.healthy,
-            "etcd": {"deployment": self.etcd_deployment, "ready_replicas": self.etcd_ready_replicas,
-                     "service": self.etcd_service},
-            "training_operator": {"deployment": self.operator_deployment,
-                                  "ready_replicas": self.operator_ready_replicas, "image": self.operator_image,
-                                  "namespace": TRAINING_OPERATOR_NAMESPACE},
+            "etcd": {
+                "deployment": self.etcd_deployment,
+                "ready_replicas": self.etcd_ready_replicas,
+                "service": self.etcd_service,
+            },
+            "training_operator": {
+                "deployment": self.operator_deployment,
+                "ready_replicas": self.operator_ready_replicas,
+                "image": self.operator_image,
+                "namespace": TRAINING_OPERATOR_NAMESPACE,
+            },
             "pytorchjob_crd": self.pytorchjob_crd,
             "problems": list(self.problems),
         }
@@ -193,8 +224,15 @@ class Prereqs:
     :param run: runs a command (tests substitute it).
     """
 
-    def __init__(self, config: Config, kube: Kube | None = None, *, kubeconfig: str | None = None,
-                 context: str | None = None, run: Runner = _run) -> None:
+    def __init__(
+        self,
+        config: Config,
+        kube: Kube | None = None,
+        *,
+        kubeconfig: str | None = None,
+        context: str | None = None,
+        run: Runner = _run,
+    ) -> None:
         self.config = config
         self.kube = kube
         self.kubeconfig = kubeconfig
@@ -206,7 +244,11 @@ class Prereqs:
         return render_etcd(self.config)
 
     def install(
-        self, *, dry_run: bool = False, operator: bool = True, operator_version: str = TRAINING_OPERATOR_VERSION,
+        self,
+        *,
+        dry_run: bool = False,
+        operator: bool = True,
+        operator_version: str = TRAINING_OPERATOR_VERSION,
         progress: Callable[[str], None] = lambda line: None,
     ) -> list[dict[str, Any]]:
         """Apply etcd and install the Training Operator; with ``dry_run`` change nothing.
@@ -232,8 +274,10 @@ class Prereqs:
             result = self._run(command)
             if result.returncode != 0:
                 last = (result.stderr or result.stdout or "").strip().splitlines()[-1:] or ["no output"]
-                raise KubernetesError(f"kubectl apply of the Training Operator failed (exit {result.returncode}): "
-                                      f"{last[0]}; run the command by hand to see everything")
+                raise KubernetesError(
+                    f"kubectl apply of the Training Operator failed (exit {result.returncode}): "
+                    f"{last[0]}; run the command by hand to see everything"
+                )
         return applied
 
     def status(self) -> PrereqStatus:
@@ -266,8 +310,9 @@ class Prereqs:
             status.operator_image = containers[0].get("image")
             if not status.operator_ready_replicas:
                 status.problems.append("the Training Operator deployment has no ready replica")
-        status.pytorchjob_crd = self.kube.get(
-            "apiextensions.k8s.io/v1", "CustomResourceDefinition", PYTORCHJOB_CRD) is not None
+        status.pytorchjob_crd = (
+            self.kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", PYTORCHJOB_CRD) is not None
+        )
         if not status.pytorchjob_crd:
             status.problems.append(f"the {PYTORCHJOB_CRD} CRD is missing: run 'fsdp-sdk prereqs install'")
         return status

@@ -93,13 +93,15 @@ def check_env(config: Config) -> None:
     for name, value in config.job.env.items():
         if name == "HF_TOKEN" or SECRET_ENV_NAME.search(name):
             raise ConfigError(
-                f"job.env.{name}", "looks like a secret and would be stored in plain text in the job object",
+                f"job.env.{name}",
+                "looks like a secret and would be stored in plain text in the job object",
                 "put the token in job.hf_token (HF_TOKEN in .env), which goes to a Kubernetes Secret, "
                 "or create a Secret yourself and reference it from a plugin",
             )
         if token and value == token:
             raise ConfigError(
-                f"job.env.{name}", "has the Hugging Face token as its value and would store it in plain text",
+                f"job.env.{name}",
+                "has the Hugging Face token as its value and would store it in plain text",
                 "remove it; the workers get HF_TOKEN from the Secret named by job.hf_token_secret",
             )
 
@@ -126,7 +128,8 @@ def check_token_not_inline(config: Config, objects: list[dict[str, Any]]) -> Non
         if any(form in text for form in forms):
             where = f"{obj.get('kind', 'object')} {(obj.get('metadata') or {}).get('name', '?')}"
             raise ConfigError(
-                "job.hf_token", f"the token's value would appear in plain text in the rendered {where}",
+                "job.hf_token",
+                f"the token's value would appear in plain text in the rendered {where}",
                 "pass it only through HF_TOKEN / job.hf_token (it is mounted from the Kubernetes Secret)",
             )
 
@@ -141,7 +144,8 @@ def _check_nproc(config: Config, instance: InstanceType) -> None:
     if gpus != instance.gpu_count:
         have = f"each worker gets {gpus} GPUs (job.gpu_per_worker; {have})"
     raise ConfigError(
-        origin.name if origin else "job.nproc_per_node", f"{nproc} processes per worker but {have}",
+        origin.name if origin else "job.nproc_per_node",
+        f"{nproc} processes per worker but {have}",
         f"set it to {gpus} or less, or leave it unset (one process per GPU)",
         source=origin.source if origin else None,
     )
@@ -154,7 +158,8 @@ def _check_image(image: str) -> str:
         raise ConfigError("job.image", "is empty", "set job.image (IMAGE in .env) to the image repository name")
     if "/" not in repository.rstrip("/"):  # a bare name would be pulled from docker.io/library/
         raise ConfigError(
-            "job.registry", f"no container registry is set, so the workers cannot pull {image!r}",
+            "job.registry",
+            f"no container registry is set, so the workers cannot pull {image!r}",
             "set job.registry (REGISTRY in .env), e.g. 123456789012.dkr.ecr.us-west-2.amazonaws.com, "
             "and push the image there with 'fsdp-sdk image push'",
         )
@@ -169,21 +174,29 @@ def worker_environment(config: Config, instance: InstanceType) -> list[dict[str,
         env.update({"FI_PROVIDER": job.fi_provider, "FI_EFA_USE_HUGE_PAGE": "0", "FI_EFA_FORK_SAFE": "1"})
         if _RDMA_FAMILIES.match(instance.name):
             env["FI_EFA_USE_DEVICE_RDMA"] = "1"
-    env.update({
-        "NCCL_DEBUG": job.nccl_debug,
-        "NCCL_SOCKET_IFNAME": "^lo,docker",
-        "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
-        "TORCH_NCCL_ENABLE_MONITORING": "1",
-        "TORCH_NCCL_TRACE_BUFFER_SIZE": "20000",
-        "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
-        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": f"{LOCAL_MOUNT_PATH}/nccl_trace_rank_",
-        "TORCH_DISTRIBUTED_DEBUG": "INFO",
-        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
-    })
+    env.update(
+        {
+            "NCCL_DEBUG": job.nccl_debug,
+            "NCCL_SOCKET_IFNAME": "^lo,docker",
+            "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+            "TORCH_NCCL_ENABLE_MONITORING": "1",
+            "TORCH_NCCL_TRACE_BUFFER_SIZE": "20000",
+            "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+            "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": f"{LOCAL_MOUNT_PATH}/nccl_trace_rank_",
+            "TORCH_DISTRIBUTED_DEBUG": "INFO",
+            "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+        }
+    )
     env.update(job.env)  # the user's settings win over the defaults
     items: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in env.items()]
-    items.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
-        "name": job.hf_token_secret, "key": HF_TOKEN_KEY, "optional": not job.hf_token}}})
+    items.append(
+        {
+            "name": "HF_TOKEN",
+            "valueFrom": {
+                "secretKeyRef": {"name": job.hf_token_secret, "key": HF_TOKEN_KEY, "optional": not job.hf_token}
+            },
+        }
+    )
     return items
 
 
@@ -225,12 +238,20 @@ def _elastic_policy(config: Config, rdzv_id: str) -> dict[str, Any]:
     """
     job = config.job
     policy: dict[str, Any] = {"rdzvBackend": job.rdzv_backend}
-    for path, key, value in (("job.rdzv_host", "rdzvHost", job.rdzv_host),
-                             ("job.rdzv_port", "rdzvPort", job.rdzv_port)):
+    for path, key, value in (
+        ("job.rdzv_host", "rdzvHost", job.rdzv_host),
+        ("job.rdzv_port", "rdzvPort", job.rdzv_port),
+    ):
         if job.rdzv_backend != "c10d" or _explicit(config, path):
             policy[key] = value
-    policy.update({"rdzvId": rdzv_id, "minReplicas": job.num_workers, "maxReplicas": job.num_workers,
-                   "maxRestarts": job.max_restarts})
+    policy.update(
+        {
+            "rdzvId": rdzv_id,
+            "minReplicas": job.num_workers,
+            "maxReplicas": job.num_workers,
+            "maxRestarts": job.max_restarts,
+        }
+    )
     return policy
 
 
@@ -305,19 +326,28 @@ def render_trainjob(config: Config, instance: InstanceType, image: str, rdzv_id:
     return {
         "apiVersion": "trainer.kubeflow.org/v1alpha1",
         "kind": "TrainJob",
-        "metadata": {"name": job.name, "namespace": job.namespace,
-                     "labels": {**job_labels(config, "training-job"), RUN_ID_LABEL: rdzv_id}},
+        "metadata": {
+            "name": job.name,
+            "namespace": job.namespace,
+            "labels": {**job_labels(config, "training-job"), RUN_ID_LABEL: rdzv_id},
+        },
         "spec": {
-            "runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime", "name": TRAINJOB_RUNTIME},
+            "runtimeRef": {
+                "apiGroup": "trainer.kubeflow.org",
+                "kind": "ClusterTrainingRuntime",
+                "name": TRAINJOB_RUNTIME,
+            },
             "trainer": trainer,
             "labels": {**job_labels(config, "worker"), RUN_ID_LABEL: rdzv_id},
-            "podSpecOverrides": [{
-                "targetJobs": [{"name": "node"}],  # the runtime's ReplicatedJob
-                "nodeSelector": {"node.kubernetes.io/instance-type": instance.name},
-                "tolerations": _tolerations(),
-                "volumes": volumes,
-                "containers": [{"name": "node", "volumeMounts": mounts}],
-            }],
+            "podSpecOverrides": [
+                {
+                    "targetJobs": [{"name": "node"}],  # the runtime's ReplicatedJob
+                    "nodeSelector": {"node.kubernetes.io/instance-type": instance.name},
+                    "tolerations": _tolerations(),
+                    "volumes": volumes,
+                    "containers": [{"name": "node", "volumeMounts": mounts}],
+                }
+            ],
         },
     }
 
@@ -327,8 +357,11 @@ def render_hf_secret(config: Config) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": {"name": config.job.hf_token_secret, "namespace": config.job.namespace,
-                     "labels": job_labels(config, "credentials")},
+        "metadata": {
+            "name": config.job.hf_token_secret,
+            "namespace": config.job.namespace,
+            "labels": job_labels(config, "credentials"),
+        },
         "type": "Opaque",
     }
 
@@ -372,8 +405,9 @@ def render_job(
     image = _check_image(plugins.hooks.job_image(config))
     rdzv_id = rdzv_id or new_rdzv_id(config.job.name)
     if not re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", rdzv_id):
-        raise ConfigError("--rdzv-id", f"{rdzv_id!r} is not usable as a label value",
-                          "use up to 63 letters, digits, '-', '_' or '.'")
+        raise ConfigError(
+            "--rdzv-id", f"{rdzv_id!r} is not usable as a label value", "use up to 63 letters, digits, '-', '_' or '.'"
+        )
     render = render_trainjob if api == "trainjob" else render_pytorchjob
     objects = [render(config, instance, image, rdzv_id)]
     if create_secret if create_secret is not None else bool(config.job.hf_token):

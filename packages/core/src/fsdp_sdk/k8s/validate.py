@@ -103,7 +103,8 @@ def validate_builtin(obj: Mapping[str, Any], *, version: str = DEFAULT_KUBERNETE
         raise KeyError(f"{obj.get('apiVersion')}/{obj.get('kind')}") from error
     except VersionNotSupportedError as error:
         raise ConfigError(
-            "--k8s-version", f"kubernetes-validate has no schemas for Kubernetes {version}",
+            "--k8s-version",
+            f"kubernetes-validate has no schemas for Kubernetes {version}",
             "pick a version between 1.25 and the newest one it ships",
         ) from error
     return []
@@ -214,8 +215,9 @@ def _load_crd_cached(path: str, mtime: float) -> CrdSchema:
         body["properties"]["metadata"] = _OBJECT_META
         body["required"] = sorted({*body.get("required", []), "apiVersion", "kind", "metadata"})
         validators[entry["name"]] = jsonschema.Draft7Validator(body)
-    return CrdSchema(group=group, kind=kind, plural=spec["names"]["plural"], versions=validators,
-                     source=Path(path).name)
+    return CrdSchema(
+        group=group, kind=kind, plural=spec["names"]["plural"], versions=validators, source=Path(path).name
+    )
 
 
 def load_crd_schema(path: str | Path) -> CrdSchema:
@@ -326,6 +328,9 @@ def validate_objects(
                 template = (replica or {}).get("template")
                 if isinstance(template, Mapping):
                     owner = f"{ref} {replica_type}"
-                    report._add(f"{owner} pod template", f"{openapi} (as a Pod)",
-                                validate_pod_template(template, owner=owner, version=version))
+                    report._add(
+                        f"{owner} pod template",
+                        f"{openapi} (as a Pod)",
+                        validate_pod_template(template, owner=owner, version=version),
+                    )
     return report
