@@ -29,7 +29,7 @@ def _backend(kubeconfig: Path) -> type[ClusterBackend]:
         def plan(self, config: Config) -> Plan:
             return Plan(backend=self.name, cluster=config.cluster.name, steps=[])
 
-        def up(self, config, *, dry_run=False, progress=None) -> ClusterStatus:
+        def apply(self, config, plan, *, progress=None) -> ClusterStatus:
             return self.status(config)
 
         def down(self, config, *, dry_run=False, progress=None) -> ClusterStatus:

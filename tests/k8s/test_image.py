@@ -113,7 +113,8 @@ def test_build_failure_and_bad_arguments(tmp_path: Path, monkeypatch: pytest.Mon
     assert code == 2 and "unknown build argument NOPE" in err
     monkeypatch.setenv("FAKE_TOOL_EXIT", "3")
     code, _, err = cli(capsys, "image", "build", "--trainer-src", str(TRAINER_SRC))
-    assert code == 1 and "docker build failed with exit status 3" in err
+    assert code == 1 and "docker exited with status 3 while it tried to build the image" in err
+    assert "error: docker build failed here" in err  # the tool's last lines
 
 
 # --------------------------------------------------------------------------- push (moto server mode)

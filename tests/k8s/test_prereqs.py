@@ -98,7 +98,8 @@ def test_kubectl_failure_is_reported(
 ) -> None:
     monkeypatch.setenv("FAKE_TOOL_EXIT", "1")
     code, _, err = cli(capsys, "prereqs", "install")
-    assert code == 1 and "kubectl apply of the Training Operator failed (exit 1)" in err
+    assert code == 1 and "kubectl exited with status 1 while it tried to install the Kubeflow Training Operator" in err
+    assert err.strip().splitlines()[-1].endswith("error: kubectl apply failed here")
 
 
 def test_status_reports_what_is_missing_then_healthy(

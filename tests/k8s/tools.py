@@ -13,7 +13,10 @@ import json, os, sys
 stdin = sys.stdin.read() if "--password-stdin" in sys.argv else None
 with open({log!r}, "a") as log:
     log.write(json.dumps({{"tool": os.path.basename(sys.argv[0]), "argv": sys.argv[1:], "stdin": stdin}}) + "\\n")
-sys.exit(int(os.environ.get("FAKE_TOOL_EXIT", "0")))
+code = int(os.environ.get("FAKE_TOOL_EXIT", "0"))
+if code:
+    print(f"error: {{os.path.basename(sys.argv[0])}} {{sys.argv[1] if len(sys.argv) > 1 else ''}} failed here", file=sys.stderr)
+sys.exit(code)
 """
 
 

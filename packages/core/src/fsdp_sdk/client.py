@@ -6,18 +6,22 @@
 
     client = Client.from_sources(config_file="cluster.yaml", env_file=".env",
                                  overrides={"cluster.backend": "local"})
-    print(client.plan().steps)
-    client.up()
+    plan = client.plan()            # preflight checks, then what up() will do (no change)
+    print(plan.steps)
+    client.up(plan)                 # acts on exactly that plan
     result = client.run(trainer_overrides={"model.preset": "tiny", "train.steps": 20})
     print(result.summary["final_loss"])
     client.down()
 
-The CLI is a thin layer over this class: it builds a :class:`Client` from its
-flags and prints what the methods return.
+The CLI is a thin layer over this class: it builds one :class:`Client` per
+command from its flags (the configuration is read and resolved once) and
+prints what the methods return. Data flows one way: configuration -> plan ->
+rendered objects -> actions.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import uuid
@@ -34,6 +38,10 @@ from fsdp_sdk.runs import JobRef, RunResult
 
 if TYPE_CHECKING:
     from fsdp_sdk.instance_types import InstanceType
+    from fsdp_sdk.k8s.image import ImageBuild, ImagePush
+    from fsdp_sdk.k8s.jobs import JobClient
+    from fsdp_sdk.k8s.prereqs import Prereqs, PrereqStatus
+    from fsdp_sdk.monitoring import MonitoringComponent
 
 __all__ = ["Client", "JobLayer", "parse_trainer_args"]
 
@@ -56,7 +64,7 @@ class JobLayer(Protocol):
         """
         ...
 
-    def stop(self, job: JobRef) -> None:
+    def stop(self, job: JobRef) -> Any:
         """Delete the job and its pods."""
         ...
 
@@ -97,15 +105,26 @@ class Client:
     :param config: the configuration; it is :meth:`~fsdp_sdk.config.Config.resolved` here.
     :param plugins: the plugin set; defaults to the process-wide :func:`~fsdp_sdk.plugins.get_plugins`.
     :param progress: receives one line per step of long operations (the CLI prints them on stderr).
+    :param kubeconfig: the kubeconfig of the cluster jobs go to; defaults to the backend's, then
+        ``$KUBECONFIG``, then ``~/.kube/config``.
+    :param kube_context: the kubeconfig context (default: its current one).
     :raises ConfigError: the configuration is invalid.
     """
 
     def __init__(
-        self, config: Config, *, plugins: Plugins | None = None, progress: ProgressCallback | None = None
+        self,
+        config: Config,
+        *,
+        plugins: Plugins | None = None,
+        progress: ProgressCallback | None = None,
+        kubeconfig: str | os.PathLike[str] | None = None,
+        kube_context: str | None = None,
     ) -> None:
         self.loaded_plugins = plugins or get_plugins()
         self.config = config.resolved(self.loaded_plugins)
         self.progress: ProgressCallback = progress or no_progress
+        self.kube_context = kube_context
+        self._kubeconfig = Path(kubeconfig) if kubeconfig else None
 
     @classmethod
     def from_sources(
@@ -118,6 +137,8 @@ class Client:
         read_default_env_file: bool = True,
         plugins: Plugins | None = None,
         progress: ProgressCallback | None = None,
+        kubeconfig: str | os.PathLike[str] | None = None,
+        kube_context: str | None = None,
     ) -> Client:
         """Read the configuration from every source (see :mod:`fsdp_sdk.config`) and build a client.
 
@@ -126,13 +147,21 @@ class Client:
         :param overrides: highest-priority settings, e.g. ``{"cluster.backend": "local"}``.
         :param environ: where ``FSDP_SDK_*`` variables are read; defaults to ``os.environ``.
         :param read_default_env_file: read ``./.env`` when ``env_file`` is not given.
-        :param plugins: the plugin set.
+        :param plugins: the plugin set (its settings sections are read from the sources too).
         :param progress: progress callback.
+        :param kubeconfig: see :class:`Client`.
+        :param kube_context: see :class:`Client`.
         """
+        plugins = plugins or get_plugins()
         config = load_config(
-            config_file, env_file, overrides, environ=environ, read_default_env_file=read_default_env_file
+            config_file,
+            env_file,
+            overrides,
+            environ=environ,
+            read_default_env_file=read_default_env_file,
+            sections=plugins.settings,
         )
-        return cls(config, plugins=plugins, progress=progress)
+        return cls(config, plugins=plugins, progress=progress, kubeconfig=kubeconfig, kube_context=kube_context)
 
     def __repr__(self) -> str:
         return f"<Client backend={self.config.cluster.backend!r} cluster={self.config.cluster.name!r}>"
@@ -144,32 +173,105 @@ class Client:
         """The backend named by ``cluster.backend``."""
         return self.loaded_plugins.backends.get(self.config.cluster.backend)()
 
-    def plan(self) -> Plan:
-        """What :meth:`up` would do; no side effects."""
-        return self.backend.plan(self.config)
-
     def preflight(self) -> list[PreflightResult]:
-        """Run every plugin's preflight checks for this configuration."""
+        """Run every plugin's preflight checks for this configuration (they read, never change)."""
         return self.loaded_plugins.hooks.preflight(self.config)
 
-    def _checked(self) -> None:
+    def _checked(self) -> list[PreflightResult]:
         results = self.preflight()
         for result in results:
             if not result.ok and not result.blocking:
                 self.progress(result.line())
         raise_for_failures(results)
+        return results
 
-    def up(self, *, dry_run: bool = False) -> ClusterStatus:
-        """Create the cluster (or confirm it is up) after the preflight checks pass.
+    def _filled(self, results: Sequence[PreflightResult]) -> dict[str, Any]:
+        """The values preflight checks suggest for fields the user left unset."""
+        filled: dict[str, Any] = {}
+        for result in results:
+            for path, value in result.suggested.items():
+                if path not in self.config.origins and path not in filled:
+                    filled[path] = value
+        return filled
 
-        :param dry_run: check and plan only; change nothing.
-        :raises BackendError: a preflight check failed or the backend could not create the cluster.
+    def _config_with(self, filled: Mapping[str, Any]) -> Config:
+        if not filled:
+            return self.config
+        settings = [Setting(path, value, path, "preflight") for path, value in filled.items()]
+        return self.config.with_overrides(settings).resolved(self.loaded_plugins, validate_trainer=False)
+
+    def plan(self, *, preflight: bool = True) -> Plan:
+        """What :meth:`up` will do; changes nothing.
+
+        Runs the preflight checks first (reads only; a failed check raises), fills in the values
+        they suggest for settings left unset (the plan's ``filled``), then asks the backend for
+        its plan and adds what core does once the cluster is up: the kubeconfig, etcd and the
+        Training Operator, and the monitoring components when ``observability.enabled``.
+
+        :param preflight: run the preflight checks (off: plan from the configuration alone).
+        :raises PreflightError: a check failed.
         """
-        self._checked()
-        status = self.backend.up(self.config, dry_run=dry_run, progress=self.progress)
-        if not dry_run:
-            self.loaded_plugins.hooks.cluster_created(self.config, status)
+        results = self._checked() if preflight else []
+        filled = self._filled(results)
+        config = self._config_with(filled)
+        plan = self.backend.plan(config)
+        if plan.backend != self.backend.name or plan.cluster != config.cluster.name:
+            raise BackendError(f"backend {self.backend.name!r} returned a plan for {plan.backend}/{plan.cluster}")
+        steps, objects = list(plan.steps), list(plan.kubernetes)
+        if not self.backend.runs_jobs:
+            from fsdp_sdk.k8s.prereqs import TRAINING_OPERATOR_VERSION, render_etcd
+
+            objects += render_etcd(config)
+            steps += [
+                f"write the cluster's kubeconfig under {config.cluster.state_dir}",
+                f"apply etcd (v2 API) for the rendezvous in namespace {config.job.namespace}",
+                f"install the Kubeflow Training Operator {TRAINING_OPERATOR_VERSION}",
+            ]
+            components = self.monitoring_components(config)
+            for component in components:
+                objects += [dict(o) for o in component.objects]
+            if components:
+                steps.append("apply monitoring: " + ", ".join(c.name for c in components))
+        return dataclasses.replace(plan, steps=steps, kubernetes=objects, filled=filled, preflight=results)
+
+    def up(self, plan: Plan | None = None, *, dry_run: bool = False) -> ClusterStatus:
+        """Bring the cluster up as ``plan`` says (by default :meth:`plan`), ready for jobs.
+
+        The backend applies its part of the plan; then, for clusters with Kubernetes, core
+        applies the plan's Kubernetes objects (etcd, monitoring) and installs the Training
+        Operator, and plugins hear ``fsdp_sdk_cluster_created``.
+
+        :param plan: a plan from :meth:`plan` (what ``up --dry-run`` showed).
+        :param dry_run: plan only; return the current status.
+        :raises PreflightError: a preflight check failed (nothing was created).
+        :raises BackendError: the backend could not create the cluster.
+        """
+        plan = plan or self.plan()
+        config = self._config_with(plan.filled)
+        if dry_run:
+            return self.backend.status(config)
+        if plan.backend != self.backend.name or plan.cluster != config.cluster.name:
+            raise ConfigError(
+                "plan", f"was made for {plan.backend}/{plan.cluster}", "make the plan with this client's plan()"
+            )
+        status = self.backend.apply(config, plan, progress=self.progress)
+        if not self.backend.runs_jobs:
+            self._prepare(config, plan)
+        self.loaded_plugins.hooks.cluster_created(config, status)
         return status
+
+    def _prepare(self, config: Config, plan: Plan) -> None:
+        """Make a new Kubernetes cluster ready for jobs: the plan's objects, then the Training Operator."""
+        from fsdp_sdk.k8s.kube import Kube
+        from fsdp_sdk.k8s.prereqs import Prereqs
+
+        path = self.backend.kubeconfig(config)
+        if path is None:
+            return
+        kube = Kube.from_kubeconfig(path, context=self.kube_context)
+        prereqs = Prereqs(config, kube, kubeconfig=str(path), context=self.kube_context)
+        prereqs.apply(plan.kubernetes, progress=self.progress)
+        prereqs.install_operator(progress=self.progress)
 
     def down(self, *, dry_run: bool = False) -> ClusterStatus:
         """Delete the cluster and the state kept for it; deleting an absent cluster is not an error.
@@ -197,24 +299,135 @@ class Client:
         return self.backend.status(self.config)
 
     def kubeconfig(self) -> Path | None:
-        """A kubeconfig for the cluster, or ``None`` for backends without Kubernetes."""
-        return self.backend.kubeconfig(self.config)
+        """The kubeconfig jobs use: the one given to the client, else the backend's (when it exists),
+        else ``$KUBECONFIG``; ``None`` leaves the choice to the Kubernetes client (``~/.kube/config``)."""
+        if self._kubeconfig is not None:
+            return self._kubeconfig
+        path = self.backend.kubeconfig(self.config)
+        if path is not None and Path(path).exists():
+            return Path(path)
+        environ = os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
+        return Path(environ) if environ else None
+
+    def merge_kubeconfig(self, target: str | os.PathLike[str] | None = None) -> Path:
+        """Add the cluster's kubeconfig to ``target`` (default ``~/.kube/config``) and make it the current context.
+
+        :raises BackendError: the backend has no kubeconfig for this cluster (not up, or no Kubernetes).
+        """
+        from fsdp_sdk.aws.kubeconfig import merge_kubeconfig
+
+        path = self.backend.kubeconfig(self.config)
+        if path is None or not Path(path).exists():
+            raise BackendError(
+                f"backend {self.backend.name!r} has no kubeconfig for cluster {self.config.cluster.name!r}; "
+                "run 'fsdp-sdk up' first"
+            )
+        return merge_kubeconfig(Path(path), Path(target).expanduser() if target else None)
+
+    # ------------------------------------------------------------------ preparing a cluster
+
+    def prereqs(self, *, connect: bool = True) -> Prereqs:
+        """The cluster prerequisites (etcd, the Training Operator) of this configuration.
+
+        :param connect: connect to the cluster (off: rendering and dry runs only).
+        """
+        from fsdp_sdk.k8s.kube import Kube
+        from fsdp_sdk.k8s.prereqs import Prereqs
+
+        path = self.kubeconfig()
+        kube = Kube.from_kubeconfig(path, context=self.kube_context) if connect else None
+        return Prereqs(self.config, kube, kubeconfig=str(path) if path else None, context=self.kube_context)
+
+    def install_prereqs(self, *, operator: bool = True, operator_version: str | None = None) -> list[dict[str, Any]]:
+        """Apply etcd and install the Training Operator on the cluster (idempotent).
+
+        :param operator: install the Training Operator too.
+        :param operator_version: its release tag (default: the pinned one).
+        """
+        return self.prereqs().install(operator=operator, operator_version=operator_version, progress=self.progress)
+
+    def prereq_status(self) -> PrereqStatus:
+        """What is installed on the cluster, and what is missing."""
+        return self.prereqs().status()
+
+    def monitoring_components(self, config: Config | None = None) -> list[MonitoringComponent]:
+        """The monitoring components plugins render for this configuration (pure), filtered by
+        ``observability.components``; none when ``observability.enabled`` is off."""
+        config = config or self.config
+        if not config.observability.enabled:
+            return []
+        components = self.loaded_plugins.hooks.monitoring_components(config)
+        wanted = set(config.observability.components)
+        unknown = wanted - {c.name for c in components}
+        if unknown:
+            known = ", ".join(sorted(c.name for c in components)) or "none (is fsdp-sdk-observability installed?)"
+            raise ConfigError(
+                "observability.components", f"unknown component {sorted(unknown)[0]!r}", f"choose from: {known}"
+            )
+        return [c for c in components if not wanted or c.name in wanted]
+
+    # ------------------------------------------------------------------ images
+
+    def build_image(
+        self,
+        *,
+        context: Path,
+        trainer_src: str | os.PathLike[str] | None = None,
+        tool: str | None = None,
+        build_args: Mapping[str, str] | None = None,
+        dry_run: bool = False,
+    ) -> ImageBuild:
+        """Write the build context and build ``<job.image>:<job.tag>`` (see :func:`fsdp_sdk.k8s.image.build_image`)."""
+        from fsdp_sdk.k8s.image import build_image
+
+        return build_image(
+            self.config,
+            context=context,
+            trainer_src=trainer_src,
+            tool=tool,
+            build_args=build_args,
+            dry_run=dry_run,
+            progress=self.progress,
+        )
+
+    def push_image(self, *, tool: str | None = None, dry_run: bool = False) -> ImagePush:
+        """Push the image to Amazon ECR (see :func:`fsdp_sdk.k8s.image.push_image`)."""
+        from fsdp_sdk.k8s.image import push_image
+
+        return push_image(self.config, tool=tool, dry_run=dry_run, progress=self.progress)
 
     # ------------------------------------------------------------------ jobs
 
+    def render_job(
+        self, *, rdzv_id: str | None = None, create_secret: bool | None = None, api: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The job's Kubernetes objects, exactly as ``job submit`` would apply them (pure; any backend).
+
+        :param rdzv_id: the rendezvous id (default: a fresh one).
+        :param create_secret: include the Hugging Face token Secret (without its data).
+        :param api: ``pytorchjob`` or ``trainjob`` (default: ``job.api``).
+        """
+        from fsdp_sdk.k8s.render import render_job
+
+        return render_job(
+            self.config, rdzv_id=rdzv_id, create_secret=create_secret, api=api, plugins=self.loaded_plugins
+        )
+
     @functools.cached_property
-    def jobs(self) -> JobLayer:
+    def jobs(self) -> JobClient:
         """The Kubernetes job layer for this cluster (imported on first use).
 
-        :raises BackendError: the backend has no Kubernetes (``local``) or the job layer is unavailable.
+        :raises BackendError: the backend runs jobs itself (``local``) and no kubeconfig was given.
         """
-        if self.backend.runs_jobs:
-            raise BackendError(f"backend {self.backend.name!r} runs jobs itself, without Kubernetes; use Client.run()")
-        try:
-            from fsdp_sdk.k8s.jobs import JobClient
-        except ImportError as exc:
-            raise BackendError(f"the Kubernetes job layer (fsdp_sdk.k8s.jobs) cannot be imported: {exc}") from exc
-        return JobClient(self.config, kubeconfig=self.kubeconfig(), plugins=self.loaded_plugins)
+        if self.backend.runs_jobs and self.kubeconfig() is None:
+            raise BackendError(
+                f"backend {self.backend.name!r} runs jobs itself, without Kubernetes; use Client.run(), "
+                "or give the client a kubeconfig (--kubeconfig) to reach a cluster"
+            )
+        from fsdp_sdk.k8s.jobs import JobClient
+
+        path = self.kubeconfig()
+        return JobClient(self.config, kubeconfig=path, context=self.kube_context, plugins=self.loaded_plugins)
 
     def run(
         self,

@@ -57,6 +57,7 @@ __all__ = [
     "Origin",
     "Secret",
     "Setting",
+    "SettingsRegistry",
     "load_config",
     "trainer_arguments",
 ]
@@ -65,8 +66,6 @@ __all__ = [
 ENV_PREFIX = "FSDP_SDK_"
 #: Environment variable for the default of ``cluster.state_dir``.
 STATE_DIR_ENV = "FSDP_SDK_STATE_DIR"
-#: Sections of :class:`Config` that are dataclasses (``trainer`` is a free-form dict).
-SECTIONS = ("cluster", "job", "observability")
 
 #: Environment variable names that look like they hold secrets (``*TOKEN*``, ``*SECRET*``, ``*PASSWORD*``,
 #: ``*API_KEY*``...). ``config show`` redacts such ``job.env`` values, and rendering a Kubernetes job refuses
@@ -134,6 +133,12 @@ def _non_negative(example: int) -> dict[str, Any]:
     return _check(lambda v: v is None or v >= 0, "must not be negative", f"set {{name}} to 0 or more, like {example}")
 
 
+_REGION = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d+$")
+_ZONE = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d+[a-z]$")
+_INSTANCE_NAME = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9]+$")
+_RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{8,17}$")
+_K8S_VERSION = re.compile(r"^1\.\d{2}$")
+
 _PORT = _check(lambda v: 1 <= v <= 65535, "is not a TCP port", "set {name} to a number between 1 and 65535, like 2379")
 _K8S_NAME = _check(
     lambda v: len(v) <= 50 and bool(_DNS_LABEL.match(v)),
@@ -160,7 +165,17 @@ class ClusterConfig:
     """Cluster name (EKS cluster name; the local backend uses it in its state)."""
     backend: str = "local"
     """Backend that manages the cluster; ``fsdp-sdk plugins`` lists the installed ones."""
-    region: str = field(default="us-west-2", metadata=_dotenv("AWS_REGION"))
+    region: str = field(
+        default="us-west-2",
+        metadata={
+            **_dotenv("AWS_REGION"),
+            **_check(
+                lambda v: bool(_REGION.match(v)),
+                "is not an AWS region name",
+                "use a region like us-west-2 or eu-central-1",
+            ),
+        },
+    )
     """AWS region."""
     instance_type: str = field(default="p5.48xlarge", metadata=_dotenv("INSTANCE_TYPE"))
     """GPU instance type of the worker nodes; ``fsdp-sdk instance-types`` lists them."""
@@ -170,11 +185,52 @@ class ClusterConfig:
     """Lower bound of the node group (``scale`` refuses to go below)."""
     max_nodes: int | None = field(default=None, metadata=_non_negative(4))
     """Upper bound of the node group; defaults to ``nodes``."""
-    capacity_reservation_id: str | None = None
-    """EC2 capacity reservation (``cr-...``) the nodes launch into, if any."""
-    availability_zones: list[str] = field(default_factory=list)
-    """Availability zones to use; empty lets the backend choose."""
-    kubernetes_version: str = "1.31"
+    capacity_type: Literal["on-demand", "capacity-reservation", "capacity-block", "spot"] = "on-demand"
+    """How the GPU nodes are bought: ``on-demand``, an On-Demand Capacity Reservation (``capacity-reservation``),
+    an EC2 Capacity Block for ML (``capacity-block``), or ``spot``. Setting ``capacity_reservation_id`` alone
+    means ``capacity-reservation``."""
+    capacity_reservation_id: str | None = field(
+        default=None,
+        metadata={
+            **_dotenv("CAPACITY_RESERVATION_ID"),
+            **_check(
+                lambda v: bool(_RESERVATION_ID.match(v)),
+                "is not a capacity reservation id",
+                "use the id of the reservation or Capacity Block, like cr-0123456789abcdef0",
+            ),
+        },
+    )
+    """EC2 capacity reservation or Capacity Block (``cr-...``) the GPU nodes launch into."""
+    availability_zones: list[str] = field(
+        default_factory=list,
+        metadata=_check(
+            lambda v: all(_ZONE.match(z) for z in v),
+            "is not a list of availability zone names",
+            "use zones like us-west-2a,us-west-2b (the GPU nodes go to the first)",
+        ),
+    )
+    """Availability zones of the cluster; the GPU nodes go to the first. Empty: the zone of the capacity
+    reservation, else one that offers the instance type (chosen by the preflight checks), plus two more."""
+    placement_group: bool = False
+    """Launch the GPU nodes in a cluster placement group (lower latency between nodes). Leave it off with a
+    capacity reservation: an enforced placement group is a known cause of partially fulfilled launches."""
+    node_volume_size_gib: int = field(default=500, metadata=_positive(500))
+    """Root volume of each GPU node, in GiB (container images and datasets live there)."""
+    system_instance_type: str = field(
+        default="m5.xlarge",
+        metadata=_check(
+            lambda v: bool(_INSTANCE_NAME.match(v)), "is not an instance type name", "use a name like m5.xlarge"
+        ),
+    )
+    """Instance type of the system node group (etcd, the Training Operator, monitoring)."""
+    system_nodes: int = field(default=2, metadata=_positive(2))
+    """Nodes of the system node group."""
+    kubernetes_version: str = field(
+        default="1.31",
+        metadata=_check(
+            lambda v: bool(_K8S_VERSION.match(v)), "is not a Kubernetes minor version", "use a version like 1.31"
+        ),
+    )
     """Kubernetes version of the control plane."""
     efa: bool = True
     """Whether to enable Elastic Fabric Adapter networking on the nodes."""
@@ -273,6 +329,93 @@ class Setting:
         return Origin(self.name or self.path, self.source)
 
 
+#: The dataclass of each core section.
+CORE_SECTIONS: dict[str, type] = {"cluster": ClusterConfig, "job": JobConfig, "observability": ObservabilityConfig}
+_SECTION_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+class SettingsRegistry:
+    """Configuration sections that plugins add, filled by the ``fsdp_sdk_register_settings`` hook.
+
+    A section is a dataclass whose fields have defaults (and docstrings: ``config show`` and the docs
+    read them). It is read from every source like the core's sections: ``eksctl:`` in YAML,
+    ``FSDP_SDK_EKSCTL__<FIELD>`` in ``.env`` or the environment, ``--set eksctl.<field>=VALUE``, with
+    the same one-line errors. Field metadata may carry ``dotenv`` (a seed ``.env`` name) and ``check``
+    (see the core's fields). A section may define ``validate(self, config)``, called by
+    :meth:`Config.resolved`, raising :class:`~fsdp_sdk.errors.ConfigError` on a contradiction.
+    """
+
+    def __init__(self) -> None:
+        self._classes: dict[str, type] = {}
+        self._owners: dict[str, str] = {}
+        #: Name of the plugin whose hook is running; set by the plugin manager for error messages.
+        self.current_plugin: str | None = None
+
+    def add(self, name: str, cls: type) -> None:
+        """Register section ``name`` with dataclass ``cls``.
+
+        :raises PluginError: the name is not a lower-case word, is a core section or taken, or ``cls`` is not a
+            dataclass whose fields all have defaults.
+        """
+        from fsdp_sdk.errors import PluginError
+
+        who = self.current_plugin or "?"
+        if not isinstance(name, str) or not _SECTION_NAME.match(name) or name in (*CORE_SECTIONS, "trainer"):
+            raise PluginError(
+                f"plugin {who}: settings section {name!r} must be a lower-case word other than "
+                f"{', '.join([*CORE_SECTIONS, 'trainer'])}"
+            )
+        if name in self._classes:
+            raise PluginError(
+                f"settings section {name!r} from plugin {who} is already registered by plugin {self._owners[name]}; "
+                "uninstall one of the two plugins"
+            )
+        if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
+            raise PluginError(f"plugin {who}: settings section {name!r} must be a dataclass, got {cls!r}")
+        try:
+            cls()
+        except TypeError as error:
+            raise PluginError(
+                f"plugin {who}: every field of settings section {name!r} needs a default ({error})"
+            ) from None
+        self._classes[name] = cls
+        self._owners[name] = who
+
+    def get(self, name: str) -> type | None:
+        """The dataclass of section ``name``, or ``None``."""
+        return self._classes.get(name)
+
+    def owner(self, name: str) -> str:
+        """Name of the plugin that registered ``name``."""
+        return self._owners[name]
+
+    def names(self) -> list[str]:
+        """Registered section names, sorted."""
+        return sorted(self._classes)
+
+    def items(self) -> list[tuple[str, type]]:
+        """``(name, dataclass)`` of every section, sorted by name."""
+        return sorted(self._classes.items())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._classes
+
+    def __len__(self) -> int:
+        return len(self._classes)
+
+
+Sections = SettingsRegistry | Mapping[str, type]
+
+
+def _dotenv_names(classes: Mapping[str, type]) -> dict[str, str]:
+    return {
+        f.metadata["dotenv"]: f"{section}.{f.name}"
+        for section, cls in classes.items()
+        for f in dataclasses.fields(cls)
+        if "dotenv" in f.metadata
+    }
+
+
 #: Variable names of the original ``.env`` files and the field each sets.
 DOTENV_NAMES: dict[str, str] = {
     f.metadata["dotenv"]: f"{section}.{f.name}"
@@ -300,6 +443,9 @@ class Config:
     passed to the trainer as ``--section.field value`` and validated by ``fsdp_trainer.config``."""
     observability: ObservabilityConfig = field(default_factory=ObservabilityConfig)
     """Monitoring."""
+    sections: dict[str, Any] = field(default_factory=dict)
+    """Sections plugins add (:class:`SettingsRegistry`), by name: each an instance of its dataclass.
+    Read one with :meth:`section`."""
     origins: dict[str, Origin] = field(default_factory=dict, repr=False, compare=False)
     """Where each non-default value came from, by dotted path."""
 
@@ -317,16 +463,31 @@ class Config:
         return load_config(config_file, env_file, overrides, **kwargs)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], *, source: str = "dict") -> Config:
+    def from_dict(cls, data: Mapping[str, Any], *, source: str = "dict", sections: Sections | None = None) -> Config:
         """Build from a nested dict like the YAML file (unknown keys are errors).
 
-        :param data: ``{"cluster": {...}, "job": {...}, "trainer": {...}, "observability": {...}}``.
+        :param data: ``{"cluster": {...}, "job": {...}, "trainer": {...}, "observability": {...}}`` and plugin sections.
         :param source: name of the source, for error messages.
+        :param sections: the plugins' settings sections (``plugins.settings``) the dict may use.
         """
         config = cls()
-        for setting in _flatten_document(data, source):
+        _add_sections(config, sections)
+        for setting in _flatten_document(data, source, _classes(config)):
             _apply(config, setting)
         return config
+
+    def section(self, name: str) -> Any:
+        """The settings of plugin section ``name`` (an instance of the dataclass its plugin registered).
+
+        :raises ConfigError: no installed plugin registers that section.
+        """
+        try:
+            return self.sections[name]
+        except KeyError:
+            known = ", ".join(sorted(self.sections)) or "none"
+            raise ConfigError(
+                name, "is not a settings section of an installed plugin", f"sections here: {known}"
+            ) from None
 
     def with_overrides(self, overrides: Mapping[str, Any] | Iterable[Setting]) -> Config:
         """A copy with more settings applied on top (not yet :meth:`resolved`).
@@ -390,6 +551,7 @@ class Config:
 
             plugins = get_plugins()
         new = copy.deepcopy(self)
+        _add_sections(new, plugins.settings)
         cluster, job = new.cluster, new.job
 
         if cluster.backend not in plugins.backends:
@@ -424,9 +586,41 @@ class Config:
                 f"{cluster.nodes} is outside min_nodes..max_nodes ({cluster.min_nodes}..{cluster.max_nodes})",
                 "make cluster.min_nodes <= cluster.nodes <= cluster.max_nodes",
             )
+        new._resolve_capacity()
+        if cluster.availability_zones and not all(z.startswith(cluster.region) for z in cluster.availability_zones):
+            other = next(z for z in cluster.availability_zones if not z.startswith(cluster.region))
+            raise new._error(
+                "cluster.availability_zones",
+                f"zone {other} is not in region {cluster.region}",
+                f"use zones of {cluster.region} (like {cluster.region}a), or change cluster.region",
+            )
+        for section in new.sections.values():
+            validate = getattr(section, "validate", None)
+            if callable(validate):
+                validate(new)
         if validate_trainer:
             new._validate_trainer()
         return new
+
+    def _resolve_capacity(self) -> None:
+        """Derive ``cluster.capacity_type`` from a reservation id, and refuse the combinations AWS refuses."""
+        cluster = self.cluster
+        explicit = "cluster.capacity_type" in self.origins
+        if cluster.capacity_reservation_id and cluster.capacity_type == "on-demand" and not explicit:
+            cluster.capacity_type = "capacity-reservation"
+        reserved = cluster.capacity_type in ("capacity-reservation", "capacity-block")
+        if reserved and not cluster.capacity_reservation_id:
+            raise self._error(
+                "cluster.capacity_type",
+                f"is {cluster.capacity_type} but no cluster.capacity_reservation_id is set",
+                "set cluster.capacity_reservation_id to the cr-... id of the reservation or Capacity Block",
+            )
+        if cluster.capacity_reservation_id and not reserved:
+            raise self._error(
+                "cluster.capacity_reservation_id",
+                f"is set but cluster.capacity_type is {cluster.capacity_type}",
+                "set cluster.capacity_type to capacity-reservation or capacity-block, or unset the reservation id",
+            )
 
     def _validate_trainer(self) -> None:
         try:
@@ -476,6 +670,8 @@ class Config:
             }
         out["trainer"] = copy.deepcopy(self.trainer)
         out["observability"] = _section_to_dict(self.observability, redact)
+        for name, section in sorted(self.sections.items()):
+            out[name] = _section_to_dict(section, redact)
         return out
 
     def trainer_args(self) -> list[str]:
@@ -534,6 +730,7 @@ def load_config(
     environ: Mapping[str, str] | None = None,
     read_default_env_file: bool = True,
     cwd: str | os.PathLike[str] | None = None,
+    sections: Sections | None = None,
 ) -> Config:
     """Read the configuration from all sources (see the module docstring); not yet :meth:`~Config.resolved`.
 
@@ -544,23 +741,27 @@ def load_config(
     :param environ: the environment to read ``FSDP_SDK_*`` variables from; defaults to ``os.environ``.
     :param read_default_env_file: read ``./.env`` when ``env_file`` is not given.
     :param cwd: directory holding the default ``.env``; defaults to the current directory.
+    :param sections: the plugins' settings sections (``plugins.settings``): without them, a plugin's section in a
+        source is an unknown key.
     :raises ConfigError: a file is missing or malformed, a key is unknown, or a value has the wrong type.
     """
     environ = os.environ if environ is None else environ
     config = Config()
+    _add_sections(config, sections)
+    classes = _classes(config)
     if environ.get(STATE_DIR_ENV):
         config.cluster.state_dir = Path(environ[STATE_DIR_ENV]).expanduser()
 
     settings: list[Setting] = []
     if config_file is not None:
-        settings += _read_yaml(Path(config_file))
+        settings += _read_yaml(Path(config_file), classes)
     if env_file is not None:
-        settings += _read_dotenv(Path(env_file))
+        settings += _read_dotenv(Path(env_file), classes)
     elif read_default_env_file:
         default = Path(cwd or ".") / ".env"
         if default.is_file():
-            settings += _read_dotenv(default)
-    settings += _read_environ(environ)
+            settings += _read_dotenv(default, classes)
+    settings += _read_environ(environ, classes)
     if overrides:
         if isinstance(overrides, Mapping):
             settings += [Setting(path, value) for path, value in overrides.items()]
@@ -572,7 +773,19 @@ def load_config(
     return config
 
 
-def _read_yaml(path: Path) -> list[Setting]:
+def _add_sections(config: Config, sections: Sections | None) -> None:
+    """Give ``config`` a default instance of every registered plugin section it lacks."""
+    for name, cls in sections.items() if sections is not None else ():
+        if name not in config.sections:
+            config.sections[name] = cls()
+
+
+def _classes(config: Config) -> dict[str, type]:
+    """The dataclass of every section ``config`` has: the core's, then the plugins'."""
+    return {**CORE_SECTIONS, **{name: type(value) for name, value in config.sections.items()}}
+
+
+def _read_yaml(path: Path, classes: Mapping[str, type]) -> list[Setting]:
     if not path.is_file():
         raise ConfigError("--config", f"file {str(path)!r} does not exist", "pass the path of an existing YAML file")
     import yaml  # imported here: the CLI must start without it
@@ -590,15 +803,15 @@ def _read_yaml(path: Path) -> list[Setting]:
         return []
     if not isinstance(data, Mapping):
         raise ConfigError(str(path), "the top level must be a mapping", "write sections like 'cluster:' and 'job:'")
-    return _flatten_document(data, path.name)
+    return _flatten_document(data, path.name, classes)
 
 
-def _flatten_document(data: Mapping[str, Any], source: str) -> list[Setting]:
+def _flatten_document(data: Mapping[str, Any], source: str, classes: Mapping[str, type]) -> list[Setting]:
     settings: list[Setting] = []
     for section, body in data.items():
         section = str(section)
-        if section not in (*SECTIONS, "trainer"):
-            raise _unknown_key(section, [*SECTIONS, "trainer"], source)
+        if section not in (*classes, "trainer"):
+            raise _unknown_key(section, [*classes, "trainer"], source)
         if body is None:
             continue
         if not isinstance(body, Mapping):
@@ -609,7 +822,7 @@ def _flatten_document(data: Mapping[str, Any], source: str) -> list[Setting]:
             for key, value in _flatten_mapping(body):
                 settings.append(Setting(f"trainer.{key}", value, f"trainer.{key}", source))
             continue
-        names = _field_names(section)
+        names = _field_names(classes[section])
         for key, value in body.items():
             path = f"{section}.{key}"
             if key not in names:
@@ -618,46 +831,67 @@ def _flatten_document(data: Mapping[str, Any], source: str) -> list[Setting]:
     return settings
 
 
+#: Sections of plugins the SDK knows of, with the distribution that provides them.
+KNOWN_PLUGIN_SECTIONS = {
+    "eksctl": "fsdp-sdk-eksctl",
+    "terraform": "fsdp-sdk-terraform",
+    "monitoring": "fsdp-sdk-observability",
+}
+
+
 def _unknown_key(key: str, known: list[str], source: str) -> ConfigError:
+    section = key.split(".", 1)[0]
+    installed = {k.split(".", 1)[0] for k in known}
+    if section in KNOWN_PLUGIN_SECTIONS and section not in installed:
+        package = KNOWN_PLUGIN_SECTIONS[section]
+        return ConfigError(
+            key,
+            f"is a setting of the {package} plugin, which is not installed",
+            f"pip install {package}",
+            source=source,
+        )
     close = difflib.get_close_matches(key, known, n=1)
     fix = f"did you mean {close[0]}?" if close else f"known keys: {', '.join(known)}"
     return ConfigError(key, "unknown setting", fix, source=source)
 
 
-def _read_dotenv(path: Path) -> list[Setting]:
+def _read_dotenv(path: Path, classes: Mapping[str, type]) -> list[Setting]:
     if not path.is_file():
         raise ConfigError("--env-file", f"file {str(path)!r} does not exist", "pass the path of an existing .env file")
     from dotenv import dotenv_values  # does not touch os.environ
 
     source = path.name
+    names = {**DOTENV_NAMES, **_dotenv_names(classes)}
     settings: list[Setting] = []
     for name, value in dotenv_values(path).items():
         if value is None or value == "":
             continue  # `NAME` or `NAME=`: unset
-        if name in DOTENV_NAMES:
-            settings.append(Setting(DOTENV_NAMES[name], value, name, source))
+        if name in names:
+            settings.append(Setting(names[name], value, name, source))
         elif name.startswith(ENV_PREFIX) and "__" in name:
-            settings.append(_env_setting(name, value, source))
+            settings.append(_env_setting(name, value, source, classes))
         # anything else belongs to the user's scripts, not to us
     return settings
 
 
-def _read_environ(environ: Mapping[str, str]) -> list[Setting]:
+def _read_environ(environ: Mapping[str, str], classes: Mapping[str, type]) -> list[Setting]:
     settings = []
     for name in sorted(environ):
         if name.startswith(ENV_PREFIX) and "__" in name and environ[name] != "":
-            settings.append(_env_setting(name, environ[name], "environment"))
+            settings.append(_env_setting(name, environ[name], "environment", classes))
     return settings
 
 
-def _env_setting(name: str, value: str, source: str) -> Setting:
+def _env_setting(name: str, value: str, source: str, classes: Mapping[str, type]) -> Setting:
     parts = [p.lower() for p in name[len(ENV_PREFIX) :].split("__")]
     section = parts[0]
     if section == "trainer" and len(parts) >= 3 and all(parts):
         return Setting(".".join(parts), value, name, source)
-    if section in SECTIONS and len(parts) == 2 and parts[1] in _field_names(section):
+    if section in classes and len(parts) == 2 and parts[1] in _field_names(classes[section]):
         return Setting(".".join(parts), value, name, source)
-    known = [f"{ENV_PREFIX}{s.upper()}__{n.upper()}" for s in SECTIONS for n in _field_names(s)]
+    if section in KNOWN_PLUGIN_SECTIONS and section not in classes:
+        raise _unknown_key(".".join(parts), [], source)
+    known = [f"{ENV_PREFIX}{s.upper()}__{n.upper()}" for s, cls in classes.items() for n in _field_names(cls)]
     close = difflib.get_close_matches(name, known, n=1)
     fix = (
         f"did you mean {close[0]}?"
@@ -671,20 +905,17 @@ def _env_setting(name: str, value: str, source: str) -> Setting:
 
 
 @functools.cache
-def _field_types(section: str) -> dict[str, Any]:
-    cls = {"cluster": ClusterConfig, "job": JobConfig, "observability": ObservabilityConfig}[section]
+def _field_types(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
 @functools.cache
-def _field_names(section: str) -> tuple[str, ...]:
-    cls = {"cluster": ClusterConfig, "job": JobConfig, "observability": ObservabilityConfig}[section]
+def _field_names(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(cls))
 
 
 @functools.cache
-def _field_metadata(section: str, name: str) -> Mapping[str, Any]:
-    cls = {"cluster": ClusterConfig, "job": JobConfig, "observability": ObservabilityConfig}[section]
+def _field_metadata(cls: type, name: str) -> Mapping[str, Any]:
     return {f.name: f.metadata for f in dataclasses.fields(cls)}[name]
 
 
@@ -712,21 +943,24 @@ def _apply(config: Config, setting: Setting) -> None:
         node[parts[-1]] = setting.value.get_secret_value() if isinstance(setting.value, Secret) else setting.value
         config.origins[path] = origin
         return
-    if len(parts) != 2 or parts[0] not in SECTIONS:
-        known = [f"{s}.{n}" for s in SECTIONS for n in _field_names(s)]
+    classes = _classes(config)
+    if len(parts) != 2 or parts[0] not in classes:
+        known = [f"{s}.{n}" for s, cls in classes.items() for n in _field_names(cls)]
         raise _unknown_key(origin.name, known, origin.source)
     section, name = parts
-    if name not in _field_names(section):
-        raise _unknown_key(origin.name, [f"{section}.{n}" for n in _field_names(section)], origin.source)
-    value = _convert(setting.value, _field_types(section)[name], origin)
-    check = _field_metadata(section, name).get("check")
+    cls = classes[section]
+    if name not in _field_names(cls):
+        raise _unknown_key(origin.name, [f"{section}.{n}" for n in _field_names(cls)], origin.source)
+    value = _convert(setting.value, _field_types(cls)[name], origin)
+    check = _field_metadata(cls, name).get("check")
     if check is not None and value is not None:
         predicate, problem, fix = check
         if not predicate(value):
             raise ConfigError(
                 origin.name, f"{_show(value)} {problem}", fix.format(name=origin.name), source=origin.source
             )
-    setattr(getattr(config, section), name, value)
+    target = config.sections[section] if section in config.sections else getattr(config, section)
+    setattr(target, name, value)
     config.origins[path] = origin
 
 

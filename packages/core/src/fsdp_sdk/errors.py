@@ -17,6 +17,7 @@ __all__ = [
     "FsdpSdkError",
     "KubernetesError",
     "PluginError",
+    "PreflightError",
     "RunError",
 ]
 
@@ -78,6 +79,16 @@ class PluginError(FsdpSdkError, ValueError):
 
 class BackendError(FsdpSdkError):
     """A cluster backend failed to carry out an action (start, stop, scale, query a cluster)."""
+
+
+class PreflightError(BackendError):
+    """A preflight check failed: what an action needs is not in place, and nothing was started or created.
+
+    Like a configuration error, it exits with status 2: the fix is on the user's side (a quota, a zone,
+    a reservation, a missing tool).
+    """
+
+    exit_code = 2
 
 
 class KubernetesError(FsdpSdkError):

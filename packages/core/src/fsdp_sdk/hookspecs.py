@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     import click
 
     from fsdp_sdk.backends.base import BackendRegistry, ClusterStatus
-    from fsdp_sdk.config import Config
+    from fsdp_sdk.config import Config, SettingsRegistry
     from fsdp_sdk.instance_types import InstanceTypeRegistry
     from fsdp_sdk.monitoring import MonitoringComponent
     from fsdp_sdk.preflight import PreflightResult
@@ -77,6 +77,23 @@ def fsdp_sdk_register_instance_types(registry: InstanceTypeRegistry) -> None:
 
     :param registry: the instance type registry; ``add`` raises
         :class:`~fsdp_sdk.errors.PluginError` when the name is already taken.
+    """
+
+
+@hookspec
+def fsdp_sdk_register_settings(registry: SettingsRegistry) -> None:
+    """Add a configuration section that belongs to the plugin.
+
+    Call ``registry.add("mysection", MySettings)`` with a dataclass whose fields all have defaults
+    (and a docstring each). Its values then come from every configuration source, like the core's:
+    ``mysection:`` in YAML, ``FSDP_SDK_MYSECTION__<FIELD>`` in ``.env`` or the environment,
+    ``--set mysection.<field>=VALUE``; they are converted to the fields' types with the same one-line
+    errors, shown by ``fsdp-sdk config show`` and read with ``config.section("mysection")``.
+    A ``validate(self, config)`` method, when the dataclass has one, runs in
+    :meth:`~fsdp_sdk.config.Config.resolved`.
+
+    :param registry: the settings registry; ``add`` raises :class:`~fsdp_sdk.errors.PluginError`
+        when the name is a core section or already taken.
     """
 
 

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     import click
 
     from fsdp_sdk.backends.base import BackendRegistry, ClusterStatus
-    from fsdp_sdk.config import Config
+    from fsdp_sdk.config import Config, SettingsRegistry
     from fsdp_sdk.instance_types import InstanceTypeRegistry
     from fsdp_sdk.monitoring import MonitoringComponent
     from fsdp_sdk.preflight import PreflightResult
@@ -155,6 +155,17 @@ class PluginHooks:
         self._register_into("fsdp_sdk_register_instance_types", registry)
         return registry
 
+    def register_settings(self) -> SettingsRegistry:
+        """A registry filled by every ``fsdp_sdk_register_settings``.
+
+        :raises PluginError: a plugin registered an invalid or duplicate section.
+        """
+        from fsdp_sdk.config import SettingsRegistry
+
+        registry = SettingsRegistry()
+        self._register_into("fsdp_sdk_register_settings", registry)
+        return registry
+
     def register_commands(self, cli: click.Group) -> dict[str, list[str]]:
         """Let plugins add commands to ``cli``; a plugin whose hook fails is reported and skipped.
 
@@ -242,6 +253,11 @@ class Plugins:
         """The instance types every plugin registered (built on first access)."""
         return self.hooks.register_instance_types()
 
+    @functools.cached_property
+    def settings(self) -> SettingsRegistry:
+        """The configuration sections every plugin registered (built on first access)."""
+        return self.hooks.register_settings()
+
     @property
     def broken(self) -> list[PluginInfo]:
         """Plugins that failed to load."""
@@ -270,8 +286,8 @@ class Plugins:
         self._forget_registries()
 
     def _forget_registries(self) -> None:
-        self.__dict__.pop("backends", None)
-        self.__dict__.pop("instance_types", None)
+        for registry in ("backends", "instance_types", "settings"):
+            self.__dict__.pop(registry, None)
 
     def infos(self) -> list[PluginInfo]:
         """Every registered plugin, then the broken ones."""

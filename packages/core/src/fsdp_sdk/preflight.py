@@ -2,16 +2,16 @@
 
 Checks come from plugins through the ``fsdp_sdk_preflight`` hook; each returns
 :class:`PreflightResult` records. :func:`raise_for_failures` turns failed
-``error`` checks into one :class:`~fsdp_sdk.errors.BackendError`.
+``error`` checks into one :class:`~fsdp_sdk.errors.PreflightError`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Literal
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
-from fsdp_sdk.errors import BackendError
+from fsdp_sdk.errors import PreflightError
 
 __all__ = ["PreflightResult", "raise_for_failures"]
 
@@ -25,6 +25,9 @@ class PreflightResult:
     :param message: what was found, one line.
     :param fix: what to do when it failed, one line.
     :param severity: ``error`` stops the action when the check fails; ``warning`` is only shown.
+    :param suggested: values for configuration fields the user left unset, by dotted path, that the check
+        found (``{"cluster.availability_zones": ["us-west-2a", "us-west-2b"]}``); the client fills them in
+        before planning, recording the check as their source.
     """
 
     check: str
@@ -32,6 +35,7 @@ class PreflightResult:
     message: str
     fix: str | None = None
     severity: Literal["error", "warning"] = "error"
+    suggested: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def blocking(self) -> bool:
@@ -48,14 +52,23 @@ class PreflightResult:
 
     def to_dict(self) -> dict[str, object]:
         """A JSON-ready dict."""
-        return {"check": self.check, "ok": self.ok, "message": self.message, "fix": self.fix, "severity": self.severity}
+        data: dict[str, object] = {
+            "check": self.check,
+            "ok": self.ok,
+            "message": self.message,
+            "fix": self.fix,
+            "severity": self.severity,
+        }
+        if self.suggested:
+            data["suggested"] = dict(self.suggested)
+        return data
 
 
 def raise_for_failures(results: Iterable[PreflightResult]) -> None:
-    """Raise :class:`BackendError` naming every blocking failure, if any.
+    """Raise :class:`~fsdp_sdk.errors.PreflightError` (exit status 2) naming every blocking failure, if any.
 
     :param results: the results of all preflight checks.
     """
     blocking = [r for r in results if r.blocking]
     if blocking:
-        raise BackendError("preflight failed: " + " | ".join(r.line() for r in blocking))
+        raise PreflightError("preflight failed: " + " | ".join(r.line() for r in blocking))

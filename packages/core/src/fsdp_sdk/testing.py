@@ -115,7 +115,8 @@ class BackendConformance:
             "cluster.state_dir": str(state_dir),
             **self.config_overrides,
         }
-        return Config().with_overrides(overrides).resolved(plugins, validate_trainer=False)
+        base = Config.from_dict({}, sections=plugins.settings)  # the plugins' own settings sections too
+        return base.with_overrides(overrides).resolved(plugins, validate_trainer=False)
 
     @pytest.fixture
     def backend(self) -> Iterator[ClusterBackend]:
@@ -186,11 +187,12 @@ class BackendConformance:
             pytest.skip("lifecycle = False: this backend's tests do not create clusters")
         messages: list[str] = []
         try:
-            status = backend.up(config, progress=messages.append)
+            plan = backend.plan(config)
+            status = backend.apply(config, plan, progress=messages.append)
             assert status.ready, status
-            assert messages, "up() should report progress"
-            again = backend.up(config, progress=messages.append)
-            assert again.ready and again.endpoint == status.endpoint, "up() on a ready cluster must change nothing"
+            assert messages, "apply() should report progress"
+            again = backend.apply(config, backend.plan(config), progress=messages.append)
+            assert again.ready and again.endpoint == status.endpoint, "apply() on a ready cluster must change nothing"
             scaled = backend.scale(config, self.scale_to, progress=messages.append)
             assert scaled.nodes == self.scale_to
         finally:

@@ -1,8 +1,11 @@
 """The interface every cluster backend implements, and the records it returns.
 
 A backend turns a :class:`~fsdp_sdk.config.Config` into a running cluster and
-back. ``plan()`` is pure; ``up``/``down``/``scale`` act and report progress
-through a callback; ``status()`` only reads.
+back, in two stages: :meth:`ClusterBackend.plan` is pure (configuration in,
+:class:`Plan` out: the documents it would apply and the steps in order), and
+:meth:`ClusterBackend.apply` acts on exactly that plan. ``fsdp-sdk up --dry-run``
+prints the plan; ``fsdp-sdk up`` applies the plan it printed. ``down``/``scale``
+act and report progress through a callback; ``status()`` only reads.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from fsdp_sdk.errors import ConfigError, PluginError
 
 if TYPE_CHECKING:
     from fsdp_sdk.config import Config
+    from fsdp_sdk.preflight import PreflightResult
     from fsdp_sdk.runs import JobRef, RunResult
 
 __all__ = [
@@ -44,13 +48,25 @@ def no_progress(message: str) -> None:
 
 @dataclass(frozen=True)
 class Plan:
-    """What ``up`` would do, computed without side effects.
+    """What ``up`` will do, computed without side effects; ``apply`` acts on exactly this.
+
+    A backend's :meth:`ClusterBackend.plan` fills ``backend``, ``cluster``, ``steps``,
+    ``resources``, ``details`` and ``hourly_cost_usd``. :meth:`fsdp_sdk.Client.plan` then
+    adds what core does once the cluster is up (``kubernetes``: etcd, monitoring; more
+    ``steps``), the values the preflight checks filled in (``filled``), and the
+    preflight results.
 
     :param backend: name of the backend that made the plan.
     :param cluster: the cluster name.
     :param steps: the actions, in order, as sentences (``start etcd on 127.0.0.1:2379``).
-    :param resources: rendered documents the backend would apply (an eksctl ``ClusterConfig``...).
+    :param resources: rendered documents the backend applies (an eksctl ``ClusterConfig``, Terraform variables).
     :param hourly_cost_usd: on-demand cost per hour of the planned nodes, when known.
+    :param details: backend facts its ``apply`` needs (file paths, node group names...), JSON-ready.
+    :param kubernetes: Kubernetes objects core applies once the cluster is up (server-side apply).
+    :param filled: configuration values the preflight checks filled in because the user left them unset,
+        by dotted path (``cluster.availability_zones``); the plan was made with them.
+    :param preflight: the preflight results the plan was made after.
+    :param estimate: the memory, speed and cost estimate of the configured job, when a model is given.
     """
 
     backend: str
@@ -58,6 +74,11 @@ class Plan:
     steps: Sequence[str]
     resources: Sequence[Mapping[str, Any]] = ()
     hourly_cost_usd: float | None = None
+    details: Mapping[str, Any] = field(default_factory=dict)
+    kubernetes: Sequence[Mapping[str, Any]] = ()
+    filled: Mapping[str, Any] = field(default_factory=dict)
+    preflight: Sequence[PreflightResult] = ()
+    estimate: Mapping[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -67,6 +88,11 @@ class Plan:
             "steps": list(self.steps),
             "resources": [dict(r) for r in self.resources],
             "hourly_cost_usd": self.hourly_cost_usd,
+            "details": dict(self.details),
+            "kubernetes": [dict(o) for o in self.kubernetes],
+            "filled": dict(self.filled),
+            "preflight": [r.to_dict() for r in self.preflight],
+            "estimate": dict(self.estimate) if self.estimate is not None else None,
         }
 
 
@@ -126,10 +152,10 @@ class ClusterBackend(ABC):
             name = "mycloud"
             description = "GPU clusters on MyCloud"
 
-            def plan(self, config):
+            def plan(self, config):  # pure: what apply() will do
                 return Plan(backend=self.name, cluster=config.cluster.name, steps=["create a cluster"])
 
-            def up(self, config, *, dry_run=False, progress=no_progress): ...
+            def apply(self, config, plan, *, progress=no_progress): ...  # acts on exactly that plan
             def down(self, config, *, dry_run=False, progress=no_progress): ...
             def scale(self, config, nodes, *, dry_run=False, progress=no_progress): ...
             def status(self, config): ...
@@ -159,23 +185,37 @@ class ClusterBackend(ABC):
 
     @abstractmethod
     def plan(self, config: Config) -> Plan:
-        """Describe what :meth:`up` would do, without side effects.
+        """Describe what :meth:`apply` will do, without side effects (no network, no file).
 
         :param config: the resolved configuration.
         """
 
     @abstractmethod
-    def up(self, config: Config, *, dry_run: bool = False, progress: ProgressCallback = no_progress) -> ClusterStatus:
-        """Create the cluster, or make sure the existing one matches the configuration.
+    def apply(self, config: Config, plan: Plan, *, progress: ProgressCallback = no_progress) -> ClusterStatus:
+        """Create the cluster as ``plan`` says, or bring the existing one in line with it, and say which.
 
-        Idempotent: calling it on a ready cluster changes nothing.
+        Idempotent: applying the same plan to a ready cluster changes nothing. Act on what the
+        plan holds (its ``resources`` and ``details``), not on a plan made anew, so what
+        ``up --dry-run`` showed is what happens.
 
-        :param config: the resolved configuration.
-        :param dry_run: validate only; change nothing.
+        :param config: the resolved configuration the plan was made from.
+        :param plan: what :meth:`plan` returned for ``config``.
         :param progress: receives a line per step.
-        :return: the status after the call (the current one on ``dry_run``).
+        :return: the status after the call.
         :raises BackendError: the cluster could not be created.
         """
+
+    def up(self, config: Config, *, dry_run: bool = False, progress: ProgressCallback = no_progress) -> ClusterStatus:
+        """Plan, then apply that plan; with ``dry_run``, plan only and return the current status.
+
+        :param config: the resolved configuration.
+        :param dry_run: change nothing.
+        :param progress: receives a line per step.
+        """
+        plan = self.plan(config)
+        if dry_run:
+            return self.status(config)
+        return self.apply(config, plan, progress=progress)
 
     @abstractmethod
     def down(self, config: Config, *, dry_run: bool = False, progress: ProgressCallback = no_progress) -> ClusterStatus:

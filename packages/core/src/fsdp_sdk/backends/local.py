@@ -121,29 +121,34 @@ class LocalBackend(ClusterBackend):
             f"runs: {config.job.num_workers} torchrun agents x {config.job.nproc_per_node or 1} processes, "
             f"outputs in {root / 'runs'}",
         ]
-        return Plan(backend=self.name, cluster=config.cluster.name, steps=steps, hourly_cost_usd=0.0)
+        details = {
+            "rdzv_backend": rdzv,
+            "rdzv_reason": why,
+            "root": str(root),
+            "nodes": max(config.cluster.nodes, 1),
+        }
+        return Plan(backend=self.name, cluster=config.cluster.name, steps=steps, hourly_cost_usd=0.0, details=details)
 
-    def up(self, config: Config, *, dry_run: bool = False, progress: ProgressCallback = no_progress) -> ClusterStatus:
+    def apply(self, config: Config, plan: Plan, *, progress: ProgressCallback = no_progress) -> ClusterStatus:
         current = self.status(config)
-        if current.ready or dry_run:
-            if current.ready:
-                progress(f"local cluster already up ({current.endpoint or 'c10d rendezvous'})")
+        if current.ready:
+            progress(f"local cluster already up ({current.endpoint or 'c10d rendezvous'})")
             return current
         if current.state == "degraded":
             progress("local state found but etcd is not running; starting it again")
             self._stop_etcd(config, progress)
-        root = self.root(config)
-        rdzv, why = self._rdzv_backend(config)
+        root = Path(plan.details["root"])
+        rdzv, why = plan.details["rdzv_backend"], plan.details["rdzv_reason"]
         state: dict[str, Any] = {
-            "cluster": config.cluster.name,
+            "cluster": plan.cluster,
             "rdzv_backend": rdzv,
-            "nodes": max(config.cluster.nodes, 1),
+            "nodes": int(plan.details["nodes"]),
             "etcd": None,
             "last_run_id": None,
         }
         if rdzv == "etcd-v2":
             progress("starting etcd on 127.0.0.1 (free ports)")
-            server = etcd.start_etcd(root / "etcd", root / "etcd.log", name=config.cluster.name)
+            server = etcd.start_etcd(root / "etcd", root / "etcd.log", name=plan.cluster)
             state["etcd"] = server.to_dict()
             progress(f"etcd is healthy at {server.endpoint} (pid {server.pid}, log {root / 'etcd.log'})")
         else:

@@ -1,8 +1,9 @@
 """The application object every command receives as ``ctx.obj``.
 
 It collects what the common options say (config file, .env file, settings from
-flags, debug) and builds the :class:`~fsdp_sdk.Client` on first use, so a
-command that needs no configuration never reads one.
+flags, kubeconfig, debug) and builds the :class:`~fsdp_sdk.Client` on first use,
+once per command, so a command that needs no configuration never reads one and
+every command that does goes through the library API.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ class Application:
     def __init__(self) -> None:
         self.config_file: str | None = None
         self.env_file: str | None = None
+        self.kubeconfig: str | None = None
+        self.kube_context: str | None = None
         self.debug = False
         #: (dotted path, value, name as typed, source) from command-line flags, in the order click processed them.
         self.settings: list[tuple[str, Any, str, str]] = []
@@ -40,21 +43,39 @@ class Application:
         self.settings.append((path, value, name, source))
         self._client = None
 
-    def load_config(self) -> Config:
-        """The configuration from every source, not yet resolved."""
-        from fsdp_sdk.config import Setting, load_config
+    def _overrides(self) -> list[Any]:
+        """The flags' settings; a ``--set`` key outside every section (core and plugins') is a trainer setting."""
+        from fsdp_sdk.config import CORE_SECTIONS, Setting
+        from fsdp_sdk.plugins import get_plugins
 
-        overrides = [Setting(path, value, name, source) for path, value, name, source in self.settings]
-        return load_config(self.config_file, self.env_file, overrides)
+        sections = {*CORE_SECTIONS, "trainer", *get_plugins().settings.names()}
+        overrides = []
+        for path, value, name, source in self.settings:
+            if source == "--set" and path.split(".", 1)[0] not in sections:
+                path = f"trainer.{path}"
+            overrides.append(Setting(path, value, name, source))
+        return overrides
 
     @property
     def client(self) -> Client:
-        """The client for the resolved configuration (built once)."""
+        """The client for the configuration from every source, resolved once per command."""
         if self._client is None:
             from fsdp_sdk.client import Client
 
-            self._client = Client(self.load_config(), progress=self.progress)
+            self._client = Client.from_sources(
+                self.config_file,
+                self.env_file,
+                self._overrides(),
+                progress=self.progress,
+                kubeconfig=self.kubeconfig,
+                kube_context=self.kube_context,
+            )
         return self._client
+
+    @property
+    def config(self) -> Config:
+        """The resolved configuration (the client's)."""
+        return self.client.config
 
     @staticmethod
     def progress(message: str) -> None:

@@ -75,16 +75,14 @@ def build(
 ) -> None:
     """Write a Dockerfile and a copy of the trainer package into the build context, and build
     <job.image>:<job.tag> with docker, finch or buildah."""
-    from fsdp_sdk.k8s.image import build_image
-
     args = {}
     for item in build_args:
         name, sep, value = item.partition("=")
         if not sep or not name:
             raise click.BadParameter(f"{item!r} is not NAME=VALUE", param_hint="--build-arg")
         args[name] = value
-    result = build_image(
-        app.load_config(), context=context_dir, trainer_src=trainer_src, tool=tool, build_args=args, dry_run=dry_run
+    result = app.client.build_image(
+        context=context_dir, trainer_src=trainer_src, tool=tool, build_args=args, dry_run=dry_run
     )
     if dry_run:
         click.echo(result.dockerfile, nl=False)
@@ -107,9 +105,7 @@ def push(app: Application, tool: str | None, dry_run: bool) -> None:
     default ECR registry in cluster.region. AWS credentials come from the usual
     boto3 sources; AWS_ENDPOINT_URL is honoured.
     """
-    from fsdp_sdk.k8s.image import push_image
-
-    result = push_image(app.load_config(), tool=tool, dry_run=dry_run)
+    result = app.client.push_image(tool=tool, dry_run=dry_run)
     if dry_run:
         if result.created_repository:
             click.echo(f"# would create ECR repository {result.repository} (scan on push)")

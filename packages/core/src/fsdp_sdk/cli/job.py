@@ -7,46 +7,16 @@ running when ``--timeout`` passed (2 is a usage or configuration error, as every
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import click
 
 from fsdp_sdk.cli.application import Application
-from fsdp_sdk.cli.options import common_options, json_option, setting
+from fsdp_sdk.cli.options import common_options, json_option, kube_options, setting
 
-if TYPE_CHECKING:
-    from fsdp_sdk.k8s.jobs import JobClient
-
-__all__ = ["job", "kube_options"]
+__all__ = ["job"]
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-def kube_options(function: F) -> F:
-    """``--kubeconfig``, ``--context`` and ``-n/--namespace`` (job.namespace)."""
-    options = [
-        click.option(
-            "--kubeconfig",
-            metavar="FILE",
-            envvar="KUBECONFIG",
-            show_envvar=True,
-            help="kubeconfig file; default: $KUBECONFIG, the backend's, then ~/.kube/config.",
-        ),
-        click.option(
-            "--context", "kube_context", metavar="NAME", help="kubeconfig context (default: the current one)."
-        ),
-        click.option(
-            "-n",
-            "--namespace",
-            metavar="NS",
-            expose_value=False,
-            callback=setting("job.namespace"),
-            help="Kubernetes namespace (job.namespace; default: default).",
-        ),
-    ]
-    for option in reversed(options):
-        function = option(function)
-    return function
 
 
 def _api_option(function: F) -> F:
@@ -59,13 +29,6 @@ def _api_option(function: F) -> F:
     )(function)
 
 
-def _job_client(app: Application, kubeconfig: str | None, kube_context: str | None) -> JobClient:
-    from fsdp_sdk.k8s.jobs import JobClient
-    from fsdp_sdk.plugins import get_plugins
-
-    return JobClient(app.load_config(), kubeconfig=kubeconfig, context=kube_context, plugins=get_plugins())
-
-
 def _name_argument(function: F) -> F:
     return click.argument("name", required=False, metavar="[NAME]")(function)
 
@@ -74,8 +37,8 @@ def _name_argument(function: F) -> F:
 def job() -> None:
     """Render, submit and follow PyTorch FSDP training jobs (Kubeflow PyTorchJob or TrainJob).
 
-    NAME defaults to job.name. The cluster comes from --kubeconfig, $KUBECONFIG,
-    the backend's kubeconfig, or ~/.kube/config, in that order.
+    NAME defaults to job.name. The cluster comes from --kubeconfig, the backend's
+    kubeconfig, $KUBECONFIG, or ~/.kube/config, in that order.
     """
 
 
@@ -130,10 +93,7 @@ def render(
     """
     import yaml
 
-    from fsdp_sdk.k8s.render import render_job
-    from fsdp_sdk.plugins import get_plugins
-
-    objects = render_job(app.load_config(), rdzv_id=rdzv_id, create_secret=create_secret, plugins=get_plugins())
+    objects = app.client.render_job(rdzv_id=rdzv_id, create_secret=create_secret)
     click.echo(yaml.safe_dump_all(objects, sort_keys=False), nl=False)
     if validate:
         from fsdp_sdk.k8s.validate import validate_objects
@@ -172,20 +132,16 @@ def render(
 @click.pass_obj
 def submit(
     app: Application,
-    kubeconfig: str | None,
-    kube_context: str | None,
     rdzv_id: str | None,
     create_secret: bool | None,
     dry_run: bool,
     as_json: bool,
 ) -> None:
     """Render the job and apply it with server-side apply (field manager fsdp-sdk)."""
-    from fsdp_sdk.plugins import get_plugins
-
-    jobs = _job_client(app, kubeconfig, kube_context)
+    jobs = app.client.jobs
     ref = jobs.submit(run_id=rdzv_id, create_secret=create_secret, dry_run=dry_run)
     if not dry_run:
-        get_plugins().hooks.job_submitted(jobs.config, ref)
+        app.client.loaded_plugins.hooks.job_submitted(jobs.config, ref)
     kind = jobs.last_objects[0]["kind"]
     if as_json:
         app.echo_json(
@@ -218,9 +174,9 @@ def _print_status(status: Any) -> None:
 @json_option
 @_name_argument
 @click.pass_obj
-def status(app: Application, kubeconfig: str | None, kube_context: str | None, as_json: bool, name: str | None) -> None:
+def status(app: Application, as_json: bool, name: str | None) -> None:
     """Show the job's phase (Created, Running, Restarting, Succeeded, Failed) and replica counts."""
-    result = _job_client(app, kubeconfig, kube_context).status(name)
+    result = app.client.jobs.status(name)
     if as_json:
         app.echo_json(result.to_dict())
     else:
@@ -233,11 +189,11 @@ def status(app: Application, kubeconfig: str | None, kube_context: str | None, a
 @_api_option
 @json_option
 @click.pass_obj
-def list_jobs(app: Application, kubeconfig: str | None, kube_context: str | None, as_json: bool) -> None:
+def list_jobs(app: Application, as_json: bool) -> None:
     """List the jobs of the configured kind in the namespace."""
     from fsdp_sdk.cli.output import table
 
-    jobs = _job_client(app, kubeconfig, kube_context).list()
+    jobs = app.client.jobs.list()
     if as_json:
         app.echo_json([j.to_dict() for j in jobs])
         return
@@ -255,16 +211,12 @@ def list_jobs(app: Application, kubeconfig: str | None, kube_context: str | None
 @click.pass_obj
 def logs(
     app: Application,
-    kubeconfig: str | None,
-    kube_context: str | None,
     follow: bool,
     all_workers: bool,
     name: str | None,
 ) -> None:
     """Print the log of the leader (the pod whose trainer printed master_addr=), or of all workers with --all."""
-    _job_client(app, kubeconfig, kube_context).logs(
-        name, follow=follow, all_workers=all_workers, out=lambda line: click.echo(line)
-    )
+    app.client.jobs.logs(name, follow=follow, all_workers=all_workers, out=lambda line: click.echo(line))
 
 
 @job.command(short_help="Delete a job and clear its rendezvous state.")
@@ -277,8 +229,6 @@ def logs(
 @click.pass_obj
 def stop(
     app: Application,
-    kubeconfig: str | None,
-    kube_context: str | None,
     keep_rendezvous: bool,
     as_json: bool,
     name: str | None,
@@ -288,7 +238,7 @@ def stop(
     etcd is reached through the API server's service proxy, so the next run
     starts clean without deleting the etcd pod.
     """
-    jobs = _job_client(app, kubeconfig, kube_context)
+    jobs = app.client.jobs
     name = name or jobs.config.job.name
     result = jobs.stop(name, clear_rendezvous=not keep_rendezvous)
     if as_json:
@@ -319,8 +269,6 @@ def stop(
 @click.pass_obj
 def wait(
     app: Application,
-    kubeconfig: str | None,
-    kube_context: str | None,
     timeout: float,
     poll: float,
     as_json: bool,
@@ -336,9 +284,7 @@ def wait(
     def changed(status: Any) -> None:
         click.echo(f"{status.name}: {status.phase}", err=True)
 
-    result = _job_client(app, kubeconfig, kube_context).wait_for_completion(
-        name, timeout=timeout, poll=poll, on_change=changed
-    )
+    result = app.client.jobs.wait_for_completion(name, timeout=timeout, poll=poll, on_change=changed)
     if as_json:
         app.echo_json({**result.to_dict(), "timed_out": not result.finished})
     else:

@@ -40,9 +40,8 @@ def _set_pairs(ctx: click.Context, param: click.Parameter, values: tuple[str, ..
         if not sep or not key.strip():
             raise click.BadParameter(f"{item!r} is not KEY=VALUE (e.g. job.num_workers=4 or model.preset=tiny)")
         name = key.strip()
-        # Keys outside the cluster/job/observability sections are trainer settings.
-        path = name if name.split(".", 1)[0] in ("cluster", "job", "observability", "trainer") else f"trainer.{name}"
-        _app(ctx).set(path, value, name, "--set")
+        # Keys outside every section are trainer settings: the application decides once plugins are loaded.
+        _app(ctx).set(name, value, name, "--set")
 
 
 def _store(attribute: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
@@ -124,6 +123,37 @@ def debug_option(function: F) -> F:
 def json_option(function: F) -> F:
     """``--json``: print the result as JSON on stdout."""
     return click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")(function)
+
+
+def kube_options(function: F) -> F:
+    """``--kubeconfig``, ``--context`` and ``-n/--namespace`` (job.namespace), for commands that reach a cluster."""
+    options = [
+        click.option(
+            "--kubeconfig",
+            metavar="FILE",
+            expose_value=False,
+            callback=_store("kubeconfig"),
+            help="kubeconfig file; default: the backend's, then $KUBECONFIG, then ~/.kube/config.",
+        ),
+        click.option(
+            "--context",
+            metavar="NAME",
+            expose_value=False,
+            callback=_store("kube_context"),
+            help="kubeconfig context (default: the current one).",
+        ),
+        click.option(
+            "-n",
+            "--namespace",
+            metavar="NS",
+            expose_value=False,
+            callback=setting("job.namespace"),
+            help="Kubernetes namespace (job.namespace; default: default).",
+        ),
+    ]
+    for option in reversed(options):
+        function = option(function)
+    return function
 
 
 def dry_run_option(function: F) -> F:

@@ -5,22 +5,9 @@ from __future__ import annotations
 import click
 
 from fsdp_sdk.cli.application import Application
-from fsdp_sdk.cli.job import kube_options
-from fsdp_sdk.cli.options import common_options, json_option
+from fsdp_sdk.cli.options import common_options, json_option, kube_options
 
 __all__ = ["prereqs"]
-
-
-def _prereqs(app: Application, kubeconfig: str | None, kube_context: str | None, *, connect: bool):  # type: ignore[no-untyped-def]
-    from fsdp_sdk.k8s.jobs import resolve_kubeconfig
-    from fsdp_sdk.k8s.kube import Kube
-    from fsdp_sdk.k8s.prereqs import Prereqs
-    from fsdp_sdk.plugins import get_plugins
-
-    config = app.load_config()
-    path = resolve_kubeconfig(config, kubeconfig, get_plugins())
-    kube = Kube.from_kubeconfig(path, context=kube_context) if connect else None
-    return Prereqs(config, kube, kubeconfig=path, context=kube_context)
 
 
 @click.group(short_help="Install and check etcd and the Kubeflow Training Operator.")
@@ -44,8 +31,6 @@ def prereqs() -> None:
 @click.pass_obj
 def install(
     app: Application,
-    kubeconfig: str | None,
-    kube_context: str | None,
     skip_operator: bool,
     operator_version: str | None,
     dry_run: bool,
@@ -59,17 +44,13 @@ def install(
 
     import yaml
 
-    from fsdp_sdk.k8s.prereqs import TRAINING_OPERATOR_VERSION, training_operator_command
-
-    version = operator_version or TRAINING_OPERATOR_VERSION
-    setup = _prereqs(app, kubeconfig, kube_context, connect=not dry_run)
     if dry_run:
+        setup = app.client.prereqs(connect=False)
         if not skip_operator:
-            command = training_operator_command(version, kubeconfig=setup.kubeconfig, context=kube_context)
-            click.echo(f"# would run: {shlex.join(command)}")
+            click.echo(f"# would run: {shlex.join(setup.operator_command(operator_version))}")
         click.echo(yaml.safe_dump_all(setup.objects(), sort_keys=False), nl=False)
         return
-    setup.install(operator=not skip_operator, operator_version=version, progress=app.progress)
+    app.client.install_prereqs(operator=not skip_operator, operator_version=operator_version)
     click.echo("prerequisites installed; 'fsdp-sdk prereqs status' shows when they are ready")
 
 
@@ -78,12 +59,12 @@ def install(
 @kube_options
 @json_option
 @click.pass_obj
-def status(app: Application, kubeconfig: str | None, kube_context: str | None, as_json: bool) -> None:
+def status(app: Application, as_json: bool) -> None:
     """Report the etcd deployment (ready replicas) and service, the Training Operator deployment in
     the kubeflow namespace, and the PyTorchJob CRD. Exits 1 when something is missing or not ready."""
     from fsdp_sdk.cli.output import key_values
 
-    result = _prereqs(app, kubeconfig, kube_context, connect=True).status()
+    result = app.client.prereq_status()
     if as_json:
         app.echo_json(result.to_dict())
     else:

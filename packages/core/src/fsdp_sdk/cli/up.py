@@ -1,12 +1,35 @@
-"""``fsdp-sdk up``: create the cluster (locally: start etcd)."""
+"""``fsdp-sdk up``: plan the cluster, then create it as planned (locally: start etcd)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import click
 
 from fsdp_sdk.cli.application import Application
 from fsdp_sdk.cli.options import common_options, dry_run_option, json_option, setting
 from fsdp_sdk.cli.output import echo_status
+
+if TYPE_CHECKING:
+    from fsdp_sdk.backends.base import Plan
+
+
+def _echo_plan(plan: Plan, echo: Callable[[str], None] = click.echo) -> None:
+    echo(f"Plan for cluster {plan.cluster!r} on backend {plan.backend!r}:")
+    for result in plan.preflight:
+        echo(f"  {result.line()}")
+    for path, value in plan.filled.items():
+        shown = ",".join(value) if isinstance(value, list) else value
+        echo(f"  chosen by the preflight checks: {path}={shown}")
+    for number, step in enumerate(plan.steps, 1):
+        echo(f"  {number}. {step}")
+    if plan.hourly_cost_usd is not None:
+        echo(f"On-demand cost: ${plan.hourly_cost_usd:,.2f}/hour")
+    if plan.resources or plan.kubernetes:
+        echo(
+            f"Documents: {len(plan.resources)} for the backend, {len(plan.kubernetes)} Kubernetes objects (--json shows them)"
+        )
 
 
 @click.command(short_help="Create the cluster (local backend: start etcd).")
@@ -25,28 +48,37 @@ from fsdp_sdk.cli.output import echo_status
     callback=setting("cluster.instance_type"),
     help="Instance type of the nodes (cluster.instance_type); see 'fsdp-sdk instance-types'.",
 )
+@click.option(
+    "--update-kubeconfig",
+    is_flag=True,
+    help="Also add the cluster to ~/.kube/config and make it the current context (by default its kubeconfig "
+    "stays under the state directory).",
+)
 @dry_run_option
 @json_option
 @click.pass_obj
-def up(app: Application, dry_run: bool, as_json: bool) -> None:
-    """Create the cluster the configuration describes, or confirm it is up.
+def up(app: Application, update_kubeconfig: bool, dry_run: bool, as_json: bool) -> None:
+    """Plan the cluster the configuration describes, then create it as planned, or confirm it is up.
 
-    Runs the preflight checks first. With --dry-run, prints the plan and changes
-    nothing. On the local backend this starts etcd as a daemon and records it in
-    <cluster.state_dir>/local/state.json.
+    The preflight checks run first (credentials, quotas, zones, reservations: they read, never change).
+    With --dry-run, prints the plan (steps, hourly cost, the documents it would apply) and changes nothing;
+    without, applies exactly that plan, then makes a Kubernetes cluster ready for jobs (kubeconfig, etcd,
+    the Kubeflow Training Operator, monitoring when observability.enabled). On the local backend this
+    starts etcd as a daemon and records it in <cluster.state_dir>/local/state.json.
     """
     client = app.client
+    plan = client.plan()
     if dry_run:
-        plan = client.plan()
-        status = client.up(dry_run=True)
+        status = client.up(plan, dry_run=True)
         if as_json:
             app.echo_json({"plan": plan.to_dict(), "status": status.to_dict()})
             return
-        click.echo(f"Plan for cluster {plan.cluster!r} on backend {plan.backend!r}:")
-        for number, step in enumerate(plan.steps, 1):
-            click.echo(f"  {number}. {step}")
-        if plan.hourly_cost_usd is not None:
-            click.echo(f"On-demand cost: ${plan.hourly_cost_usd:,.2f}/hour")
+        _echo_plan(plan)
         click.echo(f"Current state: {status.state} (dry run: nothing changed)")
         return
-    echo_status(client.up(), as_json=as_json)
+    _echo_plan(plan, app.progress)
+    status = client.up(plan)
+    if update_kubeconfig:
+        path = client.merge_kubeconfig()
+        app.progress(f"added the cluster to {path} as the current context")
+    echo_status(status, as_json=as_json)

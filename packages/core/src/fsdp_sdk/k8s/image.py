@@ -18,15 +18,14 @@ from __future__ import annotations
 import base64
 import os
 import re
-import shlex
 import shutil
-import subprocess
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fsdp_sdk.errors import ConfigError, FsdpSdkError
+from fsdp_sdk.errors import ConfigError
+from fsdp_sdk.tools import ToolNotFoundError, run_tool
 
 if TYPE_CHECKING:
     from fsdp_sdk.config import Config
@@ -169,7 +168,7 @@ def find_build_tool(name: str | None = None) -> str:
         if shutil.which(tool):
             return tool
     if name:
-        raise ConfigError("--tool", f"{name} is not on PATH", f"install it or pick one of {', '.join(BUILD_TOOLS)}")
+        raise ToolNotFoundError(name)
     raise ConfigError(
         "image build",
         f"no container build tool found on PATH (looked for {', '.join(BUILD_TOOLS)})",
@@ -187,20 +186,6 @@ def _build_command(tool: str, context: Path, dockerfile: Path, ref: str, build_a
     for name, value in build_args.items():
         command += ["--build-arg", f"{name}={value}"]
     return [*command, str(context)]
-
-
-Runner = Callable[..., "subprocess.CompletedProcess[str]"]
-
-
-def _run(command: Sequence[str], *, input: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(list(command), input=input, text=True, check=False)
-
-
-def _check(result: subprocess.CompletedProcess[str], command: Sequence[str]) -> None:
-    if result.returncode != 0:
-        raise FsdpSdkError(
-            f"{shlex.join(command[:2])} failed with exit status {result.returncode}; see its output above"
-        )
 
 
 @dataclass
@@ -223,14 +208,14 @@ def build_image(
     tool: str | None = None,
     build_args: Mapping[str, str] | None = None,
     dry_run: bool = False,
-    run: Runner = _run,
+    progress: Callable[[str], None] | None = None,
 ) -> ImageBuild:
-    """Write the build context and build ``<job.image>:<job.tag>``.
+    """Write the build context and build ``<job.image>:<job.tag>``, streaming the tool's output to ``progress``.
 
     With ``dry_run`` nothing is written or run: the result holds the Dockerfile and the command.
 
     :raises ConfigError: no build tool, or no trainer package.
-    :raises FsdpSdkError: the build failed.
+    :raises ToolError: the build failed (the message holds the tool's last lines).
     """
     chosen = find_build_tool(tool)
     source = find_trainer_source(trainer_src)
@@ -247,7 +232,7 @@ def build_image(
     if dry_run:
         return result
     prepare_context(context, source, overrides)
-    _check(run(command), command)
+    run_tool(command, step=f"build the image {ref}", progress=progress)
     return result
 
 
@@ -268,21 +253,13 @@ class ImagePush:
     dry_run: bool = False
 
 
-def _ecr_client(region: str) -> Any:
-    try:
-        import boto3
-    except ImportError as error:
-        raise ConfigError("image push", "boto3 is not installed", "pip install boto3") from error
-    return boto3.client("ecr", region_name=region)
-
-
 def push_image(
     config: Config,
     *,
     tool: str | None = None,
     dry_run: bool = False,
-    run: Runner = _run,
     ecr: Any = None,
+    progress: Callable[[str], None] | None = None,
 ) -> ImagePush:
     """Log in to ECR, create the repository if missing (scan on push), tag and push the image.
 
@@ -290,11 +267,12 @@ def push_image(
     the one ECR's authorization token names for the account. With ``dry_run``
     ECR is only read (token, repository lookup) and no command runs.
 
-    :param ecr: a boto3 ECR client (default: one for ``cluster.region``).
-    :raises ConfigError: no tool, or ``job.registry`` is not an ECR registry.
-    :raises FsdpSdkError: a tool command failed, or ECR refused a request.
+    :param ecr: a boto3 ECR client (default: the shared one for the registry's region).
+    :raises ConfigError: no tool, ``job.registry`` is not an ECR registry, or no AWS credentials.
+    :raises AwsError: ECR refused a request (the message names the IAM action when access was denied).
+    :raises ToolError: a tool command failed.
     """
-    from botocore.exceptions import BotoCoreError, ClientError
+    from fsdp_sdk.aws.session import aws_client, aws_errors, error_code
 
     chosen = find_build_tool(tool)
     region = config.cluster.region
@@ -308,9 +286,9 @@ def push_image(
                 "use <account>.dkr.ecr.<region>.amazonaws.com, or push with your own tool",
             )
         registry_id, region = match.group(1), match.group(2)
-    ecr = ecr or _ecr_client(region)
+    ecr = ecr or aws_client("ecr", region)
     repository = config.job.image
-    try:
+    with aws_errors("ecr", f"log in to ECR and find the repository {repository}"):
         auth = ecr.get_authorization_token(**({"registryIds": [registry_id]} if registry_id else {}))
         data = auth["authorizationData"][0]
         user, _, password = base64.b64decode(data["authorizationToken"]).decode().partition(":")
@@ -322,8 +300,8 @@ def push_image(
         created = False
         try:
             ecr.describe_repositories(repositoryNames=[repository])
-        except ClientError as error:
-            if error.response.get("Error", {}).get("Code") != "RepositoryNotFoundException":
+        except Exception as error:
+            if error_code(error) != "RepositoryNotFoundException":
                 raise
             created = True
             if not dry_run:
@@ -332,10 +310,6 @@ def push_image(
                     imageScanningConfiguration={"scanOnPush": True},
                     imageTagMutability="MUTABLE",
                 )
-    except (ClientError, BotoCoreError) as error:
-        raise FsdpSdkError(
-            f"ECR in {region}: {' '.join(str(error).split())}; check your AWS credentials and region (cluster.region)"
-        ) from error
     remote = f"{registry}/{repository}:{config.job.tag}"
     commands = [
         [chosen, "login", "--username", user or "AWS", "--password-stdin", registry],
@@ -352,8 +326,8 @@ def push_image(
     )
     if dry_run:
         return result
-    login, *rest = commands
-    _check(run(login, input=password), login)
-    for command in rest:
-        _check(run(command), command)
+    login, tag, push = commands
+    run_tool(login, step=f"log in to {registry}", progress=progress, input=password, secrets=[password])
+    run_tool(tag, step=f"tag the image as {remote}", progress=progress)
+    run_tool(push, step=f"push {remote}", progress=progress)
     return result

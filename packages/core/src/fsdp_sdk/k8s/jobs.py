@@ -33,7 +33,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fsdp_sdk.errors import KubernetesError, RunError
@@ -61,23 +60,14 @@ _PHASE_ORDER = ("Failed", "Succeeded", "Suspended", "Restarting", "Running", "Cr
 _CONDITION_PHASE = {"Complete": "Succeeded", "JobSucceeded": "Succeeded", "JobFailed": "Failed"}
 
 
-def resolve_kubeconfig(
-    config: Config, kubeconfig: str | os.PathLike[str] | None = None, plugins: Plugins | None = None
-) -> str | None:
-    """The kubeconfig to use: ``kubeconfig``, else ``$KUBECONFIG``, else the backend's, else ``None``
-    (``~/.kube/config`` or in-cluster)."""
+def resolve_kubeconfig(kubeconfig: str | os.PathLike[str] | None = None) -> str | None:
+    """The kubeconfig to use: ``kubeconfig``, else ``$KUBECONFIG``'s first entry, else ``None``
+    (``~/.kube/config`` or in-cluster). :meth:`fsdp_sdk.Client.kubeconfig` puts the backend's first."""
     if kubeconfig:
         return str(kubeconfig)
     if os.environ.get("KUBECONFIG"):
         return os.environ["KUBECONFIG"].split(os.pathsep)[0]
-    if plugins is None:
-        from fsdp_sdk.plugins import get_plugins
-
-        plugins = get_plugins()
-    if config.cluster.backend not in plugins.backends:
-        return None
-    path = plugins.backends.get(config.cluster.backend)().kubeconfig(config)
-    return str(path) if path and Path(path).exists() else None
+    return None
 
 
 @dataclass
@@ -190,7 +180,7 @@ class JobClient:
         if self._kube is None:
             from fsdp_sdk.k8s.kube import Kube
 
-            path = resolve_kubeconfig(self.config, self._kubeconfig, self.plugins)
+            path = resolve_kubeconfig(self._kubeconfig)
             self._kube = Kube.from_kubeconfig(path, context=self._context)
         return self._kube
 

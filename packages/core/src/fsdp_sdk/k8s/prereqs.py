@@ -16,15 +16,13 @@ Both steps are idempotent: applying again changes nothing.
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fsdp_sdk.errors import ConfigError, KubernetesError
 from fsdp_sdk.k8s.render import job_labels
+from fsdp_sdk.tools import run_tool
 
 if TYPE_CHECKING:
     from fsdp_sdk.config import Config
@@ -207,13 +205,6 @@ class PrereqStatus:
         }
 
 
-Runner = Callable[[list[str]], "subprocess.CompletedProcess[str]"]
-
-
-def _run(command: list[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(command, text=True, capture_output=True, check=False)
-
-
 class Prereqs:
     """Install and inspect the prerequisites on one cluster.
 
@@ -221,63 +212,76 @@ class Prereqs:
     :param kube: the API connection (``None`` is enough for rendering and dry runs).
     :param kubeconfig: passed on to ``kubectl``.
     :param context: passed on to ``kubectl``.
-    :param run: runs a command (tests substitute it).
     """
 
     def __init__(
-        self,
-        config: Config,
-        kube: Kube | None = None,
-        *,
-        kubeconfig: str | None = None,
-        context: str | None = None,
-        run: Runner = _run,
+        self, config: Config, kube: Kube | None = None, *, kubeconfig: str | None = None, context: str | None = None
     ) -> None:
         self.config = config
         self.kube = kube
         self.kubeconfig = kubeconfig
         self.context = context
-        self._run = run
 
     def objects(self) -> list[dict[str, Any]]:
         """The objects the SDK applies itself (etcd)."""
         return render_etcd(self.config)
+
+    def apply(
+        self, objects: Sequence[Mapping[str, Any]], *, progress: Callable[[str], None] = lambda line: None
+    ) -> list[dict[str, Any]]:
+        """Server-side apply ``objects`` in order (what a plan's ``kubernetes`` holds).
+
+        :returns: the objects as the server returned them.
+        :raises KubernetesError: no connection, or the API server refused an object.
+        """
+        if self.kube is None:
+            raise KubernetesError("prereqs: no cluster connection; pass --kubeconfig or set KUBECONFIG")
+        applied = []
+        for obj in objects:
+            applied.append(self.kube.apply(obj))
+            meta = obj["metadata"]
+            where = f" in {meta['namespace']}" if "namespace" in meta else ""
+            progress(f"applied {obj['kind']}/{meta['name']}{where}")
+        return applied
+
+    def operator_command(self, version: str | None = None, *, dry_run: bool = False) -> list[str]:
+        """The ``kubectl`` command that installs the Training Operator on this cluster."""
+        return training_operator_command(
+            version or TRAINING_OPERATOR_VERSION, kubeconfig=self.kubeconfig, context=self.context, dry_run=dry_run
+        )
+
+    def install_operator(
+        self, version: str | None = None, *, progress: Callable[[str], None] = lambda line: None
+    ) -> None:
+        """Install the Training Operator with ``kubectl apply --server-side -k`` (its output streams to ``progress``).
+
+        :raises ToolNotFoundError: kubectl is not installed.
+        :raises ToolError: kubectl failed (the message holds its last lines).
+        """
+        command = self.operator_command(version)
+        progress("installing the Training Operator: " + " ".join(command))
+        run_tool(command, step="install the Kubeflow Training Operator", progress=progress)
 
     def install(
         self,
         *,
         dry_run: bool = False,
         operator: bool = True,
-        operator_version: str = TRAINING_OPERATOR_VERSION,
+        operator_version: str | None = None,
         progress: Callable[[str], None] = lambda line: None,
     ) -> list[dict[str, Any]]:
         """Apply etcd and install the Training Operator; with ``dry_run`` change nothing.
 
         :returns: the etcd objects (as the server returned them; as rendered on a dry run).
-        :raises KubernetesError: the API server refused an object or ``kubectl`` failed.
+        :raises KubernetesError: the API server refused an object.
+        :raises ToolError: ``kubectl`` failed.
         """
         objects = self.objects()
         if dry_run:
             return objects
-        if self.kube is None:
-            raise KubernetesError("prereqs install: no cluster connection; pass --kubeconfig or set KUBECONFIG")
-        applied = []
-        for obj in objects:
-            applied.append(self.kube.apply(obj))
-            where = f" in {obj['metadata']['namespace']}" if "namespace" in obj["metadata"] else ""
-            progress(f"applied {obj['kind']}/{obj['metadata']['name']}{where}")
+        applied = self.apply(objects, progress=progress)
         if operator:
-            command = training_operator_command(operator_version, kubeconfig=self.kubeconfig, context=self.context)
-            if shutil.which(command[0], path=os.environ.get("PATH")) is None:
-                raise KubernetesError(f"kubectl is not on PATH; install it, or run yourself: {' '.join(command)}")
-            progress("installing the Training Operator: " + " ".join(command))
-            result = self._run(command)
-            if result.returncode != 0:
-                last = (result.stderr or result.stdout or "").strip().splitlines()[-1:] or ["no output"]
-                raise KubernetesError(
-                    f"kubectl apply of the Training Operator failed (exit {result.returncode}): "
-                    f"{last[0]}; run the command by hand to see everything"
-                )
+            self.install_operator(operator_version, progress=progress)
         return applied
 
     def status(self) -> PrereqStatus:

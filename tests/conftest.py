@@ -1,0 +1,103 @@
+"""Fixtures shared by every test directory: AWS APIs served by moto over HTTP, and stubbed clients.
+
+* ``moto_endpoint``: a moto server (``ThreadedMotoServer``) on a free loopback port, once per session;
+* ``aws``: that server as the AWS endpoint of one test (``AWS_ENDPOINT_URL``), with fake credentials,
+  a clean moto state, and the SDK's cached boto3 sessions forgotten before and after;
+* ``stubbed``: a boto3 client with botocore's ``Stubber`` active, for the APIs moto lacks (Service
+  Quotas, capacity reservation details, EKS add-ons): each stubbed request is checked against the
+  real service model, and the test fails if an expected request was not made;
+* ``routed``: a client that sends some operations to a stubbed client and the rest to moto.
+"""
+
+from __future__ import annotations
+
+import os
+import urllib.request
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import pytest
+
+AWS_TEST_REGION = "us-west-2"
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint() -> Iterator[str]:
+    """A moto server on 127.0.0.1 (a free port), serving every AWS API moto implements."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def aws(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The moto server as this test's AWS (fake credentials, region us-west-2, state reset); yields its URL."""
+    from fsdp_sdk.aws.session import reset_sessions
+
+    empty = tmp_path_factory.mktemp("aws-config")
+    for name in list(os.environ):
+        if name.startswith("AWS_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", AWS_TEST_REGION)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(empty / "config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(empty / "credentials"))
+    request = urllib.request.Request(f"{moto_endpoint}/moto-api/reset", method="POST")
+    with urllib.request.urlopen(request, timeout=10):
+        pass
+    reset_sessions()
+    yield moto_endpoint
+    reset_sessions()
+
+
+@pytest.fixture
+def stubbed() -> Iterator[Callable[..., tuple[Any, Any]]]:
+    """``stubbed("service-quotas")`` -> ``(client, stubber)``: a client whose every call is answered by the stubber.
+
+    Every stubber made here must have been used up when the test ends (``assert_no_pending_responses``).
+    """
+    import boto3
+    from botocore.stub import Stubber
+
+    made: list[Any] = []
+
+    def make(service: str, region: str = AWS_TEST_REGION) -> tuple[Any, Any]:
+        client = boto3.session.Session(
+            aws_access_key_id="testing", aws_secret_access_key="testing", region_name=region
+        ).client(service)
+        stubber = Stubber(client)
+        stubber.activate()
+        made.append(stubber)
+        return client, stubber
+
+    yield make
+    for stubber in made:
+        stubber.assert_no_pending_responses()
+        stubber.deactivate()
+
+
+class _Routed:
+    def __init__(self, default: Any, stubbed: Any, operations: frozenset[str]) -> None:
+        self._default, self._stubbed, self._operations = default, stubbed, operations
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stubbed if name in self._operations else self._default, name)
+
+
+@pytest.fixture
+def routed() -> Callable[[Any, Any, Iterable[str]], Any]:
+    """``routed(default, stubbed, operations)``: a client that calls ``operations`` (snake_case names) on the
+    stubbed client and everything else on ``default`` (a moto client)."""
+
+    def make(default: Any, stubbed: Any, operations: Iterable[str]) -> Any:
+        return _Routed(default, stubbed, frozenset(operations))
+
+    return make

@@ -1,0 +1,170 @@
+"""``up`` acts on the plan it shows: preflight values filled in, the backend applies that very plan, then core makes
+the cluster ready for jobs (etcd through server-side apply, the Training Operator through kubectl)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from fsdp_sdk import Client, hookimpl
+from fsdp_sdk.backends.base import ClusterBackend, ClusterStatus, Plan
+from fsdp_sdk.config import Config
+from fsdp_sdk.errors import ConfigError
+from fsdp_sdk.plugins import build_plugins, get_plugins
+from fsdp_sdk.preflight import PreflightResult
+
+from .fake_apiserver import FakeApiServer
+from .tools import cli, install_fake_tools, recorded
+
+pytestmark = pytest.mark.usefixtures("isolated_cli")
+
+
+class RecordingBackend(ClusterBackend):
+    """A Kubernetes backend whose cluster is the loopback API server; it records what it is asked to apply."""
+
+    name: ClassVar[str] = "recording"
+    kubeconfig_file: ClassVar[Path]
+    applied: ClassVar[list[tuple[Config, Plan]]] = []
+
+    def plan(self, config: Config) -> Plan:
+        zones = list(config.cluster.availability_zones)
+        return Plan(
+            self.name,
+            config.cluster.name,
+            steps=[f"create the cluster in {', '.join(zones) or 'any zone'}"],
+            resources=[{"kind": "Cluster", "zones": zones}],
+            hourly_cost_usd=1.5,
+            details={"zones": zones},
+        )
+
+    def apply(self, config: Config, plan: Plan, *, progress=lambda line: None) -> ClusterStatus:
+        type(self).applied.append((config, plan))
+        progress("created")
+        return self.status(config)
+
+    def down(self, config, *, dry_run=False, progress=None) -> ClusterStatus:
+        return self.status(config)
+
+    def scale(self, config, nodes, *, dry_run=False, progress=None) -> ClusterStatus:
+        return self.status(config)
+
+    def status(self, config: Config) -> ClusterStatus:
+        return ClusterStatus(self.name, config.cluster.name, "ready" if self.applied else "absent", 2)
+
+    def kubeconfig(self, config: Config) -> Path:
+        return self.kubeconfig_file
+
+
+class Plugin:
+    created: ClassVar[list[ClusterStatus]] = []
+
+    @hookimpl
+    def fsdp_sdk_register_backends(self, registry: Any) -> None:
+        registry.add(RecordingBackend)
+
+    @hookimpl
+    def fsdp_sdk_preflight(self, config: Config) -> list[PreflightResult]:
+        return [
+            PreflightResult(
+                "zones",
+                True,
+                "us-west-2b has the GPUs",
+                suggested={"cluster.availability_zones": ["us-west-2b", "us-west-2a"]},
+            )
+        ]
+
+    @hookimpl
+    def fsdp_sdk_cluster_created(self, config: Config, status: ClusterStatus) -> None:
+        self.created.append(status)
+
+
+@pytest.fixture
+def kubectl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    log = tmp_path / "calls.jsonl"
+    bin_dir = install_fake_tools(tmp_path / "bin", log, "kubectl")
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    return log
+
+
+@pytest.fixture
+def recording(apiserver: FakeApiServer, tmp_path: Path) -> Path:
+    path = apiserver.write_kubeconfig(tmp_path / "kubeconfig")
+    RecordingBackend.kubeconfig_file = path
+    RecordingBackend.applied = []
+    Plugin.created = []
+    return path
+
+
+def _client(**overrides: Any) -> Client:
+    plugins = build_plugins(autoload=False)
+    plugins.register(Plugin(), name="recording")
+    return Client(Config().with_overrides({"cluster.backend": "recording", **overrides}), plugins=plugins)
+
+
+def test_up_applies_the_plan_it_showed_then_prepares_the_cluster(
+    apiserver: FakeApiServer, recording: Path, kubectl: Path
+) -> None:
+    client = _client()
+    plan = client.plan()
+    assert plan.filled == {"cluster.availability_zones": ["us-west-2b", "us-west-2a"]}
+    assert plan.resources == [{"kind": "Cluster", "zones": ["us-west-2b", "us-west-2a"]}]
+    assert plan.steps[0] == "create the cluster in us-west-2b, us-west-2a"
+    assert plan.steps[1:] == [
+        f"write the cluster's kubeconfig under {client.config.cluster.state_dir}",
+        "apply etcd (v2 API) for the rendezvous in namespace default",
+        "install the Kubeflow Training Operator v1.9.2",
+    ]
+    assert [(o["kind"], o["metadata"]["name"]) for o in plan.kubernetes] == [
+        ("Service", "etcd"),
+        ("Deployment", "etcd"),
+    ]
+    assert apiserver.writes() == [] and RecordingBackend.applied == []  # planning changed nothing
+
+    status = client.up(plan)
+    ((config, applied),) = RecordingBackend.applied
+    assert applied is plan and config.cluster.availability_zones == ["us-west-2b", "us-west-2a"]
+    assert config.origins["cluster.availability_zones"].source == "preflight"
+    assert [(w.method, w.path) for w in apiserver.writes()] == [
+        ("PATCH", "/api/v1/namespaces/default/services/etcd"),
+        ("PATCH", "/apis/apps/v1/namespaces/default/deployments/etcd"),
+    ]
+    ((call,),) = [recorded(kubectl)]
+    assert call["argv"][:4] == [
+        "apply",
+        "--server-side",
+        "-k",
+        "github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=v1.9.2",
+    ]
+    assert call["argv"][4:] == ["--kubeconfig", str(recording)]
+    assert Plugin.created == [status] and status.ready
+
+
+def test_values_the_user_set_are_not_replaced_by_suggestions(recording: Path) -> None:
+    plan = _client(**{"cluster.availability_zones": "us-west-2c,us-west-2d"}).plan()
+    assert plan.filled == {} and plan.resources[0]["zones"] == ["us-west-2c", "us-west-2d"]
+
+
+def test_a_plan_for_another_cluster_is_refused(recording: Path) -> None:
+    plan = _client(**{"cluster.name": "other"}).plan()
+    with pytest.raises(
+        ConfigError, match=r"^plan: was made for recording/other; make the plan with this client's plan\(\)$"
+    ):
+        _client().up(plan)
+    assert RecordingBackend.applied == []
+
+
+def test_dry_run_prints_the_plan_as_json_and_writes_nothing(
+    apiserver: FakeApiServer, recording: Path, kubectl: Path, capsys
+) -> None:
+    get_plugins().register(Plugin(), name="recording")
+    code, out, err = cli(capsys, "up", "--backend", "recording", "--dry-run", "--json")
+    assert code == 0, err
+    plan = json.loads(out)["plan"]
+    assert plan["filled"] == {"cluster.availability_zones": ["us-west-2b", "us-west-2a"]}
+    assert plan["hourly_cost_usd"] == 1.5 and plan["preflight"][0]["check"] == "zones"
+    assert [o["kind"] for o in plan["kubernetes"]] == ["Service", "Deployment"]
+    assert apiserver.writes() == [] and recorded(kubectl) == [] and RecordingBackend.applied == []
