@@ -19,7 +19,11 @@ P6_B200 = InstanceType(
     price_date="2025-06-05",
     nvme_gib=30720,
     network_gbps=3200,
-    notes="B200 180GB, EFA v4, NVLink 5",
+    notes="B200 180GB",
+    efa_generation=4,
+    gpudirect_rdma=True,  # jobs on it get FI_EFA_USE_DEVICE_RDMA=1
+    intra_node_link="NVLink 5",
+    intra_node_gbytes_per_s=900.0,  # 1.8 TB/s per GPU, both directions
 )
 
 

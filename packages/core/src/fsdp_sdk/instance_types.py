@@ -33,25 +33,29 @@ PRICE_DATE = "2025-06-05"
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]*\.[a-z0-9]+$")
 _ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_RESOURCE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$")
 
 
 @dataclass(frozen=True)
 class InstanceType:
-    """One accelerated instance type, with the figures planning and rendering need.
+    """One accelerated instance type, with the figures planning, estimating and rendering need.
 
-    GPU memory is the vendor's figure per GPU (NVIDIA quotes GB; the field keeps
-    the vendor number). ``efa_interfaces`` is the number of EFA network
-    interfaces a pod may request (``vpc.amazonaws.com/efa``); 0 means no EFA.
+    Capabilities live here, not in name patterns, so a plugin's type gets the same treatment
+    as a built-in one: the Kubernetes resource its accelerators are requested by, GPUDirect
+    RDMA over EFA, the EFA generation, the link between accelerators of one instance and its
+    bandwidth (what all-gathers and reduce-scatters within a node run over). GPU memory is the
+    vendor's figure per GPU (NVIDIA quotes GB, e.g. 80 or 179.2). ``efa_interfaces`` is the
+    number of EFA network interfaces a pod may request (``vpc.amazonaws.com/efa``); 0 means no EFA.
     """
 
     name: str
     """The AWS instance type name, e.g. ``p5.48xlarge``."""
     gpu_count: int
-    """GPUs per instance; the default ``job.gpu_per_worker``."""
+    """Accelerators per instance; the default ``job.gpu_per_worker``."""
     gpu_model: str
-    """GPU model, e.g. ``H100``."""
-    gpu_memory_gib: int
-    """Memory per GPU."""
+    """Accelerator model, e.g. ``H100``."""
+    gpu_memory_gib: float
+    """Memory per accelerator, as the vendor quotes it (80, 141, 179.2)."""
     efa_interfaces: int
     """EFA interfaces per instance; the default ``job.efa_per_worker``."""
     vcpus: int
@@ -59,22 +63,32 @@ class InstanceType:
     memory_gib: int
     """Host memory per instance."""
     bf16_tflops_per_gpu: float
-    """Dense BF16 peak per GPU in TFLOP/s (no sparsity), for MFU figures."""
+    """Dense BF16 peak per accelerator in TFLOP/s (no sparsity), for MFU figures and estimates."""
     on_demand_usd_per_hour: float | None
     """On-demand Linux price in us-east-1, USD per hour; ``None`` when AWS sells it only as Capacity Blocks."""
-    price_date: str
-    """ISO date (YYYY-MM-DD) on which ``on_demand_usd_per_hour`` was read."""
+    price_date: str | None = None
+    """ISO date (YYYY-MM-DD) on which ``on_demand_usd_per_hour`` was read; required with a price."""
     nvme_gib: int = 0
     """Total local NVMe instance storage."""
     network_gbps: int = 0
-    """Aggregate network bandwidth."""
+    """Aggregate network (EFA) bandwidth of the instance, Gbit/s."""
     notes: str = ""
-    """Anything a user should know when choosing it (EFA generation, purchase options)."""
+    """Anything a user should know when choosing it (purchase options, limits)."""
+    accelerator_resource: str = "nvidia.com/gpu"
+    """The Kubernetes extended resource pods request the accelerators by (``aws.amazon.com/neuron`` for Trainium)."""
+    efa_generation: int | None = None
+    """EFA generation (1, 2, 3, 4), when the instance has EFA."""
+    gpudirect_rdma: bool = False
+    """Whether EFA reads and writes accelerator memory directly (jobs get ``FI_EFA_USE_DEVICE_RDMA=1``)."""
+    intra_node_link: str = "PCIe"
+    """What connects the accelerators of one instance (``NVLink 4``, ``PCIe Gen4``, ``NeuronLink``)."""
+    intra_node_gbytes_per_s: float = 0.0
+    """Bandwidth of that link per accelerator, in one direction, GB/s (NVLink 4: 450); 0 when unknown."""
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
             raise PluginError(f"instance type {self.name!r}: the name must look like 'family.size', e.g. 'p5.48xlarge'")
-        for field in ("gpu_count", "gpu_memory_gib", "vcpus", "memory_gib"):
+        for field in ("gpu_count", "vcpus", "memory_gib"):
             value = getattr(self, field)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise PluginError(f"instance type {self.name}: {field} must be a positive integer, got {value!r}")
@@ -82,12 +96,34 @@ class InstanceType:
             value = getattr(self, field)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise PluginError(f"instance type {self.name}: {field} must be a non-negative integer, got {value!r}")
-        if not self.bf16_tflops_per_gpu > 0:
-            raise PluginError(f"instance type {self.name}: bf16_tflops_per_gpu must be positive")
-        if self.on_demand_usd_per_hour is not None and not self.on_demand_usd_per_hour > 0:
-            raise PluginError(f"instance type {self.name}: on_demand_usd_per_hour must be positive or None")
-        if not _ISO_DATE.match(self.price_date):
+        for field in ("gpu_memory_gib", "bf16_tflops_per_gpu"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise PluginError(f"instance type {self.name}: {field} must be a positive number, got {value!r}")
+        bandwidth = self.intra_node_gbytes_per_s
+        if isinstance(bandwidth, bool) or not (isinstance(bandwidth, (int, float)) and bandwidth >= 0):
+            raise PluginError(f"instance type {self.name}: intra_node_gbytes_per_s must be 0 or more")
+        if self.on_demand_usd_per_hour is not None:
+            if not self.on_demand_usd_per_hour > 0:
+                raise PluginError(f"instance type {self.name}: on_demand_usd_per_hour must be positive or None")
+            if self.price_date is None:
+                raise PluginError(
+                    f"instance type {self.name}: price_date is needed with a price (the ISO date it was read)"
+                )
+        if self.price_date is not None and not _ISO_DATE.match(self.price_date):
             raise PluginError(f"instance type {self.name}: price_date must be an ISO date like 2025-06-05")
+        if not _RESOURCE.match(self.accelerator_resource):
+            raise PluginError(
+                f"instance type {self.name}: accelerator_resource {self.accelerator_resource!r} is not a Kubernetes "
+                "extended resource name like nvidia.com/gpu"
+            )
+        generation = self.efa_generation
+        if generation is not None and (
+            not isinstance(generation, int) or isinstance(generation, bool) or generation < 1
+        ):
+            raise PluginError(f"instance type {self.name}: efa_generation must be a positive integer or None")
+        if self.gpudirect_rdma and self.efa_interfaces == 0:
+            raise PluginError(f"instance type {self.name}: gpudirect_rdma needs EFA (efa_interfaces > 0)")
 
     @property
     def bf16_tflops(self) -> float:
@@ -156,6 +192,10 @@ class InstanceTypeRegistry:
         return self._owners[name]
 
 
+_NVLINK3 = {"intra_node_link": "NVLink 3", "intra_node_gbytes_per_s": 300.0}
+_NVLINK4 = {"intra_node_link": "NVLink 4", "intra_node_gbytes_per_s": 450.0}
+_PCIE4 = {"intra_node_link": "PCIe Gen4", "intra_node_gbytes_per_s": 25.0}
+
 BUILTIN_INSTANCE_TYPES: tuple[InstanceType, ...] = (
     InstanceType(
         name="p4d.24xlarge",
@@ -170,7 +210,10 @@ BUILTIN_INSTANCE_TYPES: tuple[InstanceType, ...] = (
         price_date=PRICE_DATE,
         nvme_gib=8000,
         network_gbps=400,
-        notes="A100 40GB SXM4, EFA v1",
+        notes="A100 40GB SXM4",
+        efa_generation=1,
+        gpudirect_rdma=True,
+        **_NVLINK3,
     ),
     InstanceType(
         name="p4de.24xlarge",
@@ -185,7 +228,10 @@ BUILTIN_INSTANCE_TYPES: tuple[InstanceType, ...] = (
         price_date=PRICE_DATE,
         nvme_gib=8000,
         network_gbps=400,
-        notes="A100 80GB SXM4, EFA v1",
+        notes="A100 80GB SXM4",
+        efa_generation=1,
+        gpudirect_rdma=True,
+        **_NVLINK3,
     ),
     InstanceType(
         name="p5.48xlarge",
@@ -200,7 +246,10 @@ BUILTIN_INSTANCE_TYPES: tuple[InstanceType, ...] = (
         price_date=PRICE_DATE,
         nvme_gib=30720,
         network_gbps=3200,
-        notes="H100 80GB SXM5, EFA v2",
+        notes="H100 80GB SXM5",
+        efa_generation=2,
+        gpudirect_rdma=True,
+        **_NVLINK4,
     ),
     InstanceType(
         name="p5e.48xlarge",
@@ -215,7 +264,10 @@ BUILTIN_INSTANCE_TYPES: tuple[InstanceType, ...] = (
         price_date=PRICE_DATE,
         nvme_gib=30720,
         network_gbps=3200,
-        notes="H200 141GB, EFA v2; sold through EC2 Capacity Blocks, no on-demand list price",
+        notes="H200 141GB; sold through EC2 Capacity Blocks, no on-demand list price",
+        efa_generation=2,
+        gpudirect_rdma=True,
+        **_NVLINK4,
     ),
     InstanceType(
         name="p5en.48xlarge",
@@ -230,7 +282,10 @@ BUILTIN_INSTANCE_TYPES: tuple[InstanceType, ...] = (
         price_date=PRICE_DATE,
         nvme_gib=30720,
         network_gbps=3200,
-        notes="H200 141GB, EFA v3, PCIe Gen5 host link",
+        notes="H200 141GB, PCIe Gen5 host link",
+        efa_generation=3,
+        gpudirect_rdma=True,
+        **_NVLINK4,
     ),
     InstanceType(
         name="g5.48xlarge",
@@ -246,6 +301,8 @@ BUILTIN_INSTANCE_TYPES: tuple[InstanceType, ...] = (
         nvme_gib=7600,
         network_gbps=100,
         notes="A10G 24GB, no NVLink",
+        efa_generation=1,
+        **_PCIE4,
     ),
     InstanceType(
         name="g6e.48xlarge",
@@ -261,6 +318,7 @@ BUILTIN_INSTANCE_TYPES: tuple[InstanceType, ...] = (
         nvme_gib=7600,
         network_gbps=400,
         notes="L40S 48GB, no NVLink",
+        **_PCIE4,
     ),
 )
 

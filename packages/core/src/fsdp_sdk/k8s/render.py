@@ -63,9 +63,6 @@ LOCAL_NVME_HOST_PATH = "/mnt/k8s-disks/0"
 LOCAL_MOUNT_PATH = "/local"
 CONTAINER_NAME = "pytorch"  # the Training Operator requires this container name
 
-# Instance families whose EFA supports GPUDirect RDMA (FI_EFA_USE_DEVICE_RDMA=1).
-_RDMA_FAMILIES = re.compile(r"^(p4d|p4de|p5|p5e|p5en|p6|p6e|trn1|trn1n|trn2)\.")
-
 
 def new_rdzv_id(job_name: str) -> str:
     """A fresh rendezvous id for one submission: ``<job name>-<8 hex>``."""
@@ -172,7 +169,7 @@ def worker_environment(config: Config, instance: InstanceType) -> list[dict[str,
     env: dict[str, str] = {"LOGLEVEL": "INFO"}
     if (job.efa_per_worker or 0) > 0:
         env.update({"FI_PROVIDER": job.fi_provider, "FI_EFA_USE_HUGE_PAGE": "0", "FI_EFA_FORK_SAFE": "1"})
-        if _RDMA_FAMILIES.match(instance.name):
+        if instance.gpudirect_rdma:
             env["FI_EFA_USE_DEVICE_RDMA"] = "1"
     env.update(
         {
@@ -208,8 +205,8 @@ def _command(config: Config) -> tuple[list[str], list[str]]:
     return ["torchrun", "-m", "fsdp_trainer"], config.trainer_args()
 
 
-def _resources(config: Config) -> dict[str, dict[str, int]]:
-    amounts = {"nvidia.com/gpu": config.job.gpu_per_worker or 0}
+def _resources(config: Config, instance: InstanceType) -> dict[str, dict[str, int]]:
+    amounts = {instance.accelerator_resource: config.job.gpu_per_worker or 0}
     if (config.job.efa_per_worker or 0) > 0:
         amounts["vpc.amazonaws.com/efa"] = config.job.efa_per_worker
     return {"limits": dict(amounts), "requests": dict(amounts)}
@@ -224,8 +221,9 @@ def _volumes() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     return volumes, mounts
 
 
-def _tolerations() -> list[dict[str, str]]:
-    return [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+def _tolerations(instance: InstanceType) -> list[dict[str, str]]:
+    """Tolerate the taint accelerator node groups carry, named after the accelerator's resource."""
+    return [{"key": instance.accelerator_resource, "operator": "Exists", "effect": "NoSchedule"}]
 
 
 def _elastic_policy(config: Config, rdzv_id: str) -> dict[str, Any]:
@@ -275,7 +273,7 @@ def render_pytorchjob(config: Config, instance: InstanceType, image: str, rdzv_i
         "imagePullPolicy": "Always",
         "command": command,
         "env": worker_environment(config, instance),
-        "resources": _resources(config),
+        "resources": _resources(config, instance),
         "volumeMounts": mounts,
     }
     if args:
@@ -297,7 +295,7 @@ def render_pytorchjob(config: Config, instance: InstanceType, image: str, rdzv_i
                         "metadata": {"labels": {**job_labels(config, "worker"), RUN_ID_LABEL: rdzv_id}},
                         "spec": {
                             "nodeSelector": {"node.kubernetes.io/instance-type": instance.name},
-                            "tolerations": _tolerations(),
+                            "tolerations": _tolerations(instance),
                             "volumes": volumes,
                             "containers": [container],
                         },
@@ -318,7 +316,7 @@ def render_trainjob(config: Config, instance: InstanceType, image: str, rdzv_id:
         "command": command,
         "numNodes": job.num_workers,
         "numProcPerNode": job.nproc_per_node or job.gpu_per_worker,
-        "resourcesPerNode": _resources(config),
+        "resourcesPerNode": _resources(config, instance),
         "env": worker_environment(config, instance),
     }
     if args:
@@ -343,7 +341,7 @@ def render_trainjob(config: Config, instance: InstanceType, image: str, rdzv_id:
                 {
                     "targetJobs": [{"name": "node"}],  # the runtime's ReplicatedJob
                     "nodeSelector": {"node.kubernetes.io/instance-type": instance.name},
-                    "tolerations": _tolerations(),
+                    "tolerations": _tolerations(instance),
                     "volumes": volumes,
                     "containers": [{"name": "node", "volumeMounts": mounts}],
                 }
