@@ -265,7 +265,7 @@ class Client:
         from fsdp_sdk.k8s.kube import Kube
         from fsdp_sdk.k8s.prereqs import Prereqs
 
-        path = self.backend.kubeconfig(config)
+        path = self._kubeconfig or config.cluster.kubeconfig or self.backend.kubeconfig(config)
         if path is None:
             return
         kube = Kube.from_kubeconfig(path, context=self.kube_context)
@@ -299,10 +299,12 @@ class Client:
         return self.backend.status(self.config)
 
     def kubeconfig(self) -> Path | None:
-        """The kubeconfig jobs use: the one given to the client, else the backend's (when it exists),
-        else ``$KUBECONFIG``; ``None`` leaves the choice to the Kubernetes client (``~/.kube/config``)."""
+        """The kubeconfig jobs use: the one given to the client, else ``cluster.kubeconfig``, else the backend's (when
+        it exists), else ``$KUBECONFIG``; ``None`` leaves the choice to the Kubernetes client (``~/.kube/config``)."""
         if self._kubeconfig is not None:
             return self._kubeconfig
+        if self.config.cluster.kubeconfig is not None:
+            return Path(self.config.cluster.kubeconfig)
         path = self.backend.kubeconfig(self.config)
         if path is not None and Path(path).exists():
             return Path(path)

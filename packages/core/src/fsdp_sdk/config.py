@@ -234,6 +234,9 @@ class ClusterConfig:
     """Kubernetes version of the control plane."""
     efa: bool = True
     """Whether to enable Elastic Fabric Adapter networking on the nodes."""
+    kubeconfig: Path | None = None
+    """A kubeconfig file to reach the cluster with, instead of the one the backend writes (behind a proxy, with
+    your own authentication, or a cluster the backend did not create)."""
     state_dir: Path = field(default_factory=_default_state_dir)
     """Where backends keep local state (``$FSDP_SDK_STATE_DIR`` or ``~/.local/state/fsdp-sdk``)."""
 
