@@ -611,8 +611,7 @@ class Config:
         cluster, job = new.cluster, new.job
 
         if cluster.backend not in plugins.backends:
-            known = ", ".join(plugins.backends.names())
-            raise new._error("cluster.backend", f"unknown backend {cluster.backend!r}", f"use one of: {known}")
+            raise new._error("cluster.backend", *plugins.backends.unknown(cluster.backend))
         instance = new.instance(plugins)
 
         if job.gpu_per_worker is None:

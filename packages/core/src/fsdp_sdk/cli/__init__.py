@@ -22,7 +22,7 @@ import click
 
 from fsdp_sdk import __version__
 from fsdp_sdk.cli.application import Application
-from fsdp_sdk.cli.options import common_options
+from fsdp_sdk.cli.options import common_options, format_global_options_apart
 from fsdp_sdk.errors import FsdpSdkError
 
 __all__ = ["COMMANDS", "LazyGroup", "cli", "main"]
@@ -106,6 +106,7 @@ class LazyGroup(click.Group):
         command = getattr(module, attribute)
         if not isinstance(command, click.Command):
             raise TypeError(f"{module_name}:{attribute} is not a click command")
+        format_global_options_apart(command)
         self.commands[name] = command
         return command
 
