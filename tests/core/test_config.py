@@ -247,7 +247,7 @@ def test_gpu_and_efa_counts_follow_the_instance_type(plugins) -> None:
         ({"cluster.efa": False, "job.efa_per_worker": 1}, "cluster.efa is off"),
         ({"cluster.nodes": 5, "cluster.max_nodes": 4}, "5 is outside min_nodes..max_nodes (0..4)"),
         ({"cluster.instance_type": "p5.48xlarg"}, "did you mean p5.48xlarge?"),
-        ({"cluster.backend": "eks"}, "unknown backend 'eks'; use one of: local"),
+        ({"cluster.backend": "eks"}, "unknown backend 'eks'; did you mean eksctl? use one of: local"),
     ],
 )
 def test_contradictions_are_refused(plugins, overrides: dict, message: str) -> None:

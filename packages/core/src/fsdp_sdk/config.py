@@ -565,16 +565,12 @@ class Config:
         ref = f"{self.job.image}:{self.job.tag}"
         return f"{self.job.registry.rstrip('/')}/{ref}" if self.job.registry else ref
 
-    def instance(self, plugins: Plugins | None = None) -> InstanceType:
+    def instance(self, plugins: Plugins) -> InstanceType:
         """The :class:`~fsdp_sdk.instance_types.InstanceType` named by ``cluster.instance_type``.
 
-        :param plugins: the plugin set to look it up in; defaults to :func:`fsdp_sdk.plugins.get_plugins`.
+        :param plugins: the plugin set to look it up in (``fsdp_sdk.plugins.get_plugins()`` for the process's).
         :raises ConfigError: no registered instance type has that name.
         """
-        if plugins is None:
-            from fsdp_sdk.plugins import get_plugins
-
-            plugins = get_plugins()
         registry = plugins.instance_types
         found = registry.get(self.cluster.instance_type)
         if found is None:
@@ -588,7 +584,7 @@ class Config:
             )
         return found
 
-    def resolved(self, plugins: Plugins | None = None, *, validate_trainer: bool = True) -> Config:
+    def resolved(self, plugins: Plugins, *, validate_trainer: bool = True) -> Config:
         """A copy with derived values filled in and cross-field rules checked.
 
         Fills ``job.gpu_per_worker`` and ``job.efa_per_worker`` from the instance
@@ -598,14 +594,11 @@ class Config:
         section with ``fsdp_trainer.config.TrainerConfig.from_dict`` when the
         trainer is installed. Calling it again changes nothing.
 
-        :param plugins: the plugin set providing backends and instance types.
+        :param plugins: the plugin set providing backends, instance types and settings sections
+            (``fsdp_sdk.plugins.get_plugins()`` for the process's).
         :param validate_trainer: set to False to skip the trainer validation.
         :raises ConfigError: a value contradicts another or names something unknown.
         """
-        if plugins is None:
-            from fsdp_sdk.plugins import get_plugins
-
-            plugins = get_plugins()
         new = copy.deepcopy(self)
         _add_sections(new, plugins.settings)
         cluster, job = new.cluster, new.job
