@@ -164,7 +164,7 @@ def test_the_seed_dotenv_names_map_to_fields(work_dir: Path) -> None:
     assert c.trainer == {"model": {"name_or_path": "meta-llama/Llama-3.1-8B"}}
     assert isinstance(j.hf_token, Secret) and j.hf_token.get_secret_value() == "hf_s3cr3t"
     assert c.origins["job.num_workers"] == c.origins["job.num_workers"].__class__("NUM_WORKERS", ".env")
-    assert "HF_TOKEN" not in os.environ and "NUM_WORKERS" not in os.environ  # dotenv_values leaves it alone
+    assert "HF_TOKEN" not in os.environ and "NUM_WORKERS" not in os.environ  # reading a .env never exports it
 
 
 def test_trainer_settings_nest_in_environment_variables() -> None:

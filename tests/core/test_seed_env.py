@@ -159,7 +159,9 @@ def test_a_secret_in_a_refused_value_is_not_printed(invoke, monkeypatch: pytest.
             "CMD (from .env line 1): uses $UNSET_VAR, which is set neither earlier in the file nor in the environment",
         ),
         ("CMD=`whoami`", "CMD (from .env line 1): is a command substitution (`whoami`) that fsdp-sdk does not run"),
-        ("NUM_WORKERS two", ".env line 1: cannot be read as NAME=VALUE: 'NUM_WORKERS two'"),
+        ("NUM_WORKERS two", ".env line 1: 'NUM_WORKERS two' is not NAME=VALUE"),
+        ('CMD="torchrun', ".env line 1: 'CMD=\"torchrun' has a \" quote that is never closed"),
+        ("TAG='v1' extra", ".env line 1: \"TAG='v1' extra\" has text after the closing ' quote"),
         ('TAG="v1 ; rm -rf /"', "TAG (from .env): 'v1 ; rm -rf /' contains whitespace"),
         ("IMAGE=Bad/Image", "IMAGE (from .env): 'Bad/Image' is not an image name"),
         ("FI_PROVIDER=bogus", "FI_PROVIDER (from .env): 'bogus' names an unknown libfabric provider 'bogus'"),
@@ -199,3 +201,27 @@ def test_render_of_a_plain_command_needs_no_shell() -> None:
     (job,) = render_job(config, plugins=build_plugins(autoload=False))
     container = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
     assert container["command"] == ["torchrun", "-m", "my_trainer", "--x", "a b"]
+
+
+def test_the_reader_handles_what_sourced_files_hold(tmp_path: Path) -> None:
+    from fsdp_sdk.envfile import read_env_file
+
+    path = tmp_path / ".env"
+    path.write_text(
+        "#!/bin/bash\r\n"
+        "  # indented comment\r\n"
+        "export A=plain value   # trailing comment\r\n"
+        'B="line one\nline two \\"quoted\\" \\\\ tab\\tend"\r\n'
+        "C='single $A'\n"
+        "D='keeps $A and \\\\'\n"
+        'E="${A}-$A-\\$A" # comment after quotes\n'
+        "F=url#fragment\n"
+        "G=\n"
+    )
+    entries = {e.name: e for e in read_env_file(path, {})}
+    assert entries["A"].value == "plain value" and entries["A"].line == 3
+    assert entries["B"].value == 'line one\nline two "quoted" \\ tab\tend'
+    assert entries["C"].value == "single $A" and entries["C"].line == 6
+    assert entries["D"].value == "keeps $A and \\"
+    assert entries["E"].value == "plain value-plain value-$A"
+    assert entries["F"].value == "url#fragment" and entries["G"].value == ""

@@ -21,7 +21,7 @@ that follow from the instance type (GPU and EFA counts) and refuses
 contradictions.
 
 This module imports only the standard library at import time; YAML and
-python-dotenv are imported when a file is read.
+the ``.env`` reader (:mod:`fsdp_sdk.envfile`) are imported when a file is read.
 """
 
 from __future__ import annotations

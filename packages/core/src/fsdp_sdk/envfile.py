@@ -20,9 +20,8 @@ reader does what the shell would, where that is safe:
 
 from __future__ import annotations
 
-import io
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +34,72 @@ _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _REFERENCE = re.compile(rf"\\\$|\$\{{(?P<braced>{_NAME})(?:(?P<op>:?-)(?P<default>[^}}]*))?\}}|\$(?P<bare>{_NAME})")
 _SUBSTITUTION = re.compile(r"\$\(|`")
 _VALID_NAME = re.compile(rf"^{_NAME}$")
+# One assignment: optional `export`, the name, `=`, then the value's first character decides its kind.
+_ASSIGNMENT = re.compile(r"[ \t]*(?:export[ \t]+)?(?P<name>[^=\s#]+)[ \t]*=[ \t]*")
+_DOUBLE_ESCAPES = {"\\": "\\", '"': '"', "'": "'", "n": "\n", "t": "\t", "r": "\r", "a": "\a", "b": "\b",
+                   "f": "\f", "v": "\v"}  # fmt: skip
+
+
+class _LineError(ValueError):
+    """A line of the file is not ``NAME=VALUE``; ``args[0]`` says why."""
+
+
+def _parse(text: str) -> Iterator[tuple[str, str, bool, int, str]]:
+    """``(name, value, single_quoted, line, source_text)`` of each assignment in ``text``, as the shell reads them.
+
+    Values may be unquoted (to the end of the line, a `` #`` comment stripped), single-quoted (literal) or
+    double-quoted (backslash escapes; ``\\$`` kept for :func:`expand`); quoted values may span lines.
+
+    :raises _LineError: with ``(line number, reason, text)`` for a line that is not an assignment.
+    """
+    position, line = 0, 1
+    while position < len(text):
+        end = text.find("\n", position)
+        end = len(text) if end < 0 else end
+        current = text[position:end]
+        stripped = current.strip()
+        if not stripped or stripped.startswith("#"):
+            position, line = end + 1, line + 1
+            continue
+        match = _ASSIGNMENT.match(current)
+        if match is None:
+            raise _LineError(line, "is not NAME=VALUE", stripped)
+        name, start, first = match.group("name"), position + match.end(), line
+        quote = text[start] if start < len(text) else ""
+        if quote in ("'", '"'):
+            value, cursor = [], start + 1
+            while True:
+                if cursor >= len(text):
+                    raise _LineError(first, f"has a {quote} quote that is never closed", stripped)
+                char = text[cursor]
+                if char == quote:
+                    break
+                if char == "\\" and cursor + 1 < len(text):
+                    following = text[cursor + 1]
+                    if quote == "'" and following in "\\'":
+                        value.append(following)
+                        cursor += 2
+                        continue
+                    if quote == '"' and following in _DOUBLE_ESCAPES:
+                        value.append(_DOUBLE_ESCAPES[following])
+                        cursor += 2
+                        continue
+                if char == "\n":
+                    line += 1
+                value.append(char)
+                cursor += 1
+            end = text.find("\n", cursor)
+            end = len(text) if end < 0 else end
+            rest = text[cursor + 1 : end].strip()
+            if rest and not rest.startswith("#"):
+                raise _LineError(first, f"has text after the closing {quote} quote", stripped)
+            yield name, "".join(value), quote == "'", first, text[position:end]
+        else:
+            raw = text[start:end]
+            comment = re.search(r"[ \t]#", raw)
+            value = (raw[: comment.start()] if comment else raw).strip()
+            yield name, value, False, first, current
+        position, line = end + 1, line + 1
 
 
 @dataclass(frozen=True)
@@ -113,35 +178,29 @@ def read_env_file(path: Path, environ: Mapping[str, str]) -> list[EnvEntry]:
 
     :raises ConfigError: the file cannot be read, or a line is not ``NAME=VALUE``.
     """
-    from dotenv.parser import parse_stream  # python-dotenv's parser: quoting, escapes, comments, export
-
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise ConfigError(path.name, f"cannot be read ({error})", "check the file") from None
     entries: dict[str, EnvEntry] = {}
-    for binding in parse_stream(io.StringIO(text)):
-        line = binding.original.line
-        if binding.error:
-            shown = secrets.redact(_short(binding.original.string.strip(), 80))
-            raise ConfigError(
-                f"{path.name} line {line}",
-                f"cannot be read as NAME=VALUE: {shown!r}",
-                "write NAME=VALUE (quotes around values with spaces), or comment the line out with #",
-            )
-        if binding.key is None:
-            continue  # a comment or a blank line
-        name = binding.key
+    try:
+        assignments = list(_parse(text.replace("\r\n", "\n")))
+    except _LineError as error:
+        line, reason, shown = error.args
+        raise ConfigError(
+            f"{path.name} line {line}",
+            f"{secrets.redact(_short(shown, 80))!r} {reason}",
+            "write NAME=VALUE (quotes around values with spaces), or comment the line out with #",
+        ) from None
+    for name, written, single_quoted, line, _ in assignments:
         if not _VALID_NAME.match(name):
             raise ConfigError(
                 f"{path.name} line {line}",
                 f"{name!r} is not a variable name",
                 "use letters, digits and _, not starting with a digit",
             )
-        written = binding.value or ""
         secrets.register_named(name, written)
-        after_equals = binding.original.string.split("=", 1)[1].lstrip() if "=" in binding.original.string else ""
-        if after_equals.startswith("'"):
+        if single_quoted:
             entry = EnvEntry(name, written, line, written)
         else:
             value, problem, culprit = expand(written, entries, environ)
