@@ -30,6 +30,8 @@ MASK = "**********"
 SECRET_NAME = re.compile(
     r"TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_?KEY|CREDENTIAL|PRIVATE_?KEY|SESSION_?KEY", re.IGNORECASE
 )
+#: Names that match :data:`SECRET_NAME` but hold the *name* of a Kubernetes Secret, not a secret.
+NOT_SECRET_NAME = re.compile(r"(^|[._])HF_TOKEN_SECRET$", re.IGNORECASE)
 #: Shorter values are not masked: they would mask ordinary words and numbers.
 MIN_LENGTH = 4
 
@@ -46,7 +48,7 @@ def register(value: str | None) -> None:
 
 def register_named(name: str, value: Any) -> None:
     """Register ``value`` when ``name`` looks like the name of a secret (``HF_TOKEN``, ``AWS_SECRET_ACCESS_KEY``)."""
-    if isinstance(value, str) and SECRET_NAME.search(name):
+    if isinstance(value, str) and SECRET_NAME.search(name) and not NOT_SECRET_NAME.search(name):
         register(value)
 
 

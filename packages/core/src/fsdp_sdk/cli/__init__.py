@@ -120,6 +120,10 @@ class LazyGroup(click.Group):
         args = list(sys.argv[1:] if args is None else args)
         extra.pop("standalone_mode", None)
         debug = "--debug" in args or os.environ.get("FSDP_SDK_DEBUG", "") not in ("", "0")
+        from fsdp_sdk import secrets
+
+        for name, value in os.environ.items():  # AWS keys, tokens: never echoed, whatever would carry them
+            secrets.register_named(name, value)
         streams = sys.stdout, sys.stderr
         sys.stdout, sys.stderr = _Redacting(sys.stdout), _Redacting(sys.stderr)
         try:
