@@ -76,7 +76,7 @@ def test_canaries_never_appear_in_any_output(source: str, work: Path, monkeypatc
     ):
         code, output = _cli(*args, *flags)
         outputs.append((args, code, output))
-    for args, code, output in outputs:
+    for args, _, output in outputs:
         for canary in CANARIES:
             assert canary not in output, (source, args)
     shown = json.loads(outputs[1][2])
