@@ -71,6 +71,8 @@ BUILTIN_RESOURCES = (
     Resource("", "v1", "ServiceAccount", "serviceaccounts"),
     Resource("apps", "v1", "Deployment", "deployments"),
     Resource("apps", "v1", "DaemonSet", "daemonsets"),
+    Resource("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", namespaced=False),
+    Resource("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings", namespaced=False),
     Resource("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", namespaced=False),
     Resource("kubeflow.org", "v1", "PyTorchJob", "pytorchjobs"),
     Resource("trainer.kubeflow.org", "v1alpha1", "TrainJob", "trainjobs"),
@@ -131,6 +133,18 @@ def _selector_matches(selector: str, labels: dict[str, str]) -> bool:
         elif term not in labels:
             return False
     return True
+
+
+def _secret_string_data(obj: dict) -> dict:
+    """A Secret as the API server stores it: ``stringData`` merged into ``data`` (base64)."""
+    if obj.get("kind") != "Secret" or not obj.get("stringData"):
+        return obj
+    import base64
+
+    data = dict(obj.get("data") or {})
+    data.update({k: base64.b64encode(str(v).encode()).decode() for k, v in obj.pop("stringData").items()})
+    obj["data"] = data
+    return obj
 
 
 def _merge_apply(current: dict, applied: dict) -> dict:
@@ -561,6 +575,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self._fail(404, "NotFound", f'{res.plural}.{res.group or "core"} "{name}" not found')
                 return
             stored = _merge_apply(current, body) if (apply and current) else copy.deepcopy(body)
+            stored = _secret_string_data(stored)
             if apply:
                 stored["metadata"]["managedFields"] = [
                     {"manager": query["fieldManager"][0], "operation": "Apply", "apiVersion": res.group_version}
