@@ -172,7 +172,7 @@ def test_operator_monitors_carry_the_selector_labels(make_config: Any, plugins: 
     assert service_monitor["spec"]["endpoints"][0]["honorLabels"] is True  # keeps DCGM's pod labels
     pod_monitor = next(o for o in monitors if o["kind"] == "PodMonitor")
     assert pod_monitor["spec"]["podMetricsEndpoints"][0]["port"] == "fsdp-metrics"
-    targets = {r["targetLabel"] for r in pod_monitor["spec"]["podMetricsEndpoints"][0]["relabelings"]}
+    targets = {r.get("targetLabel") for r in pod_monitor["spec"]["podMetricsEndpoints"][0]["relabelings"]}
     assert {"fsdp_job", "run_id"} <= targets
     # a misspelt field is caught by the structural schema
     broken = json.loads(json.dumps(pod_monitor))

@@ -32,7 +32,7 @@ PROMETHEUS = shutil.which("prometheus")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 RUN_ID = "e2e0run1"
 JOB = "fsdp"
-STEPS = 60
+STEPS = 30
 HOSTNAME = "ip-10-0-1-17"
 # gpu -> DCGM field -> value, as the exporter would serve them for the job's pod
 GPUS = {
@@ -142,7 +142,7 @@ def metrics_path(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MetricsPa
     config = load_config(
         None,
         None,
-        {"monitoring.scrape_interval": "1s"},
+        {"monitoring.scrape_interval": "500ms"},
         environ={},
         read_default_env_file=False,
         sections=plugins.settings,
@@ -183,24 +183,28 @@ def metrics_path(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MetricsPa
         trainer_log = root / "trainer.log"
         command = [
             sys.executable, "-m", "fsdp_trainer",
-            "--model.preset", "tiny", "--train.steps", str(STEPS), "--train.log_every", "20",
+            "--model.preset", "tiny", "--data.seq_len", "256", "--train.steps", str(STEPS), "--train.log_every", "10",
             "--runtime.device", "cpu", "--checkpoint.enabled", "false",
             "--train.output_dir", str(run_dir),
             "--metrics.prometheus_port", str(trainer_port), "--metrics.prometheus_linger_s", "20",
             "--metrics.peak_tflops", "0.5",  # a peak for the CPU, so MFU is known and its panel and plot have data
         ]  # fmt: skip
         with open(trainer_log, "wb") as log:
-            trainer = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=root, timeout=280)
+            trainer = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=root, timeout=200)
         assert trainer.returncode == 0, trainer_log.read_text()[-3000:]
         records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
         assert len(records) == STEPS
         selector = f'{{run_id="{RUN_ID}"}}'
         _poll(
             "the last step in Prometheus",
-            lambda: any(float(r["value"][1]) == STEPS for r in _query(url, f"fsdp_trainer_step{selector}")),
+            lambda: any(
+                float(r["value"][1]) == STEPS for r in _query(url, f"max_over_time(fsdp_trainer_step{selector}[10m])")
+            ),
             30,
         )
-        _poll("DCGM series in Prometheus", lambda: len(_query(url, "DCGM_FI_DEV_GPU_UTIL")) == 2, 30)
+        _poll(
+            "DCGM series in Prometheus", lambda: len(_query(url, "last_over_time(DCGM_FI_DEV_GPU_UTIL[10m])")) == 2, 30
+        )
 
         out = root / "report"
         env["FSDP_SDK_STATE_DIR"] = str(state)
@@ -217,7 +221,7 @@ def metrics_path(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MetricsPa
             screenshot = root / "screenshot.png"
             subprocess.run(
                 [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                 f"--user-data-dir={root / 'chromium'}", f"--screenshot={screenshot}", "--window-size=1280,2600",
+                 f"--user-data-dir={root / 'chromium'}", f"--screenshot={screenshot}", "--window-size=1280,3200",
                  (out / "report.html").as_uri()],
                 capture_output=True, timeout=120, cwd=root,
             )  # fmt: skip
@@ -236,7 +240,7 @@ def test_report_reads_the_run_back_through_prometheus(metrics_path: MetricsPath)
     by_step = {r["step"]: r for r in metrics_path.records}
     assert training["steps"] == STEPS  # the trainer lingered until Prometheus scraped the last step
     assert training["final_loss"] == by_step[STEPS]["loss"]
-    assert training["measured_steps"] >= 3
+    assert training["measured_steps"] >= 1
     # Every figure the report took from Prometheus is the trainer's own, exactly, for the steps scraped.
     html = Path(metrics_path.report["files"]["html"]).read_text()
     assert "prometheus" in html and f"{training['tokens_per_s_per_gpu']:,.1f} tokens/s per GPU" in html
@@ -254,7 +258,7 @@ def test_prometheus_samples_are_the_trainer_records(metrics_path: MetricsPath) -
 
     metrics = from_prometheus(PrometheusApi(metrics_path.prometheus), run_id=RUN_ID)
     by_step = {r["step"]: r for r in metrics_path.records}
-    assert len(metrics.records) >= 3
+    assert len(metrics.records) >= 2 and metrics.records[-1]["step"] == STEPS
     for record in metrics.records:
         expected = by_step[record["step"]]
         for field in ("loss", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu", "step_time_s", "grad_norm"):
@@ -271,11 +275,12 @@ def test_screenshot_of_the_report_shows_the_plots(metrics_path: MetricsPath) -> 
 
     pixels = (image.imread(metrics_path.screenshot)[..., :3] * 255).astype(int)
     line = np.all(np.abs(pixels - np.array([31, 119, 180])) <= 40, axis=-1)  # the plots' first line colour
-    grey = np.all(np.abs(pixels - 102) <= 10, axis=-1)
+    second = np.all(np.abs(pixels - np.array([214, 39, 40])) <= 40, axis=-1)  # the second GPU's line
     assert line.sum() > 2000, f"only {line.sum()} pixels of plot lines: the plots did not render"
     rows = np.flatnonzero(line.any(axis=1))
-    assert rows.max() - rows.min() > 600, "the plot lines are all in one place: not every plot rendered"
-    assert (pixels < 250).any(axis=-1).mean() > 0.05 and grey.sum() < pixels.shape[0] * pixels.shape[1] * 0.5
+    assert rows.max() - rows.min() > 1200, "the plot lines are all in one place: not every plot rendered"
+    assert second.sum() > 300, "the GPU utilisation plot has no second GPU line"
+    assert np.flatnonzero(second.any(axis=1)).min() > rows.min() + 900  # it is the last plot, below the others
 
 
 def test_every_dashboard_query_returns_data(metrics_path: MetricsPath) -> None:
@@ -287,7 +292,7 @@ def test_every_dashboard_query_returns_data(metrics_path: MetricsPath) -> None:
     assert dashboard_queries == {p.expr for p in PANELS}
     empty = []
     for panel in PANELS:
-        if not _query(metrics_path.prometheus, f"last_over_time(({panel.expr.replace('$job', JOB)})[10m:1s])"):
+        if not _query(metrics_path.prometheus, f"last_over_time(({panel.expr.replace('$job', JOB)})[10m:500ms])"):
             empty.append(panel.title)
     assert not empty, f"queries without data: {empty}"
     query = urllib.parse.urlencode({"match[]": "fsdp_trainer_step"})

@@ -62,7 +62,7 @@ def test_report_from_metrics_jsonl(tmp_path: Path) -> None:
     page = files.html.read_text()
     assert page.count("data:image/png;base64,") == len(PLOTS)
     assert 'src="http' not in page and "<script" not in page  # self-contained
-    assert "1,100.0 tokens/s per GPU" in page and "No GPU telemetry" in page
+    assert "1,075.0 tokens/s per GPU" in page and "No GPU telemetry" in page
     assert json.loads(files.summary.read_text())["training"]["steps"] == 12
 
 
@@ -108,5 +108,5 @@ def test_job_report_reads_the_leader_log_without_prometheus(
     )
     assert code == 0, err
     assert "kubectl" in err and "reading the leader's log" in err  # why Prometheus was not used
-    assert "run train: 12 steps, 1,100.0 tokens/s per GPU" in out and "the leader's log of job default/train" in out
+    assert "run train: 12 steps, 1,075.0 tokens/s per GPU" in out and "the leader's log of job default/train" in out
     assert (isolated / "r" / "report.html").is_file()

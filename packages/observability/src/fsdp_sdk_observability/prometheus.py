@@ -86,7 +86,8 @@ def prometheus_config(config: Config, *, extra_jobs: list[dict[str, Any]] | None
     settings = settings_of(config)
     namespace = config.observability.namespace
     interval = settings.scrape_interval
-    timeout = f"{max(1, int(parse_duration(interval) * 0.8))}s"
+    timeout_ms = max(100, int(parse_duration(interval) * 800))  # 80% of the interval, which it may not exceed
+    timeout = f"{timeout_ms // 1000}s" if timeout_ms % 1000 == 0 else f"{timeout_ms}ms"
     dcgm = {
         "job_name": DCGM_NAME,
         "kubernetes_sd_configs": [
