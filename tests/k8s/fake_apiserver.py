@@ -135,18 +135,6 @@ def _selector_matches(selector: str, labels: dict[str, str]) -> bool:
     return True
 
 
-def _secret_string_data(obj: dict) -> dict:
-    """A Secret as the API server stores it: ``stringData`` merged into ``data`` (base64)."""
-    if obj.get("kind") != "Secret" or not obj.get("stringData"):
-        return obj
-    import base64
-
-    data = dict(obj.get("data") or {})
-    data.update({k: base64.b64encode(str(v).encode()).decode() for k, v in obj.pop("stringData").items()})
-    obj["data"] = data
-    return obj
-
-
 def _merge_apply(current: dict, applied: dict) -> dict:
     """Server-side apply, simplified: applied fields replace, status and server fields stay."""
     merged = copy.deepcopy(applied)
@@ -575,7 +563,6 @@ class _Handler(BaseHTTPRequestHandler):
                 self._fail(404, "NotFound", f'{res.plural}.{res.group or "core"} "{name}" not found')
                 return
             stored = _merge_apply(current, body) if (apply and current) else copy.deepcopy(body)
-            stored = _secret_string_data(stored)
             if apply:
                 stored["metadata"]["managedFields"] = [
                     {"manager": query["fieldManager"][0], "operation": "Apply", "apiVersion": res.group_version}
