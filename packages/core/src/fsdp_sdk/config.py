@@ -347,7 +347,11 @@ class ObservabilityConfig:
     namespace: str = field(default="monitoring", metadata=_K8S_NAME)
     """Namespace of the monitoring components."""
     components: list[str] = field(default_factory=list)
-    """Names of the components to install; empty installs all of them."""
+    """Names of the components to install; empty installs all of them but those that cost money (cloudwatch)."""
+    prometheus_operator: bool | None = None
+    """Whether the cluster runs the Prometheus Operator (serves ``monitoring.coreos.com/v1``): then plugins render
+    ServiceMonitor/PodMonitor objects for it instead of a Prometheus of their own. Unset: core finds out from the
+    cluster when it installs the components (false when it cannot ask)."""
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ COMMANDS: dict[str, str] = {
     "prereqs": "fsdp_sdk.cli.prereqs:prereqs",
     "image": "fsdp_sdk.cli.image:image",
     "job": "fsdp_sdk.cli.job:job",
+    "monitor": "fsdp_sdk.cli.monitor:monitor",
 }
 
 
