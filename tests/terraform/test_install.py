@@ -18,7 +18,7 @@ from .conftest import PROJECT_ROOT
 @pytest.mark.slow
 def test_the_package_installs_into_a_fresh_virtualenv_and_shows_in_fsdp_sdk_plugins(tmp_path: Path) -> None:
     target = tmp_path / "venv"
-    venv.EnvBuilder(with_pip=True).create(target)
+    venv.EnvBuilder(with_pip=False).create(target)  # pip comes from this environment (pip --python)
     python = target / "bin" / "python"
     site = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
@@ -36,9 +36,11 @@ def test_the_package_installs_into_a_fresh_virtualenv_and_shows_in_fsdp_sdk_plug
     Path(site, "deps.pth").write_text(f"{deps}\n")
     install = subprocess.run(
         [
-            str(python),
+            sys.executable,
             "-m",
             "pip",
+            "--python",
+            str(python),
             "install",
             "--no-deps",
             "--no-build-isolation",
@@ -53,7 +55,9 @@ def test_the_package_installs_into_a_fresh_virtualenv_and_shows_in_fsdp_sdk_plug
         check=False,
     )
     assert install.returncode == 0, install.stderr
-    check = subprocess.run([str(python), "-m", "pip", "check"], capture_output=True, text=True, check=False)
+    check = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "check"], capture_output=True, text=True, check=False
+    )
     assert check.returncode == 0, check.stdout + check.stderr  # every declared dependency is there
     code = (
         "import fsdp_sdk_terraform, pathlib; d = fsdp_sdk_terraform.CONFIGURATION_DIR; "
@@ -72,4 +76,3 @@ def test_the_package_installs_into_a_fresh_virtualenv_and_shows_in_fsdp_sdk_plug
     assert listed.returncode == 0, listed.stderr
     data = json.loads(listed.stdout)
     assert [b["name"] for b in data["backends"]] == ["local", "terraform"]
-    assert sys.executable != str(python)
