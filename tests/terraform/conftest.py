@@ -21,8 +21,6 @@ from fsdp_sdk.config import Config
 from fsdp_sdk.plugins import Plugins, build_plugins
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-SCHEMAS = PROJECT_ROOT.parent / "shared" / "schemas"
-PROVIDER_SCHEMA = SCHEMAS / "terraform-aws-provider-6.62.0.json"
 LOCAL_CONFIGURATION = Path(__file__).with_name("local_configuration")
 ZONES = "us-west-2a,us-west-2b"
 
@@ -38,13 +36,9 @@ needs_terraform = pytest.mark.skipif(
 
 
 @pytest.fixture(scope="session")
-def provider_schema() -> dict[str, Any]:
-    """The AWS provider 6.62.0 schema from ../shared/schemas."""
-    if not PROVIDER_SCHEMA.exists():
-        pytest.skip(
-            f"{PROVIDER_SCHEMA.name} not found at ../shared/schemas/ (the shared schemas sit beside the project root)"
-        )
-    return json.loads(PROVIDER_SCHEMA.read_text())
+def provider_schema(terraform_aws_schema: Path) -> dict[str, Any]:
+    """The AWS provider 6.62.0 schema from ../shared/schemas, parsed."""
+    return json.loads(terraform_aws_schema.read_text())
 
 
 @pytest.fixture
@@ -118,21 +112,30 @@ def run_env() -> dict[str, str]:
 
 @pytest.fixture
 def quota(stubbed, monkeypatch: pytest.MonkeyPatch):
-    """Service Quotas (which moto lacks) through a botocore Stubber; ``quota(n)`` expects ``n`` more reads of the
-    On-Demand P vCPU quota, each answering 1536 vCPUs. Every other AWS call of the preflight checks goes to moto."""
+    """The APIs moto lacks through botocore Stubbers, every other AWS call to moto: ``quota(checks, prices)`` expects
+    ``checks`` more reads of the On-Demand P vCPU quota (Service Quotas: 1536 vCPUs; every preflight run) and
+    ``prices`` more reads of the region's price (the Price List API, every plan: no offer listed, so the instance
+    type's table price stands)."""
     import fsdp_sdk.aws.preflight as preflight
+    import fsdp_sdk.aws.pricing as pricing
 
-    client, stubber = stubbed("service-quotas")
+    quotas, quota_stubber = stubbed("service-quotas")
+    prices, price_stubber = stubbed("pricing", region="us-east-1")
     real = preflight.aws_client
     monkeypatch.setattr(
         preflight,
         "aws_client",
-        lambda service, region: client if service == "service-quotas" else real(service, region),
+        lambda service, region: quotas if service == "service-quotas" else real(service, region),
+    )
+    monkeypatch.setattr(
+        pricing, "aws_client", lambda service, region: prices if service == "pricing" else real(service, region)
     )
 
-    def expect(count: int = 1) -> None:
-        for _ in range(count):
-            stubber.add_response(
+    def expect(checks: int, prices: int) -> None:
+        for _ in range(prices):
+            price_stubber.add_response("get_products", {"PriceList": [], "FormatVersion": "aws_v1"})
+        for _ in range(checks):
+            quota_stubber.add_response(
                 "get_service_quota",
                 {"Quota": {"QuotaCode": "L-417A185B", "QuotaName": "Running On-Demand P instances", "Value": 1536.0}},
                 {"ServiceCode": "ec2", "QuotaCode": "L-417A185B"},

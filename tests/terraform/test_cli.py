@@ -17,22 +17,18 @@ import yaml
 
 from fsdp_sdk.plugins import reset_plugins
 
-from .conftest import PROJECT_ROOT, eks_clusters, terraform_path
+from .conftest import eks_clusters, terraform_path
 
 REGISTRY = "123456789012.dkr.ecr.us-west-2.amazonaws.com"
 LEADER_LINE = "[rank0] 12:00:00 INFO fsdp_trainer.distributed: master_addr=fsdp-worker-0"
-SCHEMAS = PROJECT_ROOT.parent / "shared" / "schemas"
 
 
 @pytest.fixture
-def apiserver() -> Iterator[object]:
+def apiserver(pytorchjob_crd: Path, trainjob_crd: Path) -> Iterator[object]:
     """The loopback API server of the Kubernetes tests, validating every body against the real schemas."""
     from k8s.fake_apiserver import FakeApiServer, schema_validators
 
-    crds = [SCHEMAS / "kubeflow.org_pytorchjobs.yaml", SCHEMAS / "trainer.kubeflow.org_trainjobs.yaml"]
-    if not all(path.exists() for path in crds):
-        pytest.skip("the Kubeflow CRDs are not at ../shared/schemas/ (the shared schemas sit beside the project root)")
-    with FakeApiServer(schema_validators(*crds)) as server:
+    with FakeApiServer(schema_validators(pytorchjob_crd, trainjob_crd)) as server:
         yield server
 
 
@@ -106,9 +102,10 @@ def _operator(apiserver) -> None:
 
 
 def test_up_dry_run_shows_terraforms_own_plan_and_changes_nothing(project: Path, apiserver, capsys, quota) -> None:
-    quota(2)
+    quota(checks=2, prices=2)  # two dry runs
     code, out, err = _cli(capsys, "up", "-c", "cluster.yaml", "--dry-run", "--json")
     assert code == 0, err
+    assert out, err
     plan = json.loads(out)["plan"]
     assert plan["backend"] == "terraform" and plan["details"]["changes"]["add"] == 3
     assert [r["address"] for r in plan["details"]["changes"]["resources"]] == [
@@ -138,7 +135,7 @@ def test_up_dry_run_shows_terraforms_own_plan_and_changes_nothing(project: Path,
 def test_up_run_status_scale_down_through_the_cli(project: Path, apiserver, capsys, tmp_path: Path, quota) -> None:
     from k8s.tools import recorded
 
-    quota(2)  # up and run check the quota
+    quota(checks=2, prices=1)  # up plans and checks; run checks
 
     code, out, err = _cli(capsys, "up", "-c", "cluster.yaml", "--json")
     assert code == 0, err
@@ -175,7 +172,8 @@ def test_up_run_status_scale_down_through_the_cli(project: Path, apiserver, caps
     assert not (project.parent / "state" / "terraform" / "fsdp-sdk").exists()
 
 
-def test_without_terraform_up_is_one_line_saying_how_to_install_it(project: Path, capsys, monkeypatch) -> None:
+def test_without_terraform_up_is_one_line_saying_how_to_install_it(project: Path, capsys, monkeypatch, quota) -> None:
+    quota(checks=1, prices=0)  # the preflight checks all run, then stop the command
     path = [
         p for p in os.environ["PATH"].split(os.pathsep) if p and terraform_path() and not Path(p, "terraform").exists()
     ]

@@ -234,7 +234,7 @@ def test_the_sdk_writes_every_required_variable_and_only_declared_ones(plugins, 
         {"cluster.efa": "false", "cluster.instance_type": "g5.48xlarge", "cluster.placement_group": "true"},
     ):
         config = make_config(plugins, tmp_path, **overrides)
-        written = terraform_inputs(config, config.instance(), config.section("terraform"))
+        written = terraform_inputs(config, config.instance(plugins), config.section("terraform"))
         assert set(written) <= set(declared), set(written) - set(declared)
         assert required <= set(written), required - set(written)
         json.dumps(written)  # plain JSON data

@@ -129,18 +129,6 @@ def test_a_failed_up_is_one_line_with_terraforms_error_and_down_deletes_what_it_
     assert eks_clusters() == [] and not Workdir.of(local_config).exists()
 
 
-def test_up_after_a_failed_up_continues_where_it_stopped(local_config: Config, monkeypatch: pytest.MonkeyPatch) -> None:
-    backend = TerraformBackend()
-    monkeypatch.setenv("FSDP_TF_TEST_FAIL", "gpu")
-    with pytest.raises(ToolError):
-        _up(backend, local_config)
-    monkeypatch.delenv("FSDP_TF_TEST_FAIL")
-    lines: list[str] = []
-    assert _up(backend, local_config, lines).state == "ready"
-    assert "terraform plan: 1 to add, 0 to change, 1 to destroy" in lines  # the tainted node group is replaced
-    backend.down(local_config)
-
-
 _INTERRUPTED_UP = textwrap.dedent(
     """
     import sys

@@ -63,7 +63,7 @@ def test_the_default_p5_plan(plugins: Plugins, tmp_path: Path) -> None:
         "GPU node group 2 x p5.48xlarge in us-west-2a (32 EFA interfaces each)"
     )
     assert [o["metadata"]["name"] for o in plan.kubernetes] == ["nvidia-device-plugin", "aws-efa-k8s-device-plugin"]
-    assert plan.hourly_cost_usd == round(2 * config.instance().on_demand_usd_per_hour, 2)
+    assert plan.hourly_cost_usd == round(2 * config.instance(plugins).on_demand_usd_per_hour, 2)
     assert not (tmp_path / "state").exists()
 
 

@@ -30,6 +30,7 @@ from fsdp_sdk.aws.kubeconfig import eks_kubeconfig, kubeconfig_path
 from fsdp_sdk.backends.base import ClusterBackend, ClusterState, ClusterStatus, Plan, ProgressCallback, no_progress
 from fsdp_sdk.config import Config
 from fsdp_sdk.errors import BackendError, ConfigError
+from fsdp_sdk.plugins import get_plugins
 from fsdp_sdk_terraform import CONFIGURATION_DIR
 from fsdp_sdk_terraform.changes import PlanChanges
 from fsdp_sdk_terraform.device_plugins import NAMESPACE, render_device_plugins
@@ -101,7 +102,7 @@ class TerraformBackend(ClusterBackend):
     def plan(self, config: Config) -> Plan:
         """The inputs, backend block and steps of ``up``, and the device plugins core applies (no side effect)."""
         settings = _settings(config)
-        instance = config.instance()
+        instance = config.instance(get_plugins())
         inputs = terraform_inputs(config, instance, settings)
         workdir = Workdir.of(config)
         backend = backend_block(config, settings)

@@ -96,9 +96,10 @@ def state_backend_checks(config: Config, clients: dict[str, Any] | None = None) 
 def terraform_preflight(config: Config) -> list[PreflightResult]:
     """Every check of the Terraform backend, in order: binary, AWS (credentials, zones, quota, reservation), state."""
     from fsdp_sdk.aws.preflight import aws_preflight
+    from fsdp_sdk.plugins import get_plugins
 
     results = [terraform_binary_check(config)]
-    aws = aws_preflight(config, config.instance())
+    aws = aws_preflight(config, config.instance(get_plugins()))
     results += aws
     if all(r.ok for r in aws if r.check == "aws-credentials"):
         results += state_backend_checks(config)
