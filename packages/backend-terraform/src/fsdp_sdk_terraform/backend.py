@@ -52,6 +52,8 @@ __all__ = ["DOWN_PLAN", "SCALE_PLAN", "UP_PLAN", "TerraformBackend"]
 UP_PLAN, SCALE_PLAN, DOWN_PLAN = "up.tfplan", "scale.tfplan", "down.tfplan"
 #: Resource changes listed line by line before an apply; more are counted.
 SHOWN_CHANGES = 40
+# What the shipped configuration outputs besides the cluster's name (for a status without a working directory).
+_DEFAULT_OUTPUTS = {"node_group_names": ["system", "gpu"], "gpu_node_group_name": "gpu"}
 # Outputs repeated in the status details (the CA is long and says nothing to a reader).
 _STATUS_OUTPUTS = ("cluster_name", "cluster_endpoint", "node_group_names", "gpu_node_group_name", "gpu_nodes", "vpc_id")
 
@@ -357,9 +359,14 @@ class TerraformBackend(ClusterBackend):
         """The cluster as the state and EKS see it (reads only: ``terraform output -json``, boto3)."""
         settings = _settings(config)
         workdir = Workdir.of(config)
-        if not workdir.has_configuration():
-            return self._absent(config, "no working directory")
         backend = backend_block(config, settings)
+        if not workdir.has_configuration():
+            if settings.remote_state:  # the cluster may have been made from another machine: ask EKS
+                details = {"workdir": str(workdir.path), "state": state_location(workdir.path, backend)}
+                found = self._from_eks(config, _DEFAULT_OUTPUTS | {"cluster_name": config.cluster.name}, details)
+                if found.state != "degraded" or "cluster_status" in found.details:
+                    return found
+            return self._absent(config, "no working directory")
         local_state = workdir.path / LOCAL_STATE_FILE
         if not settings.remote_state and not local_state.is_file():
             return self._absent(config, "no state: nothing was created")

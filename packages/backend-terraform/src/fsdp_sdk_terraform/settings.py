@@ -86,6 +86,8 @@ class TerraformSettings:
     """DynamoDB table that locks the S3 state (its partition key is the string ``LockID``)."""
     s3_lockfile: bool = False
     """Lock the S3 state with a lock file next to it (Terraform 1.10 or newer) instead of, or besides, DynamoDB."""
+    s3_use_path_style: bool = False
+    """Address the state bucket in the URL path (S3-compatible stores; AWS S3 itself needs no change)."""
     lock_timeout_s: int = field(
         default=60,
         metadata=_check(lambda v: 0 <= v <= 3600, "is not between 0 and 3600", "set it to seconds, like 60"),
@@ -134,12 +136,13 @@ class TerraformSettings:
                     "is set but terraform.state_bucket is not",
                     "set terraform.state_bucket to keep the state in S3, or unset it",
                 )
-        if self.s3_lockfile and not self.remote_state:
-            raise ConfigError(
-                "terraform.s3_lockfile",
-                "is on but terraform.state_bucket is not set",
-                "set terraform.state_bucket, or turn it off",
-            )
+        for name in ("s3_lockfile", "s3_use_path_style"):
+            if getattr(self, name) and not self.remote_state:
+                raise ConfigError(
+                    f"terraform.{name}",
+                    "is on but terraform.state_bucket is not set",
+                    "set terraform.state_bucket, or turn it off",
+                )
         try:
             network = ipaddress.IPv4Network(self.vpc_cidr)
         except ValueError:

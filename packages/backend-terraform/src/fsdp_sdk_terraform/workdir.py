@@ -56,6 +56,8 @@ def backend_block(config: Config, settings: TerraformSettings) -> dict[str, Any]
         s3["dynamodb_table"] = settings.lock_table
     if settings.s3_lockfile:
         s3["use_lockfile"] = True
+    if settings.s3_use_path_style:
+        s3["use_path_style"] = True
     return {"terraform": {"backend": {"s3": s3}}}
 
 
