@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -198,6 +200,9 @@ def test_the_schema_check_catches_what_it_should(provider_schema: dict[str, Any]
     )
     assert "aws_eks_node_group.y.scaling_config: required 'desired_size' is not set" in missing
     assert "aws_eks_node_group.y: required 'node_role_arn' is not set" in missing
+    computed: list[str] = []
+    _check_body("aws_eks_node_group.z", {"tags_all": {}}, schema, computed)
+    assert "aws_eks_node_group.z: 'tags_all' is computed by the provider" in computed
 
 
 def test_the_gpu_launch_template_has_efa_reservations_capacity_blocks_and_placement() -> None:
@@ -314,3 +319,33 @@ def test_terraform_and_the_sdk_refuse_the_same_bad_values(
     with pytest.raises(ToolError) as refused:
         _terraform_plan(variables_only, bad)
     assert f"Error: Invalid value for variable: {message}" in str(refused.value)
+
+
+@needs_terraform
+def test_terraform_itself_loads_the_configuration_and_needs_only_the_pinned_aws_provider(tmp_path: Path) -> None:
+    """``terraform providers`` parses every file (duplicate names, bad blocks...) without downloading anything."""
+    result = subprocess.run(
+        ["terraform", f"-chdir={CONFIGURATION_DIR}", "providers", "-no-color"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "TF_CLI_CONFIG_FILE": os.devnull, "CHECKPOINT_DISABLE": "1"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert re.findall(r"provider\[([^\]]+)\] (\S+)", result.stdout) == [
+        ("registry.terraform.io/hashicorp/aws", "6.62.0")
+    ]
+
+
+def test_every_reference_names_something_declared() -> None:
+    """``var.X``, ``local.X``, ``aws_T.N`` and ``data.aws_T.N`` each name a variable, local, resource or data source."""
+    text = "\n".join(path.read_text() for path in FILES)
+    variables = set(_variables())
+    locals_ = {name for document in _parsed().values() for block in document.get("locals", []) for name in block}
+    resources = {f"{t}.{n}" for t, n, _ in _blocks("resource")}
+    data_sources = {f"data.{t}.{n}" for t, n, _ in _blocks("data")}
+    assert set(re.findall(r"\bvar\.(\w+)", text)) <= variables
+    assert set(re.findall(r"\blocal\.(\w+)", text)) <= locals_
+    assert {f"{t}.{n}" for t, n in re.findall(r"(?<![.\w])(aws_\w+)\.(\w+)", text)} <= resources
+    assert {f"data.{t}.{n}" for t, n in re.findall(r"\bdata\.(aws_\w+)\.(\w+)", text)} <= data_sources
+    assert variables <= set(re.findall(r"\bvar\.(\w+)", text)), "every variable is used"

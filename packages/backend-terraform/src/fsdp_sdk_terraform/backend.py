@@ -31,6 +31,7 @@ from fsdp_sdk.backends.base import ClusterBackend, ClusterState, ClusterStatus, 
 from fsdp_sdk.config import Config
 from fsdp_sdk.errors import BackendError, ConfigError
 from fsdp_sdk.plugins import get_plugins
+from fsdp_sdk.tools import ToolError
 from fsdp_sdk_terraform import CONFIGURATION_DIR
 from fsdp_sdk_terraform.changes import PlanChanges
 from fsdp_sdk_terraform.device_plugins import NAMESPACE, render_device_plugins
@@ -249,9 +250,13 @@ class TerraformBackend(ClusterBackend):
             runner = self._runner(config, settings, copy.path, progress)
             runner.check_version(settings.version)
             copy.write(Path(plan.details["configuration"]), inputs, backend)
-            runner.init()
-            runner.plan("preview.tfplan", lock=False, step="plan the changes (read-only, for --dry-run)")
-            changes = runner.show_plan("preview.tfplan")
+            try:
+                runner.init()
+                runner.plan("preview.tfplan", lock=False, step="plan the changes (read-only, for --dry-run)")
+                changes = runner.show_plan("preview.tfplan")
+            except ToolError as error:  # offline, no access to the state...: the SDK's plan still stands
+                progress(f"terraform plan did not run, the plan shows fsdp-sdk's steps only: {error}")
+                return dataclasses.replace(plan, details={**plan.details, "changes": None, "changes_error": str(error)})
         progress(f"terraform plan (dry run): {changes.line()}")
         steps = [
             f"{step} ({changes.line()})" if step.startswith("print what the saved plan") else step
