@@ -24,7 +24,7 @@ from fsdp_sdk_terraform.backend import TerraformBackend
 from fsdp_sdk_terraform.runner import StateLockedError
 from fsdp_sdk_terraform.workdir import Workdir
 
-from .conftest import eks_clusters
+from .conftest import eks_clusters, make_config
 
 pytestmark = pytest.mark.usefixtures("terraform_env")
 
@@ -243,9 +243,8 @@ def test_a_held_state_lock_is_reported_with_its_holder_and_not_waited_on(local_c
 def test_a_missing_terraform_binary_is_one_line_saying_how_to_install_it(
     plugins, local_configuration: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from .conftest import make_config
-
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.delenv("TF_PLUGIN_CACHE_DIR")
     config = make_config(plugins, tmp_path / "state", **{"terraform.configuration": str(local_configuration)})
     backend = TerraformBackend()
     with pytest.raises(ToolNotFoundError) as missing:
@@ -259,10 +258,9 @@ def test_a_missing_terraform_binary_is_one_line_saying_how_to_install_it(
 
 
 def test_an_old_or_unexpected_terraform_is_refused_before_anything_is_written(
-    plugins, local_configuration: Path, tmp_path: Path
+    plugins, local_configuration: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from .conftest import make_config
-
+    monkeypatch.delenv("TF_PLUGIN_CACHE_DIR")
     fake = tmp_path / "bin" / "terraform"
     fake.parent.mkdir()
     fake.write_text("#!/bin/sh\necho 'Terraform v1.4.7'\necho 'on linux_amd64'\n")
@@ -286,4 +284,4 @@ def test_an_old_or_unexpected_terraform_is_refused_before_anything_is_written(
         ConfigError, match=r"^terraform.version: is 1.9.8 but .* is Terraform \d+\.\d+\.\d+; install that"
     ):
         backend.apply(pinned, backend.plan(pinned))
-    assert not (tmp_path / "state" / "terraform" / "fsdp-sdk").exists()
+    assert not (tmp_path / "state").exists()

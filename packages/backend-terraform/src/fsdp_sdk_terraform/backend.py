@@ -148,8 +148,7 @@ class TerraformBackend(ClusterBackend):
         env: dict[str, str] = {}
         if not os.environ.get("TF_PLUGIN_CACHE_DIR"):
             cache = Path(settings.plugin_cache_dir or Path(config.cluster.state_dir) / "terraform" / "plugin-cache")
-            cache.mkdir(parents=True, exist_ok=True)
-            env["TF_PLUGIN_CACHE_DIR"] = str(cache)
+            env["TF_PLUGIN_CACHE_DIR"] = str(cache)  # created by the first init
         return TerraformRunner(
             path,
             binary=settings.binary,

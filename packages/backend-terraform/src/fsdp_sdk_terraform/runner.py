@@ -277,7 +277,9 @@ class TerraformRunner:
         return version
 
     def init(self) -> None:
-        """``terraform init``: backend and providers (idempotent)."""
+        """``terraform init``: backend and providers (idempotent); creates the provider cache directory it is given."""
+        if self.env.get("TF_PLUGIN_CACHE_DIR"):
+            Path(self.env["TF_PLUGIN_CACHE_DIR"]).mkdir(parents=True, exist_ok=True)
         self.run(self.argv("init", **self._flags(**self._locking())), step="initialise the working directory")
 
     def plan(self, out: str, *, destroy: bool = False, lock: bool = True, step: str | None = None) -> None:
