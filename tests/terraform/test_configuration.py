@@ -349,3 +349,22 @@ def test_every_reference_names_something_declared() -> None:
     assert {f"{t}.{n}" for t, n in re.findall(r"(?<![.\w])(aws_\w+)\.(\w+)", text)} <= resources
     assert {f"data.{t}.{n}" for t, n in re.findall(r"\bdata\.(aws_\w+)\.(\w+)", text)} <= data_sources
     assert variables <= set(re.findall(r"\bvar\.(\w+)", text)), "every variable is used"
+
+
+CORE_CHECKED = [
+    ("cluster_name", "1bad", "cluster.name", "cluster_name must start with a letter"),
+    ("region", "mars", "cluster.region", "region must be an AWS region name like us-west-2."),
+    ("gpu_nodes", -1, "cluster.nodes", "gpu_nodes must be a whole number of 0 or more."),
+    ("capacity_reservation_id", "cr-xyz", "cluster.capacity_reservation_id", "capacity_reservation_id must be a"),
+]
+
+
+@pytest.mark.parametrize(("variable", "value", "setting", "message"), CORE_CHECKED, ids=[c[0] for c in CORE_CHECKED])
+def test_values_the_configuration_refuses_are_refused_by_terraform_too(
+    variables_only: TerraformRunner, plugins, tmp_path: Path, variable: str, value: Any, setting: str, message: str
+) -> None:
+    with pytest.raises(ConfigError, match=rf"^{re.escape(setting)} \(from overrides\): "):
+        make_config(plugins, tmp_path, **{setting: value})
+    with pytest.raises(ToolError) as refused:
+        _terraform_plan(variables_only, {**GOOD, variable: value})
+    assert f"Error: Invalid value for variable: {message}" in str(refused.value)
