@@ -142,12 +142,12 @@ def test_up_run_status_scale_down_through_the_cli(project: Path, apiserver, caps
     status = json.loads(out)
     assert status["state"] == "ready" and status["nodes"] == 2
     assert "terraform plan: 3 to add, 0 to change, 0 to destroy" in err and "[terraform 00:" in err
-    applied = [(w.method, w.path) for w in apiserver.writes()]
+    applied = sorted((w.method, w.path) for w in apiserver.writes())  # core applies them in its kind order
     assert applied == [
-        ("PATCH", "/apis/apps/v1/namespaces/kube-system/daemonsets/nvidia-device-plugin"),
-        ("PATCH", "/apis/apps/v1/namespaces/kube-system/daemonsets/aws-efa-k8s-device-plugin"),
         ("PATCH", "/api/v1/namespaces/default/services/etcd"),
         ("PATCH", "/apis/apps/v1/namespaces/default/deployments/etcd"),
+        ("PATCH", "/apis/apps/v1/namespaces/kube-system/daemonsets/aws-efa-k8s-device-plugin"),
+        ("PATCH", "/apis/apps/v1/namespaces/kube-system/daemonsets/nvidia-device-plugin"),
     ]
     (operator,) = recorded(tmp_path / "kubectl.jsonl")
     assert operator["argv"][:3] == ["apply", "--server-side", "-k"]
