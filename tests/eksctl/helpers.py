@@ -121,6 +121,7 @@ class AwsAnswers:
         }
     )
     nodegroup_issues: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    stack_states: list[dict[str, str]] = field(default_factory=list)
     requests: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
     def reserve(self, **fields: Any) -> dict[str, Any]:
@@ -177,6 +178,20 @@ class AwsAnswers:
 
         return answer
 
+    def _stacks(self, moto: Any) -> Callable[[dict[str, Any]], dict[str, Any]]:
+        """moto's stacks; while ``stack_states`` holds entries, each call shows the states of its first entry
+        (``{stack name: status}``, a stack CloudFormation is still working on) and removes it."""
+
+        def answer(request: dict[str, Any]) -> dict[str, Any]:
+            found = moto.describe_stacks(**request)
+            found.pop("ResponseMetadata", None)
+            states = self.stack_states.pop(0) if self.stack_states else {}
+            for stack in found["Stacks"]:
+                stack["StackStatus"] = states.get(stack["StackName"], stack["StackStatus"])
+            return found
+
+        return answer
+
     def install(self, monkeypatch: pytest.MonkeyPatch, stubbed: Callable[..., tuple[Any, Any]]) -> None:
         """Send these operations to Stubber-checked answers; the rest of every client goes to moto."""
         import fsdp_sdk.aws.preflight
@@ -191,6 +206,8 @@ class AwsAnswers:
                 moto = aws_client(service, region)
                 if service == "service-quotas":
                     made[key] = _Answering(moto, stubbed(service, region), {"get_service_quota": self._quota})
+                elif service == "cloudformation":
+                    made[key] = _Answering(moto, stubbed(service, region), {"describe_stacks": self._stacks(moto)})
                 elif service == "ec2":
                     answers = {"describe_capacity_reservations": self._reservations}
                     made[key] = _Answering(moto, stubbed(service, region), answers)

@@ -14,10 +14,10 @@ import pytest
 import yaml
 
 from fsdp_sdk.aws.session import aws_client
-from fsdp_sdk.errors import BackendError, ConfigError
+from fsdp_sdk.errors import BackendError, ConfigError, PreflightError
 from k8s.fake_apiserver import FakeApiServer
 
-from .helpers import AwsAnswers, Session, Tools, aws_resources
+from .helpers import RESERVATION, AwsAnswers, Session, Tools, aws_resources
 
 pytestmark = pytest.mark.usefixtures("eksctl_env")
 
@@ -282,3 +282,24 @@ def test_a_cluster_eksctl_did_not_create_is_left_alone(
         with pytest.raises(BackendError, match="exists but eksctl did not create it"):
             attempt()
     assert tools.eksctl() == [] and aws_resources()["clusters"] == ["demo"]
+
+
+def test_on_a_running_cluster_the_checks_count_only_the_nodes_up_adds(
+    eksctl_env: Path, tools: Tools, answers: AwsAnswers, loopback: Path
+) -> None:
+    reserved = {"cluster.capacity_reservation_id": RESERVATION}
+    answers.reserve(AvailableInstanceCount=2)
+    session(loopback, **reserved).up()
+    answers.reserve(AvailableInstanceCount=0)  # the cluster's two nodes hold the reservation now
+    s = session(loopback, **reserved)
+    plan = s.client.plan()
+    checks = {r.check: r for r in plan.preflight}
+    assert checks["existing-gpu-nodes"].message == (
+        "cluster demo already runs 2 x p4de.24xlarge: the quota and reservation checks count the 0 node(s) the plan adds"
+    )
+    assert checks["capacity-reservation"].ok
+    s.client.up(plan)
+    assert s.said("EKS cluster demo exists and matches the plan: nothing to change")
+    with pytest.raises(PreflightError, match=r"has 0 free instance\(s\) for 1 node\(s\)"):
+        session(loopback, **reserved, **{"cluster.nodes": 3, "cluster.max_nodes": 3}).client.plan()
+    assert [argv[:2] for argv in tools.eksctl()] == [["create", "cluster"]]

@@ -16,7 +16,7 @@ from fsdp_sdk_eksctl.state import StateDir
 from k8s.fake_apiserver import FakeApiServer
 from k8s.tools import cli
 
-from .helpers import Tools, aws_resources
+from .helpers import AwsAnswers, Tools, aws_resources
 
 pytestmark = pytest.mark.usefixtures("eksctl_env", "answers")
 
@@ -116,6 +116,33 @@ def test_up_after_a_failed_up_cleans_up_then_creates(
     ]
     assert tools.eksctl()[1] == [*DELETE, "--force", "--timeout", "40m"]
     assert aws_resources() == UP and phase(eksctl_env) == "ready"
+
+
+def test_up_waits_while_cloudformation_still_works_on_a_stack(
+    eksctl_env: Path,
+    tools: Tools,
+    answers: AwsAnswers,
+    flags: tuple[str, ...],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from fsdp_sdk_eksctl.backend import EksctlBackend
+
+    monkeypatch.setattr(EksctlBackend, "poll_s", 0.0)
+    monkeypatch.setenv("FAKE_EKSCTL_FAULT", "create-fails")
+    assert cli(capsys, "up", *flags)[0] == 1
+    monkeypatch.delenv("FAKE_EKSCTL_FAULT")
+    # the stack of the interrupted run is still rolling back for two more looks
+    answers.stack_states = [{"eksctl-fsdp-sdk-cluster": "ROLLBACK_IN_PROGRESS"}] * 2
+    code, _, err = cli(capsys, "up", *flags)
+    assert code == 0, err
+    assert err.count("waiting for eksctl-fsdp-sdk-cluster ROLLBACK_IN_PROGRESS to finish") == 2
+    assert [argv[:2] for argv in tools.eksctl()] == [
+        ["create", "cluster"],
+        ["delete", "cluster"],
+        ["create", "cluster"],
+    ]
+    assert aws_resources() == UP
 
 
 def _interrupt_up(tools: Tools, flags: tuple[str, ...], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:

@@ -179,13 +179,17 @@ def observe(config: Config, *, addons: bool = False) -> Observed:
 def _stacks(name: str, region: str) -> tuple[tuple[str, str], ...]:
     cloudformation = aws_client("cloudformation", region)
     found = []
+    token: str | None = None
     with aws_errors("cloudformation", f"list the CloudFormation stacks of {name}"):
-        for page in cloudformation.get_paginator("describe_stacks").paginate():
+        while True:
+            page = cloudformation.describe_stacks(**({"NextToken": token} if token else {}))
             for stack in page.get("Stacks", []):
                 tags = {t.get("Key"): t.get("Value") for t in stack.get("Tags") or []}
                 if tags.get(EKSCTL_CLUSTER_TAG) == name or stack["StackName"] == f"eksctl-{name}-cluster":
                     found.append((stack["StackName"], str(stack.get("StackStatus"))))
-    return tuple(sorted(found))
+            token = page.get("NextToken")
+            if not token:
+                return tuple(sorted(found))
 
 
 def _addons(eks: Any, name: str) -> tuple[AddonState, ...]:
