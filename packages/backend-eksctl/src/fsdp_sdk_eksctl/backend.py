@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from fsdp_sdk.backends.base import ClusterBackend, ClusterState, ClusterStatus, Plan, ProgressCallback, no_progress
-from fsdp_sdk.errors import BackendError, ConfigError
+from fsdp_sdk.errors import BackendError, ConfigError, FsdpSdkError
 from fsdp_sdk.tools import ToolError, run_tool
 from fsdp_sdk_eksctl import commands
 from fsdp_sdk_eksctl.observe import Observed, observe
@@ -95,7 +95,7 @@ class EksctlBackend(ClusterBackend):
                     f"(local state in {paths.root})"
                 )
                 raise
-            except BackendError as error:
+            except FsdpSdkError as error:
                 paths.record("failed", error=str(error))
                 raise
             paths.record("ready")
