@@ -14,10 +14,16 @@ from k8s.fake_apiserver import FakeApiServer, schema_validators
 from k8s.tools import install_fake_tools
 
 from . import fake_eksctl
-from .helpers import EKSCTL_SCHEMA, AwsAnswers, Tools
+from .helpers import EKSCTL_SCHEMA, SHARED_SCHEMAS, AwsAnswers, Tools, schema_validator
 
-PYTORCHJOB_CRD = EKSCTL_SCHEMA.parent / "kubeflow.org_pytorchjobs.yaml"
-TRAINJOB_CRD = EKSCTL_SCHEMA.parent / "trainer.kubeflow.org_trainjobs.yaml"
+PYTORCHJOB_CRD = SHARED_SCHEMAS / "kubeflow.org_pytorchjobs.yaml"
+TRAINJOB_CRD = SHARED_SCHEMAS / "trainer.kubeflow.org_trainjobs.yaml"
+
+
+@pytest.fixture(scope="session")
+def validate_cluster_config(eksctl_schema: Path) -> Callable[[dict[str, Any]], list[str]]:
+    """``validate(document) -> error lines`` against the real eksctl ClusterConfig schema (../shared/schemas)."""
+    return schema_validator(eksctl_schema)
 
 
 @pytest.fixture

@@ -33,8 +33,13 @@ sys.exit(main(sys.argv[1:], log={log!r}, schema={schema!r}))
 """
 
 _ACCOUNT = "123456789012"
+# A stack that creates nothing (a resource under a condition that never holds): moto keeps its name, state and tags.
 _TEMPLATE = json.dumps(
-    {"Resources": {"Placeholder": {"Type": "AWS::CloudFormation::WaitConditionHandle"}}}, separators=(",", ":")
+    {
+        "Conditions": {"Never": {"Fn::Equals": ["a", "b"]}},
+        "Resources": {"Placeholder": {"Type": "AWS::CloudFormation::WaitConditionHandle", "Condition": "Never"}},
+    },
+    separators=(",", ":"),
 )
 CLUSTER_TAG = "alpha.eksctl.io/cluster-name"
 

@@ -17,19 +17,18 @@ from fsdp_sdk.plugins import Plugins, build_plugins
 from fsdp_sdk_eksctl import plugin
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-EKSCTL_SCHEMA = PROJECT_ROOT.parent / "shared" / "schemas" / "eksctl-clusterconfig-v1alpha5.schema.json"
+SHARED_SCHEMAS = PROJECT_ROOT.parent / "shared" / "schemas"
+EKSCTL_SCHEMA = SHARED_SCHEMAS / "eksctl-clusterconfig-v1alpha5.schema.json"
 RESERVATION = "cr-0123456789abcdef0"
 ZONES = "us-west-2b,us-west-2a,us-west-2c"
 NOW = dt.datetime.now(dt.timezone.utc)
 
 
-def schema_validator() -> Callable[[dict[str, Any]], list[str]]:
-    """``validate(document) -> error lines`` against the real eksctl ClusterConfig schema (skips when absent)."""
-    if not EKSCTL_SCHEMA.exists():
-        pytest.skip(f"{EKSCTL_SCHEMA.name} not found at ../shared/schemas/ (the shared schemas sit beside the project)")
+def schema_validator(schema_path: Path) -> Callable[[dict[str, Any]], list[str]]:
+    """``validate(document) -> error lines`` against the eksctl ClusterConfig schema at ``schema_path``."""
     import jsonschema
 
-    schema = json.loads(EKSCTL_SCHEMA.read_text())
+    schema = json.loads(schema_path.read_text())
     validator = jsonschema.validators.validator_for(schema)(schema)
 
     def validate(document: dict[str, Any]) -> list[str]:
@@ -105,8 +104,8 @@ class _Answering:
 
 @dataclass
 class AwsAnswers:
-    """What the tests answer for the APIs moto lacks: the vCPU quota, capacity reservations, EKS add-ons, node
-    group health issues.
+    """What the tests answer for the APIs moto lacks: the vCPU quota, capacity reservations, EKS add-ons, the
+    Price List, node group health issues and stacks CloudFormation still works on.
 
     Change the attributes in a test before the command runs.
     """
@@ -195,6 +194,7 @@ class AwsAnswers:
     def install(self, monkeypatch: pytest.MonkeyPatch, stubbed: Callable[..., tuple[Any, Any]]) -> None:
         """Send these operations to Stubber-checked answers; the rest of every client goes to moto."""
         import fsdp_sdk.aws.preflight
+        import fsdp_sdk.aws.pricing
         import fsdp_sdk_eksctl.observe
         from fsdp_sdk.aws.session import aws_client
 
@@ -206,6 +206,9 @@ class AwsAnswers:
                 moto = aws_client(service, region)
                 if service == "service-quotas":
                     made[key] = _Answering(moto, stubbed(service, region), {"get_service_quota": self._quota})
+                elif service == "pricing":  # the Price List API lists nothing: the plan keeps the table's price
+                    answers = {"get_products": lambda request: {"PriceList": [], "FormatVersion": "aws_v1"}}
+                    made[key] = _Answering(moto, stubbed(service, region), answers)
                 elif service == "cloudformation":
                     made[key] = _Answering(moto, stubbed(service, region), {"describe_stacks": self._stacks(moto)})
                 elif service == "ec2":
@@ -223,6 +226,7 @@ class AwsAnswers:
             return made[key]
 
         monkeypatch.setattr(fsdp_sdk.aws.preflight, "aws_client", client)
+        monkeypatch.setattr(fsdp_sdk.aws.pricing, "aws_client", client)
         monkeypatch.setattr(fsdp_sdk_eksctl.observe, "aws_client", client)
 
 

@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from k8s.fake_apiserver import FakeApiServer
 from k8s.tools import cli
 
-from .helpers import RESERVATION, AwsAnswers, Tools, aws_resources, schema_validator
+from .helpers import RESERVATION, AwsAnswers, Tools, aws_resources
 
 pytestmark = pytest.mark.usefixtures("eksctl_env")
 
@@ -44,16 +46,19 @@ def test_up_dry_run_prints_the_plan_and_changes_nothing(
 
 
 def test_up_dry_run_json_carries_a_valid_cluster_config(
-    eksctl_env: Path, tools: Tools, answers: AwsAnswers, capsys: pytest.CaptureFixture[str]
+    eksctl_env: Path,
+    tools: Tools,
+    answers: AwsAnswers,
+    capsys: pytest.CaptureFixture[str],
+    validate_cluster_config: Callable[[dict[str, Any]], list[str]],
 ) -> None:
-    validate = schema_validator()
     answers.reserve()
     code, out, err = cli(capsys, "up", "--backend", "eksctl", "--dry-run", "--json", *P4DE_ODCR)
     assert code == 0, err
     data = json.loads(out)
     plan = data["plan"]
     (document,) = plan["resources"]
-    assert validate(document) == []
+    assert validate_cluster_config(document) == []
     assert document["managedNodeGroups"][1]["capacityReservation"] == {
         "capacityReservationTarget": {"capacityReservationID": RESERVATION}
     }

@@ -14,7 +14,6 @@ import pytest
 from k8s.fake_apiserver import FakeApiServer
 from k8s.tools import cli
 
-from .conftest import PYTORCHJOB_CRD
 from .helpers import AwsAnswers, Tools, aws_resources, leader_line
 
 pytestmark = pytest.mark.usefixtures("eksctl_env")
@@ -60,9 +59,8 @@ def test_up_run_down(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
+    pytorchjob_crd: Path,  # the submitted job is validated against it (skips without ../shared/schemas)
 ) -> None:
-    if not PYTORCHJOB_CRD.exists():
-        pytest.skip("the PyTorchJob CRD is not at ../shared/schemas/: the submitted job could not be validated")
     loopback = apiserver.write_kubeconfig(tmp_path / "loopback")
     monkeypatch.setenv("FSDP_SDK_CLUSTER__BACKEND", "eksctl")
     monkeypatch.setenv("FSDP_SDK_CLUSTER__INSTANCE_TYPE", "p4de.24xlarge")

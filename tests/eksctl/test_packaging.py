@@ -4,6 +4,7 @@ and it installs with nothing but core into a fresh virtualenv (no torch), where 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -48,8 +49,15 @@ def test_the_cli_starts_without_the_backend_module(args: list[str], tmp_path: Pa
 @pytest.fixture(scope="session")
 def fresh_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One virtualenv per session with only packages/core and packages/backend-eksctl installed (no torch)."""
-    root = tmp_path_factory.mktemp("eksctl-venv") / "venv"
+    work = tmp_path_factory.mktemp("eksctl-venv")
+    root = work / "venv"
     venv.EnvBuilder(with_pip=True).create(root)
+    sources = []
+    for member in ("packages/core", "packages/backend-eksctl"):  # built from copies: no build/ in the checkout
+        sources.append(work / Path(member).name)
+        shutil.copytree(
+            PROJECT_ROOT / member, sources[-1], ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__")
+        )
     python = root / "bin" / "python"
     done = subprocess.run(
         [
@@ -60,8 +68,7 @@ def fresh_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "--disable-pip-version-check",
             "-q",
             "--no-compile",  # byte-compiling botocore's thousands of files is most of the install time
-            str(PROJECT_ROOT / "packages" / "core"),
-            str(PROJECT_ROOT / "packages" / "backend-eksctl"),
+            *map(str, sources),
         ],
         capture_output=True,
         text=True,

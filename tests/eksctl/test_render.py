@@ -3,6 +3,7 @@ the eksctl facts that matter (EFA in one zone, reservation targeting, Capacity B
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -13,7 +14,7 @@ from fsdp_sdk_eksctl.backend import _yaml
 from fsdp_sdk_eksctl.device_plugins import device_plugin_objects
 from fsdp_sdk_eksctl.render import render_cluster_config, uses_own_placement_group
 
-from .helpers import RESERVATION, ZONES, configure, plugin_set, schema_validator
+from .helpers import RESERVATION, ZONES, configure, plugin_set
 
 
 def gpu_group(document: dict[str, Any]) -> dict[str, Any]:
@@ -56,8 +57,10 @@ VARIANTS: dict[str, dict[str, Any]] = {
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_every_variant_validates_against_the_eksctl_schema(variant: str) -> None:
-    validate = schema_validator()
+def test_every_variant_validates_against_the_eksctl_schema(
+    variant: str, validate_cluster_config: Callable[[dict[str, Any]], list[str]]
+) -> None:
+    validate = validate_cluster_config
     config, instance = configure(**VARIANTS[variant])
     document = render_cluster_config(config, instance)
     assert validate(document) == []

@@ -55,7 +55,9 @@ class EksctlBackend(ClusterBackend):
     # ------------------------------------------------------------------ plan
 
     def plan(self, config: Config) -> Plan:
-        return make_plan(self.name, config, config.instance())
+        from fsdp_sdk.plugins import get_plugins
+
+        return make_plan(self.name, config, config.instance(get_plugins()))
 
     # ------------------------------------------------------------------ up
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from fsdp_sdk.aws.preflight import aws_preflight
 from fsdp_sdk.aws.session import aws_client
 from fsdp_sdk.errors import FsdpSdkError
+from fsdp_sdk.plugins import get_plugins
 from fsdp_sdk.preflight import PreflightResult
 from fsdp_sdk.tools import INSTALL_HINTS, ToolError, run_tool
 from fsdp_sdk_eksctl import commands
@@ -40,7 +41,7 @@ def eksctl_preflight(config: Config) -> list[PreflightResult]:
     results = [_tool(name, why) for name, why in TOOLS.items()]
     if results[0].ok:
         results.append(_eksctl_version())
-    instance = config.instance()
+    instance = config.instance(get_plugins())
     running = running_gpu_nodes(config)
     checked = config
     if running:
