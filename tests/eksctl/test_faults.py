@@ -64,6 +64,10 @@ def test_down_twice_is_not_an_error(
     eksctl_env: Path, tools: Tools, flags: tuple[str, ...], capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert cli(capsys, "up", *flags)[0] == 0
+    code, out, err = cli(capsys, "down", "--dry-run", *flags)
+    assert code == 0 and "dry run: nothing changed" in out
+    assert f"would delete EKS cluster fsdp-sdk in us-west-2: eksctl {' '.join(DELETE)} --timeout 40m" in err
+    assert len(tools.eksctl()) == 1 and aws_resources() == UP
     code, _, err = cli(capsys, "down", "--yes", *flags)
     assert code == 0, err
     code, out, err = cli(capsys, "down", "--yes", *flags)

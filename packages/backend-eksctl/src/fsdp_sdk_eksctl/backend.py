@@ -80,7 +80,7 @@ class EksctlBackend(ClusterBackend):
                     if observed.leftover_stacks:
                         self._delete_leftovers(observed, config, paths, progress, timeout)
                     paths.record("creating")
-                    progress(f"creating EKS cluster {name} in {config.cluster.region} (eksctl takes 15 to 40 minutes)")
+                    progress(f"creating EKS cluster {name} in {details['region']} (eksctl takes 15 to 40 minutes)")
                     self._eksctl(details["create_cluster"], f"create the EKS cluster {name}", progress)
                     progress(f"EKS cluster {name} created")
                 else:
@@ -132,7 +132,7 @@ class EksctlBackend(ClusterBackend):
                 continue
             argv = commands.scale_nodegroup(
                 name,
-                config.cluster.region,
+                details["region"],
                 group,
                 nodes=want["nodes"],
                 min_nodes=want["min"],
