@@ -16,7 +16,7 @@ from fsdp_sdk.k8s.render import render_job
 from fsdp_sdk.plugins import Plugins, build_plugins
 from fsdp_sdk.runs import JobRef
 
-from .test_plugins import _install, run_cli
+from .conftest import install_distribution, run_cli
 
 REGISTRY = {"job": {"registry": "registry.example.com/team"}}
 
@@ -173,8 +173,9 @@ def test_hook_wrappers_are_refused_with_a_reason() -> None:
 
 def test_the_cli_names_the_distribution_of_a_failing_render_hook(tmp_path: Path) -> None:
     site = tmp_path / "site"
-    _install(
+    install_distribution(
         site,
+        "launcher_plugin",
         "launcher_plugin",
         """
         from fsdp_sdk import hookimpl
@@ -183,6 +184,7 @@ def test_the_cli_names_the_distribution_of_a_failing_render_hook(tmp_path: Path)
         def fsdp_sdk_render_job(objects):
             objects[0]["spec"]["pytorchReplicaSpecs"]["Launcher"]["replicas"] = 1
         """,
+        "launcher",
     )
     result = run_cli("job", "render", "--set", "job.registry=r.example.com/t", env={"PYTHONPATH": str(site)})
     assert (result.returncode, result.stdout) == (1, "")
@@ -194,8 +196,9 @@ def test_the_cli_names_the_distribution_of_a_failing_render_hook(tmp_path: Path)
 
 def test_a_plugins_preflight_check_fires_for_job_submit(tmp_path: Path) -> None:
     site = tmp_path / "site"
-    _install(
+    install_distribution(
         site,
+        "quota_plugin",
         "quota_plugin",
         """
         from fsdp_sdk import PreflightResult, hookimpl
@@ -206,6 +209,7 @@ def test_a_plugins_preflight_check_fires_for_job_submit(tmp_path: Path) -> None:
             return [PreflightResult("team-quota", gpus <= 8, f"{action}: {gpus} GPUs of the team's 8",
                                     "ask for fewer workers")]
         """,
+        "quota",
     )
     kubeconfig = tmp_path / "kubeconfig"  # never read: the check stops the submit first
     kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
@@ -231,3 +235,26 @@ def test_client_submit_job_checks_first(tmp_path: Path) -> None:
     with pytest.raises(BackendError, match=r"preflight failed: \[error\] quota: no quota left; wait"):
         client.submit_job()
     assert seen == ["submit"]
+
+
+def test_a_plugin_whose_commands_hook_fails_loses_its_commands_only(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    install_distribution(
+        site,
+        "cmds_plugin",
+        "cmds_plugin",
+        """
+        from fsdp_sdk import hookimpl
+
+        @hookimpl
+        def fsdp_sdk_register_commands(cli):
+            raise RuntimeError("no click today")
+        """,
+        "cmds",
+    )
+    result = run_cli("--help", env={"PYTHONPATH": str(site)})
+    assert result.returncode == 0 and "instance-types" in result.stdout
+    assert result.stderr == (
+        "fsdp-sdk: warning: plugin 'cmds' (from cmds_plugin 1.0): fsdp_sdk_register_commands failed: RuntimeError: "
+        "no click today (a bug in the plugin: report it to its author, or uninstall the plugin); its commands are left out\n"
+    )

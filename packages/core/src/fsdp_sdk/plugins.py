@@ -243,7 +243,9 @@ class PluginHooks:
             try:
                 self._call(impl, "fsdp_sdk_register_commands", cli=group)
             except FsdpSdkError as exc:
-                _warn(f"plugin {self._describe(impl.plugin_name)} failed to register its commands: {exc}")
+                who = f"plugin {self._describe(impl.plugin_name)}"
+                text = str(exc) if str(exc).startswith(who) else f"{who}: fsdp_sdk_register_commands failed: {exc}"
+                _warn(f"{text}; its commands are left out")
                 continue
             for name, command in group.commands.items():
                 owners.setdefault(name, []).append(impl.plugin_name)
