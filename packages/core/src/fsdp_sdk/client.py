@@ -17,6 +17,10 @@ The CLI is a thin layer over this class: it builds one :class:`Client` per
 command from its flags (the configuration is read and resolved once) and
 prints what the methods return. Data flows one way: configuration -> plan ->
 rendered objects -> actions.
+
+A platform embedding the SDK builds a hermetic client from its own data,
+``Client.from_dict({...}, plugins=...)``: no file, no environment variable, no
+plugin it was not given (``docs/embedding.md`` is the guide).
 """
 
 from __future__ import annotations
