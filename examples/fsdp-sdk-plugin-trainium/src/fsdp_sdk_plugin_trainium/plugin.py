@@ -7,13 +7,14 @@ worker pod of a job on a Trainium type gets the toleration and the label; jobs o
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fsdp_sdk import hookimpl
-from fsdp_sdk.config import Config
-from fsdp_sdk.instance_types import InstanceTypeRegistry
-from fsdp_sdk.k8s.render import worker_pods
 from fsdp_sdk_plugin_trainium.instance_types import TRAINIUM_INSTANCE_TYPES
+
+if TYPE_CHECKING:  # fsdp-sdk imports every plugin when it starts, --help included: import only what registering needs
+    from fsdp_sdk.config import Config
+    from fsdp_sdk.instance_types import InstanceTypeRegistry
 
 __all__ = ["GENERATION_LABEL", "TAINT_KEY", "fsdp_sdk_register_instance_types", "fsdp_sdk_render_job"]
 
@@ -35,6 +36,8 @@ def fsdp_sdk_register_instance_types(registry: InstanceTypeRegistry) -> None:
 @hookimpl
 def fsdp_sdk_render_job(config: Config, objects: list[dict[str, Any]]) -> None:
     """Tolerate our Trainium taint and label the pods with the Trainium generation (Trainium jobs only)."""
+    from fsdp_sdk.k8s.render import worker_pods
+
     generation = _GENERATIONS.get(config.cluster.instance_type)
     if generation is None:
         return
