@@ -409,9 +409,9 @@ def test_lazily_registered_backend_is_imported_on_first_use_and_checked() -> Non
 
 
 def _types_plugin(*names: str) -> str:
-    """Source of a plugin module registering Trainium-like instance types ``names``."""
+    """Source of a plugin module registering Neuron-like instance types ``names`` (a made-up family)."""
     types = ", ".join(
-        f"InstanceType(name={n!r}, gpu_count=16, gpu_model='Trainium', gpu_memory_gib=32, efa_interfaces=8, "
+        f"InstanceType(name={n!r}, gpu_count=16, gpu_model='Acme', gpu_memory_gib=32, efa_interfaces=8, "
         "vcpus=128, memory_gib=512, bf16_tflops_per_gpu=190.0, on_demand_usd_per_hour=None, "
         "accelerator_resource='aws.amazon.com/neuron')"
         for n in names
@@ -429,10 +429,10 @@ def _types_plugin(*names: str) -> str:
 
 @pytest.fixture
 def conflict_site(tmp_path: Path) -> Path:
-    """Two distributions that both register ``trn1.32xlarge``, each with a type of its own."""
+    """Two distributions that both register ``acme1.32xlarge``, each with a type of its own."""
     site = tmp_path / "site"
-    _install(site, "neuron_plugin", _types_plugin("trn1.32xlarge", "trn1n.32xlarge"))
-    _install(site, "neuron_fork", _types_plugin("trn1.32xlarge", "trn2.48xlarge"), entry_point="fork")
+    _install(site, "neuron_plugin", _types_plugin("acme1.32xlarge", "acme1n.32xlarge"))
+    _install(site, "neuron_fork", _types_plugin("acme1.32xlarge", "acme2.48xlarge"), entry_point="fork")
     return site
 
 
@@ -444,8 +444,8 @@ def test_two_distributions_registering_one_instance_type_are_reported_and_the_re
 
     listing = run_cli("plugins", env=env)
     assert listing.returncode == 1, listing.stderr
-    assert f"instance type trn1.32xlarge  {both}  refused for all of them" in listing.stdout
-    assert f"plugins {both} both register the instance type 'trn1.32xlarge', so none of them is used" in (
+    assert f"instance type acme1.32xlarge  {both}  refused for all of them" in listing.stdout
+    assert f"plugins {both} both register the instance type 'acme1.32xlarge', so none of them is used" in (
         listing.stderr
     )
     assert "pip uninstall neuron_fork or neuron_plugin" in listing.stderr
@@ -453,7 +453,7 @@ def test_two_distributions_registering_one_instance_type_are_reported_and_the_re
     as_json = run_cli("plugins", "--json", env=env)
     assert as_json.returncode == 1
     (conflict,) = json.loads(as_json.stdout)["conflicts"]
-    assert (conflict["kind"], conflict["name"], conflict["kept"]) == ("instance type", "trn1.32xlarge", None)
+    assert (conflict["kind"], conflict["name"], conflict["kept"]) == ("instance type", "acme1.32xlarge", None)
     assert [(p["name"], p["distribution"], p["version"]) for p in conflict["plugins"]] == [
         ("fork", "neuron_fork", "1.0"),
         ("neuron", "neuron_plugin", "1.0"),
@@ -463,14 +463,14 @@ def test_two_distributions_registering_one_instance_type_are_reported_and_the_re
     types = run_cli("instance-types", "--json", env=env)
     assert types.returncode == 0, types.stderr
     names = {t["name"] for t in json.loads(types.stdout)}
-    assert {"trn1n.32xlarge", "trn2.48xlarge", "p5.48xlarge"} <= names and "trn1.32xlarge" not in names
-    assert "both register the instance type 'trn1.32xlarge'" in types.stderr  # every command warns
+    assert {"acme1n.32xlarge", "acme2.48xlarge", "p5.48xlarge"} <= names and "acme1.32xlarge" not in names
+    assert "both register the instance type 'acme1.32xlarge'" in types.stderr  # every command warns
 
     unrelated = run_cli(
         "job",
         "render",
         "--set",
-        "cluster.instance_type=trn2.48xlarge",
+        "cluster.instance_type=acme2.48xlarge",
         "--set",
         "job.registry=r.example.com/t",
         env=env,
@@ -478,11 +478,11 @@ def test_two_distributions_registering_one_instance_type_are_reported_and_the_re
     assert unrelated.returncode == 0, unrelated.stderr
     assert "aws.amazon.com/neuron: 16" in unrelated.stdout and "nvidia.com/gpu" not in unrelated.stdout
 
-    chosen = run_cli("config", "show", "--set", "cluster.instance_type=trn1.32xlarge", env=env)
+    chosen = run_cli("config", "show", "--set", "cluster.instance_type=acme1.32xlarge", env=env)
     assert (chosen.returncode, chosen.stdout) == (2, "")
     assert chosen.stderr.splitlines()[-1] == (
         f"Error: cluster.instance_type (from --set): plugins {both} both register the instance type "
-        "'trn1.32xlarge', so none of them is used; uninstall one of them (pip uninstall neuron_fork or neuron_plugin)"
+        "'acme1.32xlarge', so none of them is used; uninstall one of them (pip uninstall neuron_fork or neuron_plugin)"
     )
 
 
