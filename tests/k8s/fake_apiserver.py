@@ -71,6 +71,8 @@ BUILTIN_RESOURCES = (
     Resource("", "v1", "ServiceAccount", "serviceaccounts"),
     Resource("apps", "v1", "Deployment", "deployments"),
     Resource("apps", "v1", "DaemonSet", "daemonsets"),
+    Resource("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", namespaced=False),
+    Resource("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings", namespaced=False),
     Resource("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", namespaced=False),
     Resource("kubeflow.org", "v1", "PyTorchJob", "pytorchjobs"),
     Resource("trainer.kubeflow.org", "v1alpha1", "TrainJob", "trainjobs"),

@@ -35,6 +35,9 @@ __all__ = [
     "no_progress",
 ]
 
+#: Backends of plugin packages the SDK knows of: ``--backend eksctl`` without the package says what to install.
+KNOWN_BACKEND_PACKAGES = {"eksctl": "fsdp-sdk-eksctl", "terraform": "fsdp-sdk-terraform"}
+
 #: Receives one human-readable line per step of a long operation (the CLI prints them on stderr).
 ProgressCallback = Callable[[str], None]
 
@@ -354,13 +357,31 @@ class BackendRegistry(NamedRegistry["type[ClusterBackend] | str"]):
         try:
             entry = self._entries[name]
         except KeyError:
-            known = ", ".join(self.names()) or "none"
-            raise ConfigError(
-                "cluster.backend",
-                f"unknown backend {name!r}",
-                f"use one of: {known} (fsdp-sdk plugins lists them)",
-            ) from None
+            problem, fix = self.unknown(name)
+            raise ConfigError("cluster.backend", problem, fix) from None
         return self._load(name, entry) if isinstance(entry, str) else entry
+
+    def unknown(self, name: str) -> tuple[str, str]:
+        """``(problem, fix)`` for a backend name nobody registered: the package that provides a known backend,
+        else the closest registered name (case-insensitively), else the list."""
+        import difflib
+
+        known = self.names()
+        lowered = {n.lower(): n for n in known}
+        if name.lower() in lowered:
+            return f"unknown backend {name!r}", f"did you mean {lowered[name.lower()]}? (backend names are lower-case)"
+        package = KNOWN_BACKEND_PACKAGES.get(name.lower())
+        if package is not None:
+            return (
+                f"backend {name.lower()!r} comes with the {package} package, which is not installed",
+                f"pip install {package}",
+            )
+        close = difflib.get_close_matches(name.lower(), [*known, *KNOWN_BACKEND_PACKAGES], n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]}? " if close else ""
+        return (
+            f"unknown backend {name!r}",
+            f"{hint}use one of: {', '.join(known) or 'none'} (fsdp-sdk plugins lists them)",
+        )
 
     def __iter__(self) -> Iterator[type[ClusterBackend]]:
         """Every backend class (lazily registered ones are imported here)."""
