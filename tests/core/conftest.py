@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -185,6 +186,7 @@ class _OutsideVenvBuild:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group: close() stops pip with it
             )
 
     def wait(self) -> Path:
@@ -197,7 +199,7 @@ class _OutsideVenvBuild:
 
     def close(self) -> None:
         if self.process is not None and self.process.poll() is None:
-            self.process.kill()
+            os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
         if self.root is not None:
             shutil.rmtree(self.root, ignore_errors=True)
@@ -206,6 +208,7 @@ class _OutsideVenvBuild:
 _OUTSIDE_VENV = _OutsideVenvBuild()
 
 
+@pytest.hookimpl(trylast=True)  # after -m and -k have deselected what will not run
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Start building the fresh venv as soon as a selected test needs it."""
     if any("outside_venv" in getattr(item, "fixturenames", ()) for item in items):
