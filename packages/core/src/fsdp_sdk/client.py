@@ -17,6 +17,10 @@ The CLI is a thin layer over this class: it builds one :class:`Client` per
 command from its flags (the configuration is read and resolved once) and
 prints what the methods return. Data flows one way: configuration -> plan ->
 rendered objects -> actions.
+
+A platform embedding the SDK builds a hermetic client from its own data,
+``Client.from_dict({...}, plugins=...)``: no file, no environment variable, no
+plugin it was not given (``docs/embedding.md`` is the guide).
 """
 
 from __future__ import annotations
@@ -104,12 +108,16 @@ def parse_trainer_args(args: Sequence[str]) -> list[Setting]:
 class Client:
     """A resolved configuration bound to its backend and plugins.
 
+    Build one with :meth:`from_sources` (files, ``.env``, ``FSDP_SDK_*`` variables, like the CLI) or,
+    for a platform embedding the SDK, :meth:`from_dict` (hermetic: nothing but the given data and plugins).
+
     :param config: the configuration; it is :meth:`~fsdp_sdk.config.Config.resolved` here.
     :param plugins: the plugin set; defaults to the process-wide :func:`~fsdp_sdk.plugins.get_plugins`.
     :param progress: receives one line per step of long operations (the CLI prints them on stderr).
-    :param kubeconfig: the kubeconfig of the cluster jobs go to; defaults to the backend's, then
-        ``$KUBECONFIG``, then ``~/.kube/config``.
+    :param kubeconfig: the kubeconfig of the cluster jobs go to; defaults to ``cluster.kubeconfig``, the
+        backend's, then ``$KUBECONFIG``, then ``~/.kube/config``.
     :param kube_context: the kubeconfig context (default: its current one).
+    :param hermetic: never fall back to ``$KUBECONFIG`` or ``~/.kube/config`` (see :meth:`from_dict`).
     :raises ConfigError: the configuration is invalid.
     """
 
@@ -121,12 +129,53 @@ class Client:
         progress: ProgressCallback | None = None,
         kubeconfig: str | os.PathLike[str] | None = None,
         kube_context: str | None = None,
+        hermetic: bool = False,
     ) -> None:
         self.loaded_plugins = plugins or get_plugins()
         self.config = config.resolved(self.loaded_plugins)
         self.progress: ProgressCallback = progress or no_progress
         self.kube_context = kube_context
+        self.hermetic = hermetic
         self._kubeconfig = Path(kubeconfig) if kubeconfig else None
+
+    @classmethod
+    def from_dict(
+        cls,
+        data: Mapping[str, Any],
+        *,
+        plugins: Plugins | None = None,
+        progress: ProgressCallback | None = None,
+        kubeconfig: str | os.PathLike[str] | None = None,
+        kube_context: str | None = None,
+    ) -> Client:
+        """A hermetic client: its configuration is ``data`` and nothing else.
+
+        Unlike :meth:`from_sources`, it reads no file (no YAML, no ``./.env``), no environment variable
+        (no ``FSDP_SDK_*``, not even ``$FSDP_SDK_STATE_DIR``: ``cluster.state_dir`` is ``data``'s or
+        ``~/.local/state/fsdp-sdk``), loads no third-party plugin unless given one in ``plugins``, and never
+        falls back to ``$KUBECONFIG`` or ``~/.kube/config``: jobs go to the cluster of ``kubeconfig``,
+        ``cluster.kubeconfig`` or the backend's kubeconfig. What runs underneath keeps its own environment:
+        boto3 finds AWS credentials as it always does, and local runs' processes inherit this process's.
+
+        :param data: the configuration as nested dicts, like the YAML file:
+            ``{"cluster": {...}, "job": {...}, "trainer": {"model": {"preset": "tiny"}}}``, plus plugin sections.
+        :param plugins: the plugin set; defaults to the built-in plugins alone
+            (``build_plugins(autoload=False)``), never the process-wide set.
+        :param progress: progress callback (default: none; the client prints nothing).
+        :param kubeconfig: see :class:`Client`.
+        :param kube_context: see :class:`Client`.
+        :raises ConfigError: a key is unknown or a value invalid (the message names it as ``data`` spells it).
+        """
+        from fsdp_sdk.config import DEFAULT_STATE_DIR
+        from fsdp_sdk.plugins import build_plugins
+
+        plugins = plugins if plugins is not None else build_plugins(autoload=False)
+        config = Config.from_dict(data, source="Client.from_dict", sections=plugins.settings)
+        if "cluster.state_dir" not in config.origins:
+            config.cluster.state_dir = Path(DEFAULT_STATE_DIR).expanduser()
+        return cls(
+            config, plugins=plugins, progress=progress, kubeconfig=kubeconfig, kube_context=kube_context, hermetic=True
+        )
 
     @classmethod
     def from_sources(
@@ -175,12 +224,16 @@ class Client:
         """The backend named by ``cluster.backend``."""
         return self.loaded_plugins.backends.get(self.config.cluster.backend)()
 
-    def preflight(self) -> list[PreflightResult]:
-        """Run every plugin's preflight checks for this configuration (they read, never change)."""
-        return self.loaded_plugins.hooks.preflight(self.config)
+    def preflight(self, action: str = "up") -> list[PreflightResult]:
+        """Run every plugin's preflight checks for this configuration (they read, never change).
 
-    def _checked(self) -> list[PreflightResult]:
-        results = self.preflight()
+        :param action: what the checks are for: ``up``, ``run`` or ``submit`` (see ``fsdp_sdk_preflight``).
+        """
+        return self.loaded_plugins.hooks.preflight(self.config, action)
+
+    def _checked(self, action: str = "up") -> list[PreflightResult]:
+        """Run the checks, show the failed warnings as progress, and raise for the failed errors."""
+        results = self.preflight(action)
         for result in results:
             if not result.ok and not result.blocking:
                 self.progress(result.line())
@@ -337,8 +390,21 @@ class Client:
         path = self.backend.kubeconfig(self.config)
         if path is not None and Path(path).exists():
             return Path(path)
+        if self.hermetic:
+            return None
         environ = os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
         return Path(environ) if environ else None
+
+    def _kubeconfig_or_fail(self) -> Path | None:
+        """:meth:`kubeconfig`; a hermetic client without one refuses rather than read ``~/.kube/config``."""
+        path = self.kubeconfig()
+        if path is None and self.hermetic:
+            raise ConfigError(
+                "kubeconfig",
+                "this client is hermetic (Client.from_dict), so it reads neither $KUBECONFIG nor ~/.kube/config",
+                "pass kubeconfig= to Client.from_dict(), or set cluster.kubeconfig",
+            )
+        return path
 
     def hourly_price(self, config: Config | None = None) -> Price:
         """The on-demand price of ``cluster.instance_type`` in ``cluster.region``: the AWS Price List's when
@@ -374,7 +440,7 @@ class Client:
         from fsdp_sdk.k8s.kube import Kube
         from fsdp_sdk.k8s.prereqs import Prereqs
 
-        path = self.kubeconfig()
+        path = self._kubeconfig_or_fail() if connect else self.kubeconfig()
         kube = Kube.from_kubeconfig(path, context=self.kube_context) if connect else None
         return Prereqs(self.config, kube, kubeconfig=str(path) if path else None, context=self.kube_context)
 
@@ -518,8 +584,38 @@ class Client:
             )
         from fsdp_sdk.k8s.jobs import JobClient
 
-        path = self.kubeconfig()
+        path = self._kubeconfig_or_fail()
         return JobClient(self.config, kubeconfig=path, context=self.kube_context, plugins=self.loaded_plugins)
+
+    def submit_job(
+        self,
+        *,
+        run_id: str | None = None,
+        create_secret: bool | None = None,
+        api: str | None = None,
+        dry_run: bool = False,
+    ) -> JobRef:
+        """Check, render and submit the job to the cluster (what ``fsdp-sdk job submit`` does); returns at once.
+
+        The preflight checks run first (action ``submit``: a plugin's quota check can refuse the job
+        before anything is sent); then the job is rendered (:meth:`render_job`) and applied with
+        server-side apply, and plugins hear ``fsdp_sdk_job_submitted``. Follow it with
+        ``client.jobs.wait(job, on_output=...)``, ``client.jobs.logs(job, ...)``, ``client.jobs.status(job)``.
+
+        :param run_id: the rendezvous id (default: a fresh one).
+        :param create_secret: also apply the Hugging Face token Secret (default: when ``job.hf_token`` is set).
+        :param api: ``pytorchjob`` or ``trainjob`` (default: ``job.api``).
+        :param dry_run: the API server validates the objects and stores nothing (``dryRun=All``); no hook hears it.
+        :raises PreflightError: a check failed (nothing was sent).
+        :raises ConfigError: the configuration cannot make a valid job (nothing was sent).
+        :raises KubernetesError: the job exists already, or the server refused an object.
+        """
+        self._checked("submit")
+        jobs = self.jobs
+        job = jobs.submit(run_id=run_id, create_secret=create_secret, api=api, dry_run=dry_run)
+        if not dry_run:
+            self.loaded_plugins.hooks.job_submitted(jobs.config, job)
+        return job
 
     def run(
         self,
@@ -553,7 +649,7 @@ class Client:
         run_id = run_id or uuid.uuid4().hex[:12]
         hooks = self.loaded_plugins.hooks
         if not dry_run:
-            self._checked()
+            self._checked("run")
 
         if self.backend.runs_jobs:
             job_ref: list[JobRef] = []

@@ -137,11 +137,9 @@ def submit(
     dry_run: bool,
     as_json: bool,
 ) -> None:
-    """Render the job and apply it with server-side apply (field manager fsdp-sdk)."""
+    """Run the preflight checks, render the job and apply it with server-side apply (field manager fsdp-sdk)."""
+    ref = app.client.submit_job(run_id=rdzv_id, create_secret=create_secret, dry_run=dry_run)
     jobs = app.client.jobs
-    ref = jobs.submit(run_id=rdzv_id, create_secret=create_secret, dry_run=dry_run)
-    if not dry_run:
-        app.client.loaded_plugins.hooks.job_submitted(jobs.config, ref)
     kind = jobs.last_objects[0]["kind"]
     if as_json:
         app.echo_json(
