@@ -374,6 +374,23 @@ class Client:
         """
         if nodes < 0:
             raise ConfigError("nodes", f"{nodes} is negative", "pass a number of nodes of 0 or more")
+        cluster = self.config.cluster
+        if not self.backend.runs_jobs and not cluster.min_nodes <= nodes <= (cluster.max_nodes or nodes):
+            raise ConfigError(
+                "nodes",
+                f"{nodes} is outside cluster.min_nodes..cluster.max_nodes ({cluster.min_nodes}..{cluster.max_nodes})",
+                "pick a number in that range, or change cluster.min_nodes / cluster.max_nodes",
+            )
+        if not self.backend.runs_jobs and nodes > self.backend.status(self.config).nodes:
+            # More nodes: the checks of 'up' (quota, reservation) for the cluster at its new size.
+            target = self.config.with_overrides([Setting("cluster.nodes", nodes, "nodes", "scale")])
+            results = self.loaded_plugins.hooks.preflight(
+                target.resolved(self.loaded_plugins, validate_trainer=False), "up"
+            )
+            for result in results:
+                if not result.ok and not result.blocking:
+                    self.progress(result.line())
+            raise_for_failures(results)
         return self.backend.scale(self.config, nodes, dry_run=dry_run, progress=self.progress)
 
     def status(self) -> ClusterStatus:
