@@ -37,6 +37,7 @@ from fsdp_sdk.preflight import PreflightResult, raise_for_failures
 from fsdp_sdk.runs import JobRef, RunResult
 
 if TYPE_CHECKING:
+    from fsdp_sdk.estimate import Estimate
     from fsdp_sdk.instance_types import InstanceType
     from fsdp_sdk.k8s.image import ImageBuild, ImagePush
     from fsdp_sdk.k8s.jobs import JobClient
@@ -232,7 +233,15 @@ class Client:
                 objects += [dict(o) for o in component.objects]
             if components:
                 steps.append("apply monitoring: " + ", ".join(c.name for c in components))
-        return dataclasses.replace(plan, steps=steps, kubernetes=objects, filled=filled, preflight=results)
+        estimate = self._side_estimate(config)
+        return dataclasses.replace(
+            plan,
+            steps=steps,
+            kubernetes=objects,
+            filled=filled,
+            preflight=results,
+            estimate=estimate.to_dict() if estimate else None,
+        )
 
     def up(self, plan: Plan | None = None, *, dry_run: bool = False) -> ClusterStatus:
         """Bring the cluster up as ``plan`` says (by default :meth:`plan`), ready for jobs.
@@ -439,6 +448,7 @@ class Client:
         run_id: str | None = None,
         dry_run: bool = False,
         on_output: Callable[[str], None] | None = None,
+        force: bool = False,
     ) -> RunResult:
         """Run the trainer to completion on this cluster and return its summary.
 
@@ -451,7 +461,8 @@ class Client:
         :param run_id: the run (rendezvous) id; a fresh one by default. Never reuse one.
         :param dry_run: return the commands or objects that would run; start nothing.
         :param on_output: receives each line of the leader's output.
-        :raises ConfigError: a trainer setting is invalid.
+        :param force: run even when the estimate says the job will not fit in the GPUs' memory.
+        :raises ConfigError: a trainer setting is invalid, or the job will not fit (see :meth:`check_fits`).
         :raises RunError: the run failed.
         """
         settings = [
@@ -462,6 +473,8 @@ class Client:
         config = self.config.with_overrides(settings).resolved(self.loaded_plugins) if settings else self.config
         run_id = run_id or uuid.uuid4().hex[:12]
         hooks = self.loaded_plugins.hooks
+        if not self.backend.runs_jobs and not force:
+            self.check_fits(config)
         if not dry_run:
             self._checked()
 
@@ -503,6 +516,129 @@ class Client:
             raise RunError(f"job {job.name}: finished without a trainer summary")
         hooks.job_finished(config, job, True, summary)
         return RunResult(job, summary)
+
+    # ------------------------------------------------------------------ estimates
+
+    def _estimate_config(
+        self, nodes: int | None, gpus_per_node: int | None, instance_type: str | None, config: Config | None = None
+    ) -> Config:
+        config = config or self.config
+        settings = []
+        if nodes is not None:
+            if nodes < 1:
+                raise ConfigError("nodes", f"{nodes} is not a number of nodes", "use 1 or more")
+            settings.append(Setting("job.num_workers", nodes, "nodes"))
+        if gpus_per_node is not None:
+            settings.append(Setting("job.nproc_per_node", gpus_per_node, "gpus per node"))
+        if instance_type is not None:
+            settings.append(Setting("cluster.instance_type", instance_type, "instance type"))
+            # counts derived from the configured type are derived again from this one
+            settings += [
+                Setting(p, None) for p in ("job.gpu_per_worker", "job.efa_per_worker") if p not in config.origins
+            ]
+        if not settings:
+            return config
+        return config.with_overrides(settings).resolved(self.loaded_plugins, validate_trainer=False)
+
+    def estimate(
+        self,
+        *,
+        model: str | None = None,
+        nodes: int | None = None,
+        gpus_per_node: int | None = None,
+        instance_type: str | None = None,
+        trainer_overrides: Mapping[str, Any] | None = None,
+        mfu: float | None = None,
+        tokens: float | None = None,
+        scaling: Iterable[int] | bool = True,
+    ) -> Estimate:
+        """Memory per GPU, speed, cost and weak scaling of the configured training job (pure: nothing starts).
+
+        :param model: a preset name or a Hugging Face ``config.json`` (file or directory); default: the
+            configuration's ``trainer.model``.
+        :param nodes: nodes of the job (default ``job.num_workers``).
+        :param gpus_per_node: GPUs (trainer processes) per node (default: all of the instance type's).
+        :param instance_type: any registered instance type (default ``cluster.instance_type``).
+        :param trainer_overrides: trainer settings by dotted name, e.g. ``{"parallel.sharding": "hybrid_shard"}``.
+        :param mfu: the MFU compute runs at (default: the trainer's measured one, scaled to the settings).
+        :param tokens: tokens the time and cost to train are for (default 1e9).
+        :param scaling: node counts of the scaling table (True: 1, 2, 4, ... up to ``nodes``).
+        :raises ConfigError: an unknown model or instance type, impossible settings, or no trainer installed.
+        """
+        from fsdp_sdk.estimate import DEFAULT_TOKENS, estimate_job
+
+        config = self._estimate_config(nodes, gpus_per_node, instance_type)
+        return estimate_job(
+            config,
+            config.instance(self.loaded_plugins),
+            model=model,
+            trainer_overrides=trainer_overrides,
+            mfu=mfu,
+            tokens=DEFAULT_TOKENS if tokens is None else tokens,
+            scaling=scaling,
+        )
+
+    def recommend(
+        self,
+        *,
+        model: str | None = None,
+        nodes: int | None = None,
+        gpus_per_node: int | None = None,
+        instance_type: str | None = None,
+        trainer_overrides: Mapping[str, Any] | None = None,
+        mfu: float | None = None,
+        tokens: float | None = None,
+    ) -> list[Estimate]:
+        """The sharding / activation checkpointing / micro-batch combinations that fit, fastest first
+        (arguments as :meth:`estimate`)."""
+        from fsdp_sdk.estimate import DEFAULT_TOKENS, recommend
+
+        config = self._estimate_config(nodes, gpus_per_node, instance_type)
+        return recommend(
+            config,
+            config.instance(self.loaded_plugins),
+            model=model,
+            trainer_overrides=trainer_overrides,
+            mfu=mfu,
+            tokens=DEFAULT_TOKENS if tokens is None else tokens,
+        )
+
+    def check_fits(self, config: Config | None = None) -> Estimate | None:
+        """Refuse a job the estimate says will not fit in its GPUs' memory; the estimate, or None when none can be
+        made here (no trainer installed, or a model only on the Hugging Face Hub).
+
+        :raises ConfigError: the estimated peak exceeds the usable memory, or ``--auto`` would find nothing that fits.
+        """
+        from fsdp_sdk.estimate import EstimateUnavailable, estimate_job, fit_problem
+
+        config = config or self.config
+        try:
+            est = estimate_job(config, config.instance(self.loaded_plugins), scaling=False)
+        except EstimateUnavailable as exc:
+            self.progress(f"fit check skipped: {exc}")
+            return None
+        problem = fit_problem(est)
+        if problem:
+            raise ConfigError(
+                "estimate",
+                problem,
+                "use more nodes, a smaller micro batch or activation checkpointing ('fsdp-sdk estimate --recommend' "
+                "lists what fits), or run it anyway with --force",
+            )
+        return est
+
+    def _side_estimate(self, config: Config) -> Estimate | None:
+        """The configured job's estimate for ``up --dry-run``: None without a model in the configuration or where
+        none can be made here (said on the progress stream)."""
+        from fsdp_sdk.estimate import EstimateUnavailable, estimate_job, model_is_given
+
+        if not model_is_given(config):
+            return None
+        try:
+            return estimate_job(config, config.instance(self.loaded_plugins))
+        except EstimateUnavailable as exc:
+            self.progress(f"estimate skipped: {exc}")
+            return None
 
     # ------------------------------------------------------------------ catalogue
 

@@ -40,6 +40,8 @@ COMMANDS: dict[str, str] = {
     "prereqs": "fsdp_sdk.cli.prereqs:prereqs",
     "image": "fsdp_sdk.cli.image:image",
     "job": "fsdp_sdk.cli.job:job",
+    "estimate": "fsdp_sdk.cli.estimate:estimate",
+    "bench": "fsdp_sdk.cli.bench:bench",
 }
 
 
