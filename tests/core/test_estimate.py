@@ -193,6 +193,17 @@ def test_speed_cost_and_scaling_hang_together(client):
         model="llama2-70b", nodes=16, instance_type="p5.48xlarge", trainer_overrides={"ac.mode": "full"}
     )
     assert p5.scaling[-1].efficiency > est.scaling[-1].efficiency
+    # a network that reaches less of its nominal bandwidth scales worse (what a measured sweep calibrates)
+    slower = client.estimate(
+        model="llama2-70b",
+        nodes=16,
+        instance_type="p5.48xlarge",
+        trainer_overrides={"ac.mode": "full"},
+        network_efficiency=0.2,
+    )
+    assert slower.scaling[-1].efficiency < p5.scaling[-1].efficiency and "20% of 3200 Gbit/s" in " ".join(
+        slower.assumptions
+    )
     p5e = client.estimate(model="llama2-7b", nodes=1, instance_type="p5e.48xlarge")
     assert p5e.cost.usd_per_hour is None and p5e.cost.usd_per_billion_tokens is None
     assert "no on-demand price" in p5e.cost.price_note
@@ -327,6 +338,7 @@ def test_a_plugin_instance_type_is_estimated(invoke, example_plugin):
         (["--sharding", "zero3"], "'zero3' is not one of"),
         (["--nodes", "0"], "--nodes"),
         (["--mfu", "1.5"], "mfu: 1.5 is not a fraction"),
+        (["--network-efficiency", "0"], "network efficiency: 0.0 is not a fraction"),
         (["--tokens", "lots"], "--tokens: 'lots' is not a number of tokens"),
         (["--fp8", "--instance-type", "p4de.24xlarge"], "no float8 tensor cores"),
         (["--", "--parallel.sharding", "hybrid_shard", "--parallel.shard_size", "3"], "shard_size 3"),

@@ -551,6 +551,7 @@ class Client:
         mfu: float | None = None,
         tokens: float | None = None,
         scaling: Iterable[int] | bool = True,
+        network_efficiency: float | None = None,
     ) -> Estimate:
         """Memory per GPU, speed, cost and weak scaling of the configured training job (pure: nothing starts).
 
@@ -563,6 +564,7 @@ class Client:
         :param mfu: the MFU compute runs at (default: the trainer's measured one, scaled to the settings).
         :param tokens: tokens the time and cost to train are for (default 1e9).
         :param scaling: node counts of the scaling table (True: 1, 2, 4, ... up to ``nodes``).
+        :param network_efficiency: share of the nominal network bandwidth collectives reach (default 0.8).
         :raises ConfigError: an unknown model or instance type, impossible settings, or no trainer installed.
         """
         from fsdp_sdk.estimate import DEFAULT_TOKENS, estimate_job
@@ -576,6 +578,7 @@ class Client:
             mfu=mfu,
             tokens=DEFAULT_TOKENS if tokens is None else tokens,
             scaling=scaling,
+            network_efficiency=network_efficiency,
         )
 
     def recommend(
@@ -588,6 +591,7 @@ class Client:
         trainer_overrides: Mapping[str, Any] | None = None,
         mfu: float | None = None,
         tokens: float | None = None,
+        network_efficiency: float | None = None,
     ) -> list[Estimate]:
         """The sharding / activation checkpointing / micro-batch combinations that fit, fastest first
         (arguments as :meth:`estimate`)."""
@@ -601,6 +605,7 @@ class Client:
             trainer_overrides=trainer_overrides,
             mfu=mfu,
             tokens=DEFAULT_TOKENS if tokens is None else tokens,
+            network_efficiency=network_efficiency,
         )
 
     def check_fits(self, config: Config | None = None) -> Estimate | None:

@@ -351,6 +351,7 @@ class _Inputs:
     gpus_per_node: int
     shard_degree: int = 1
     master_weights: bool = False
+    network_efficiency: float = 0.8
     notes: list[str] = field(default_factory=list)
 
 
@@ -490,7 +491,12 @@ def _speed(autotune: ModuleType, inputs: _Inputs, mfu: float | None) -> tuple[Sp
         reshard_after_forward=kwargs["reshard_after_forward"],
         fp8_all_gather=fp8 and t.fp8.all_gather,
     )
-    links = autotune.Links.nominal(instance.intra_node_gbytes_per_s, instance.network_gbps, inputs.gpus_per_node)
+    links = autotune.Links.nominal(
+        instance.intra_node_gbytes_per_s,
+        instance.network_gbps,
+        inputs.gpus_per_node,
+        network_efficiency=inputs.network_efficiency,
+    )
     step = autotune.step_time(
         shape,
         t.data.seq_len,
@@ -645,6 +651,7 @@ def estimate_job(
     mfu: float | None = None,
     tokens: float = DEFAULT_TOKENS,
     scaling: Iterable[int] | bool = True,
+    network_efficiency: float | None = None,
 ) -> Estimate:
     """Estimate one configuration's training job on ``instance`` (``config.job.num_workers`` nodes).
 
@@ -655,9 +662,16 @@ def estimate_job(
     :param mfu: the MFU compute runs at, instead of the trainer's measured one scaled to these settings.
     :param tokens: tokens the time and cost to train are given for.
     :param scaling: node counts of the weak-scaling table (True: 1, 2, 4, ... up to the job's nodes; False: none).
+    :param network_efficiency: share of the instance's nominal network bandwidth collectives reach (default: the
+        model's ``NETWORK_EFFICIENCY``); fit it to a measured sweep (``fsdp-sdk bench scale``).
     :raises ConfigError: an unknown model, impossible settings, or the trainer (its model) is not installed.
     """
     autotune = _autotune()
+    if network_efficiency is not None and not 0 < network_efficiency <= 1:
+        raise ConfigError(
+            "network efficiency", f"{network_efficiency} is not a fraction", "give a number above 0 and at most 1"
+        )
+    efficiency = autotune.NETWORK_EFFICIENCY if network_efficiency is None else network_efficiency
     if mfu is not None and not 0 < mfu <= 1:
         raise ConfigError(
             "mfu", f"{mfu} is not a fraction", "give the MFU as a number above 0 and at most 1, like 0.45"
@@ -665,6 +679,7 @@ def estimate_job(
     if not tokens > 0:
         raise ConfigError("tokens", f"{tokens} is not a number of tokens", "give a positive count, like 1e9 or 300B")
     inputs = _inputs(config, instance, model=model, trainer_overrides=trainer_overrides)
+    inputs.network_efficiency = efficiency
     auto = _apply_auto(autotune, inputs) if inputs.trainer.auto.enabled else None
     if auto is not None and "error" not in auto:
         inputs.master_weights = inputs.master_weights and inputs.trainer.train.grad_accum_steps == 1
@@ -680,7 +695,7 @@ def estimate_job(
         assumptions += [
             f"compute at MFU {speed.compute_mfu:.1%}: {speed.mfu_basis}",
             f"links at {autotune.NVLINK_EFFICIENCY:.0%} of {instance.intra_node_gbytes_per_s:g} GB/s per GPU "
-            f"({instance.intra_node_link}) and {autotune.NETWORK_EFFICIENCY:.0%} of {instance.network_gbps} Gbit/s "
+            f"({instance.intra_node_link}) and {efficiency:.0%} of {instance.network_gbps} Gbit/s "
             "per node (EFA); ring collectives with NCCL's latencies",
             "overlap: all-gathers hide behind the pass they feed, reductions behind the backward; the first unit of "
             "each pass, the last reduction and any excess over the compute are exposed",
@@ -688,7 +703,7 @@ def estimate_job(
     points: list[ScalingPoint] = []
     counts = _nodes_for_scaling(inputs.nodes) if scaling is True else ([] if scaling is False else list(scaling))
     for count in counts:
-        points.append(_scaling_point(config, instance, count, model, trainer_overrides, mfu, inputs, auto))
+        points.append(_scaling_point(config, instance, count, model, trainer_overrides, mfu, inputs))
     if points and points[0].tokens_per_s_per_gpu:
         first = points[0].tokens_per_s_per_gpu
         points = [dataclasses.replace(p, efficiency=(p.tokens_per_s_per_gpu or 0) / first) for p in points]
@@ -718,7 +733,6 @@ def _scaling_point(
     overrides: Mapping[str, Any] | None,
     mfu: float | None,
     base: _Inputs,
-    auto: Mapping[str, Any] | None,
 ) -> ScalingPoint:
     """The job at ``nodes`` nodes with the per-GPU settings of ``base`` (those ``--auto`` chose included)."""
     autotune = _autotune()
@@ -738,6 +752,7 @@ def _scaling_point(
         inputs = _inputs(scaled, instance, model=model, trainer_overrides=fixed)
     except ConfigError:  # e.g. a fixed hybrid shard that does not tile this world
         return ScalingPoint(nodes, nodes * base.gpus_per_node, False, float("nan"), None, None, None, None)
+    inputs.network_efficiency = base.network_efficiency
     memory = _memory(autotune, inputs)
     speed, _, _ = _speed(autotune, inputs, mfu)
     price = instance.on_demand_usd_per_hour
@@ -770,6 +785,7 @@ def recommend(
     mfu: float | None = None,
     tokens: float = DEFAULT_TOKENS,
     shardings: Sequence[str] | None = None,
+    network_efficiency: float | None = None,
 ) -> list[Estimate]:
     """Every sharding strategy / activation checkpointing / micro-batch combination that fits, fastest first.
 
@@ -803,7 +819,14 @@ def recommend(
                         "auto.enabled": False,
                     }
                     est = estimate_job(
-                        config, instance, model=model, trainer_overrides=combo, mfu=mfu, tokens=tokens, scaling=False
+                        config,
+                        instance,
+                        model=model,
+                        trainer_overrides=combo,
+                        mfu=mfu,
+                        tokens=tokens,
+                        scaling=False,
+                        network_efficiency=network_efficiency,
                     )
                     if est.speed is None:
                         raise ConfigError("recommend", f"cannot rank without a speed estimate: {est.speed_note}")

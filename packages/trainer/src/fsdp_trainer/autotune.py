@@ -791,11 +791,19 @@ class Links:
     """GPUs of one node that share ``network``."""
 
     @classmethod
-    def nominal(cls, intra_node_gbytes_per_s: float, network_gbps: float, gpus_per_node: int) -> Links:
-        """From the instance type's figures (GB/s per GPU within a node, Gbit/s per node), at the efficiencies above."""
+    def nominal(
+        cls,
+        intra_node_gbytes_per_s: float,
+        network_gbps: float,
+        gpus_per_node: int,
+        *,
+        network_efficiency: float = NETWORK_EFFICIENCY,
+        intra_node_efficiency: float = NVLINK_EFFICIENCY,
+    ) -> Links:
+        """From the instance type's figures (GB/s per GPU within a node, Gbit/s per node), at these efficiencies."""
         return cls(
-            intra_node_gbytes_per_s * 1e9 * NVLINK_EFFICIENCY,
-            network_gbps / 8 * 1e9 * NETWORK_EFFICIENCY,
+            intra_node_gbytes_per_s * 1e9 * intra_node_efficiency,
+            network_gbps / 8 * 1e9 * network_efficiency,
             gpus_per_node,
         )
 

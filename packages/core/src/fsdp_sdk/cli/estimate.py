@@ -151,6 +151,13 @@ def _job_options(function: F) -> F:
             "these settings).",
         ),
         click.option(
+            "--network-efficiency",
+            type=float,
+            metavar="FRACTION",
+            help="Share of the instance's nominal network bandwidth collectives reach (default 0.8); fit it to a "
+            "measured 'fsdp-sdk bench scale'.",
+        ),
+        click.option(
             "--tokens",
             metavar="COUNT",
             default="1B",
@@ -179,6 +186,7 @@ def estimate(
     app: Application,
     model: str | None,
     mfu: float | None,
+    network_efficiency: float | None,
     tokens: str,
     recommend: bool,
     top: int,
@@ -203,7 +211,9 @@ def estimate(
     overrides = {s.path.removeprefix("trainer."): s.value for s in parse_trainer_args(trainer_args)}
     client = app.client
     if recommend:
-        found = client.recommend(model=model, trainer_overrides=overrides, mfu=mfu, tokens=count)
+        found = client.recommend(
+            model=model, trainer_overrides=overrides, mfu=mfu, tokens=count, network_efficiency=network_efficiency
+        )
         if as_json:
             app.echo_json({"candidates": [e.to_dict() for e in found[:top]], "fitting": len(found)})
         else:
@@ -211,7 +221,9 @@ def estimate(
         if not found:
             raise click.exceptions.Exit(1)
         return
-    est = client.estimate(model=model, trainer_overrides=overrides, mfu=mfu, tokens=count)
+    est = client.estimate(
+        model=model, trainer_overrides=overrides, mfu=mfu, tokens=count, network_efficiency=network_efficiency
+    )
     if as_json:
         app.echo_json(est.to_dict())
         return
