@@ -361,7 +361,10 @@ def _trainer_config(config: Config, overrides: Mapping[str, Any] | None = None) 
     from fsdp_trainer.config import TrainerConfig
 
     data = json.loads(json.dumps(config.trainer, default=str))
+    if "activation_checkpointing" in data:  # one spelling, so that an override of ac.* lands in the same section
+        data["ac"] = {**data.pop("activation_checkpointing"), **data.get("ac", {})}
     for path, value in (overrides or {}).items():
+        path = "ac." + path.split(".", 1)[1] if path.startswith("activation_checkpointing.") else path
         node = data
         *sections, leaf = path.split(".")
         for section in sections:
