@@ -303,7 +303,7 @@ def test_estimate_command_table_and_json(invoke):
         "fits,",
         "tokens/s",
         "MFU",
-        "time to train 300,000,000,000 tokens",
+        "time to train 300B tokens",
         "per billion tokens",
         "weak scaling",
         "EFFICIENCY",

@@ -301,7 +301,8 @@ class Estimate:
     def where(self) -> str:
         """The model and the GPUs: ``llama2-70b (69.0B) on 16 x p5.48xlarge = 128 GPUs``."""
         name = Path(self.model.name).parent.name if self.model.source == "config.json" else self.model.name
-        return f"{name} ({self.params / 1e9:.1f}B) on {self.nodes} x {self.instance_type} = {self.gpus} GPUs"
+        gpus = f"{self.gpus} GPU{'s' if self.gpus != 1 else ''}"
+        return f"{name} ({self.params / 1e9:.1f}B) on {self.nodes} x {self.instance_type} = {gpus}"
 
     def describe(self) -> str:
         """One line: :meth:`where`, and the settings that change memory and speed the most."""

@@ -234,6 +234,13 @@ def _gib(value: float | None) -> str:
     return "-" if value is None else f"{value:,.1f}"
 
 
+def _count(tokens: float) -> str:
+    for scale, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M")):
+        if tokens >= scale:
+            return f"{tokens / scale:,.4g}{unit}"
+    return f"{tokens:,.0f}"
+
+
 def _duration(hours: float) -> str:
     if hours < 1:
         return f"{hours * 60:.0f} min"
@@ -287,11 +294,12 @@ def _echo_estimate(est: Estimate) -> None:
         if comms:
             click.echo(f"collectives per step and GPU: {comms}")
         if cost.hours_to_train is not None:
-            click.echo(f"time to train {cost.tokens:,.0f} tokens: {_duration(cost.hours_to_train)}")
+            click.echo(f"time to train {_count(cost.tokens)} tokens: {_duration(cost.hours_to_train)}")
     if cost.usd_per_hour is None:
         click.echo(f"cost: no price ({cost.price_note})")
     else:
-        line = f"cost: ${cost.usd_per_hour:,.2f}/hour for {est.nodes} nodes ({cost.price_note})"
+        nodes = f"{est.nodes} node{'s' if est.nodes != 1 else ''}"
+        line = f"cost: ${cost.usd_per_hour:,.2f}/hour for {nodes} ({cost.price_note})"
         if cost.usd_per_billion_tokens is not None and cost.usd_to_train is not None:
             line += f"; ${cost.usd_per_billion_tokens:,.2f} per billion tokens, ${cost.usd_to_train:,.0f} to train"
         click.echo(line)
