@@ -37,6 +37,7 @@ from fsdp_sdk.preflight import PreflightResult, raise_for_failures
 from fsdp_sdk.runs import JobRef, RunResult
 
 if TYPE_CHECKING:
+    from fsdp_sdk.aws.pricing import Price
     from fsdp_sdk.estimate import Estimate
     from fsdp_sdk.instance_types import InstanceType
     from fsdp_sdk.k8s.image import ImageBuild, ImagePush
@@ -233,6 +234,14 @@ class Client:
                 objects += [dict(o) for o in component.objects]
             if components:
                 steps.append("apply monitoring: " + ", ".join(c.name for c in components))
+        cost, details = plan.hourly_cost_usd, dict(plan.details)
+        if any(r.check == "aws-credentials" and r.ok for r in results):
+            # The backend priced the GPU nodes from the table (us-east-1, dated); AWS answers for this region.
+            price = self.hourly_price(config)
+            table = self.config.instance(self.loaded_plugins).on_demand_usd_per_hour
+            if price.source == "price-list-api" and cost is not None and table:
+                cost = cost - table * config.cluster.nodes + price.usd_per_hour * config.cluster.nodes
+                details["price"] = price.describe()
         estimate = self._side_estimate(config)
         return dataclasses.replace(
             plan,
@@ -240,6 +249,8 @@ class Client:
             kubernetes=objects,
             filled=filled,
             preflight=results,
+            hourly_cost_usd=cost,
+            details=details,
             estimate=estimate.to_dict() if estimate else None,
         )
 
@@ -319,6 +330,15 @@ class Client:
             return Path(path)
         environ = os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
         return Path(environ) if environ else None
+
+    def hourly_price(self, config: Config | None = None) -> Price:
+        """The on-demand price of ``cluster.instance_type`` in ``cluster.region``: the AWS Price List's when
+        credentials allow it (cached for a day under the state directory), else the instance type's dated table."""
+        from fsdp_sdk.aws.pricing import hourly_price
+
+        config = config or self.config
+        instance = config.instance(self.loaded_plugins)
+        return hourly_price(instance, config.cluster.region, state_dir=Path(config.cluster.state_dir))
 
     def merge_kubeconfig(self, target: str | os.PathLike[str] | None = None) -> Path:
         """Add the cluster's kubeconfig to ``target`` (default ``~/.kube/config``) and make it the current context.

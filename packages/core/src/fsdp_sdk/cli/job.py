@@ -91,10 +91,10 @@ def render(
     The Hugging Face token never appears: the job references the Secret, and the
     Secret is printed without its data.
     """
-    import yaml
+    from fsdp_sdk.cli.output import to_yaml_documents
 
     objects = app.client.render_job(rdzv_id=rdzv_id, create_secret=create_secret)
-    click.echo(yaml.safe_dump_all(objects, sort_keys=False), nl=False)
+    click.echo(to_yaml_documents(objects), nl=False)
     if validate:
         from fsdp_sdk.k8s.validate import validate_objects
 
