@@ -596,10 +596,12 @@ def _inputs(
     if nodes < 1:
         raise ConfigError("nodes", f"{nodes} is not a number of nodes", "use 1 or more")
     if not 1 <= gpus_per_node <= instance.gpu_count:
+        origin = config.origins.get("job.nproc_per_node")
         raise ConfigError(
-            "gpus per node",
+            origin.name if origin else "job.nproc_per_node",
             f"{gpus_per_node} GPUs per node but {instance.name} has {instance.gpu_count}",
             f"use 1 to {instance.gpu_count}",
+            source=origin.source if origin else None,
         )
     if trainer.fp8.enabled and not _fp8_ok(instance):
         raise ConfigError(
