@@ -278,6 +278,13 @@ def test_the_trainer_missing_is_one_line_naming_the_install(client, monkeypatch)
     )
 
 
+def test_the_command_without_the_trainer_says_how_to_get_it(invoke, monkeypatch):
+    monkeypatch.setitem(sys.modules, "fsdp_trainer", None)
+    result = invoke("estimate", "--model", "llama2-7b")
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1
+    assert result.stderr.endswith("pip install 'fsdp-sdk[local]'\n")
+
+
 def test_tokens_and_mfu_inputs():
     assert parse_tokens("300B") == 3e11 and parse_tokens("2T") == 2e12 and parse_tokens("1e9") == 1e9
     assert parse_tokens("1_000_000") == 1e6
