@@ -10,8 +10,9 @@ and compares: peak memory within 10% and step time within 15% of the estimate. I
     python bench/estimate_check.py --plan cpu --out /tmp/check --device cpu   # a rehearsal on CPU (tiny shapes)
 
 The GPU plan: a Llama-3.2-3B shape (its Hugging Face ``config.json``, written under ``<out>/models``; no weights
-needed) without and with full activation checkpointing, and Llama-2-7B with selective (every 2nd block) and full
-checkpointing, all compiled, sequence 4096, bf16, FSDP2 over the one GPU, random weights, synthetic tokens.
+needed) without and with full activation checkpointing, Llama-2-7B with selective (every 2nd block) and full
+checkpointing, then, in the time left, a TinyLlama-1.1B shape without checkpointing; all compiled, sequence 4096,
+bf16, FSDP2 over the one GPU, random weights, synthetic tokens.
 """
 
 from __future__ import annotations
@@ -56,6 +57,24 @@ LLAMA_32_3B = {
     "eos_token_id": 128001,
     "torch_dtype": "bfloat16",
 }
+#: TinyLlama-1.1B's architecture (untied embeddings, 4 key/value heads), from its config.json on the Hub.
+TINYLLAMA_11B = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "vocab_size": 32000,
+    "hidden_size": 2048,
+    "intermediate_size": 5632,
+    "num_hidden_layers": 22,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 4,
+    "max_position_embeddings": 2048,
+    "rope_theta": 10000.0,
+    "rms_norm_eps": 1e-05,
+    "tie_word_embeddings": False,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "torch_dtype": "bfloat16",
+}
 #: A toy of the same form for the CPU rehearsal.
 TINY_TIED = {
     **LLAMA_32_3B,
@@ -78,13 +97,15 @@ PLANS: dict[str, dict[str, tuple[str, dict[str, Any]]]] = {
         "llama2-7b-sel2-mb2": ("llama2-7b", {"ac.mode": "selective", "ac.every": 2, "train.micro_batch_size": 2}),
         "llama3.2-3b-fullac-mb8": ("llama-3.2-3b", {"ac.mode": "full", "train.micro_batch_size": 8}),
         "llama2-7b-fullac-mb4": ("llama2-7b", {"ac.mode": "full", "train.micro_batch_size": 4}),
+        # runs when time is left (a third model, untied, should the tied 3B not run)
+        "tinyllama-1.1b-noac-mb8": ("tinyllama-1.1b", {"ac.mode": "none", "train.micro_batch_size": 8}),
     },
     "cpu": {
         "tiny-tied-noac-mb2": ("tiny-tied", {"ac.mode": "none", "train.micro_batch_size": 2}),
         "tiny-fullac-mb2": ("tiny", {"ac.mode": "full", "train.micro_batch_size": 2}),
     },
 }
-CONFIGS = {"llama-3.2-3b": LLAMA_32_3B, "tiny-tied": TINY_TIED}
+CONFIGS = {"llama-3.2-3b": LLAMA_32_3B, "tinyllama-1.1b": TINYLLAMA_11B, "tiny-tied": TINY_TIED}
 
 
 def _env() -> dict[str, str]:
