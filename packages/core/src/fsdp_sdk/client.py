@@ -42,6 +42,7 @@ from fsdp_sdk.runs import JobRef, RunResult
 
 if TYPE_CHECKING:
     from fsdp_sdk.aws.pricing import Price
+    from fsdp_sdk.estimate import Estimate
     from fsdp_sdk.instance_types import InstanceType
     from fsdp_sdk.k8s.image import ImageBuild, ImagePush
     from fsdp_sdk.k8s.jobs import JobClient
@@ -301,6 +302,7 @@ class Client:
             if price.source == "price-list-api" and cost is not None and table:
                 cost = cost - table * config.cluster.nodes + price.usd_per_hour * config.cluster.nodes
                 details["price"] = price.describe()
+        estimate = self._side_estimate(config)
         return dataclasses.replace(
             plan,
             steps=steps,
@@ -309,6 +311,7 @@ class Client:
             preflight=results,
             hourly_cost_usd=cost,
             details=details,
+            estimate=estimate.to_dict() if estimate else None,
         )
 
     def up(self, plan: Plan | None = None, *, dry_run: bool = False) -> ClusterStatus:
@@ -611,6 +614,7 @@ class Client:
         create_secret: bool | None = None,
         api: str | None = None,
         dry_run: bool = False,
+        force: bool = False,
     ) -> JobRef:
         """Check, render and submit the job to the cluster (what ``fsdp-sdk job submit`` does); returns at once.
 
@@ -623,11 +627,14 @@ class Client:
         :param create_secret: also apply the Hugging Face token Secret (default: when ``job.hf_token`` is set).
         :param api: ``pytorchjob`` or ``trainjob`` (default: ``job.api``).
         :param dry_run: the API server validates the objects and stores nothing (``dryRun=All``); no hook hears it.
+        :param force: submit even when the estimate says the job will not fit in its GPUs' memory.
         :raises PreflightError: a check failed (nothing was sent).
-        :raises ConfigError: the configuration cannot make a valid job (nothing was sent).
+        :raises ConfigError: the configuration cannot make a valid job, or will not fit (nothing was sent).
         :raises KubernetesError: the job exists already, or the server refused an object.
         """
         self._checked("submit")
+        if not force:
+            self.check_fits()
         jobs = self.jobs
         job = jobs.submit(run_id=run_id, create_secret=create_secret, api=api, dry_run=dry_run)
         if not dry_run:
@@ -642,6 +649,7 @@ class Client:
         run_id: str | None = None,
         dry_run: bool = False,
         on_output: Callable[[str], None] | None = None,
+        force: bool = False,
     ) -> RunResult:
         """Run the trainer to completion on this cluster and return its summary.
 
@@ -654,7 +662,8 @@ class Client:
         :param run_id: the run (rendezvous) id; a fresh one by default. Never reuse one.
         :param dry_run: return the commands or objects that would run; start nothing.
         :param on_output: receives each line of the leader's output.
-        :raises ConfigError: a trainer setting is invalid.
+        :param force: run even when the estimate says the job will not fit in the GPUs' memory.
+        :raises ConfigError: a trainer setting is invalid, or the job will not fit (see :meth:`check_fits`).
         :raises RunError: the run failed.
         """
         settings = [
@@ -665,6 +674,8 @@ class Client:
         config = self.config.with_overrides(settings).resolved(self.loaded_plugins) if settings else self.config
         run_id = run_id or uuid.uuid4().hex[:12]
         hooks = self.loaded_plugins.hooks
+        if not self.backend.runs_jobs and not force:
+            self.check_fits(config)
         if not dry_run:
             self._checked("run")
 
@@ -706,6 +717,134 @@ class Client:
             raise RunError(f"job {job.name}: finished without a trainer summary")
         hooks.job_finished(config, job, True, summary)
         return RunResult(job, summary)
+
+    # ------------------------------------------------------------------ estimates
+
+    def _estimate_config(
+        self, nodes: int | None, gpus_per_node: int | None, instance_type: str | None, config: Config | None = None
+    ) -> Config:
+        config = config or self.config
+        settings = []
+        if nodes is not None:
+            if nodes < 1:
+                raise ConfigError("nodes", f"{nodes} is not a number of nodes", "use 1 or more")
+            settings.append(Setting("job.num_workers", nodes, "nodes"))
+        if gpus_per_node is not None:
+            settings.append(Setting("job.nproc_per_node", gpus_per_node, "gpus per node"))
+        if instance_type is not None:
+            settings.append(Setting("cluster.instance_type", instance_type, "instance type"))
+            # counts derived from the configured type are derived again from this one
+            settings += [
+                Setting(p, None) for p in ("job.gpu_per_worker", "job.efa_per_worker") if p not in config.origins
+            ]
+        if not settings:
+            return config
+        return config.with_overrides(settings).resolved(self.loaded_plugins, validate_trainer=False)
+
+    def estimate(
+        self,
+        *,
+        model: str | None = None,
+        nodes: int | None = None,
+        gpus_per_node: int | None = None,
+        instance_type: str | None = None,
+        trainer_overrides: Mapping[str, Any] | None = None,
+        mfu: float | None = None,
+        tokens: float | None = None,
+        scaling: Iterable[int] | bool = True,
+        network_efficiency: float | None = None,
+    ) -> Estimate:
+        """Memory per GPU, speed, cost and weak scaling of the configured training job (pure: nothing starts).
+
+        :param model: a preset name or a Hugging Face ``config.json`` (file or directory); default: the
+            configuration's ``trainer.model``.
+        :param nodes: nodes of the job (default ``job.num_workers``).
+        :param gpus_per_node: GPUs (trainer processes) per node (default: all of the instance type's).
+        :param instance_type: any registered instance type (default ``cluster.instance_type``).
+        :param trainer_overrides: trainer settings by dotted name, e.g. ``{"parallel.sharding": "hybrid_shard"}``.
+        :param mfu: the MFU compute runs at (default: the trainer's measured one, scaled to the settings).
+        :param tokens: tokens the time and cost to train are for (default 1e9).
+        :param scaling: node counts of the scaling table (True: 1, 2, 4, ... up to ``nodes``).
+        :param network_efficiency: share of the nominal network bandwidth collectives reach (default 0.8).
+        :raises ConfigError: an unknown model or instance type, impossible settings, or no trainer installed.
+        """
+        from fsdp_sdk.estimate import DEFAULT_TOKENS, estimate_job
+
+        config = self._estimate_config(nodes, gpus_per_node, instance_type)
+        return estimate_job(
+            config,
+            config.instance(self.loaded_plugins),
+            model=model,
+            trainer_overrides=trainer_overrides,
+            mfu=mfu,
+            tokens=DEFAULT_TOKENS if tokens is None else tokens,
+            scaling=scaling,
+            network_efficiency=network_efficiency,
+        )
+
+    def recommend(
+        self,
+        *,
+        model: str | None = None,
+        nodes: int | None = None,
+        gpus_per_node: int | None = None,
+        instance_type: str | None = None,
+        trainer_overrides: Mapping[str, Any] | None = None,
+        mfu: float | None = None,
+        tokens: float | None = None,
+        network_efficiency: float | None = None,
+    ) -> list[Estimate]:
+        """The sharding / activation checkpointing / micro-batch combinations that fit, fastest first
+        (arguments as :meth:`estimate`)."""
+        from fsdp_sdk.estimate import DEFAULT_TOKENS, recommend
+
+        config = self._estimate_config(nodes, gpus_per_node, instance_type)
+        return recommend(
+            config,
+            config.instance(self.loaded_plugins),
+            model=model,
+            trainer_overrides=trainer_overrides,
+            mfu=mfu,
+            tokens=DEFAULT_TOKENS if tokens is None else tokens,
+            network_efficiency=network_efficiency,
+        )
+
+    def check_fits(self, config: Config | None = None) -> Estimate | None:
+        """Refuse a job the estimate says will not fit in its GPUs' memory; the estimate, or None when none can be
+        made here (no trainer installed, or a model only on the Hugging Face Hub).
+
+        :raises ConfigError: the estimated peak exceeds the usable memory, or ``--auto`` would find nothing that fits.
+        """
+        from fsdp_sdk.estimate import EstimateUnavailable, estimate_job, fit_problem
+
+        config = config or self.config
+        try:
+            est = estimate_job(config, config.instance(self.loaded_plugins), scaling=False)
+        except EstimateUnavailable as exc:
+            self.progress(f"fit check skipped: {exc}")
+            return None
+        problem = fit_problem(est)
+        if problem:
+            raise ConfigError(
+                "estimate",
+                problem,
+                "use more nodes, a smaller micro batch or activation checkpointing ('fsdp-sdk estimate --recommend' "
+                "lists what fits), or run it anyway with --force",
+            )
+        return est
+
+    def _side_estimate(self, config: Config) -> Estimate | None:
+        """The configured job's estimate for ``up --dry-run``: None without a model in the configuration or where
+        none can be made here (said on the progress stream)."""
+        from fsdp_sdk.estimate import EstimateUnavailable, estimate_job, model_is_given
+
+        if not model_is_given(config):
+            return None
+        try:
+            return estimate_job(config, config.instance(self.loaded_plugins))
+        except EstimateUnavailable as exc:
+            self.progress(f"estimate skipped: {exc}")
+            return None
 
     # ------------------------------------------------------------------ catalogue
 

@@ -128,6 +128,7 @@ def render(
     is_flag=True,
     help="Server-side dry run (dryRun=All): the API server validates, stores nothing.",
 )
+@click.option("--force", is_flag=True, help="Submit even when the estimate says the job will not fit in GPU memory.")
 @json_option
 @click.pass_obj
 def submit(
@@ -135,10 +136,14 @@ def submit(
     rdzv_id: str | None,
     create_secret: bool | None,
     dry_run: bool,
+    force: bool,
     as_json: bool,
 ) -> None:
-    """Run the preflight checks, render the job and apply it with server-side apply (field manager fsdp-sdk)."""
-    ref = app.client.submit_job(run_id=rdzv_id, create_secret=create_secret, dry_run=dry_run)
+    """Run the preflight checks, render the job and apply it with server-side apply (field manager fsdp-sdk).
+
+    A job the estimate says will not fit in its GPUs' memory is refused (see 'fsdp-sdk estimate'), unless --force.
+    """
+    ref = app.client.submit_job(run_id=rdzv_id, create_secret=create_secret, dry_run=dry_run, force=force)
     jobs = app.client.jobs
     kind = jobs.last_objects[0]["kind"]
     if as_json:
