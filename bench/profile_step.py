@@ -133,8 +133,6 @@ def main() -> int:
             **gpu_compare.TRAINER_VARIANTS[name],
             "metrics.profile_steps": args.profile,
         }
-        if name in gpu_compare.ENV_VARIANTS:  # keep the variant's environment (NCCL settings, ...)
-            gpu_compare.ENV_VARIANTS[profiled] = gpu_compare.ENV_VARIANTS[name]
         record = gpu_compare.run_trainer(profiled, run_args, nproc, work)
         trace = work / profiled / "profile" / "trace-rank0.json.gz"
         if not record.get("ok") or not trace.is_file():

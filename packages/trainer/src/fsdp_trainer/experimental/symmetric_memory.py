@@ -10,8 +10,7 @@ output registered) run on NCCL's symmetric-memory kernels; a reduction cannot ru
 the units are switched with FSDP2's own ``set_symm_mem_for_comm``; before that, with the custom collectives here.
 
 Use it for FSDP2 sharded over several GPUs of one node: Llama-3.1-8B over 2 H200s trained 1.8% faster with bf16
-gradient reduction and 0.7% faster with fp32 reduction
-(``bench/reports/2026-11-30-llama3.1-8b-h200x2-symmetric-memory.md``). It changes no numerics.
+gradient reduction (``bench/reports/2026-11-30-llama3.1-8b-h200x2-symmetric-memory.md``). It changes no numerics.
 
 Why it is experimental: it goes through torch's private ``torch.distributed._symmetric_memory`` module and, before
 torch 2.12, FSDP2's private collective interfaces (``torch.distributed.fsdp._fully_shard._fsdp_api``, imported with
