@@ -26,6 +26,23 @@ def test_config_module_imports_without_torch():
     assert out.stdout.strip() == "False"
 
 
+def test_the_memory_model_imports_without_torch():
+    """``fsdp-sdk estimate`` imports the memory and speed model lazily, without torch."""
+    code = (
+        "import sys\n"
+        "from fsdp_trainer import autotune, presets\n"
+        "shape = autotune.Shape.from_config(presets.PRESETS['llama3.1-8b']())\n"
+        "peak = autotune.estimate_peak_bytes(shape, 4096, 2, shard_degree=8, compiled=True, ac_mode='none')\n"
+        "best, _ = autotune.choose(shape, 4096, device_bytes=80 * 2**30, memory_fraction=0.85, shard_degree=8,\n"
+        "    compiled=True, fixed_batch=None, fixed_micro_batch=None, ac_fixed=None, loss_chunk_tokens=4096,\n"
+        "    fused_loss=True, cpu_offload=False)\n"
+        "assert peak > 0 and best is not None and autotune.relative_speed(0.0, 2, True) > 0\n"
+        "print('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=trainer_env(), check=True)
+    assert out.stdout.strip() == "False"
+
+
 def test_every_field_has_a_docstring():
     for name, section in options.sections(TrainerConfig):
         assert options.field_docs(TrainerConfig)[name], name
