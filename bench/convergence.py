@@ -517,6 +517,7 @@ def run_one(config: str, seed: int, setup: dict[str, Any], args: argparse.Namesp
         "config": config,
         "seed": seed,
         "command": " ".join(["python", *cmd[1:]]),
+        "invocation": " ".join(["python", "bench/convergence.py", *sys.argv[1:]]),
         "wall_s": round(time.perf_counter() - started, 1),
         "setup": {k: setup[k] for k in ("shape", "vocab_size", "parameters", "digests", "python")},
         "hyperparameters": {
@@ -759,22 +760,33 @@ def report(records: list[dict[str, Any]], result: dict[str, Any], report_path: P
     def link(path: Path) -> str:
         return os.path.relpath(path.resolve(), report_path.resolve().parent)
 
+    failed = [c["check"] for c in result["checks"] if not c["passed"]] + [
+        f"{n} did not finish" for n in result.get("failed_runs", [])
+    ]
+    verdict = "**PASSED**" if result.get("passed") else "**FAILED**: " + "; ".join(failed)
+    invocations = sorted({r["invocation"] for r in records if r.get("invocation")})
     lines = [
-        f"# Convergence: the trainer's fast configurations against a plain reference ({setup.get('shape', '?')})",
+        f"# Convergence: the trainer's fast configurations against a plain reference ({setup.get('shape', '?')}, "
+        f"{versions.get('gpu') or 'CPU'})",
         "",
-        f"**{'PASSED' if result.get('passed') else 'FAILED'}**",
+        f"**Claim.** From the same weights, on the same data in the same order, the trainer's configurations learn as well "
+        f"as a plain Hugging Face + `torch.optim.AdamW` + FSDP2 reference over {hyper.get('steps')} steps, by the checks "
+        f"below (loss over the last {result['window']} steps, gradient norms step by step). {verdict}",
         "",
         f"- Model: {setup.get('shape')} ({setup.get('parameters', 0) / 1e6:,.1f}M parameters, vocabulary "
         f"{setup.get('vocab_size')}), the same initial weights for every run.",
         f"- Hardware: {versions.get('gpu') or 'CPU'}; one process, FSDP2 over a world of one.",
-        f"- Date: {first.get('date')}; torch {versions.get('torch')}, transformers {versions.get('transformers')}, "
-        f"CUDA {versions.get('cuda')}, Python {versions.get('python')}.",
+        f"- Date: {first.get('date')}.",
+        f"- Versions: torch {versions.get('torch')}, transformers {versions.get('transformers')}, CUDA "
+        f"{versions.get('cuda')}, Python {versions.get('python')}.",
         f"- Training: {hyper.get('steps')} steps of {hyper.get('micro_batch')} x {hyper.get('seq_len')} tokens, "
         f"AdamW (betas {hyper.get('betas')}, weight decay {hyper.get('weight_decay')}), lr {hyper.get('lr')} with "
         f"{hyper.get('warmup_steps')} warm-up steps and a cosine decay to {hyper.get('min_lr_ratio')} of it, "
         f"clipping at {hyper.get('max_grad_norm')}, {hyper.get('dtype')} compute.",
         f"- Inputs (SHA-256): {json.dumps(setup.get('digests'))}.",
-        "- Made by `bench/convergence.py run` (commands below) and `bench/convergence.py analyze`.",
+        "- Command: "
+        + (", ".join(f"`{i}`" for i in invocations) or "`python bench/convergence.py run`")
+        + ", then `python bench/convergence.py analyze` (each run's own command below).",
         "",
         "## Checks",
         "",

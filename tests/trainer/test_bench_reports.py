@@ -48,8 +48,11 @@ def test_each_report_names_its_setting_and_command(report):
 
 
 def test_raw_records_are_named_by_what_they_measure():
+    """``results/<date>-<hardware>-<what>.json``, or a folder of one measurement's records
+    (``results/<date>-<hardware>-<what>/``, as ``bench/convergence.py run`` writes them)."""
     for record in (BENCH / "results").iterdir():
-        assert re.fullmatch(r"\d{4}-\d\d-\d\d-(h200|h200x2|cpu)-[a-z0-9.-]+\.json", record.name), record.name
+        suffix = "" if record.is_dir() else r"\.json"
+        assert re.fullmatch(rf"\d{{4}}-\d\d-\d\d-(h200|h200x2|cpu)-[a-z0-9.-]+{suffix}", record.name), record.name
         assert not re.search(r"-s\d+-|call[a-e]\b", record.name.lower()), record.name
 
 

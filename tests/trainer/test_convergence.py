@@ -94,6 +94,14 @@ def test_analysis_writes_the_report_plot_and_raw_losses(cpu_runs, tmp_path):
     assert [c["check"].split(":")[0] for c in checks["checks"]][1:] == ["fast", "fast"]
     text = report.read_text()
     assert "**PASSED**" in text and "![loss curves" in text
+    for line in (
+        "**Claim.**",
+        "- Hardware: CPU",
+        "- Date: ",
+        "- Versions: torch ",
+        "- Command: `python bench/convergence.py run",
+    ):
+        assert line in text, f"the report follows bench/README.md's conventions: {line}"
     for seed in SEEDS:  # links relative to the report
         assert f"[json]({os.path.relpath(cpu_runs / 'runs' / f'fast-seed{seed}.json', report.parent)})" in text
     assert (tmp_path / "reports" / "convergence.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
