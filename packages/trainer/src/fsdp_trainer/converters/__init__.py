@@ -24,6 +24,7 @@ is within noise, live in ``fsdp_trainer.experimental`` and are imported from her
 from __future__ import annotations
 
 import importlib
+import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from ..config import TrainerConfig
 
 Stage = Literal["build", "sharded"]
+log = logging.getLogger(__name__)
 
 
 class ModelConverter:
@@ -134,4 +136,5 @@ def build_converters(cfg: TrainerConfig, device: torch.device, mesh: DeviceMesh 
     for name in enabled(cfg, device.type):
         module, _, cls = CONVERTERS[name].partition(":")
         built.append(getattr(importlib.import_module(module), cls)(cfg, device, mesh))
+    log.info("model converters: %s", ", ".join(c.name for c in built) or "none")
     return ModelConverters(built)
