@@ -61,3 +61,13 @@ def test_suites_name_known_variants():
     known = {**gpu_compare.TRAINER_VARIANTS, **gpu_compare.TORCHTITAN_VARIANTS, **gpu_compare.ACCELERATE_VARIANTS}
     for suite, names in gpu_compare.SUITES.items():
         assert set(names) <= set(known), suite
+
+
+def test_every_variant_reproduces_a_reported_figure():
+    """A variant stays only while a report (or the current-best table) names it, alone or through a suite."""
+    bench = Path(gpu_compare.__file__).resolve().parent
+    text = "".join(p.read_text() for p in (bench / "reports").glob("*.md")) + (bench / "README.md").read_text()
+    cited_suites = {name for name in gpu_compare.SUITES if f"--suite {name}" in text}
+    in_suites = {v for name in cited_suites for v in gpu_compare.SUITES[name]}
+    known = {**gpu_compare.TRAINER_VARIANTS, **gpu_compare.TORCHTITAN_VARIANTS, **gpu_compare.ACCELERATE_VARIANTS}
+    assert sorted(n for n in known if n not in text and n not in in_suites) == []
