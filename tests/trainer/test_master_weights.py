@@ -247,12 +247,17 @@ def test_masters_train_like_fp32_parameters(runs):
         and runs["params"].summary["master_weights"] == "params"
     )
     # The masters start from the fp32 weights as drawn (not their bf16 rounding), the forward and backward see the
-    # same bf16 weights, and with bf16 reduction the gradients are the same: the runs agree to rounding.
+    # same bf16 weights, and with bf16 reduction the gradients are the same: the runs agree to rounding. The first
+    # step's are equal; after it, a clipped step (the tiny model's norms are above 1 at every step) multiplies the
+    # gradients in place, in bf16 beside masters and in fp32 beside fp32 parameters: one more rounding per clipped
+    # step (without clipping the two runs are bit for bit equal), 1e-5 of the loss and 1e-4 of the norm by step 6.
+    assert any(r["grad_norm"] > 1.0 for r in runs["params"].records), "clipping was active"
     for field in ("loss", "grad_norm"):
         a = [r[field] for r in runs["params"].records]
         b = [r[field] for r in runs["optimizer"].records]
         assert len(a) == len(b) == 6
-        assert b == pytest.approx(a, rel=1e-5), field
+        assert b[0] == pytest.approx(a[0], rel=1e-6), field
+        assert b == pytest.approx(a, rel=5e-4), field
 
 
 def test_tied_weights_get_their_master_under_every_name():

@@ -14,7 +14,8 @@ parameter where an fp32 copy would take 4; bit for bit but in one rounding case,
 ``fsdp_trainer/optim/triton_adamw.py``), and writes the parameter as the master's bf16 rounding in the same kernel.
 The forward and backward see exactly what FSDP's cast would have given them, and the update is computed in fp32. What
 differs: the gradients that the norm and AdamW read stay bf16. With ``precision.reduce_dtype bf16`` those are the very
-values the fp32 copies held; with fp32 reduction the reduced sum is rounded to bf16 once. Gradient accumulation over
+values the fp32 copies held; with fp32 reduction the reduced sum is rounded to bf16 once; a clipped step's gradients
+are multiplied by the clip factor in bf16 (one rounding, ``optim.clip_grad_norm_``). Gradient accumulation over
 micro-batches would add in bf16, which is why it is refused. The weights are drawn or loaded in fp32 and cast after
 sharding (``MasterWeights.convert``): the masters start from those values, not from their rounding.
 
