@@ -81,6 +81,7 @@ def test_fast_configuration_matches_the_plain_reference_to_rounding(cpu_runs):
 @pytest.mark.slow
 @pytest.mark.timeout(1600)
 def test_analysis_writes_the_report_plot_and_raw_losses(cpu_runs, tmp_path):
+    pytest.importorskip("matplotlib")  # the dev dependency group's; analysis draws the curves with it
     report = tmp_path / "reports" / "convergence.md"
     proc = subprocess.run(
         [sys.executable, str(BENCH / "convergence.py"), "analyze", str(cpu_runs), "--report", str(report)],
