@@ -4,9 +4,7 @@
 
 The shards are those FSDP2 gives one of ``--ranks`` ranks for the preset (every weight split on its first dimension,
 padded; fp32 parameters, gradients and both moments), on one GPU. Each implementation steps them ``--iters`` times
-after two untimed steps, with the gradient divisor the trainer uses to fold clipping into the step (``grad_scale``;
-foreach has none, so its row includes the separate ``_foreach_div_`` the trainer would otherwise run). Printed per
-implementation: GPU ms per step (CUDA events), host ms per step (to enqueue it), and the memory traffic as GB/s
+after two untimed steps. Printed per implementation: GPU ms per step (CUDA events), host ms per step (to enqueue it), and the memory traffic as GB/s
 (28 bytes per element: four fp32 reads, three writes). ``triton-master`` is the Triton kernel with master weights
 (``precision.master_weights optimizer``): bf16 parameters and gradients, the masters' 16-bit remainders, 26 bytes
 per element (reads: gradient, parameter and remainder 2 each, moments 4 each; writes: parameter, remainder, moments).
@@ -28,7 +26,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "packages" / "trainer" / "src"))
 
-from fsdp_trainer.adamw import TritonAdamW  # noqa: E402
+from fsdp_trainer.optim.triton_adamw import TritonAdamW  # noqa: E402
 from fsdp_trainer.presets import PRESETS, kv_dim  # noqa: E402
 
 BETAS, EPS, LR, WD = (0.9, 0.95), 1e-8, 3e-4, 0.1
@@ -63,28 +61,18 @@ def build(impl: str, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
     return torch.optim.AdamW(params, lr=LR, betas=BETAS, eps=EPS, weight_decay=WD, **{impl: True})
 
 
-def one_step(impl: str, opt: torch.optim.Optimizer, divisor: torch.Tensor) -> None:
-    if impl == "foreach":  # no grad_scale input: clipping is a pass of its own
-        torch._foreach_div_([p.grad for g in opt.param_groups for p in g["params"]], divisor)
-        opt.step()
-        return
-    opt.grad_scale = divisor
-    opt.step()
-    del opt.grad_scale
-
-
 def check(sizes: list[int]) -> float:
     """Largest difference between Triton and torch fused AdamW parameters after three steps, as a share of the largest
-    change the steps made. Each step has new gradients: torch's fused kernel writes the divided gradients back."""
+    change the steps made. Each step has new gradients."""
     results = []
     for impl in ("fused", "triton"):
         params = make(sizes, seed=1)
         opt = build(impl, params)
         g = torch.Generator(device="cuda").manual_seed(2)
-        for step in range(3):
+        for _step in range(3):
             for p in params:
                 p.grad = torch.randn(p.shape, device="cuda", generator=g) * 1e-3
-            one_step(impl, opt, torch.tensor(1.5 + step, device="cuda"))
+            opt.step()
         results.append(params)
     initial = make(sizes, seed=1)
     worst = 0.0
@@ -96,16 +84,15 @@ def check(sizes: list[int]) -> float:
 def measure(impl: str, sizes: list[int], iters: int) -> dict:
     params = make(sizes, seed=0, dtype=torch.bfloat16 if impl == "triton-master" else torch.float32)
     opt = build(impl, params)
-    divisor = torch.tensor(1.7, device="cuda")
     for _ in range(2):
-        one_step(impl, opt, divisor)
+        opt.step()
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     host = 0.0
     start.record()
     for _ in range(iters):
         t0 = time.perf_counter()
-        one_step(impl, opt, divisor)
+        opt.step()
         host += time.perf_counter() - t0
     end.record()
     torch.cuda.synchronize()

@@ -14,9 +14,9 @@ last-``--window``-step mean loss is within ``--tolerance`` (1%) of the first (re
 
 Two runs of the same command are not bitwise equal on GPUs (atomic adds in backward kernels). From
 random init (``--warm-steps 0``) their losses part ways by a few percent over 200 steps (3.5% between
-two bf16 runs, bench/RESULTS.md, session 3), too much for a 1% question; from the warm model a
-rounding-level change (``bf16-flash``: the same bf16 training with another attention kernel) moved
-the final loss by 0.1% (session 4). Single pairs still scatter, so give several ``--seeds`` (the
+two bf16 runs, ``bench/reports/2026-11-30-llama2-7b-h200-fp8-loss.md``), too much for a 1% question; from the warm
+model a rounding-level change (``bf16-flash``: the same bf16 training with another attention kernel) moved the final
+loss by 0.1%. Single pairs still scatter, so give several ``--seeds`` (the
 seed picks the compared runs' data order; the first seed also seeds the warm-up) and read the
 printed spread. Writes ``loss_<run>_vs_<run>..._seeds<...>_lr<lr>[_warm<N>].json`` (every loss curve)
 after each pair, and prints a table.
@@ -62,9 +62,8 @@ VARIANTS = {
     "bf16": [],
     "fp8": ["--fp8.enabled", "true"],
     "fp8-rowwise": ["--fp8.enabled", "true", "--fp8.recipe", "rowwise"],
-    "fp8-rowwise-gw-hp": ["--fp8.enabled", "true", "--fp8.recipe", "rowwise_with_gw_hp"],
     "bf16-flash": ["--model.sdpa_backend", "flash"],
-    # exact repeats, to measure each arm's run-to-run spread in the same call (FP8 runs scattered 1.9%, session 4)
+    # exact repeats, to measure each arm's run-to-run spread in the same call
     "bf16-again": [],
     "fp8-again": ["--fp8.enabled", "true"],
 }
@@ -97,7 +96,7 @@ def main() -> int:
         default="42",
         help="comma-separated train.seed values: the compared runs' data order (and, from random "
         "init, their initial weights; the first seed also seeds the warm-up); every seed runs all --runs, and the runs' "
-        "means over the seeds are compared: two runs of one seed are not bitwise equal on GPUs (bench/RESULTS.md)",
+        "means over the seeds are compared: two runs of one seed are not bitwise equal on GPUs",
     )
     parser.add_argument("--timeout", type=int, default=540)
     parser.add_argument(
@@ -113,7 +112,7 @@ def main() -> int:
         "--runs",
         default="bf16,fp8",
         help="the runs compared, the reference first: bf16,fp8 (the check; "
-        "fp8-rowwise and fp8-rowwise-gw-hp for torchao's rowwise-scaled recipes); bf16-flash is the noise floor, the same "
+        "fp8-rowwise for torchao's rowwise-scaled recipe); bf16-flash is the noise floor, the same "
         "bf16 training with another attention kernel; bf16-again and fp8-again repeat bf16 and fp8 exactly: e.g. bf16,fp8,bf16-again,fp8-again",
     )
     args = parser.parse_args()

@@ -12,7 +12,7 @@ input gradient (dY·W) and weight gradient (dYᵀ·X), in bf16, is timed with CU
   block (two all-gathers of its bf16 weights per reduce-scatter of its fp32 gradients), as in a training step
   where communication overlaps compute. The collectives run the whole time (the table says whether they
   outlasted each pass), so this is the worst case of the contention; in a real step they cover about 15% of
-  it (bench/RESULTS.md, session 3's profile).
+  it (bench/reports/2026-11-30-llama3.1-8b-h200x2-step-profile.md).
 
 The sum over a step is the floor of the step's matmul time on this GPU with cuBLAS (what ``torch.matmul``
 picks); set it against a profiled step's GEMM time (bench/profile_step.py) to see what is left to win.

@@ -1,16 +1,17 @@
 """One call, every GPU measurement: the trainer's variants, torchtitan and accelerate, side by side.
 
-Run on a machine with N GPUs (the lent 2 x H200 here), from the repository root:
+Run on a machine with N GPUs (2 x H200 for every figure in bench/README.md), from the repository root:
 
-    python bench/gpu_compare.py --suite issue2 --out $OUT     # Llama-2-7B, FSDP2 + FSDP1 at the reference settings
-    python bench/gpu_compare.py --suite speed  --out $OUT     # best trainer settings vs torchtitan vs accelerate, FP8
-    python bench/gpu_compare.py --only fsdp2-noac-mb2,tt-8b-mb2-compile --out $OUT
+    python bench/gpu_compare.py --suite speed --out $OUT      # the current-best table: 8B vs torchtitan, 7B bf16 and FP8
+    python bench/gpu_compare.py --suite reference --out $OUT  # Llama-2-7B, FSDP2 + FSDP1 at the plain script's settings
+    python bench/gpu_compare.py --only 8b-mb3-symmetric,8b-mb3-default-buffers --out $OUT
 
-Every variant is a separate `torchrun --standalone` process (random init, synthetic tokens, seq 4096,
-bf16): the trainer runs from source (`PYTHONPATH=packages/trainer/src`), torchtitan and accelerate from
-what is installed (carry torchtitan's wheels, see bench/RESULTS.md). A variant that fails (out of
-memory, say) is recorded with its error and the rest go on. Results go to `<out>/results.json` and a
-markdown table is printed last; the logs are packed into `<out>/logs.tar.gz`.
+Each variant reproduces a figure of one report in bench/reports/ (the report names the variants). Every variant is a
+separate `torchrun --standalone` process (random init, synthetic tokens unless the variant reads torchtitan's text,
+seq 4096, bf16): the trainer runs from source (`PYTHONPATH=packages/trainer/src`), torchtitan and accelerate from
+what is installed (carry torchtitan's wheels: bench/README.md). A variant that fails (out of memory, say) is recorded
+with its error and the rest go on. Results go to `<out>/results.json` and a markdown table is printed last; the logs
+are packed into `<out>/logs.tar.gz`.
 
 With `--telemetry`, `nvidia-smi` samples every GPU's SM clock, power draw and clock-event reasons every 250 ms
 during each variant; the record gets their medians over the busy samples (power at least half the run's highest),
@@ -38,7 +39,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 TRAINER_SRC = ROOT / "packages" / "trainer" / "src"
 
-# Required on the benchmark machines: NVLink multicast must stay off.
 # NVLink multicast stays off on the lent machines (it can take the host's shared GPUs out of service).
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 CHILD_ENV = {**MULTICAST_OFF, "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "OMP_NUM_THREADS": "4"}
@@ -51,7 +51,7 @@ TT_TEXT = {
     "model.tokenizer": "{tt_assets}/tokenizer",
 }
 
-# Trainer variants: name -> trainer overrides on top of BASE.
+# What every trainer variant shares.
 BASE = {
     "model.init": "random",
     "data.source": "synthetic",
@@ -66,513 +66,130 @@ def tv(preset: str, api: str, ac: str, mb: int, **extra: str) -> dict[str, str]:
     return {"model.preset": preset, "parallel.api": api, "ac.mode": ac, "train.micro_batch_size": str(mb), **extra}
 
 
+COMPILED = {"compile.enabled": "true", "compile.loss": "true"}
+#: The 8B's and the 7B's communication settings: bf16 gradient reduction, collectives in NCCL symmetric memory
+#: (all-gathers on the copy engines) and flat shards (the two experiments; flat shards were on by default when these
+#: settings were measured).
+FAST_COMM = {
+    "precision.reduce_dtype": "bf16",
+    "experimental.symmetric_memory": "true",
+    "experimental.flat_shards": "true",
+}
+FP8 = {"fp8.enabled": "true", "fp8.all_gather": "true"}
+
+#: Trainer variants: name -> trainer overrides on top of BASE. Each reproduces a figure of a report in bench/reports/
+#: (the report names the variants; a report's raw record may carry the name the variant had when it was measured).
 TRAINER_VARIANTS: dict[str, dict[str, str]] = {
-    # issue 2: the reference settings (plain FSDP2 script: AC mb1 6,700; AC mb2 7,500; no AC mb1 8,240; mb2 9,370)
+    # Llama-2-7B at the settings of the plain FSDP2 reference script (no AC mb1 8,240; mb2 9,370; full AC mb1 6,700;
+    # mb2 7,500): bench/reports/2026-11-30-llama2-7b-h200x2-reference-settings.md
     "fsdp2-ac-mb1": tv("llama2-7b", "fsdp2", "full", 1),
     "fsdp2-ac-mb2": tv("llama2-7b", "fsdp2", "full", 2),
     "fsdp2-noac-mb1": tv("llama2-7b", "fsdp2", "none", 1),
     "fsdp2-noac-mb2": tv("llama2-7b", "fsdp2", "none", 2),
     "fsdp1-ac-mb1": tv("llama2-7b", "fsdp1", "full", 1),
     "fsdp1-noac-mb2": tv("llama2-7b", "fsdp1", "none", 2),
-    # speed
-    "fsdp2-noac-mb2-compile": tv(
-        "llama2-7b", "fsdp2", "none", 2, **{"compile.enabled": "true", "compile.loss": "true"}
-    ),
-    "fsdp2-noac-mb1-noclip": tv("llama2-7b", "fsdp2", "none", 1, **{"train.max_grad_norm": "0"}),
-    "fsdp2-noac-mb3-compile": tv(
-        "llama2-7b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true"}
-    ),
-    "8b-fsdp2-noac-mb3-compile": tv(
-        "llama3.1-8b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true"}
-    ),
-    "fsdp2-sel2-mb4-compile": tv(
-        "llama2-7b", "fsdp2", "selective", 4, **{"ac.every": "2", "compile.enabled": "true", "compile.loss": "true"}
-    ),
-    "fsdp2-noac-mb2-compile-fp8": tv(
-        "llama2-7b",
-        "fsdp2",
-        "none",
-        2,
-        **{"compile.enabled": "true", "compile.loss": "true", "fp8.enabled": "true", "fp8.all_gather": "true"},
-    ),
-    "8b-fsdp2-noac-mb2-compile": tv(
-        "llama3.1-8b", "fsdp2", "none", 2, **{"compile.enabled": "true", "compile.loss": "true"}
-    ),
-    "8b-fsdp2-sel2-mb4-compile": tv(
-        "llama3.1-8b", "fsdp2", "selective", 4, **{"ac.every": "2", "compile.enabled": "true", "compile.loss": "true"}
-    ),
+    # Hugging Face's element-wise RMSNorm and rotary code, against fsdp2-noac-mb1:
+    # bench/reports/2026-11-30-llama2-7b-h200x2-fused-kernels.md
     "fsdp2-noac-mb1-hfkernels": tv("llama2-7b", "fsdp2", "none", 1, **{"model.fused_kernels": "false"}),
-    "fsdp2-noac-mb1-flash": tv("llama2-7b", "fsdp2", "none", 1, **{"model.sdpa_backend": "flash"}),
-    "fsdp2-noac-mb1-bf16reduce": tv("llama2-7b", "fsdp2", "none", 1, **{"precision.reduce_dtype": "bf16"}),
-    "fsdp2-noac-mb1-unfused": tv("llama2-7b", "fsdp2", "none", 1, **{"train.fused_loss": "false"}),
-    "fsdp2-noac-mb4-compile": tv(
-        "llama2-7b", "fsdp2", "none", 4, **{"compile.enabled": "true", "compile.loss": "true"}
-    ),
-    "fsdp2-noac-mb3-compile-fp8": tv(
-        "llama2-7b",
-        "fsdp2",
-        "none",
-        3,
-        **{"compile.enabled": "true", "compile.loss": "true", "fp8.enabled": "true", "fp8.all_gather": "true"},
-    ),
-    "fsdp1-noac-mb2-compile": tv(
-        "llama2-7b", "fsdp1", "none", 2, **{"compile.enabled": "true", "compile.loss": "true"}
-    ),
-    "8b-fsdp2-noac-mb4-compile": tv(
-        "llama3.1-8b", "fsdp2", "none", 4, **{"compile.enabled": "true", "compile.loss": "true"}
-    ),
-    "8b-fsdp2-noac-mb3-compile-noreshard": tv(
+    # torch's fused AdamW against the Triton AdamW, fp32 parameters, Llama-3.1-8B at micro batch 3:
+    # bench/reports/2026-11-30-llama3.1-8b-h200-triton-adamw.md
+    **{
+        f"8b-mb3-{name}-adamw": tv(
+            "llama3.1-8b",
+            "fsdp2",
+            "none",
+            3,
+            **COMPILED,
+            **{"precision.reduce_dtype": "bf16", "train.adamw": name, "precision.master_weights": "params"},
+        )
+        for name in ("fused", "triton")
+    },
+    # the same under FP8 (Llama-2-7B, micro batch 3), where torch's fused AdamW measured faster
+    **{
+        f"7b-mb3-fp8-{name}-adamw": tv("llama2-7b", "fsdp2", "none", 3, **COMPILED, **FP8, **{"train.adamw": name})
+        for name in ("fused", "triton")
+    },
+    # Default collective buffers against NCCL symmetric memory, and master weights against fp32 parameters, at micro
+    # batch 3 with bf16 reduction: bench/reports/2026-11-30-llama3.1-8b-h200x2-symmetric-memory.md and
+    # bench/reports/2026-11-30-llama3.1-8b-h200x2-master-weights.md
+    "8b-mb3-default-buffers": tv("llama3.1-8b", "fsdp2", "none", 3, **COMPILED, **{"precision.reduce_dtype": "bf16"}),
+    "8b-mb3-symmetric": tv(
         "llama3.1-8b",
         "fsdp2",
         "none",
         3,
-        **{"compile.enabled": "true", "compile.loss": "true", "parallel.reshard_after_forward": "false"},
+        **COMPILED,
+        **{"precision.reduce_dtype": "bf16", "experimental.symmetric_memory": "true"},
     ),
-    "8b-fsdp2-noac-mb2-compile-noreshard": tv(
-        "llama3.1-8b",
-        "fsdp2",
-        "none",
-        2,
-        **{"compile.enabled": "true", "compile.loss": "true", "parallel.reshard_after_forward": "false"},
-    ),
-    "8b-fsdp2-noac-mb3-compile-bf16reduce": tv(
+    "8b-mb3-symmetric-fp32-params": tv(
         "llama3.1-8b",
         "fsdp2",
         "none",
         3,
-        **{"compile.enabled": "true", "compile.loss": "true", "precision.reduce_dtype": "bf16"},
-    ),
-    "8b-fsdp2-noac-mb3-compile-maxautotune": tv(
-        "llama3.1-8b",
-        "fsdp2",
-        "none",
-        3,
-        **{"compile.enabled": "true", "compile.loss": "true", "compile.mode": "max-autotune-no-cudagraphs"},
-    ),
-    "8b-fsdp2-noac-mb3-compile-pgbuffers": tv(
-        "llama3.1-8b",
-        "fsdp2",
-        "none",
-        3,
-        **{"compile.enabled": "true", "compile.loss": "true", "parallel.comm_buffers": "process_group"},
-    ),
-    "8b-fsdp2-noac-mb3-compile-bf16reduce-symm": tv(
-        "llama3.1-8b",
-        "fsdp2",
-        "none",
-        3,
+        **COMPILED,
         **{
-            "compile.enabled": "true",
-            "compile.loss": "true",
             "precision.reduce_dtype": "bf16",
-            "parallel.comm_buffers": "symmetric",
-        },
-    ),
-    "8b-fsdp2-noac-mb3-compile-symm": tv(
-        "llama3.1-8b",
-        "fsdp2",
-        "none",
-        3,
-        **{"compile.enabled": "true", "compile.loss": "true", "parallel.comm_buffers": "symmetric"},
-    ),
-    "8b-fsdp2-noac-mb3-compile-bf16reduce-tadam": tv(
-        "llama3.1-8b",
-        "fsdp2",
-        "none",
-        3,
-        **{
-            "compile.enabled": "true",
-            "compile.loss": "true",
-            "precision.reduce_dtype": "bf16",
-            "train.adamw": "triton",
-        },
-    ),
-    "8b-fsdp2-noac-mb3-compile-bf16reduce-symm-tadam": tv(
-        "llama3.1-8b",
-        "fsdp2",
-        "none",
-        3,
-        **{
-            "compile.enabled": "true",
-            "compile.loss": "true",
-            "precision.reduce_dtype": "bf16",
-            "parallel.comm_buffers": "symmetric",
-            "train.adamw": "triton",
-        },
-    ),
-    "fsdp2-noac-mb3-compile-fp8-tadam": tv(
-        "llama2-7b",
-        "fsdp2",
-        "none",
-        3,
-        **{
-            "compile.enabled": "true",
-            "compile.loss": "true",
-            "fp8.enabled": "true",
-            "fp8.all_gather": "true",
-            "train.adamw": "triton",
-        },
-    ),
-    "fsdp2-noac-mb3-compile-tadam": tv(
-        "llama2-7b", "fsdp2", "none", 3, **{"compile.enabled": "true", "compile.loss": "true", "train.adamw": "triton"}
-    ),
-    # FSDP1 keeps each unit's parameters in one flat buffer: its all-gather writes them in place (no copy-out) and its
-    # reduce-scatter reads the flat gradient (no copy-in), where FSDP2 copies both ways per unit.
-    "8b-fsdp1-noac-mb3-compile-bf16reduce": tv(
-        "llama3.1-8b",
-        "fsdp1",
-        "none",
-        3,
-        **{"compile.enabled": "true", "compile.loss": "true", "precision.reduce_dtype": "bf16"},
-    ),
-    # precision.master_weights params: fp32 parameters cast by FSDP2 (what auto picked before session 6)
-    "8b-fsdp2-noac-mb3-compile-bf16reduce-symm-fp32params": tv(
-        "llama3.1-8b",
-        "fsdp2",
-        "none",
-        3,
-        **{
-            "compile.enabled": "true",
-            "compile.loss": "true",
-            "precision.reduce_dtype": "bf16",
-            "parallel.comm_buffers": "symmetric",
+            "experimental.symmetric_memory": "true",
             "precision.master_weights": "params",
         },
     ),
-    "fsdp2-noac-mb3-compile-fp32params": tv(
-        "llama2-7b",
-        "fsdp2",
-        "none",
-        3,
-        **{"compile.enabled": "true", "compile.loss": "true", "precision.master_weights": "params"},
-    ),
-    # all-gathers only in symmetric memory (what "symmetric" meant on torch 2.11 before session 6)
-    "8b-fsdp2-noac-mb3-compile-bf16reduce-symmag": tv(
-        "llama3.1-8b",
-        "fsdp2",
-        "none",
-        3,
-        **{
-            "compile.enabled": "true",
-            "compile.loss": "true",
-            "precision.reduce_dtype": "bf16",
-            "parallel.comm_buffers": "symmetric_all_gather",
-        },
-    ),
-    "fsdp2-noac-mb4-compile-fp8": tv(
-        "llama2-7b",
-        "fsdp2",
-        "none",
-        4,
-        **{"compile.enabled": "true", "compile.loss": "true", "fp8.enabled": "true", "fp8.all_gather": "true"},
-    ),
-    # parallel.flat_shards false: FSDP2 copies every shard into the all-gather buffer before each all-gather
-    "8b-fsdp2-noac-mb3-compile-bf16reduce-symm-noflat": tv(
-        "llama3.1-8b",
-        "fsdp2",
-        "none",
-        3,
-        **{
-            "compile.enabled": "true",
-            "compile.loss": "true",
-            "precision.reduce_dtype": "bf16",
-            "parallel.comm_buffers": "symmetric",
-            "parallel.flat_shards": "false",
-        },
-    ),
-    "fsdp2-noac-mb3-compile-noflat": tv(
-        "llama2-7b",
-        "fsdp2",
-        "none",
-        3,
-        **{"compile.enabled": "true", "compile.loss": "true", "parallel.flat_shards": "false"},
-    ),
-    # compile.memory_budget 0.7: the compiled blocks recompute their norms and SiLU(gate)*up in backward, keeping a
-    # third less per token, which makes room for micro batch 5 on the 8B
+    # Flat shards on and off: bench/reports/2026-11-30-llama3.1-8b-h200x2-flat-shards.md
+    "8b-mb3-symmetric-flat-shards": tv("llama3.1-8b", "fsdp2", "none", 3, **COMPILED, **FAST_COMM),
+    # The lean memory budget and the micro-batches it makes room for:
+    # bench/reports/2026-11-30-llama3.1-8b-h200x2-memory-budget.md
     **{
-        f"8b-fsdp2-noac-mb{mb}-compile-bf16reduce-symm-budget{b}": tv(
-            "llama3.1-8b",
-            "fsdp2",
-            "none",
-            mb,
-            **{
-                "compile.enabled": "true",
-                "compile.loss": "true",
-                "precision.reduce_dtype": "bf16",
-                "parallel.comm_buffers": "symmetric",
-                "compile.memory_budget": f"0.{b}",
-            },
+        f"8b-fsdp2-noac-mb{mb}-compile-bf16reduce-symm-budget7": tv(
+            "llama3.1-8b", "fsdp2", "none", mb, **COMPILED, **FAST_COMM, **{"compile.memory_budget": "0.7"}
         )
         for mb in (3, 4, 5, 6)
-        for b in (5, 6, 7, 8)
     },
+    # The 8B at its fastest, on torchtitan's own text, tokenizer and learning rate (bench/peers/torchtitan_run.py):
+    # bench/reports/2026-12-01-llama3.1-8b-h200x2-vs-torchtitan.md; with the first blocks' activations offloaded:
+    # bench/reports/2026-11-30-llama3.1-8b-h200x2-activation-offload.md
     **{
-        f"fsdp2-noac-mb{mb}-compile-budget7": tv(
-            "llama2-7b",
+        f"8b-fsdp2-noac-mb{mb}-compile-bf16reduce-symm-budget7-tttext-lr8{suffix}": tv(
+            "llama3.1-8b",
             "fsdp2",
             "none",
             mb,
-            **{"compile.enabled": "true", "compile.loss": "true", "compile.memory_budget": "0.7"},
+            **COMPILED,
+            **FAST_COMM,
+            **{"compile.memory_budget": "0.7", **TT_TEXT, "train.lr": "8e-4", **extra},
         )
-        for mb in (4, 5, 6, 7)
+        for mb, suffix, extra in ((6, "", {}), (6, "-off2", {"ac.offload_layers": "2"}))
     },
-    **{
-        f"fsdp2-noac-mb{mb}-compile-fp8-budget7": tv(
-            "llama2-7b",
-            "fsdp2",
-            "none",
-            mb,
-            **{
-                "compile.enabled": "true",
-                "compile.loss": "true",
-                "fp8.enabled": "true",
-                "fp8.all_gather": "true",
-                "compile.memory_budget": "0.7",
-            },
-        )
-        for mb in (5, 6, 8)
-    },
-    # the 7B with the 8B's communication settings: bf16 reduction, symmetric buffers (copy-engine all-gathers)
-    **{
-        f"fsdp2-noac-mb{mb}-compile-bf16reduce-symm-budget7": tv(
-            "llama2-7b",
-            "fsdp2",
-            "none",
-            mb,
-            **{
-                "compile.enabled": "true",
-                "compile.loss": "true",
-                "precision.reduce_dtype": "bf16",
-                "parallel.comm_buffers": "symmetric",
-                "compile.memory_budget": "0.7",
-            },
-        )
-        for mb in (5, 6, 7)
-    },
+    # Llama-2-7B at its fastest in bf16 (the MFU figure) and in FP8, each at its best micro-batch:
+    # bench/reports/2026-12-01-llama2-7b-h200x2-bf16-and-fp8-throughput.md
+    "fsdp2-noac-mb6-compile-bf16reduce-symm-budget7": tv(
+        "llama2-7b", "fsdp2", "none", 6, **COMPILED, **FAST_COMM, **{"compile.memory_budget": "0.7"}
+    ),
     **{
         f"fsdp2-noac-mb{mb}-compile-fp8-bf16reduce-symm": tv(
-            "llama2-7b",
-            "fsdp2",
-            "none",
-            mb,
-            **{
-                "compile.enabled": "true",
-                "compile.loss": "true",
-                "fp8.enabled": "true",
-                "fp8.all_gather": "true",
-                "precision.reduce_dtype": "bf16",
-                "parallel.comm_buffers": "symmetric",
-            },
+            "llama2-7b", "fsdp2", "none", mb, **COMPILED, **FP8, **FAST_COMM
         )
         for mb in (4, 5, 6, 7)
     },
-    # the 8B's best with key/value heads repeated for cuDNN (the trainer before session 9; model.sdpa_gqa auto passes
-    # them to cuDNN as they are)
-    **{
-        f"8b-fsdp2-noac-mb{mb}-compile-bf16reduce-symm-budget7{suffix}": tv(
-            "llama3.1-8b",
-            "fsdp2",
-            "none",
-            mb,
-            **{
-                "compile.enabled": "true",
-                "compile.loss": "true",
-                "precision.reduce_dtype": "bf16",
-                "parallel.comm_buffers": "symmetric",
-                "compile.memory_budget": "0.7",
-                **extra,
-            },
-        )
-        for mb in (5, 6)
-        for suffix, extra in (("-gqarepeat", {"model.sdpa_gqa": "repeat"}),)
-    },
-    # loss chunks of 8192 or 12288 tokens instead of 4096 (fewer, larger lm_head matmuls; 2.4 or 4.9 GiB more at the loss), and of
-    # 2048 at micro batch 7 (2.4 GiB less there; it still ran out of memory in backward, session 11 call A)
-    **{
-        f"8b-fsdp2-noac-mb{mb}-compile-bf16reduce-symm-budget7-chunk{k}k": tv(
-            "llama3.1-8b",
-            "fsdp2",
-            "none",
-            mb,
-            **{
-                "compile.enabled": "true",
-                "compile.loss": "true",
-                "precision.reduce_dtype": "bf16",
-                "parallel.comm_buffers": "symmetric",
-                "compile.memory_budget": "0.7",
-                "train.loss_chunk_tokens": str(k * 1024),
-            },
-        )
-        for mb, k in ((6, 8), (6, 12), (7, 2))
-    },
-    # the 8B's best on torchtitan's own inputs: the same text and byte-level BPE tokenizer (bench/peers/torchtitan_run.py),
-    # with the trainer's learning rate (3e-4) or torchtitan's (8e-4); the rows above train on seeded random tokens
-    **{
-        f"8b-fsdp2-noac-mb6-compile-bf16reduce-symm-budget7-tttext{suffix}": tv(
-            "llama3.1-8b",
-            "fsdp2",
-            "none",
-            6,
-            **{
-                "compile.enabled": "true",
-                "compile.loss": "true",
-                "precision.reduce_dtype": "bf16",
-                "parallel.comm_buffers": "symmetric",
-                "compile.memory_budget": "0.7",
-                **TT_TEXT,
-                **extra,
-            },
-        )
-        for suffix, extra in (("", {}), ("-lr8", {"train.lr": "8e-4"}))
-    },
-    # larger micro-batches made to fit by keeping the first blocks' activations in pinned host memory (ac.offload_layers),
-    # on torchtitan's inputs and learning rate: about 0.35 GiB per sequence per block stays off the GPU
-    **{
-        f"8b-fsdp2-noac-mb{mb}-compile-bf16reduce-symm-budget7-tttext-lr8-off{n}": tv(
-            "llama3.1-8b",
-            "fsdp2",
-            "none",
-            mb,
-            **{
-                "compile.enabled": "true",
-                "compile.loss": "true",
-                "precision.reduce_dtype": "bf16",
-                "parallel.comm_buffers": "symmetric",
-                "compile.memory_budget": "0.7",
-                **TT_TEXT,
-                "train.lr": "8e-4",
-                "ac.offload_layers": str(n),
-            },
-        )
-        for mb, n in ((6, 2), (7, 2), (8, 6), (10, 12))
-    },
-    "8b-fsdp2-noac-mb3-compile-flash": tv(
-        "llama3.1-8b",
-        "fsdp2",
-        "none",
-        3,
-        **{"compile.enabled": "true", "compile.loss": "true", "model.sdpa_backend": "flash"},
-    ),
-    # --auto: the trainer picks micro-batch, checkpointing and compile itself
-    "7b-auto": {"model.preset": "llama2-7b", "auto.enabled": "true"},
+    # --auto's picks: bench/reports/2026-12-01-h200x2-auto.md
     "8b-auto": {"model.preset": "llama3.1-8b", "auto.enabled": "true"},
-    "7b-fp8-auto": {
-        "model.preset": "llama2-7b",
+    "8b-auto-symmetric": {
+        "model.preset": "llama3.1-8b",
         "auto.enabled": "true",
-        "fp8.enabled": "true",
-        "fp8.all_gather": "true",
-        "precision.reduce_dtype": "bf16",
-        "parallel.comm_buffers": "symmetric",
+        "experimental.symmetric_memory": "true",
     },
-    # FSDP2 with parameters and optimizer on CPU, shards drawn on CPU (a correctness run: few steps)
-    "fsdp2-cpu-offload": tv(
-        "llama2-7b",
-        "fsdp2",
-        "none",
-        1,
-        **{
-            "parallel.cpu_offload": "true",
-            "model.random_init": "sharded",
-            "train.steps": "4",
-            "metrics.warmup_steps": "2",
-        },
-    ),
+    "7b-fp8-auto": {"model.preset": "llama2-7b", "auto.enabled": "true", **FP8, **FAST_COMM},
     # smoke: a tiny model through both APIs with compile, to fail fast before the big runs
     "smoke-fsdp2": tv("tiny", "fsdp2", "none", 2, **{"compile.enabled": "true", "data.seq_len": "256"}),
     "smoke-fsdp1": tv("tiny", "fsdp1", "full", 2, **{"data.seq_len": "256"}),
 }
-# Variants that differ only in the environment: name -> (base variant, extra environment).
-# NCCL_MAX_CTAS caps the SMs NCCL's kernels take from the GEMMs they overlap (H200: 132 SMs).
-ENV_VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
-    "fsdp2-noac-mb1-ctas8": ("fsdp2-noac-mb1", {"NCCL_MAX_CTAS": "8"}),
-    "8b-fsdp2-noac-mb3-compile-ctas8": ("8b-fsdp2-noac-mb3-compile", {"NCCL_MAX_CTAS": "8"}),
-    "8b-fsdp2-noac-mb3-compile-ctas4": ("8b-fsdp2-noac-mb3-compile", {"NCCL_MAX_CTAS": "4"}),
-    # NCCL's efficiency CTA policy: as few SMs per collective as keep its speed.
-    "8b-fsdp2-noac-mb3-compile-ctaeff": ("8b-fsdp2-noac-mb3-compile", {"NCCL_CTA_POLICY": "1"}),
-    # NCCL's zero-CTA policy: all-gathers over symmetric memory run on the copy engines, no SM taken from the GEMMs.
-    "8b-fsdp2-noac-mb3-compile-symm-ce": ("8b-fsdp2-noac-mb3-compile-symm", {"NCCL_CTA_POLICY": "2"}),
-    "8b-fsdp2-noac-mb3-compile-symm-ce-bf16reduce": (
-        "8b-fsdp2-noac-mb3-compile-bf16reduce-symm",
-        {"NCCL_CTA_POLICY": "2"},
-    ),
-    "8b-fsdp2-noac-mb3-compile-symm-ce-bf16reduce-fp32params": (
-        "8b-fsdp2-noac-mb3-compile-bf16reduce-symm-fp32params",
-        {"NCCL_CTA_POLICY": "2"},
-    ),
-    "8b-fsdp2-noac-mb3-compile-symmag-ce-bf16reduce": (
-        "8b-fsdp2-noac-mb3-compile-bf16reduce-symmag",
-        {"NCCL_CTA_POLICY": "2"},
-    ),
-    "8b-fsdp2-noac-mb3-compile-symm-ce-bf16reduce-tadam": (
-        "8b-fsdp2-noac-mb3-compile-bf16reduce-symm-tadam",
-        {"NCCL_CTA_POLICY": "2"},
-    ),
-    # Inductor's coordinate-descent tuning of the compiled blocks' element-wise and reduction kernels (launch
-    # configs only; GEMMs stay with cuBLAS, unlike max-autotune): not yet measured
-    "8b-fsdp2-noac-mb5-compile-bf16reduce-symm-budget7-cdt": (
-        "8b-fsdp2-noac-mb5-compile-bf16reduce-symm-budget7",
-        {"TORCHINDUCTOR_COORDINATE_DESCENT_TUNING": "1"},
-    ),
-    # NCCL's Simple protocol for the reduce-scatters: it picks LL (flag-per-word polling, SM-heavy) for the 8B's
-    # symmetric-memory reduce-scatters, which run 90 ms of each 1.74 s step beside the backward's GEMMs
-    **{
-        f"8b-fsdp2-noac-mb{mb}-compile-bf16reduce-symm-budget7-simple": (
-            f"8b-fsdp2-noac-mb{mb}-compile-bf16reduce-symm-budget7",
-            {"NCCL_PROTO": "Simple"},
-        )
-        for mb in (5, 6)
-    },
-    # at most 4 or 2 CTAs per collective: with the all-gathers on the copy engines only the reduce-scatters take SMs
-    # from the backward's GEMMs, and they have slack (2.7 ms each beside a 34 ms block backward at micro batch 5)
-    **{
-        f"8b-fsdp2-noac-mb6-compile-bf16reduce-symm-budget7-ctas{n}": (
-            "8b-fsdp2-noac-mb6-compile-bf16reduce-symm-budget7",
-            {"NCCL_MAX_CTAS": str(n)},
-        )
-        for n in (2, 4)
-    },
-    # the same tuning on torchtitan's inputs and learning rate
-    "8b-fsdp2-noac-mb6-compile-bf16reduce-symm-budget7-tttext-lr8-cdt": (
-        "8b-fsdp2-noac-mb6-compile-bf16reduce-symm-budget7-tttext-lr8",
-        {"TORCHINDUCTOR_COORDINATE_DESCENT_TUNING": "1"},
-    ),
-    # the same tuning at micro batch 6, alone and with loss chunks of 8,192 tokens
-    **{
-        f"8b-fsdp2-noac-mb6-compile-bf16reduce-symm-budget7{suffix}-cdt": (
-            f"8b-fsdp2-noac-mb6-compile-bf16reduce-symm-budget7{suffix}",
-            {"TORCHINDUCTOR_COORDINATE_DESCENT_TUNING": "1"},
-        )
-        for suffix in ("", "-chunk8k")
-    },
-    # cuBLASLt with a 64 MiB workspace (room for more algorithms, stream-K among them) for every GEMM
-    "8b-fsdp2-noac-mb6-compile-bf16reduce-symm-budget7-ltws": (
-        "8b-fsdp2-noac-mb6-compile-bf16reduce-symm-budget7",
-        {"CUBLASLT_WORKSPACE_SIZE": "65536", "CUBLAS_WORKSPACE_CONFIG": ":65536:2"},
-    ),
-    # every bf16 matmul through cuBLASLt instead of cuBLAS (torch's preferred BLAS library; other kernels and heuristics)
-    "8b-fsdp2-noac-mb6-compile-bf16reduce-symm-budget7-tttext-lr8-lt": (
-        "8b-fsdp2-noac-mb6-compile-bf16reduce-symm-budget7-tttext-lr8",
-        {"TORCH_BLAS_PREFER_CUBLASLT": "1"},
-    ),
-    # in case the symmetric pool and expandable segments do not mix
-    "8b-fsdp2-noac-mb3-compile-symm-ce-noexpand": (
-        "8b-fsdp2-noac-mb3-compile-symm",
-        {"NCCL_CTA_POLICY": "2", "PYTORCH_CUDA_ALLOC_CONF": ""},
-    ),
-}
-for _name, (_base, _env) in ENV_VARIANTS.items():
-    TRAINER_VARIANTS[_name] = TRAINER_VARIANTS[_base]
 TORCHTITAN_VARIANTS = {  # name -> (flavor, batch, ac mode, compile)
-    "tt-8b-mb2-compile": ("8B", 2, "none", True),
-    "tt-8b-mb1-selective": ("8B", 1, "selective", False),
-    "tt-8b-mb3-compile": ("8B", 3, "none", True),
+    "tt-8b-mb3-compile": ("8B", 3, "none", True),  # torchtitan's fastest measured setting for the 8B on 2 H200s
 }
 ACCELERATE_VARIANTS = {  # name -> (preset shape, micro batch, activation checkpointing)
     "accelerate-7b-noac-mb2": ("llama2-7b", 2, False),
-    "accelerate-7b-ac-mb1": ("llama2-7b", 1, True),
 }
 SUITES = {
-    "issue2": [
+    # Llama-2-7B at the plain FSDP2 reference script's settings, after two tiny smoke runs (about 6 minutes on 2 H200s)
+    "reference": [
         "smoke-fsdp2",
         "smoke-fsdp1",
         "fsdp2-ac-mb1",
@@ -582,14 +199,9 @@ SUITES = {
         "fsdp1-ac-mb1",
         "fsdp1-noac-mb2",
     ],
-    # issue 5 in one call (about 8 minutes on 2 H200s): the 8B head to head (the trainer's best: micro batch 6 with
-    # the lean memory budget, symmetric buffers and bf16 reduction, 122.9 GiB since master weights take 16-bit
-    # remainders; torchtitan's best), the 7B bf16 at its best
-    # (micro batch 6, lean budget, the same communication settings; also the MFU target), FP8 at its best (micro
-    # batch 6, default budget, the same communication settings; at 7 its 125 GiB peak slows it to 12,867), accelerate,
-    # and --auto's picks for the 8B and for FP8 on the 7B.
-    # Since session 12 the 8B trainer row trains on torchtitan's own text, tokenizer and learning rate, and torchtitan
-    # runs first and last: the GPUs are power-capped, so the inputs' values and the GPUs' warming move both figures.
+    # The current-best table in one call (about 8 minutes on 2 H200s): the 8B head to head with torchtitan on its own
+    # inputs (torchtitan first and last: the GPUs run at their power cap, so the inputs' values and the GPUs' warming
+    # move both figures), the 7B in bf16 and in FP8 at their best, accelerate, and --auto's picks.
     "speed": [
         "tt-8b-mb3-compile",
         "8b-fsdp2-noac-mb6-compile-bf16reduce-symm-budget7-tttext-lr8",
@@ -597,16 +209,15 @@ SUITES = {
         "fsdp2-noac-mb6-compile-bf16reduce-symm-budget7",
         "fsdp2-noac-mb6-compile-fp8-bf16reduce-symm",
         "accelerate-7b-noac-mb2",
-        "8b-auto",
+        "8b-auto-symmetric",
         "7b-fp8-auto",
     ],
 }
 
 
-def child_env(variant: str = "") -> dict[str, str]:
+def child_env() -> dict[str, str]:
     path = os.pathsep.join(filter(None, [str(TRAINER_SRC), os.environ.get("PYTHONPATH")]))
-    extra = ENV_VARIANTS[variant][1] if variant in ENV_VARIANTS else {}
-    return {**os.environ, **CHILD_ENV, "PYTHONPATH": path, **extra}
+    return {**os.environ, **CHILD_ENV, "PYTHONPATH": path}
 
 
 def run_trainer(name: str, args: argparse.Namespace, nproc: int, work: Path) -> dict:
@@ -631,8 +242,7 @@ def run_trainer(name: str, args: argparse.Namespace, nproc: int, work: Path) -> 
     ]
     for key, value in overrides.items():
         cmd += [f"--{key}", value]
-    env_prefix = [f"{k}={v}" for k, v in ENV_VARIANTS.get(name, ("", {}))[1].items()]
-    record: dict = {"variant": name, "kind": "trainer", "command": " ".join([*env_prefix, "torchrun", *cmd[3:]])}
+    record: dict = {"variant": name, "kind": "trainer", "command": " ".join(["torchrun", *cmd[3:]])}
     proc_rc, log = _run(cmd, work / f"{name}.log", args.timeout)
     summary_file = work / name / "summary.json"
     if proc_rc == 0 and summary_file.is_file():
@@ -789,9 +399,7 @@ def stop(proc: subprocess.Popen, grace: float = 60.0) -> None:
 
 def _run(cmd: list[str], log_path: Path, timeout: int) -> tuple[int, str]:
     print(f"== {log_path.stem}", file=sys.stderr, flush=True)
-    proc = subprocess.Popen(
-        cmd, env=child_env(log_path.stem), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT
-    )
+    proc = subprocess.Popen(cmd, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
     try:
         log, _ = proc.communicate(timeout=timeout)
         rc = proc.returncode
@@ -848,7 +456,7 @@ def main() -> int:
         default=os.environ.get("OUT", ".bench"),
         help="folder for results.json and logs.tar.gz (default: $OUT or .bench)",
     )
-    parser.add_argument("--suite", default="issue2", help=f"a named list of variants: {', '.join(SUITES)}, or 'all'")
+    parser.add_argument("--suite", default="reference", help=f"a named list of variants: {', '.join(SUITES)}, or 'all'")
     parser.add_argument("--only", default="", help="comma-separated variants instead of a suite")
     parser.add_argument("--steps", type=int, default=12, help="optimizer steps per variant")
     parser.add_argument("--warmup", type=int, default=4, help="first steps left out of the averages")

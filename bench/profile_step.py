@@ -5,7 +5,7 @@
 Each variant (a name from ``bench/gpu_compare.py``) runs under torchrun with ``--metrics.profile_steps``;
 rank 0's trace is then read back and every GPU kernel is put in one kind: ``gemm``, ``attention``,
 ``nccl`` (communication), ``multi_tensor`` (every ``multi_tensor_apply`` kernel: fused AdamW, and also
-FSDP2's all-gather copy-in and the clip's norm; ``optimizer`` in the session-3 results), ``triton``
+FSDP2's all-gather copy-in and the clip's norm; ``optimizer`` in the oldest records), ``triton``
 (compiled fused element-wise code), ``copy`` (memcpy / memset) or ``other`` (eager element-wise and
 reductions). Per profiled step it prints the
 time of each kind, how much of the communication overlaps compute (``nccl exposed`` is communication
@@ -133,8 +133,6 @@ def main() -> int:
             **gpu_compare.TRAINER_VARIANTS[name],
             "metrics.profile_steps": args.profile,
         }
-        if name in gpu_compare.ENV_VARIANTS:  # keep the variant's environment (NCCL settings, ...)
-            gpu_compare.ENV_VARIANTS[profiled] = gpu_compare.ENV_VARIANTS[name]
         record = gpu_compare.run_trainer(profiled, run_args, nproc, work)
         trace = work / profiled / "profile" / "trace-rank0.json.gz"
         if not record.get("ok") or not trace.is_file():

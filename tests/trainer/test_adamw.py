@@ -13,9 +13,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-import torch
-
-from fsdp_trainer.adamw import TritonAdamW
 
 pytest.importorskip("triton")
 pytestmark = pytest.mark.timeout(240)
@@ -24,7 +21,7 @@ TRAINER_SRC = Path(__file__).resolve().parents[2] / "packages" / "trainer" / "sr
 
 COMMON = """
 import torch
-from fsdp_trainer.adamw import BLOCK, TritonAdamW
+from fsdp_trainer.optim.triton_adamw import BLOCK, TritonAdamW
 
 def params(seed):
     g = torch.Generator().manual_seed(seed)
@@ -79,26 +76,6 @@ def test_steps_match_torch_adamw_with_schedule_and_weight_decay():
             for key in ("exp_avg", "exp_avg_sq"):
                 close([opt.state[p][key]], [torch_opt.state[q][key]], key)
             assert opt.state[p]["step"].device.type == "cpu" and float(opt.state[p]["step"]) == step + 1
-    """)
-
-
-def test_grad_scale_divides_every_gradient_like_clipping_first():
-    # The trainer folds clipping into the step by setting grad_scale (trainer.fused_step_with_divisor).
-    _run("""
-    mine, ref = params(1), params(1)
-    opt = TritonAdamW(groups(mine), lr=1e-2)
-    torch_opt = torch.optim.AdamW(groups(ref), lr=1e-2, foreach=True)
-    for step in range(3):
-        divisor = torch.tensor(2.5 + step)
-        for p, g in zip(mine, grads(mine, step)):
-            p.grad = g.clone()
-        for q, g in zip(ref, grads(ref, step)):
-            q.grad = g / divisor
-        opt.grad_scale = divisor
-        opt.step()
-        del opt.grad_scale
-        torch_opt.step()
-        close(mine, ref, f"step {step + 1}")
     """)
 
 
@@ -201,12 +178,11 @@ def test_non_fp32_parameters_are_refused_in_one_line():
 
 
 def test_auto_picks_triton_on_gpus_only_where_it_applies(monkeypatch):
-    from fsdp_trainer import adamw
     from fsdp_trainer.config import load_config
-    from fsdp_trainer.optim import choose_adamw
+    from fsdp_trainer.optim import choose_adamw, triton_adamw
 
     def pick(flags, device, installed=True):
-        monkeypatch.setattr(adamw, "available", lambda: installed)
+        monkeypatch.setattr(triton_adamw, "available", lambda: installed)
         return choose_adamw(load_config(None, flags), device)
 
     assert pick([], "cuda") == "triton"
@@ -215,15 +191,3 @@ def test_auto_picks_triton_on_gpus_only_where_it_applies(monkeypatch):
     assert pick(["--parallel.cpu_offload", "true"], "cuda") == "foreach"
     assert pick([], "cpu") == "foreach"
     assert pick(["--train.adamw", "fused"], "cpu") == "fused"  # an explicit choice is kept
-
-
-def test_trainer_folds_clipping_into_the_triton_step():
-    from fsdp_trainer.config import load_config
-    from fsdp_trainer.trainer import Trainer
-
-    class Stub:
-        optimizer = TritonAdamW([torch.nn.Parameter(torch.zeros(2))])
-        scaler = None
-        cfg = load_config(None, [])
-
-    assert Trainer._fold_clip(Stub())

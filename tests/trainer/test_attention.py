@@ -35,10 +35,8 @@ def _lm(hf_config):
 
 
 @pytest.mark.parametrize("kernel", ["flash", "math"])
-@pytest.mark.parametrize(
-    "preset, gqa", [("tiny", "auto"), ("tiny-gqa", "auto"), ("tiny-gqa", "repeat")]
-)  # tiny-gqa: grouped key/value heads
-def test_trainer_sdpa_matches_transformers_sdpa(preset, gqa, kernel):
+@pytest.mark.parametrize("preset", ["tiny", "tiny-gqa"])  # tiny-gqa: grouped key/value heads
+def test_trainer_sdpa_matches_transformers_sdpa(preset, kernel):
     ids = torch.randint(0, 512, (2, 40), generator=torch.Generator().manual_seed(0))
     stock = build_hf_config(ModelConfig(preset=preset))
     ref_lm = _lm(stock)
@@ -46,13 +44,10 @@ def test_trainer_sdpa_matches_transformers_sdpa(preset, gqa, kernel):
     ref.sum().backward()
 
     ours = build_hf_config(ModelConfig(preset=preset))
-    heads = {
-        "tiny": "",
-        "tiny-gqa": {"auto": ", grouped key/value heads as they are", "repeat": ", key/value heads repeated"}[gqa],
-    }[preset]
-    used = attention.configure_attention(ours, kernel, torch.device("cpu"), torch.float32, 40, gqa)
+    heads = ", grouped key/value heads as they are" if preset == "tiny-gqa" else ""
+    used = attention.configure_attention(ours, kernel, torch.device("cpu"), torch.float32, 40)
     assert used == f"sdpa, {kernel} kernel (math as fallback){heads}"
-    assert attention._gqa_native is (preset == "tiny-gqa" and gqa == "auto")
+    assert attention._gqa_native is (preset == "tiny-gqa")
     assert ours._attn_implementation == attention.ATTENTION_NAME
     lm = _lm(ours)
     out = lm(input_ids=ids).logits
@@ -64,7 +59,7 @@ def test_trainer_sdpa_matches_transformers_sdpa(preset, gqa, kernel):
     )
 
 
-@pytest.mark.parametrize("native", [True, False])  # enable_gqa, or repeated heads (model.sdpa_gqa repeat, efficient)
+@pytest.mark.parametrize("native", [True, False])  # enable_gqa, or repeated heads (memory-efficient kernel)
 def test_grouped_heads_either_way_match_plain_attention(native, monkeypatch):
     import torch.nn.functional as F
 
@@ -104,7 +99,8 @@ def test_non_sdpa_implementations_are_left_alone():
 )
 def test_cudnn_takes_grouped_heads_as_they_are_with_the_repeated_heads_results_on_cuda(monkeypatch):
     """Llama-3's attention shape (32 query heads, 8 key/value heads) in bf16: cuDNN with ``enable_gqa`` against cuDNN on
-    repeated heads, forward and every gradient. Run on the GPU machine (bench/RESULTS.md, session 9)."""
+    repeated heads, forward and every gradient. Run on the GPU machine
+    (bench/reports/2026-11-30-llama3.1-8b-h200x2-grouped-heads-cudnn.md)."""
     assert attention.probe("cudnn", torch.device("cuda"), torch.bfloat16, 32, 128, 4096, kv_heads=8) is None
     module = torch.nn.Module()
     module.num_key_value_groups, module.is_causal = 4, True

@@ -16,7 +16,8 @@ H200 = 143_771 * 2**20  # torch.cuda.get_device_properties(...).total_memory on 
 L7, L8 = Shape.from_config(PRESETS["llama2-7b"]()), Shape.from_config(PRESETS["llama3.1-8b"]())
 
 # Peaks (torch.cuda.max_memory_allocated, GiB) measured on 2 x H200 with FSDP2, seq 4096, bf16, the
-# checkpointed (non-fused) loss: bench/results/2026-11-30-*.json.
+# checkpointed (non-fused) loss: bench/results/2026-11-30-h200x2-reference-settings-{1,2-and-peers}.json,
+# -compiled-micro-batches-and-fp8.json and -scaling-1-to-2-gpus.json.
 MEASURED = [
     (L7, 2, 2, True, "none", 2, 71.8),
     (L7, 2, 3, True, "none", 2, 88.2),
@@ -31,7 +32,8 @@ MEASURED = [
 ]
 
 
-# The same with the fused loss (the default since session 2): bench/results/2026-11-30-s2-*.json.
+# The same with the fused loss (train.fused_loss, the default): bench/results/2026-11-30-h200x2-fused-loss-micro-batches.json,
+# -lm-head-unit-fsdp1-compile-cpu-offload.json and -reference-settings-3.json.
 MEASURED_FUSED = [
     (L8, 2, 3, True, "none", 2, 110.2),
     (L8, 2, 4, True, "none", 2, 128.3),
@@ -45,7 +47,8 @@ MEASURED_FUSED = [
 ]
 
 
-# Fused loss and fused kernels (model.fused_kernels, the default since session 3): bench/results/2026-11-30-s3-*.json.
+# Fused loss and fused kernels (model.fused_kernels, the default): bench/results/2026-11-30-h200x2-fused-kernels.json and
+# -triton-adamw-default.json.
 MEASURED_FUSED_KERNELS = [
     (L7, 2, 1, False, "none", 2, 58.7),
     (L7, 2, 2, False, "none", 2, 78.3),
@@ -80,9 +83,9 @@ def test_memory_model_within_6_percent_of_measured_peaks(measured, fused_loss, f
 
 
 def test_memory_model_with_master_weights():
-    """bf16 parameters beside whole fp32 masters (precision.master_weights optimizer until session 10): 2 more bytes
+    """bf16 parameters beside whole fp32 masters (how precision.master_weights optimizer first kept them): 2 more bytes
     per sharded parameter while activations peak. Compiled, no AC, micro batch 3, 2 x H200:
-    bench/results/2026-11-30-s6-callB-h200x2.json."""
+    bench/results/2026-11-30-h200x2-8b-master-weights.json."""
     for shape, measured_gib, params_mode_gib in ((L7, 95.1, 88.8), (L8, 117.5, 110.0)):
         est = (
             estimate_peak_bytes(
@@ -93,8 +96,9 @@ def test_memory_model_with_master_weights():
         assert est == pytest.approx(measured_gib, rel=0.06), shape
         plain = estimate_peak_bytes(shape, 4096, 3, shard_degree=2, compiled=True, ac_mode="none") / GiB
         assert est - plain == pytest.approx(measured_gib - params_mode_gib, rel=0.2)
-    # 16-bit remainders instead (session 10): bf16 parameter + remainder take what an fp32 parameter took. The 8B at
-    # micro batch 5, budget 0.7, bf16 reduction: 118.8 GiB with fp32 masters, 111.3 with remainders (s10 call B)
+    # 16-bit remainders instead: bf16 parameter + remainder take what an fp32 parameter took. The 8B at micro batch 5,
+    # budget 0.7, bf16 reduction: 118.8 GiB with fp32 masters, 111.3 with remainders
+    # (bench/results/2026-11-30-h200x2-8b-16-bit-remainders.json)
     for master_bytes, measured_gib in ((4, 118.8), (2, 111.3)):
         est = (
             estimate_peak_bytes(
@@ -123,7 +127,7 @@ def test_memory_model_with_master_weights():
 
 def test_memory_model_with_a_memory_budget():
     """compile.memory_budget 0.7 (norms and SiLU(gate)*up recomputed in backward), master weights (whole fp32 copies
-    then), 2 x H200: bench/results/2026-11-30-s7-call{B,C}-h200x2.json."""
+    then), 2 x H200: bench/results/2026-11-30-h200x2-8b-memory-budget-{1,2}.json."""
     for shape, mb, measured_gib in ((L8, 3, 96.5), (L8, 4, 108.1), (L8, 5, 119.7), (L7, 6, 116.2), (L7, 7, 127.9)):
         est = (
             estimate_peak_bytes(
@@ -141,8 +145,8 @@ def test_memory_model_with_a_memory_budget():
         )
         assert est == pytest.approx(measured_gib, rel=0.06), (shape, mb)
     # bf16 gradient reduction and symmetric buffers (reduce_bytes 2), and --auto's own run of the 8B (fp32 reduction):
-    # bench/results/2026-11-30-s8-call{B,C}-h200x2.json; with 16-bit master remainders, the 8B at micro batch 6
-    # (s10 call B)
+    # bench/results/2026-11-30-h200x2-7b-bf16-and-fp8-micro-batches.json and -speed-suite-1.json; with 16-bit master
+    # remainders, the 8B at micro batch 6 (-8b-16-bit-remainders.json)
     for shape, mb, reduce_bytes, master_bytes, measured_gib in (
         (L8, 5, 2, 4, 118.8),
         (L7, 5, 2, 4, 104.2),
@@ -168,7 +172,8 @@ def test_memory_model_with_a_memory_budget():
         )
         assert est == pytest.approx(measured_gib, rel=0.06), (shape, mb, reduce_bytes)
     # FP8 (fp32 parameters, FP8 all-gather), Llama-2-7B: default budget with bf16 reduction and symmetric buffers
-    # (session 8, call B), fp32 reduction (call B), and the lean budget (session 7, call D)
+    # and fp32 reduction (bench/results/2026-11-30-h200x2-7b-bf16-and-fp8-micro-batches.json), and the lean budget
+    # (-7b-memory-budget-bf16-and-fp8.json)
     for mb, budget, reduce_bytes, measured_gib in (
         (4, 1.0, 2, 90.3),
         (5, 1.0, 2, 102.0),
@@ -201,7 +206,10 @@ def test_memory_model_with_a_memory_budget():
 
 def test_memory_model_without_resharding():
     """Blocks kept gathered from forward to backward (parallel.reshard_after_forward false), Llama-3.1-8B compiled, 2 x H200."""
-    for mb, measured_gib in ((2, 104.1), (3, 122.8)):  # bench/results/2026-11-30-s3-call{B,A}-h200x2.json
+    for mb, measured_gib in (
+        (2, 104.1),
+        (3, 122.8),
+    ):  # bench/results/2026-11-30-h200x2-8b-nccl-ctas-and-resharding.json, -reference-settings-4.json
         est = (
             estimate_peak_bytes(
                 L8, 4096, mb, shard_degree=2, compiled=True, ac_mode="none", reshard_after_forward=False
@@ -246,7 +254,7 @@ def test_choices_on_h200s():
     # Measured fastest on 2 x H200: no AC, micro batch 3 (110 GiB); micro batch 4 (128 GiB) was 18% slower.
     assert (best.ac_mode, best.micro_batch_size) == ("none", 3)
     assert _choose(L7, 2)[0].micro_batch_size == 4  # measured fastest for Llama-2-7B (105 GiB)
-    # with master weights (auto on GPUs since session 6) the same settings still fit
+    # with master weights (auto on GPUs) the same settings still fit
     assert (
         _choose(L8, 2, master_weights=True)[0].micro_batch_size,
         _choose(L7, 2, master_weights=True)[0].micro_batch_size,
@@ -258,9 +266,10 @@ def test_choices_on_h200s():
     big = _choose(Shape.from_config(PRESETS["llama3.1-70b"]()), 16)[0]
     assert big is not None and big.ac_mode != "none"
     # With the lean memory budget as a candidate (what --auto offers compiled runs): the 8B takes micro batch 5 at
-    # 0.7 (114 GiB estimated, 111.3 measured), measured 1.45% faster than 4 (11,509 against 11,344, session 7 call B);
+    # 0.7 (114 GiB estimated, 111.3 measured), measured 1.45% faster than 4 (11,509 against 11,344,
+    # bench/reports/2026-11-30-llama3.1-8b-h200x2-memory-budget.md);
     # 6 (125.6 GiB estimated) is over the 85% line;
-    # the 7B a micro batch of 5 or 6 at 0.7 (micro batch 6: 13,127 against 12,772 at 4 with the default, call C).
+    # the 7B a micro batch of 5 or 6 at 0.7 (micro batch 6: 13,127 against 12,772 at 4 with the default budget).
     lean8 = _choose(L8, 2, master_weights=True, memory_budgets=(1.0, 0.7))[0]
     assert (lean8.micro_batch_size, lean8.memory_budget, lean8.ac_mode) == (5, 0.7, "none")
     assert "memory_budget=0.7" in lean8.describe()
@@ -335,7 +344,7 @@ def test_apply_auto_keeps_explicit_settings_and_refuses_what_cannot_fit():
     assert record["kept"] == ["ac.every", "compile.memory_budget"]
 
     # masters as 16-bit remainders cost what fp32 parameters cost: where micro batch 3 just fits without them, it
-    # fits with them; as whole fp32 copies (before session 10) apply_auto had to step down to 2
+    # fits with them; as whole fp32 copies apply_auto had to step down to 2
     def chosen(master):
         cfg = load_config(
             None, ["--model.preset", "llama3.1-8b", "--data.seq_len", "4096", "--compile.memory_budget", "1"]
@@ -367,7 +376,7 @@ def test_apply_auto_keeps_explicit_settings_and_refuses_what_cannot_fit():
     assert (cfg.train.micro_batch_size, cfg.compile.memory_budget) == (5, 0.7) and record["chosen"].endswith(
         "memory_budget=0.7"
     )
-    assert record["comm_buffers"] == "default"  # chosen before the process group exists (choose_comm_buffers), not here
+    assert "comm_buffers" not in record and cfg.experimental.symmetric_memory is False, "experiments are not chosen"
     cfg = load_config(None, ["--model.preset", "llama3.1-8b", "--data.seq_len", "4096", "--compile.memory_budget", "1"])
     record = apply_auto(
         cfg,
@@ -383,7 +392,7 @@ def test_apply_auto_keeps_explicit_settings_and_refuses_what_cannot_fit():
     ]
 
     # FP8 (fp32 parameters, no masters): the default budget only, and the largest micro batch under the 85% line, 6:
-    # measured fastest (18,079 tokens/s/GPU at 113.7 GiB; micro batch 7 at 125.4 GiB fell to 12,867; session 8)
+    # measured fastest (18,079 tokens/s/GPU at 113.7 GiB; micro batch 7 at 125.4 GiB fell to 12,867)
     cfg = load_config(
         None,
         ["--model.preset", "llama2-7b", "--data.seq_len", "4096", "--fp8.enabled", "true", "--fp8.all_gather", "true"],
@@ -405,35 +414,6 @@ def test_apply_auto_keeps_explicit_settings_and_refuses_what_cannot_fit():
         message.startswith("--auto: nothing fits on 8 x 140.4 GiB (GPUs)") and "--parallel.cpu_offload true" in message
     )
     assert "\n" not in message
-
-
-def test_auto_puts_collectives_in_symmetric_memory_on_one_node_of_gpus():
-    from fsdp_trainer.autotune import choose_comm_buffers
-
-    def chosen(*flags, world=2, local=2, on_gpu=True, unavailable=None):
-        cfg = load_config(None, ["--model.preset", "llama3.1-8b", "--auto.enabled", "true", *flags])
-        picked = choose_comm_buffers(
-            cfg, world_size=world, local_world_size=local, on_gpu=on_gpu, symmetric_unavailable=unavailable
-        )
-        assert picked in (None, cfg.parallel.comm_buffers)
-        return cfg.parallel.comm_buffers
-
-    assert chosen() == "symmetric"
-    assert (
-        chosen("--parallel.sharding", "hybrid_shard", "--parallel.replicate_size", "2", world=8, local=8) == "symmetric"
-    )
-    assert chosen("--parallel.comm_buffers", "process_group") == "process_group"  # given: kept
-    assert chosen(on_gpu=False) == "default"
-    assert chosen(unavailable="NCCL 2.27.3 is older than 2.28") == "default"
-    assert chosen(world=16, local=8) == "default"  # several nodes: not measured there
-    assert chosen(world=1, local=1) == "default"
-    assert chosen("--parallel.api", "fsdp1") == "default"
-    assert chosen("--parallel.cpu_offload", "true") == "default"
-    assert chosen("--runtime.backend", "gloo") == "default"
-    assert chosen("--parallel.sharding", "no_shard") == "default"  # nothing sharded, nothing gathered
-    assert (
-        chosen("--parallel.sharding", "hybrid_shard", "--parallel.replicate_size", "4", world=4, local=4) == "default"
-    )
 
 
 def test_auto_run_on_cpu(tmp_path):

@@ -26,6 +26,23 @@ def test_config_module_imports_without_torch():
     assert out.stdout.strip() == "False"
 
 
+def test_the_memory_model_imports_without_torch():
+    """``fsdp-sdk estimate`` imports the memory and speed model lazily, without torch."""
+    code = (
+        "import sys\n"
+        "from fsdp_trainer import autotune, presets\n"
+        "shape = autotune.Shape.from_config(presets.PRESETS['llama3.1-8b']())\n"
+        "peak = autotune.estimate_peak_bytes(shape, 4096, 2, shard_degree=8, compiled=True, ac_mode='none')\n"
+        "best, _ = autotune.choose(shape, 4096, device_bytes=80 * 2**30, memory_fraction=0.85, shard_degree=8,\n"
+        "    compiled=True, fixed_batch=None, fixed_micro_batch=None, ac_fixed=None, loss_chunk_tokens=4096,\n"
+        "    fused_loss=True, cpu_offload=False)\n"
+        "assert peak > 0 and best is not None and autotune.relative_speed(0.0, 2, True) > 0\n"
+        "print('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=trainer_env(), check=True)
+    assert out.stdout.strip() == "False"
+
+
 def test_every_field_has_a_docstring():
     for name, section in options.sections(TrainerConfig):
         assert options.field_docs(TrainerConfig)[name], name
@@ -160,38 +177,26 @@ def test_round_trip_through_dict():
         (["--parallel.shard_size", "2"], "--parallel.shard_size: only used with --parallel.sharding hybrid_shard"),
         (["--fp8.all_gather", "true", "--fp8.recipe", "rowwise"], "--fp8.all_gather:"),
         (
-            ["--fp8.all_gather", "true", "--fp8.recipe", "rowwise_with_gw_hp"],
-            "--fp8.all_gather: needs --fp8.recipe tensorwise",
+            ["--parallel.api", "fsdp1", "--experimental.symmetric_memory", "true"],
+            "--experimental.symmetric_memory: needs --parallel.api fsdp2",
         ),
         (
-            ["--parallel.api", "fsdp1", "--parallel.comm_buffers", "symmetric"],
-            "--parallel.comm_buffers: symmetric needs --parallel.api fsdp2",
+            ["--parallel.api", "none", "--experimental.flat_shards", "true"],
+            "--experimental.flat_shards: needs --parallel.api fsdp2",
         ),
         (
-            ["--parallel.comm_buffers", "process_group", "--parallel.cpu_offload", "true"],
-            "--parallel.comm_buffers: process_group cannot be combined with --parallel.cpu_offload true",
+            ["--experimental.symmetric_memory", "true", "--parallel.cpu_offload", "true"],
+            "--experimental.symmetric_memory: cannot be combined with --parallel.cpu_offload true",
         ),
         (
             ["--train.adamw", "triton", "--parallel.cpu_offload", "true"],
             "--train.adamw: triton runs on the GPU and cannot step parameters offloaded to CPU; use foreach or auto",
         ),
         (["--train.adamw", "apex"], "--train.adamw: 'apex' is not one of auto, fused, foreach, triton"),
-        (
-            ["--parallel.comm_buffers", "nvls"],
-            "--parallel.comm_buffers: 'nvls' is not one of default, process_group, symmetric",
-        ),
-        (["--fp8.recipe", "mxfp8"], "--fp8.recipe: 'mxfp8' is not one of tensorwise, rowwise, rowwise_with_gw_hp"),
+        (["--fp8.recipe", "mxfp8"], "--fp8.recipe: 'mxfp8' is not one of tensorwise, rowwise"),
         (["--checkpoint.resume", "latest"], "--checkpoint.resume:"),
         (["--model.preset", "llama2-7b", "--data.source", "hf"], "--model.tokenizer: data.source=hf needs a tokenizer"),
         (["--train.steps"], "--train.steps: missing value"),
-        (
-            ["--compile.mode", "max-autotune-no-cudagraphs"],
-            "--compile.mode: max-autotune-no-cudagraphs needs --compile.enabled true",
-        ),
-        (
-            ["--compile.mode", "reduce-overhead", "--compile.enabled", "true"],
-            "--compile.mode: 'reduce-overhead' is not one of default, max-autotune-no-cudagraphs",
-        ),
         (
             ["--compile.memory_budget", "1.5", "--compile.enabled", "true"],
             "--compile.memory_budget: must be between 0 and 1 (got 1.5)",
@@ -213,6 +218,41 @@ def test_errors_name_the_option(overrides, message):
         load_config(None, overrides)
     assert message in str(err.value)
     assert "\n" not in str(err.value)
+
+
+REMOVED = {
+    "--parallel.comm_buffers": "--parallel.comm_buffers: removed; NCCL symmetric memory for FSDP2's collectives is "
+    "--experimental.symmetric_memory true, and PyTorch's own buffers need no flag",
+    "--parallel.flat_shards": "--parallel.flat_shards: moved to --experimental.flat_shards (off by default)",
+    "--compile.mode": "--compile.mode: removed; compiled blocks use torch.compile's default mode",
+    "--model.sdpa_gqa": "--model.sdpa_gqa: removed; grouped key/value heads go to the attention kernel as they are",
+}
+
+
+@pytest.mark.parametrize("flag", list(REMOVED))
+def test_removed_options_are_refused_naming_the_replacement(flag, tmp_path):
+    """On the command line and in a config file, with any value: one line that says what to use instead."""
+    section, field = flag.removeprefix("--").split(".")
+    file = tmp_path / "run.yaml"
+    file.write_text(f"{'activation_checkpointing' if section == 'ac' else section}:\n  {field}: some\n")
+    for args in ((None, [flag, "some"]), (str(file), [])):
+        with pytest.raises(ConfigError) as err:
+            load_config(*args)
+        assert str(err.value).startswith(REMOVED[flag]) and "\n" not in str(err.value)
+    assert flag not in known_flags() and flag not in help_text()
+
+
+def test_a_removed_choice_is_refused_naming_the_ones_left():
+    with pytest.raises(ConfigError) as err:
+        load_config(None, ["--fp8.recipe", "rowwise_with_gw_hp"])
+    assert str(err.value).startswith("--fp8.recipe: rowwise_with_gw_hp was removed") and str(err.value).endswith(
+        "use tensorwise or rowwise"
+    )
+
+
+def test_experiments_are_off_by_default():
+    cfg = load_config(None, [])
+    assert dataclasses.asdict(cfg.experimental) == {"symmetric_memory": False, "flat_shards": False}
 
 
 def test_file_errors(tmp_path):

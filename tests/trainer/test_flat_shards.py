@@ -1,4 +1,4 @@
-"""``parallel.flat_shards``: FSDP2 units' shards in one buffer each, sent by the all-gather without a copy-in."""
+"""``experimental.flat_shards``: FSDP2 units' shards in one buffer each, sent by the all-gather without a copy-in."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ FSDP2 = [
 
 
 def test_consecutive_views_of_a_registered_buffer_are_sent_as_the_buffer():
-    from fsdp_trainer.shards import _BUFFERS, _copy_in, _flat_input
+    from fsdp_trainer.experimental.flat_shards import _BUFFERS, _copy_in, _flat_input
 
     flat = torch.arange(10, dtype=torch.float32)
     _BUFFERS[flat.untyped_storage().data_ptr()] = flat
@@ -52,7 +52,7 @@ def runs(tmp_path_factory):
     out = {}
     for flat in ("true", "false"):
         root = tmp_path_factory.mktemp(f"flat-{flat}")
-        run = run_trainer([*FSDP2, "--parallel.flat_shards", flat], root / "out", nproc=2)
+        run = run_trainer([*FSDP2, "--experimental.flat_shards", flat], root / "out", nproc=2)
         assert_ok(run)
         out[flat] = run
     return out
@@ -63,8 +63,9 @@ def test_flat_shards_train_exactly_like_copied_shards(runs):
     # tiny: two blocks, the lm_head and the root (embeddings, final norm): every unit is flattened, and every
     # all-gather of 4 steps (forward and backward) sent its buffer as is
     assert on["flat_shard_units"] == 4 and on["all_gathers_sent_as_is"] > 4 * 4 and on["all_gathers_copied_in"] == 0
-    # off: FSDP2's own copy-in runs (the trainer's is not even registered)
-    assert off["flat_shard_units"] == 0 and off["all_gathers_sent_as_is"] == 0 and off["all_gathers_copied_in"] == 0
+    assert on["converters"] == ["fused_kernels", "experimental.flat_shards"]
+    # off (the default): FSDP2's own copy-in runs, and the experiment is not even imported
+    assert off["converters"] == ["fused_kernels"] and "flat_shard_units" not in off
     for field in ("loss", "grad_norm"):
         a = [r[field] for r in runs["false"].records]
         b = [r[field] for r in runs["true"].records]
@@ -75,7 +76,17 @@ def test_cast_parameters_keep_the_copy(tmp_path):
     # bf16 compute over fp32 parameters: FSDP2 casts each shard into a temporary before the all-gather, so there is
     # nothing to flatten
     run = run_trainer(
-        [*FSDP2, "--precision.mode", "bf16", "--precision.master_weights", "params", "--train.steps", "2"],
+        [
+            *FSDP2,
+            "--precision.mode",
+            "bf16",
+            "--precision.master_weights",
+            "params",
+            "--train.steps",
+            "2",
+            "--experimental.flat_shards",
+            "true",
+        ],
         tmp_path / "out",
         nproc=2,
     )
@@ -87,7 +98,11 @@ def test_unevenly_sharded_units_are_left_alone_on_every_rank(tmp_path):
     # Over 3 ranks the tiny model's dims (64, 172, 512) do not split evenly: the last rank's shards are padded, the
     # first's are not. Flattening must be decided the same on every rank (under symmetric memory each buffer is
     # registered collectively), so no unit is flattened and every all-gather copies as FSDP2 does.
-    run = run_trainer([*FSDP2, "--train.steps", "2", "--train.micro_batch_size", "1"], tmp_path / "out", nproc=3)
+    run = run_trainer(
+        [*FSDP2, "--train.steps", "2", "--train.micro_batch_size", "1", "--experimental.flat_shards", "true"],
+        tmp_path / "out",
+        nproc=3,
+    )
     assert_ok(run)
     assert run.summary["flat_shard_units"] == 0 and run.summary["all_gathers_sent_as_is"] == 0
     assert run.summary["all_gathers_copied_in"] > 0

@@ -7,7 +7,7 @@ import copy
 import pytest
 import torch
 
-from fsdp_trainer.kernels import apply_rotary, use_fused_kernels
+from fsdp_trainer.converters.fused_kernels import apply_rotary, use_fused_kernels
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -63,8 +63,8 @@ def test_swapped_model_equals_hugging_face(preset, backend, monkeypatch):
     """
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from fsdp_trainer import kernels
     from fsdp_trainer.attention import configure_attention
+    from fsdp_trainer.converters import fused_kernels as kernels
     from fsdp_trainer.presets import PRESETS
 
     rotations = []
@@ -131,7 +131,7 @@ def test_autocast_keeps_hugging_face_type_promotion():
 def test_norm_with_weights_in_another_dtype_matches_hugging_face():
     from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
-    from fsdp_trainer import kernels
+    from fsdp_trainer.converters import fused_kernels as kernels
 
     ref = LlamaRMSNorm(64, eps=1e-5)
     with torch.no_grad():
@@ -209,7 +209,7 @@ def _kept_for_backward(layer, x, cos, sin, budget):
 
     torch._dynamo.reset()
     blocks = torch.nn.ModuleList([copy.deepcopy(layer)])
-    parallelize.apply_compile(blocks, "default", budget)
+    parallelize.apply_compile(blocks, budget)
     inp = x.clone().requires_grad_()
     sizes = []
 

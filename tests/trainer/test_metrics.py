@@ -43,6 +43,7 @@ def test_fresh_run_truncates(tmp_path):
     assert path.read_text() == ""
 
 
+@pytest.mark.timeout(240)  # two torchrun ranks under the profiler: about 25 s on an idle 2-core machine
 def test_profile_steps_trace_every_rank(tmp_path):
     """Two gloo ranks trace steps 2-3: a trace per rank holding the traced steps' work, the kernel table on the leader."""
     import gzip

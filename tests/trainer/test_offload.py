@@ -1,4 +1,4 @@
-"""ac.offload_layers (offload.py): saved activations of the first blocks held on the host, fetched back ahead."""
+"""ac.offload_layers (converters/activation_offload.py): saved activations of the first blocks held on the host, fetched back ahead."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import torch
 from torch import nn
 
 from fsdp_trainer.config import ModelConfig, load_config
+from fsdp_trainer.converters import enabled
+from fsdp_trainer.converters.activation_offload import ActivationOffload, ActivationOffloadConverter
 from fsdp_trainer.errors import ConfigError
-from fsdp_trainer.materialize import install_offload
 from fsdp_trainer.model import CausalLMWithLoss, build_hf_config, init_weights_, meta_model, reset_rotary_
-from fsdp_trainer.offload import ActivationOffload
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -111,8 +111,9 @@ def test_offload_counts_are_checked():
     with pytest.raises(
         ConfigError, match=r"--ac.offload_layers: 9 is not below the model's \d+ decoder blocks; use 1 to"
     ):
-        install_offload(cfg, _tiny(torch.device("cpu")), torch.device("cuda"))
-    assert install_offload(load_config(None, []), _tiny(torch.device("cpu")), torch.device("cpu")) is None
+        ActivationOffloadConverter(cfg, torch.device("cuda"), None).convert(_tiny(torch.device("cpu")))
+    assert "activation_offload" not in enabled(load_config(None, []), "cuda"), "off unless asked for"
+    assert "activation_offload" in enabled(cfg, "cuda")
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="pinned host memory and a side stream need CUDA")

@@ -96,8 +96,6 @@ CASES = {
         2,
         ["--parallel.api", "fsdp1", "--train.grad_accum_steps", "2", "--ac.mode", "selective", "--ac.every", "2"],
     ),
-    # Collective staging buffers from the process group's allocator (gloo has none of its own: plain tensors).
-    "fsdp2-process_group_buffers": (2, ["--parallel.api", "fsdp2", "--parallel.comm_buffers", "process_group"]),
     # Real HSDP: 2 replicas x 2 shards.
     "fsdp2-hybrid_2x2": (
         4,

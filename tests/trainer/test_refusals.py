@@ -41,8 +41,8 @@ pytestmark = [
         ),
         (["--runtime.backend", "nccl"], "error: --runtime.backend: nccl needs CUDA; use gloo (or auto) on CPU"),
         (
-            ["--parallel.comm_buffers", "symmetric"],
-            "error: --parallel.comm_buffers: symmetric needs NCCL on GPUs; this run is on cpu (use default or process_group)",
+            ["--experimental.symmetric_memory", "true"],
+            "error: --experimental.symmetric_memory: needs NCCL on GPUs; this run is on cpu (set it to false)",
         ),
         (
             ["--ac.offload_layers", "2"],

@@ -2,8 +2,8 @@
 
 PyTorch's default SDPA priority on CUDA is flash (FlashAttention-2), memory-efficient,
 math, and cuDNN last. On Hopper (sm_90, H100/H200) the cuDNN fused attention is the
-faster kernel for training shapes (head dim 128, causal, long sequences:
-``bench/sdpa_kernels.py`` measured 1.8x flash's speed, forward + backward, on an H200).
+faster kernel for training shapes (head dim 128, causal, long sequences: 1.8x flash's speed,
+forward + backward, on an H200; ``bench/reports/2026-11-30-h200-attention-kernels.md``).
 ``model.sdpa_backend=auto`` takes cuDNN on sm_90 and newer and keeps torch's own choice
 everywhere else (CPU, older GPUs).
 
@@ -12,8 +12,9 @@ The attention function is registered with transformers' ``AttentionInterface`` u
 model's config points at it. Grouped key/value heads (Llama-3's 8 for 32 query heads)
 go to the kernel as they are (``enable_gqa``) where SDPA's dispatcher takes them for the
 run's shapes (flash and math; cuDNN on recent torch), so each key/value head is read once
-for its query group and its gradient comes out already summed; elsewhere (``model.sdpa_gqa
-repeat``, memory-efficient attention) they are expanded first (``repeat_kv``): a copy each
+for its query group and its gradient comes out already summed (Llama-3.1-8B trains faster
+than with the heads repeated: ``bench/reports/2026-11-30-llama3.1-8b-h200x2-grouped-heads-cudnn.md``);
+elsewhere (memory-efficient attention) they are expanded first (``repeat_kv``): a copy each
 way per block. SDPA runs inside ``sdpa_kernel([kernel, MATH])``: only the chosen
 kernel, and math as the safety net for shapes it refuses, so the choice does not rest
 on torch's default order or on a priority order being honoured inside compiled
@@ -124,14 +125,12 @@ def sdpa_attention(
     return out.transpose(1, 2).contiguous(), None
 
 
-def configure_attention(
-    hf_config: Any, choice: str, device: torch.device, dtype: torch.dtype, seq_len: int, gqa: str = "auto"
-) -> str:
+def configure_attention(hf_config: Any, choice: str, device: torch.device, dtype: torch.dtype, seq_len: int) -> str:
     """Point ``hf_config`` at the trainer's SDPA function when ``choice`` names a kernel that takes the run's shapes.
 
-    ``gqa`` (``model.sdpa_gqa``): auto passes grouped key/value heads as they are where the kernel takes them
-    for these shapes, repeat always expands them first. Returns what attention runs, for the log. Only configs
-    using ``sdpa`` are touched: eager, flash_attention_2 and flex_attention stay as they are.
+    Grouped key/value heads are passed as they are where the kernel takes them for these shapes, else expanded
+    first. Returns what attention runs, for the log. Only configs using ``sdpa`` are touched: eager,
+    flash_attention_2 and flex_attention stay as they are.
     """
     global _enabled, _gqa_native
     if getattr(hf_config, "_attn_implementation", None) != "sdpa":
@@ -157,13 +156,9 @@ def configure_attention(
     kv_heads = getattr(hf_config, "num_key_value_heads", None) or hf_config.num_attention_heads
     grouped = kv_heads != hf_config.num_attention_heads
     _enabled = [_KERNELS[kernel]] + ([SDPBackend.MATH] if kernel != "math" else [])
-    _gqa_native = (
-        grouped
-        and gqa == "auto"
-        and (
-            kernel == "math"
-            or probe(kernel, device, dtype, hf_config.num_attention_heads, head_dim, seq_len, kv_heads) is None
-        )
+    _gqa_native = grouped and (
+        kernel == "math"
+        or probe(kernel, device, dtype, hf_config.num_attention_heads, head_dim, seq_len, kv_heads) is None
     )
     AttentionInterface.register(ATTENTION_NAME, sdpa_attention)
     AttentionMaskInterface.register(ATTENTION_NAME, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])

@@ -9,16 +9,14 @@ What it chooses, among the settings the user did not give explicitly:
 - ``compile.memory_budget``: 1, or ``LEAN_BUDGET`` (compiled blocks without checkpointing recompute their
   norms and SiLU(gate)*up in backward and keep a third less per token) where the larger micro-batch this makes
   room for is the faster candidate; 1 under ``fp8.enabled``, where the lean budget measured slower at every
-  micro-batch (Llama-2-7B on 2 H200s: 16,270 and 16,548 tokens/s/GPU at micro batches 6 and 8, against 16,629
-  at 4 with the default budget; session 7);
-- ``parallel.comm_buffers``: ``symmetric`` for FSDP2 over several GPUs of one node where torch and NCCL have it
-  (``choose_comm_buffers``, before the process group exists);
+  micro-batch (``bench/reports/2026-11-30-llama3.1-8b-h200x2-memory-budget.md``);
 - ``train.micro_batch_size``: the largest that fits, up to ``MAX_MICRO_BATCH``; when
   the user fixed the per-rank batch (``micro_batch_size`` x ``grad_accum_steps``)
   it is kept, split into the largest micro-batches that fit.
 
 It leaves what changes the numbers a run computes to the user: ``precision.reduce_dtype`` (bf16 reduction is
-faster still on the 8B, but rounds every gradient sum), ``precision.param_dtype``, ``fp8.*`` and the optimizer.
+faster still on the 8B, but rounds every gradient sum), ``precision.param_dtype``, ``fp8.*`` and the optimizer; and
+the experimental options (``experimental.*``), such as NCCL symmetric memory for the collectives.
 
 Candidates are ranked by a throughput model (recompute cost of checkpointing, and the
 per-step overhead that larger micro-batches amortise) and the first one whose
@@ -29,7 +27,8 @@ The memory model, per GPU, for N parameters sharded over S ranks:
 - optimizer step: fp32 parameters, fp32 gradients and AdamW's two moments, ``16 N / S`` (at most that with
   ``precision.master_weights optimizer``: bf16 parameters and gradients, 16-bit master remainders);
 - forward/backward: fp32 parameters and moments ``12 N / S`` (the same with bf16 parameters beside their masters'
-  16-bit remainders, ``fsdp_trainer/adamw.py``; sharded gradients come as activations go), plus activations, plus
+  16-bit remainders, ``fsdp_trainer/optim/triton_adamw.py``; sharded gradients come as activations go), plus
+  activations, plus
   unsharded bf16 copies of the blocks in flight
   and of the root (embeddings, lm_head), plus the loss's per-chunk buffers;
 - activations per token per decoder layer without checkpointing, compiled:
@@ -39,10 +38,10 @@ The memory model, per GPU, for N parameters sharded over S ranks:
   output, one more ``d``-wide tensor, gate and up); ``FP8_ACTIVATION_SHARE`` of those under ``fp8.enabled``; a checkpointed layer keeps
   its bf16 input (``2 d``) and one layer's activations are rebuilt at a time.
 
-The coefficients were fitted to peaks measured on H200s (bench/RESULTS.md: Llama-2-7B and
-Llama-3.1-8B, FSDP2, micro-batches 1 to 4, compiled and eager, full and selective
-checkpointing); ``tests/trainer/test_autotune.py`` holds those measurements against the
-model. Torch-free: the runtime side passes in the device memory and world size.
+The coefficients were fitted to peaks measured on H200s (Llama-2-7B and Llama-3.1-8B, FSDP2, micro-batches 1 to 6,
+compiled and eager, full and selective checkpointing, both memory budgets, bf16 and FP8;
+``bench/reports/2026-12-01-h200x2-auto.md``); ``tests/trainer/test_autotune.py`` holds those measurements against
+the model. Torch-free: the runtime side passes in the device memory and world size.
 """
 
 from __future__ import annotations
@@ -60,21 +59,19 @@ MAX_MICRO_BATCH = 8
 #: Activation checkpointing candidates, fastest first: (mode, every, share of forward FLOPs recomputed).
 AC_CANDIDATES = (("none", 1, 0.0), ("selective", 4, 0.25), ("selective", 2, 0.5), ("full", 1, 1.0))
 #: Default share of the device's memory the estimate may fill; the rest is the CUDA context, NCCL
-#: buffers and the caching allocator's slack (the estimate is of allocated bytes). On the H200s a
-#: run at 128 GiB of 140 (Llama-3.1-8B, micro-batch 4) was 18% slower than at 110 GiB: the
-#: allocator ran short; 0.85 (119 GiB) stays clear of that.
+#: buffers and the caching allocator's slack (the estimate is of allocated bytes). Runs that came within about
+#: 12 GiB of an H200's 140 slowed sharply, the allocator short of memory; 0.85 (119 GiB) stays clear of that.
 MEMORY_FRACTION = 0.85
 #: Candidates this close in estimated speed count as a tie, settled by memory. The speed model's micro-batch gains
-#: match the measured ones to 0.1% on Llama-3.1-8B over 2 H200s (4 -> 5: 1.42% modelled, 1.45% measured, session 7;
-#: 5 -> 6: 0.95% and 1.0%, session 10), so a gain of 1% or more is taken.
+#: match the measured ones to about 0.1% on Llama-3.1-8B over 2 H200s, so a gain of 1% or more is taken.
 NEAR_TIE = 0.01
 #: ``compile.memory_budget`` of the lean candidates, and what its backward recompute costs, as a share of a forward
-#: (Llama-3.1-8B at micro batch 3 on 2 H200s: 0.7% slower than with the default budget, session 7 call B).
+#: (fitted to Llama-3.1-8B at equal micro-batch, where the lean budget costs about 0.7%).
 LEAN_BUDGET, LEAN_RECOMPUTE = 0.7, 0.027
-#: What recomputing a micro-batch's whole forward costs, as a share of its forward and backward. Llama-2-7B on 2 H200s,
-#: eager, micro batches 1 and 2: full checkpointing ran at 0.825 and 0.813 of the speed without (bench/results/
-#: 2026-11-30-s3-callC-h200x2.json); the forward is a little over a quarter of the work (attention's backward costs
-#: more than twice its forward), and the fused loss is not recomputed.
+#: What recomputing a micro-batch's whole forward costs, as a share of its forward and backward: the forward is a little
+#: over a quarter of the work (attention's backward costs more than twice its forward), and the fused loss is not
+#: recomputed. Fitted to Llama-2-7B on 2 H200s, eager, micro batches 1 and 2, where full checkpointing ran at 0.825 and
+#: 0.813 of the speed without (bench/results/2026-11-30-h200x2-fused-kernels.json).
 RECOMPUTE_COST = 0.27
 #: A micro-batch's fixed costs (optimizer step, FSDP's copies, launches), in micro-batches' worth of compute.
 FIXED_COST = 0.3
@@ -82,10 +79,10 @@ FIXED_COST = 0.3
 #: with Hugging Face's element-wise RMSNorm and rotary code (0.83).
 EAGER_SPEED, EAGER_SPEED_HF_KERNELS = 0.92, 0.81
 #: Activations kept under ``fp8.enabled``, as a share of bf16's: the float8 linears keep their inputs in float8.
-#: Fitted on Llama-2-7B over 2 H200s, compiled, at both budgets (0.71 at 1 and at 0.7; sessions 7 and 8).
+#: Fitted on Llama-2-7B over 2 H200s, compiled, at both budgets.
 FP8_ACTIVATION_SHARE = 0.71
-#: A step's fixed costs under ``fp8.enabled``, in micro-batches' worth of compute (0.3 in bf16): Llama-2-7B on 2 H200s
-#: (session 8, call B) went 17,056 -> 17,531 -> 18,079 tokens/s/GPU from micro batch 4 to 6.
+#: A step's fixed costs under ``fp8.enabled``, in micro-batches' worth of compute (0.3 in bf16), fitted to Llama-2-7B
+#: on 2 H200s from micro batch 4 to 6.
 FP8_FIXED_COST = 0.9
 
 
@@ -471,33 +468,6 @@ def choose(
     return min(near, key=lambda c: c.peak_bytes), considered
 
 
-def choose_comm_buffers(
-    cfg: Any, *, world_size: int, local_world_size: int, on_gpu: bool, symmetric_unavailable: str | None
-) -> str | None:
-    """``--auto``'s ``parallel.comm_buffers``: ``symmetric`` (all-gathers on the copy engines, reduce-scatters on
-    NCCL's symmetric-memory kernels) for FSDP2 runs sharded over several GPUs of one node, where it was measured
-    (Llama-3.1-8B over 2 H200s: +1.8% over the default buffers with bf16 reduction, session 6; +0.7% with fp32
-    reduction, session 5). Chosen before the process group exists, since NCCL reads its CTA policy when the
-    communicator is created. ``symmetric_unavailable``: why this torch / NCCL cannot (None: it can). Returns the value
-    chosen, or None where the configured one stays (given explicitly, or off that ground); it changes no numerics.
-    """
-    par = cfg.parallel
-    if "parallel.comm_buffers" in getattr(cfg, "explicit", frozenset()) or not on_gpu or symmetric_unavailable:
-        return None
-    if (
-        par.api != "fsdp2"
-        or par.cpu_offload
-        or cfg.runtime.backend == "gloo"
-        or world_size < 2
-        or world_size != local_world_size
-    ):
-        return None
-    if shard_degree(cfg, world_size, local_world_size) < 2:
-        return None
-    par.comm_buffers = "symmetric"
-    return par.comm_buffers
-
-
 def mesh_shape(parallel: Any, world_size: int, local_world_size: int) -> tuple[int, int]:
     """(replicate, shard) sizes of the device mesh for ``parallel.sharding`` (a ``ParallelConfig``).
 
@@ -603,7 +573,6 @@ def apply_auto(
         "memory_fraction": cfg.auto.memory_fraction,
         "shard_degree": degree,
         "global_batch_sequences": best.micro_batch_size * best.grad_accum_steps * world_size,
-        "comm_buffers": cfg.parallel.comm_buffers,
         "kept": kept,
     }
 
@@ -617,7 +586,6 @@ AUTO_FIELDS = (
     "compile.enabled",
     "compile.loss",
     "compile.memory_budget",
-    "parallel.comm_buffers",
 )
 
 

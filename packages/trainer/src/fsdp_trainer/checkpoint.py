@@ -52,9 +52,9 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.tensor import DTensor
 
 from .config import CheckpointConfig
+from .converters.master_weights import attach_masters, masters_by_key, with_masters
 from .distributed import DistEnv
 from .errors import ConfigError
-from .master import attach_masters, masters_by_key, with_masters
 from .model import DTYPES, meta_model, reset_rotary_
 
 log = logging.getLogger(__name__)
@@ -156,7 +156,7 @@ class Checkpointer:
         self.root = Path(cfg.dir)
 
     def _dcp_state(self) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-        """What DCP saves and loads, and the optimizer's fp32 masters in it (``master.with_masters``; empty without them)."""
+        """What DCP saves and loads, and the optimizer's fp32 masters in it (``converters.master_weights.with_masters``; empty without them)."""
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
         masters = with_masters(self.model, self.optimizer, model_sd, optim_sd)
         return {"model": model_sd, "optim": optim_sd}, masters

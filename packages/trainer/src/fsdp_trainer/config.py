@@ -37,11 +37,9 @@ class ModelConfig:
     attn_implementation: str = "sdpa"
     """Attention kernel passed to transformers (sdpa, eager, flash_attention_2, flex_attention)."""
     sdpa_backend: Literal["auto", "cudnn", "flash", "efficient", "math", "default"] = "auto"
-    """SDPA kernel when model.attn_implementation is sdpa: checked at start-up against the run's shapes (if it refuses them, torch's default order is used, with a warning); math is the fallback for other calls. auto: cudnn on sm_90+ GPUs (H100/H200: 1.8x flash, forward + backward), torch's default order elsewhere; default: always torch's default order."""
-    sdpa_gqa: Literal["auto", "repeat"] = "auto"
-    """Grouped key/value heads (Llama-3: 8 for 32 query heads) under the trainer's SDPA kernel. auto: passed to the kernel as they are where SDPA takes them for the run's shapes (flash, math; cuDNN on recent torch), so no repeated copy is made either way; repeat: always expanded to one per query head first."""
+    """SDPA kernel when model.attn_implementation is sdpa: checked at start-up against the run's shapes (if it refuses them, torch's default order is used, with a warning); math is the fallback for other calls. Grouped key/value heads go to the kernel as they are wherever it takes them for the run's shapes. auto: cudnn on sm_90+ GPUs (H100/H200; bench/reports/2026-11-30-h200-attention-kernels.md), torch's default order elsewhere; default: always torch's default order."""
     fused_kernels: bool = True
-    """Fused RMSNorm (F.rms_norm: one kernel each way on CUDA) and a rotary embedding on the projections' contiguous layout, in place of Hugging Face's element-wise code (Llama-2-7B on 2 H200s, micro batch 1, eager: 13% more tokens/s, 4 GiB less memory). Same weights and checkpoints; equal results in fp32, one rounding fewer in bf16. Compiled blocks gain nothing (the compiler fuses these itself)."""
+    """Fused RMSNorm (F.rms_norm: one kernel each way on CUDA) and a rotary embedding on the projections' contiguous layout, in place of Hugging Face's element-wise code (converters/fused_kernels.py). Pays in eager runs (bench/reports/2026-11-30-llama2-7b-h200x2-fused-kernels.md); compiled blocks gain nothing, since the compiler fuses these itself. Same weights and checkpoints; equal results in fp32, one rounding fewer in bf16."""
     tokenizer: str | None = None
     """Tokenizer directory or Hub id, or 'bytes' for the builtin byte-level tokenizer (256 bytes + BOS/EOS/PAD). Default: model.name_or_path when set, 'bytes' for tiny presets, none otherwise (synthetic data needs none)."""
 
@@ -83,11 +81,11 @@ class TrainConfig:
     weight_decay: float = 0.1
     """AdamW weight decay (not applied to norm weights)."""
     adamw: Literal["auto", "fused", "foreach", "triton"] = "auto"
-    """AdamW implementation. fused: torch's fused CUDA kernels; foreach: torch's multi-tensor ops (CPU and GPU); triton: one Triton kernel per parameter shard, at memory speed (CUDA; fp32 parameters, or bf16 ones with their masters' lower 16 bits under precision.master_weights optimizer; fsdp_trainer/adamw.py); auto: triton on GPUs where Triton is installed, fused without it and with fp8.enabled (measured faster there: 16,003 against 15,832 tokens/s/GPU on Llama-2-7B), foreach on CPU and with parallel.cpu_offload. All keep the same optimizer state, so checkpoints move between them."""
+    """AdamW implementation. fused: torch's fused CUDA kernels; foreach: torch's multi-tensor ops (CPU and GPU); triton: one Triton kernel per parameter shard, at memory speed (CUDA; fp32 parameters, or bf16 ones with their masters' lower 16 bits under precision.master_weights optimizer; optim/triton_adamw.py); auto: triton on GPUs where Triton is installed, fused without it and with fp8.enabled (where fused measured faster), foreach on CPU and with parallel.cpu_offload (bench/reports/2026-11-30-llama3.1-8b-h200-triton-adamw.md). All keep the same optimizer state, so checkpoints move between them."""
     max_grad_norm: float = 1.0
     """Clip the global gradient norm to this value; 0 disables clipping (the norm is still reported)."""
     loss_chunk_tokens: int = 4096
-    """Tokens per chunk of the lm_head + cross-entropy; only one chunk's logits exist at a time."""
+    """Tokens per chunk of the lm_head + cross-entropy; only one chunk's logits exist at a time (larger chunks measured no faster: bench/reports/2026-11-30-llama3.1-8b-h200-fused-loss.md)."""
     fused_loss: bool = True
     """Compute each loss chunk's gradients during the forward (no logits kept, no lm_head recompute in backward; holds one lm_head-sized gradient from forward to backward). false: checkpoint each chunk and recompute its logits in backward (what fp16 runs always do: their loss scale must reach the gradients before the cast to fp16)."""
     seed: int = 42
@@ -118,10 +116,6 @@ class ParallelConfig:
     """When to prefetch the next all-gather in backward. fsdp2 always prefetches the previous block ('pre'); 'post' and 'none' are fsdp1-only."""
     limit_all_gathers: bool = True
     """fsdp1: rate-limit all-gathers to bound memory (fsdp2 always does)."""
-    comm_buffers: Literal["default", "process_group", "symmetric", "symmetric_all_gather"] = "default"
-    """fsdp2: where the all-gather and reduce-scatter staging buffers live. default: PyTorch's caching allocator; process_group: memory from the process group's own allocator (NCCL registers it for zero-copy transfers where it can); symmetric: NCCL symmetric memory for both (CUDA; the trainer sets NCCL_CTA_POLICY=2 unless it is set, so on one node the all-gathers run on the copy engines and leave every SM to compute; reduce-scatters run on NCCL's symmetric-memory kernels); symmetric_all_gather: the all-gathers only."""
-    flat_shards: bool = True
-    """fsdp2: keep each unit's parameter shards in one buffer that its all-gather sends as is, instead of copying them into the all-gather's buffer before every all-gather (fsdp_trainer/shards.py). Applies to units whose parameters are gathered in their own dtype (bf16 with precision.master_weights optimizer, or fp32), unpadded and on the device; others are copied as before."""
 
 
 @dataclass
@@ -131,9 +125,9 @@ class PrecisionConfig:
     param_dtype: Dtype | None = None
     """Dtype of gathered parameters and compute. Default: precision.mode."""
     reduce_dtype: Dtype | None = None
-    """Dtype of gradient reduction across ranks. Default: fp32 (sums over many ranks lose precision in 16 bits; bf16 halves the traffic)."""
+    """Dtype of gradient reduction across ranks. Default: fp32 (sums over many ranks lose precision in 16 bits); bf16 halves the traffic and is faster over several GPUs (bench/reports/2026-12-01-llama3.1-8b-h200x2-vs-torchtitan.md), a numerics choice --auto leaves to you."""
     master_weights: Literal["auto", "params", "optimizer"] = "auto"
-    """Where the fp32 weights live. params: the parameters are fp32 and FSDP casts them to precision.param_dtype for each all-gather; optimizer: the parameters are bf16 and the optimizer keeps the other 16 bits of each fp32 value, read and written by the Triton AdamW in the same pass (FSDP2 then skips the cast, and gradients stay bf16: less memory traffic, and the same memory as fp32 parameters; fsdp_trainer/master.py). Checkpoints are the same either way. optimizer needs fsdp2, bf16, the Triton AdamW and no gradient accumulation (bf16 gradients would accumulate in bf16). auto: optimizer where those hold (GPU runs with Triton), params otherwise."""
+    """Where the fp32 weights live. params: the parameters are fp32 and FSDP casts them to precision.param_dtype for each all-gather; optimizer: the parameters are bf16 and the optimizer keeps the other 16 bits of each fp32 value, read and written by the Triton AdamW in the same pass (FSDP2 then skips the cast, and gradients stay bf16: less memory traffic, and the same memory as fp32 parameters; converters/master_weights.py, bench/reports/2026-11-30-llama3.1-8b-h200x2-master-weights.md). Checkpoints are the same either way. optimizer needs fsdp2, bf16, the Triton AdamW and no gradient accumulation (bf16 gradients would accumulate in bf16). auto: optimizer where those hold (GPU runs with Triton), params otherwise."""
 
 
 @dataclass
@@ -143,7 +137,7 @@ class ActivationCheckpointConfig:
     every: int = 2
     """selective: checkpoint one block in every ac.every blocks."""
     offload_layers: int = 0
-    """Decoder blocks, from the first, whose saved activations are copied to pinned host memory during forward and back ahead of their backward (side stream, copy engines over PCIe; offload.py). Frees about one block's activations each, for a larger micro-batch. CUDA only; 0: off."""
+    """Decoder blocks, from the first, whose saved activations are copied to pinned host memory during forward and back ahead of their backward (side stream, copy engines over PCIe; converters/activation_offload.py). Frees about one block's activations each, at a small cost in speed: use it when a run does not fit otherwise (bench/reports/2026-11-30-llama3.1-8b-h200x2-activation-offload.md). CUDA only; 0: off."""
 
 
 @dataclass
@@ -152,26 +146,24 @@ class CompileConfig:
     """torch.compile each decoder block (before FSDP wraps it; FSDP1 keeps use_orig_params=True for it)."""
     loss: bool = False
     """torch.compile the lm_head + cross-entropy of one chunk (fused or chunked, see train.fused_loss)."""
-    mode: Literal["default", "max-autotune-no-cudagraphs"] = "default"
-    """torch.compile mode of the blocks. max-autotune-no-cudagraphs also times Triton / CUTLASS matmul and kernel configurations at start-up (minutes) and keeps the fastest; CUDA-graph modes are not offered (FSDP's hooks run between the blocks)."""
     memory_budget: float = 1.0
-    """Activation memory what the trainer compiles keeps for backward (the blocks; also the loss with compile.loss and train.fused_loss false), as a fraction of what the compiler keeps by default (torch._functorch.config.activation_memory_budget, set for the process); below 1 it recomputes the cheapest operations in backward instead. 0.7 on Llama blocks: the RMSNorms and SiLU(gate)*up are recomputed, a third less memory per token, which makes room for a larger micro-batch. 0 is the whole block recomputed."""
+    """Activation memory what the trainer compiles keeps for backward (the blocks; also the loss with compile.loss and train.fused_loss false), as a fraction of what the compiler keeps by default (torch._functorch.config.activation_memory_budget, set for the process); below 1 it recomputes the cheapest operations in backward instead. 0.7 on Llama blocks: the RMSNorms and SiLU(gate)*up are recomputed, a third less memory per token. Use it to make room for a larger micro-batch, which pays more than the recompute costs (bench/reports/2026-11-30-llama3.1-8b-h200x2-memory-budget.md); --auto weighs it. 0 is the whole block recomputed."""
 
 
 @dataclass
 class Fp8Config:
     enabled: bool = False
-    """Float8 training of the decoder's linear layers with torchao (pip install fsdp-trainer[fp8]); needs a Hopper-class GPU (sm_89 or newer)."""
-    recipe: Literal["tensorwise", "rowwise", "rowwise_with_gw_hp"] = "tensorwise"
-    """torchao scaling recipe: tensorwise (fastest), rowwise, or rowwise_with_gw_hp (rowwise with the weight-gradient matmuls in bf16, torchao's higher-accuracy variant; slower)."""
+    """Float8 training of the decoder's linear layers with torchao (pip install fsdp-trainer[fp8]; converters/float8.py); needs a Hopper-class GPU (sm_89 or newer). Faster than bf16 with the loss within 1% of it (bench/reports/2026-12-01-llama2-7b-h200x2-bf16-and-fp8-throughput.md, bench/reports/2026-11-30-llama2-7b-h200-fp8-loss.md)."""
+    recipe: Literal["tensorwise", "rowwise"] = "tensorwise"
+    """torchao scaling recipe: tensorwise (one scale per tensor; the fastest, and the one measured within 1% of bf16's loss) or rowwise (one scale per row; slower, for a run whose loss departs under tensorwise)."""
     all_gather: bool = False
-    """fsdp2 + tensorwise: all-gather weights in float8 (halves all-gather traffic)."""
+    """fsdp2 + tensorwise: all-gather weights in float8 (halves all-gather traffic; part of the fastest FP8 configuration)."""
 
 
 @dataclass
 class AutoConfig:
     enabled: bool = False
-    """Pick the fastest settings that fit in memory (--auto for short): micro-batch (keeping micro_batch_size x grad_accum_steps when either is given), activation checkpointing and compile, from a memory model of the architecture, and symmetric collective buffers for FSDP2 on one node of GPUs; settings given explicitly are kept, and nothing that changes the numerics (reduce dtype, FP8) is chosen. The choice is logged and recorded in summary.json."""
+    """Pick the fastest settings that fit in memory (--auto for short): micro-batch (keeping micro_batch_size x grad_accum_steps when either is given), activation checkpointing, compile and its memory budget, from a memory model of the architecture (bench/reports/2026-12-01-h200x2-auto.md); settings given explicitly are kept, and nothing that changes the numerics (reduce dtype, FP8) or is experimental is chosen. The choice is logged and recorded in summary.json."""
     memory_fraction: float = 0.85
     """Share of each device's memory the estimated peak may fill (the rest: CUDA context, communication buffers, allocator slack)."""
 
@@ -240,6 +232,40 @@ class RuntimeConfig:
     """Collective timeout in seconds (rank 0 loading a 70B checkpoint keeps the others waiting)."""
 
 
+@dataclass
+class ExperimentalConfig:
+    symmetric_memory: bool = False
+    """fsdp2 on GPUs: every unit's all-gathers and reduce-scatters in NCCL symmetric memory; on one node the all-gathers then run on the copy engines and leave every SM to compute (the trainer sets NCCL_CTA_POLICY=2 unless it is set). Use it for FSDP2 over several GPUs of one node: faster, numerics unchanged (bench/reports/2026-11-30-llama3.1-8b-h200x2-symmetric-memory.md). Experimental: private torch modules (experimental/symmetric_memory.py)."""
+    flat_shards: bool = False
+    """fsdp2: keep each unit's parameter shards in one buffer that its all-gather sends as is, instead of copying them into the all-gather's buffer before every all-gather (experimental/flat_shards.py). Applies to units whose parameters are gathered in their own dtype (bf16 with precision.master_weights optimizer, or fp32), unpadded and on the device. Part of the fastest measured configuration, with a gain within noise (bench/reports/2026-11-30-llama3.1-8b-h200x2-flat-shards.md). Experimental: replaces FSDP2's private copy-in op for the whole process."""
+
+
+#: Options that were removed or moved: ``section.field`` -> the one-line refusal (after the flag) naming what replaces
+#: it. Refused on the command line and in config files alike.
+REMOVED_OPTIONS = {
+    "parallel.comm_buffers": (
+        "removed; NCCL symmetric memory for FSDP2's collectives is --experimental.symmetric_memory true, "
+        "and PyTorch's own buffers need no flag (process_group and symmetric_all_gather had no measured gain)"
+    ),
+    "parallel.flat_shards": "moved to --experimental.flat_shards (off by default)",
+    "compile.mode": (
+        "removed; compiled blocks use torch.compile's default mode "
+        "(max-autotune-no-cudagraphs measured no faster: bench/reports/2026-11-30-h200-options-without-gain.md)"
+    ),
+    "model.sdpa_gqa": (
+        "removed; grouped key/value heads go to the attention kernel as they are wherever it takes them "
+        "(repeat measured slower: bench/reports/2026-11-30-llama3.1-8b-h200x2-grouped-heads-cudnn.md)"
+    ),
+}
+#: Choices that were removed: (``section.field``, value) -> the one-line refusal.
+REMOVED_CHOICES = {
+    ("fp8.recipe", "rowwise_with_gw_hp"): (
+        "rowwise_with_gw_hp was removed (slower than tensorwise, with no better loss: "
+        "bench/reports/2026-11-30-h200-options-without-gain.md); use tensorwise or rowwise"
+    ),
+}
+
+
 # Sections whose CLI flag prefix differs from their attribute name.
 FLAG_PREFIX = {"activation_checkpointing": "ac"}
 
@@ -264,6 +290,8 @@ class TrainerConfig:
     """Float8 training."""
     auto: AutoConfig = field(default_factory=AutoConfig)
     """Automatic choice of the fastest settings that fit."""
+    experimental: ExperimentalConfig = field(default_factory=ExperimentalConfig)
+    """Speed features on private torch internals or with gains within noise; off by default (fsdp_trainer/experimental/README.md)."""
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     """Sharded checkpoints, resume and Hugging Face export."""
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
@@ -355,10 +383,6 @@ class TrainerConfig:
             )
         if t.lr <= 0:
             raise ConfigError(f"--train.lr: must be positive (got {t.lr})")
-        if self.compile.mode != "default" and not (self.compile.enabled or self.auto.enabled):
-            raise ConfigError(
-                f"--compile.mode: {self.compile.mode} needs --compile.enabled true (or --auto, which turns compile on for GPUs)"
-            )
         if not 0.0 <= self.compile.memory_budget <= 1.0:
             raise ConfigError(f"--compile.memory_budget: must be between 0 and 1 (got {self.compile.memory_budget})")
         if self.compile.memory_budget != 1.0 and not (self.compile.enabled or self.auto.enabled):
@@ -391,12 +415,11 @@ class TrainerConfig:
             raise ConfigError(
                 f"--parallel.backward_prefetch: {par.backward_prefetch!r} is fsdp1-only; fsdp2 always prefetches the previous block ('pre')"
             )
-        if par.comm_buffers != "default" and par.api != "fsdp2":
-            raise ConfigError(f"--parallel.comm_buffers: {par.comm_buffers} needs --parallel.api fsdp2")
-        if par.comm_buffers != "default" and par.cpu_offload:
-            raise ConfigError(
-                f"--parallel.comm_buffers: {par.comm_buffers} cannot be combined with --parallel.cpu_offload true"
-            )
+        for name in ("symmetric_memory", "flat_shards"):
+            if getattr(self.experimental, name) and par.api != "fsdp2":
+                raise ConfigError(f"--experimental.{name}: needs --parallel.api fsdp2")
+        if self.experimental.symmetric_memory and par.cpu_offload:
+            raise ConfigError("--experimental.symmetric_memory: cannot be combined with --parallel.cpu_offload true")
         if par.api == "none" and par.cpu_offload:
             raise ConfigError("--parallel.cpu_offload: needs --parallel.api fsdp2 or fsdp1")
         if self.fp8.enabled and par.api == "fsdp1":
@@ -451,7 +474,7 @@ class TrainerConfig:
         explicit: set[str] = set()
         for key, values in d.items():
             if key not in by_key:
-                raise options.unknown_option(f"--{key}", known)
+                raise removed_option(f"--{key}") or options.unknown_option(f"--{key}", known)
             name, sec = by_key[key]
             if values is None:
                 values = {}
@@ -462,7 +485,10 @@ class TrainerConfig:
             for fname, value in values.items():
                 flag = f"--{flag_prefix(name)}.{fname}"
                 if fname not in hints:
-                    raise options.unknown_option(flag, known)
+                    raise removed_option(flag) or options.unknown_option(flag, known)
+                removed = REMOVED_CHOICES.get((f"{flag_prefix(name)}.{fname}", str(value).strip()))
+                if removed:
+                    raise ConfigError(f"{flag}: {removed}")
                 kwargs[fname] = options.coerce(flag, hints[fname], value)
                 explicit.add(f"{flag_prefix(name)}.{fname}")
             built[name] = sec(**kwargs)
@@ -475,6 +501,12 @@ class TrainerConfig:
         return {
             flag_prefix(name): dataclasses.asdict(getattr(self, name)) for name, _ in options.sections(TrainerConfig)
         }
+
+
+def removed_option(flag: str) -> ConfigError | None:
+    """The refusal of a removed or moved option (``REMOVED_OPTIONS``), or None when ``flag`` was never one."""
+    message = REMOVED_OPTIONS.get(flag.removeprefix("--"))
+    return ConfigError(f"{flag}: {message}") if message else None
 
 
 def flag_prefix(section: str) -> str:
@@ -525,7 +557,7 @@ def load_config(path: str | None, overrides: list[str]) -> TrainerConfig:
     known = set(known_flags())
     for key, value in options.parse_overrides(overrides):
         if f"--{key}" not in known:
-            raise options.unknown_option(f"--{key}", sorted(known))
+            raise removed_option(f"--{key}") or options.unknown_option(f"--{key}", sorted(known))
         section, fname = key.split(".", 1)
         target = merged.setdefault(section, {})
         if not isinstance(target, dict):

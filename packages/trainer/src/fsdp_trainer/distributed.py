@@ -49,19 +49,6 @@ class DistEnv:
         return t.tolist()
 
 
-#: ``parallel.comm_buffers`` symmetric*: NCCL's zero-CTA policy, under which all-gathers into symmetric memory run on
-#: the copy engines (one node). Llama-3.1-8B on 2 H200s: +0.6% over the same buffers without it (bench/RESULTS.md,
-#: session 5); policy 1 (efficient CTAs) was 0.9% slower than the default.
-SYMMETRIC_NCCL_ENV = {"NCCL_CTA_POLICY": "2"}
-
-
-def nccl_env_for(parallel: ParallelConfig) -> dict[str, str]:
-    """NCCL settings the run's options call for, to set before the process group exists; a value already in the
-    environment wins (``NCCL_CTA_POLICY=0`` there keeps NCCL's default policy)."""
-    wanted = SYMMETRIC_NCCL_ENV if parallel.comm_buffers.startswith("symmetric") else {}
-    return {k: v for k, v in wanted.items() if k not in os.environ}
-
-
 def resolve_device(cfg: RuntimeConfig) -> torch.device:
     """``runtime.device`` -> a concrete device for this process (cuda:LOCAL_RANK or cpu)."""
     if cfg.device == "cpu" or (cfg.device == "auto" and not torch.cuda.is_available()):
@@ -131,3 +118,11 @@ def build_mesh(cfg: ParallelConfig, env: DistEnv) -> DeviceMesh | None:
     if cfg.sharding in ("full_shard", "shard_grad_op"):
         return init_device_mesh(env.device.type, (shard,), mesh_dim_names=("shard",))
     return init_device_mesh(env.device.type, (replicate, shard), mesh_dim_names=("replicate", "shard"))
+
+
+def shard_group(mesh: DeviceMesh | None) -> dist.ProcessGroup | None:
+    """The ranks among which parameters and gradients are sharded (the mesh's last dimension, "shard"); None when
+    nothing is sharded (no mesh, or a shard dimension of one rank, as for no_shard)."""
+    if mesh is None or mesh.size(mesh.ndim - 1) == 1:
+        return None
+    return mesh.get_group(mesh.ndim - 1)

@@ -16,12 +16,15 @@ Three ways, chosen by ``model.init`` and ``model.random_init``:
   broadcast_from_rank0=True)``; FSDP1 uses ``sync_module_states``. Only rank 0
   ever holds the full model (on CPU). FSDP1 cannot sync module states on CPU, so
   there every rank receives a full copy by broadcast (CPU runs are small).
+
+The run's model converters (``fsdp_trainer.converters``) are applied here: the ``build`` ones just before
+parallelization, the ``sharded`` ones once the weights are in place.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -31,10 +34,8 @@ from torch.distributed.device_mesh import DeviceMesh
 
 from .attention import configure_attention
 from .config import TrainerConfig
+from .converters import ModelConverters
 from .distributed import DistEnv
-from .errors import ConfigError
-from .kernels import use_fused_kernels
-from .master import cast_params_keeping_masters_
 from .model import (
     DTYPES,
     CausalLMWithLoss,
@@ -46,8 +47,6 @@ from .model import (
     meta_model,
     reset_rotary_,
 )
-from .offload import ActivationOffload
-from .optim import use_master_weights
 from .parallelize import parallelize_llama
 
 log = logging.getLogger(__name__)
@@ -63,12 +62,6 @@ class BuiltModel:
     hf_config: Any
     num_params: int
     num_embedding_params: int
-    #: fp32 weights by parameter name, from before the parameters were cast to bf16 (``precision.master_weights``).
-    masters: dict[str, torch.Tensor] = field(default_factory=dict)
-    #: FSDP2 units whose shards live in one buffer that their all-gathers send (``parallel.flat_shards``).
-    flat_shard_units: int = 0
-    #: the saved-tensor hooks of ``ac.offload_layers`` (``offload.py``), None when off.
-    offload: ActivationOffload | None = None
 
 
 def init_strategy(cfg: TrainerConfig, num_params: int) -> str:
@@ -101,16 +94,16 @@ def materialize_device(cfg: TrainerConfig, device: torch.device) -> torch.device
     return torch.device("cpu") if cfg.parallel.cpu_offload else device
 
 
-def build_model(cfg: TrainerConfig, env: DistEnv, mesh: DeviceMesh | None) -> BuiltModel:
-    """Build ``CausalLMWithLoss``, give it weights, parallelize it; returns it on ``env.device``."""
+def build_model(
+    cfg: TrainerConfig, env: DistEnv, mesh: DeviceMesh | None, converters: ModelConverters | None = None
+) -> BuiltModel:
+    """Build ``CausalLMWithLoss``, give it weights, apply ``converters`` and parallelize it; returns it on
+    ``env.device``."""
+    converters = converters or ModelConverters([])
     hf_config = build_hf_config(cfg.model)
     compute_dtype = torch.float32 if env.device.type == "cpu" else DTYPES[cfg.precision.param_dtype or "fp32"]
-    attention = configure_attention(
-        hf_config, cfg.model.sdpa_backend, env.device, compute_dtype, cfg.data.seq_len, cfg.model.sdpa_gqa
-    )
+    attention = configure_attention(hf_config, cfg.model.sdpa_backend, env.device, compute_dtype, cfg.data.seq_len)
     lm = meta_model(hf_config)
-    if cfg.model.fused_kernels:
-        log.info("fused kernels: %d RMSNorm / attention modules swapped (kernels.py)", use_fused_kernels(lm))
     log.info("attention: %s [%s]", attention, lm.config._attn_implementation)
     num_params, num_embedding = count_params(lm)
     strategy = init_strategy(cfg, num_params)
@@ -137,10 +130,7 @@ def build_model(cfg: TrainerConfig, env: DistEnv, mesh: DeviceMesh | None) -> Bu
             for tensor in wrapper.state_dict().values():
                 dist.broadcast(tensor, src=0)
         reset_rotary_(wrapper, "cpu")
-    if cfg.fp8.enabled:
-        from .fp8 import convert_to_fp8
-
-        convert_to_fp8(wrapper, cfg.fp8)
+    converters.convert(wrapper, "build")
 
     if api == "fsdp1" or full_on_cpu:
         param_init_fn = None
@@ -172,7 +162,8 @@ def build_model(cfg: TrainerConfig, env: DistEnv, mesh: DeviceMesh | None) -> Bu
         )
         if api == "none":  # FSDP placed its shards itself (and keeps them on CPU with parallel.cpu_offload)
             model.to(device)
-        return _built(cfg, model, mesh, device, hf_config, num_params, num_embedding)
+        converters.convert(model, "sharded")
+        return BuiltModel(model, hf_config, num_params, num_embedding)
 
     # FSDP2 from the meta device: shard first, then allocate only the local shards.
     full_sd = (
@@ -189,63 +180,5 @@ def build_model(cfg: TrainerConfig, env: DistEnv, mesh: DeviceMesh | None) -> Bu
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
         set_model_state_dict(model, full_sd, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
-    return _built(cfg, model, mesh, device, hf_config, num_params, num_embedding)
-
-
-def _built(
-    cfg: TrainerConfig,
-    model: nn.Module,
-    mesh: DeviceMesh | None,
-    device: torch.device,
-    hf_config: Any,
-    num_params: int,
-    num_embedding: int,
-) -> BuiltModel:
-    """The weights are in place: cast to bf16 under master weights, flatten FSDP2's shards."""
-    masters = _masters(cfg, model, device)
-    flat = flatten_unit_shards(model, cfg, mesh) if cfg.parallel.flat_shards and cfg.parallel.api == "fsdp2" else 0
-    return BuiltModel(model, hf_config, num_params, num_embedding, masters, flat, install_offload(cfg, model, device))
-
-
-def install_offload(cfg: TrainerConfig, model: nn.Module, device: torch.device) -> ActivationOffload | None:
-    """``ac.offload_layers``: the first blocks' saved activations go to pinned host memory (``offload.py``)."""
-    n = cfg.activation_checkpointing.offload_layers
-    if not n:
-        return None
-    blocks = model.lm.model.layers
-    if n >= len(blocks):
-        raise ConfigError(
-            f"--ac.offload_layers: {n} is not below the model's {len(blocks)} decoder blocks; "
-            f"use 1 to {len(blocks) - 1}"
-        )
-    offload = ActivationOffload(n, len(blocks))
-    offload.install(blocks)
-    log.info(
-        "ac.offload_layers: blocks 0-%d keep their saved activations in pinned host memory (blocks come back %d ahead)",
-        n - 1,
-        offload.distance,
-    )
-    return offload
-
-
-def flatten_unit_shards(model: nn.Module, cfg: TrainerConfig, mesh: DeviceMesh | None) -> int:
-    """``parallel.flat_shards``: every FSDP2 unit's shards in one buffer its all-gather sends (``shards.py``), taken
-    from NCCL's symmetric-memory pool when the units' all-gathers use it; returns how many units have one."""
-    from .shards import flatten_shards
-
-    allocate = None
-    if cfg.parallel.comm_buffers in ("symmetric", "symmetric_all_gather") and torch.cuda.is_available():
-        from .comm import symmetric_allocator
-
-        allocate = symmetric_allocator(None if mesh is None else mesh.get_group(mesh.ndim - 1))
-    units = flatten_shards(model, allocate)
-    log.info("flat shards: %d FSDP units send their shards as they are (shards.py)", units)
-    return units
-
-
-def _masters(cfg: TrainerConfig, model: nn.Module, device: torch.device) -> dict[str, torch.Tensor]:
-    """With ``precision.master_weights`` resolved to optimizer: the parameters, drawn or loaded in fp32, cast to bf16
-    now that they are sharded; returns their fp32 values by name, for the optimizer's masters (``master.py``)."""
-    if not use_master_weights(cfg, device.type):
-        return {}
-    return cast_params_keeping_masters_(model, torch.bfloat16)
+    converters.convert(model, "sharded")
+    return BuiltModel(model, hf_config, num_params, num_embedding)

@@ -30,7 +30,6 @@ from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoi
 from torch.distributed.device_mesh import DeviceMesh
 
 from .config import TrainerConfig
-from .errors import ConfigError
 from .model import DTYPES, CausalLMWithLoss
 
 
@@ -43,15 +42,15 @@ def apply_activation_checkpointing(blocks: nn.ModuleList, mode: str, every: int)
             blocks[i] = checkpoint_wrapper(block, preserve_rng_state=False)
 
 
-def apply_compile(blocks: nn.ModuleList, mode: str = "default", memory_budget: float = 1.0) -> None:
-    """``torch.compile`` each block separately (``compile.mode``): identical blocks share one compiled graph.
-    ``memory_budget`` (``compile.memory_budget``) is the compiler's process-wide activation memory budget, read when
-    the blocks compile (at their first call)."""
+def apply_compile(blocks: nn.ModuleList, memory_budget: float = 1.0) -> None:
+    """``torch.compile`` each block separately: identical blocks share one compiled graph. ``memory_budget``
+    (``compile.memory_budget``) is the compiler's process-wide activation memory budget, read when the blocks compile
+    (at their first call)."""
     import torch._functorch.config as functorch_config
 
     functorch_config.activation_memory_budget = memory_budget
     for i, block in enumerate(blocks):
-        blocks[i] = torch.compile(block, mode=mode)
+        blocks[i] = torch.compile(block)
 
 
 def apply_fsdp2(model: CausalLMWithLoss, blocks: nn.ModuleList, cfg: TrainerConfig, mesh: DeviceMesh) -> None:
@@ -80,59 +79,12 @@ def apply_fsdp2(model: CausalLMWithLoss, blocks: nn.ModuleList, cfg: TrainerConf
         fully_shard(head, reshard_after_forward=False, **kwargs)
         register_fsdp_forward_method(head, "loss")
     fully_shard(model, reshard_after_forward=reshard, **kwargs)
-    set_comm_buffers(model, par.comm_buffers, mesh)
     if par.forward_prefetch:
         for block, nxt in itertools.pairwise(blocks):
             block.set_modules_to_forward_prefetch([nxt])
     # backward_prefetch='pre': gather block i-1 while block i computes its gradients.
     for prev, block in itertools.pairwise(blocks):
         block.set_modules_to_backward_prefetch([prev])
-
-
-def set_comm_buffers(model: nn.Module, where: str, mesh: DeviceMesh | None = None) -> None:
-    """``parallel.comm_buffers``: every FSDP2 unit's collective staging buffers from the process group's allocator, or
-    in NCCL symmetric memory: all-gathers and reduce-scatters (``symmetric``: torch's own ``set_symm_mem_for_comm``
-    where it exists, from 2.12; before that, the custom collectives of ``comm.py`` doing the same), or all-gathers
-    only (``symmetric_all_gather``)."""
-    if where == "default":
-        return
-    units = [m for m in model.modules() if hasattr(m, "set_custom_all_gather")]  # every fully_shard unit
-    if where == "process_group":
-        if not all(hasattr(u, "set_allocate_memory_from_process_group_for_comm") for u in units) or not units:
-            raise ConfigError(
-                f"--parallel.comm_buffers: process_group needs FSDPModule.set_allocate_memory_from_process_group_for_comm "
-                f"(torch 2.8+), which torch {torch.__version__} lacks; upgrade torch or use --parallel.comm_buffers default"
-            )
-        for unit in units:
-            unit.set_allocate_memory_from_process_group_for_comm(True)
-        return
-    if not units:
-        raise ConfigError(
-            f"--parallel.comm_buffers: {where} needs FSDPModule.set_custom_all_gather, which torch {torch.__version__} lacks; "
-            "upgrade torch or use --parallel.comm_buffers default"
-        )
-    from .comm import SymmetricAllGather, SymmetricReduceScatter, prepare_symmetric_memory
-
-    # The units all-gather and reduce-scatter over the mesh's shard dimension (its only one without replication).
-    group = None if mesh is None else mesh.get_group(mesh.ndim - 1)
-    both = where == "symmetric"
-    if both and all(hasattr(u, "set_symm_mem_for_comm") for u in units):
-        prepare_symmetric_memory(group)  # torch's own warm-up is a barrier, which a gloo/nccl group runs on gloo
-        for unit in units:
-            unit.set_symm_mem_for_comm("NCCL")
-        return
-    if both and not all(hasattr(u, "set_custom_reduce_scatter") for u in units):
-        raise ConfigError(
-            f"--parallel.comm_buffers: symmetric needs FSDPModule.set_custom_reduce_scatter, which torch {torch.__version__} "
-            "lacks; use --parallel.comm_buffers symmetric_all_gather"
-        )
-    gather = SymmetricAllGather(group)
-    gather.prepare()
-    scatter = SymmetricReduceScatter(group) if both else None
-    for unit in units:
-        unit.set_custom_all_gather(gather)
-        if scatter is not None:
-            unit.set_custom_reduce_scatter(scatter)
 
 
 def apply_fsdp1(
@@ -212,7 +164,7 @@ def parallelize_llama(
     blocks = model.lm.model.layers
     apply_activation_checkpointing(blocks, cfg.activation_checkpointing.mode, cfg.activation_checkpointing.every)
     if cfg.compile.enabled:
-        apply_compile(blocks, cfg.compile.mode, cfg.compile.memory_budget)
+        apply_compile(blocks, cfg.compile.memory_budget)
     if cfg.parallel.api == "fsdp2":
         assert mesh is not None
         apply_fsdp2(model, blocks, cfg, mesh)

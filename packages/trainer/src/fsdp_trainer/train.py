@@ -22,28 +22,18 @@ def run(cfg: TrainerConfig) -> dict:
     """Train with ``cfg`` in this process (one rank of a torchrun job, or a world of one); returns the summary."""
     import torch
 
-    from .distributed import destroy_distributed, init_distributed, nccl_env_for, resolve_device
+    from .distributed import destroy_distributed, init_distributed, resolve_device
     from .trainer import Trainer
 
     device = resolve_device(cfg.runtime)
     if cfg.parallel.cpu_offload and device.type != "cuda":
         raise ConfigError("--parallel.cpu_offload: offloading to CPU needs CUDA; this run is on cpu")
-    if cfg.activation_checkpointing.offload_layers and device.type != "cuda":
-        raise ConfigError(
-            f"--ac.offload_layers: needs CUDA GPUs (pinned host memory, copy engines); this run is on {device.type} "
-            "(set it to 0)"
-        )
     if cfg.model.attn_implementation == "flash_attention_2" and device.type != "cuda":
         raise ConfigError(
             f"--model.attn_implementation: flash_attention_2 needs CUDA; this run is on {device.type} (use sdpa or eager)"
         )
-    if cfg.parallel.comm_buffers.startswith("symmetric") and device.type != "cuda":
-        raise ConfigError(
-            f"--parallel.comm_buffers: {cfg.parallel.comm_buffers} needs NCCL on GPUs; this run is on {device.type} "
-            "(use default or process_group)"
-        )
     if cfg.train.adamw == "triton":
-        from .adamw import available
+        from .optim.triton_adamw import available
 
         if device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":  # Triton's interpreter: tests on CPU
             raise ConfigError(f"--train.adamw: triton needs CUDA; this run is on {device.type} (use foreach or auto)")
@@ -52,18 +42,14 @@ def run(cfg: TrainerConfig) -> dict:
     from .optim import use_master_weights
 
     use_master_weights(cfg, device.type)  # refuses an explicit optimizer where the Triton AdamW does not run
-    if cfg.fp8.enabled:
-        from .fp8 import check_fp8_supported
-
-        check_fp8_supported(device)
     random.seed(cfg.runtime.seed)
     torch.manual_seed(cfg.runtime.seed or 0)
-    if cfg.auto.enabled:
-        _auto_comm_buffers(cfg, device)
-    if device.type == "cuda":
-        for key, value in nccl_env_for(cfg.parallel).items():  # read by NCCL when the communicator is created
+    if cfg.experimental.symmetric_memory and device.type == "cuda":
+        from .experimental.symmetric_memory import nccl_env
+
+        for key, value in nccl_env().items():  # read by NCCL when the communicator is created
             os.environ[key] = value
-            log.info("%s=%s (for --parallel.comm_buffers %s)", key, value, cfg.parallel.comm_buffers)
+            log.info("%s=%s (for --experimental.symmetric_memory)", key, value)
     env = init_distributed(cfg.runtime, device)
     try:
         if cfg.auto.enabled:
@@ -79,31 +65,6 @@ def run(cfg: TrainerConfig) -> dict:
     # still inside a collective (destroying an NCCL group can hang); torchrun stops them.
     destroy_distributed()
     return summary
-
-
-def _auto_comm_buffers(cfg: TrainerConfig, device) -> None:
-    """``--auto``'s choice of collective buffers, before the process group exists (torchrun's environment gives the world)."""
-    from .autotune import choose_comm_buffers
-
-    on_gpu = device.type == "cuda"
-    unavailable = "not on a GPU"
-    if on_gpu:
-        from .comm import symmetric_unavailable
-
-        unavailable = symmetric_unavailable()
-    world, local = (
-        int(os.environ.get("WORLD_SIZE", "1")),
-        int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1"))),
-    )
-    chosen = choose_comm_buffers(
-        cfg, world_size=world, local_world_size=local, on_gpu=on_gpu, symmetric_unavailable=unavailable
-    )
-    if chosen:
-        log.info("auto: --parallel.comm_buffers %s (FSDP2 over %d GPUs of one node)", chosen, world)
-    elif on_gpu and unavailable and world > 1:
-        log.info(
-            "auto: --parallel.comm_buffers stays %s (symmetric memory: %s)", cfg.parallel.comm_buffers, unavailable
-        )
 
 
 def _apply_auto(cfg: TrainerConfig, env) -> None:
@@ -135,9 +96,8 @@ def _apply_auto(cfg: TrainerConfig, env) -> None:
     )
     cfg.auto_choice = record
     log.info(
-        "auto: %s comm_buffers=%s, global batch %d sequences (estimated peak %.1f GiB of %.1f GiB per device; kept as given: %s)",
+        "auto: %s, global batch %d sequences (estimated peak %.1f GiB of %.1f GiB per device; kept as given: %s)",
         record["chosen"],
-        record["comm_buffers"],
         record["global_batch_sequences"],
         record["estimated_peak_gib"],
         record["device_gib"],

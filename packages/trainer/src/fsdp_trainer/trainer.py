@@ -1,5 +1,10 @@
 """The training loop: build everything from the config, then step, log, checkpoint and export.
 
+Features that change the model or the optimizer (float8, master weights, fused kernels, activation offloading, the
+experiments) are model converters (``fsdp_trainer.converters``): the loop builds the list the config asks for and
+calls it at fixed points, without naming any of them. Gradients are clipped one way for every model
+(``optim.clip_grad_norm_``).
+
 Loss and gradients: each optimizer step first fetches its micro-batches and
 all-reduces their count of non-ignored labels, so the loss is the mean over every
 token of the global batch. A rank backpropagates ``loss_sum * dp_size / global_count``;
@@ -36,18 +41,22 @@ from typing import Any
 
 import torch
 
-from . import shards
-from .adamw import TritonAdamW
 from .checkpoint import Checkpointer, export_hf
 from .config import TrainerConfig
+from .converters import build_converters
 from .data import build_dataloader
-from .distributed import DistEnv, build_mesh
+from .distributed import DistEnv, build_mesh, shard_group
 from .flops import flops_per_token
-from .fp8 import precompute_scales
 from .materialize import build_model
 from .metrics import Metrics
 from .model import DTYPES
-from .optim import build_grad_scaler, build_optimizer, build_scheduler
+from .optim import (
+    build_grad_scaler,
+    build_optimizer,
+    build_scheduler,
+    clip_grad_norm_,
+    describe_optimizer,
+)
 from .tokenizer import load_tokenizer
 
 log = logging.getLogger(__name__)
@@ -55,67 +64,6 @@ log = logging.getLogger(__name__)
 FAULT_AFTER_STEP = "FSDP_TRAINER_FAULT_AFTER_STEP"
 #: Steps between explicit garbage collections while the automatic collector is off.
 GC_EVERY = 50
-
-
-def clip_grad_norm_local_(parameters: Any, max_norm: float) -> torch.Tensor:
-    """The global L2 norm of the gradients, clipped to ``max_norm`` (0: only measured), working on local shards.
-
-    FSDP2's gradients are DTensors. ``nn.utils.clip_grad_norm_`` on them goes through DTensor
-    dispatch for every tensor of every foreach call, host work that sits between the end of
-    backward and the optimizer with the GPU waiting. Here the foreach kernels run on the
-    local shards as plain tensors; the squared norm is all-reduced over the mesh dimensions
-    the gradients are sharded on (not over replicas, which hold the same values); the clip
-    factor multiplies the local shards in place. Same result, to rounding.
-    """
-    from torch.distributed.tensor import DTensor
-
-    grads = [p.grad for p in parameters if p.grad is not None]
-    if not grads:
-        return torch.zeros(())
-    with torch.no_grad():
-        local = [g.to_local() if isinstance(g, DTensor) else g for g in grads]
-        # In fp32 whatever the gradients' dtype (bf16 with precision.master_weights optimizer).
-        squares = torch.stack(torch._foreach_norm(local, 2.0, dtype=torch.float32)).square().sum()
-        first = grads[0]
-        if isinstance(first, DTensor):
-            if any(
-                not isinstance(g, DTensor) or g.device_mesh != first.device_mesh or g.placements != first.placements
-                for g in grads
-            ):
-                raise RuntimeError("clip_grad_norm_local_: the gradients are not all sharded alike")
-            for dim, placement in enumerate(first.placements):
-                if placement.is_shard():
-                    torch.distributed.all_reduce(squares, group=first.device_mesh.get_group(dim))
-        norm = squares.sqrt()
-        if max_norm:
-            torch._foreach_mul_(local, (max_norm / (norm + 1e-6)).clamp(max=1.0))
-    return norm
-
-
-def clip_divisor(norm: torch.Tensor, max_norm: float) -> torch.Tensor:
-    """What the gradients are divided by to clip them to ``max_norm``: ``max(1, norm / max_norm)`` (the same eps as torch)."""
-    return ((norm.float() + 1e-6) / max_norm).clamp(min=1.0)
-
-
-def fused_step_with_divisor(optimizer: torch.optim.Optimizer, divisor: torch.Tensor) -> None:
-    """One step of a fused Adam/AdamW whose kernel divides every gradient by ``divisor`` as it reads it.
-
-    This is the fused optimizers' ``grad_scale`` input (GradScaler's unscale happens there):
-    clipping this way costs no pass of its own over the gradients (on Llama-3.1-8B over 2
-    GPUs a separate ``_foreach_mul_`` pass takes about 9 ms of a 1.15 s step).
-    """
-    optimizer.grad_scale = divisor  # type: ignore[attr-defined]
-    try:
-        optimizer.step()
-    finally:
-        del optimizer.grad_scale  # type: ignore[attr-defined]
-
-
-def adamw_name(optimizer: torch.optim.Optimizer) -> str:
-    """Which AdamW ran (``train.adamw`` with auto resolved), for the summary."""
-    if isinstance(optimizer, TritonAdamW):
-        return "triton"
-    return "fused" if optimizer.defaults.get("fused") else "foreach"
 
 
 class StepClock:
@@ -220,10 +168,10 @@ class Trainer:
         self.cfg, self.env = cfg, env
         self.start_time = time.perf_counter()
         self.mesh = build_mesh(cfg.parallel, env)
-        built = build_model(cfg, env, self.mesh)
+        self.converters = build_converters(cfg, env.device, self.mesh)
+        built = build_model(cfg, env, self.mesh, self.converters)
         self.model, self.hf_config = built.model, built.hf_config
-        self.flat_shard_units = built.flat_shard_units
-        self.offload = built.offload
+        self.shard_group = shard_group(self.mesh)
         self.tokenizer = load_tokenizer(cfg.model.tokenizer) if cfg.model.tokenizer else None
         self.data = build_dataloader(
             cfg.data,
@@ -236,7 +184,8 @@ class Trainer:
             is_leader=env.is_leader,
             barrier=env.barrier,
         )
-        self.optimizer = build_optimizer(self.model, cfg, env.device, built.masters)
+        self.optimizer = build_optimizer(self.model, cfg, env.device)
+        self.converters.attach_optimizer(self.model, self.optimizer)
         self.scheduler = build_scheduler(self.optimizer, cfg.train)
         self.scaler = build_grad_scaler(cfg, env.device)
         self.checkpointer = Checkpointer(
@@ -288,20 +237,9 @@ class Trainer:
             return self.model.no_sync()  # keeps unsharded gradients: more memory under full_shard
         return contextlib.nullcontext()
 
-    def _fold_clip(self) -> bool:
-        """Whether clipping happens inside the fused AdamW kernel (``fused_step_with_divisor``) rather than as a pass of its own."""
-        fused = adamw_name(self.optimizer) in ("fused", "triton")
-        return fused and self.scaler is None and self.cfg.parallel.api != "fsdp1" and self.cfg.train.max_grad_norm > 0
-
-    def _clip_grad_norm(self) -> torch.Tensor:
-        """Clip to ``train.max_grad_norm`` (or leave it to the optimizer step, see ``_fold_clip``); returns the total norm as a device tensor (no host sync)."""
-        max_norm = self.cfg.train.max_grad_norm
-        if self.cfg.parallel.api == "fsdp1":
-            return self.model.clip_grad_norm_(max_norm or float("inf"))
-        return clip_grad_norm_local_(self.model.parameters(), 0.0 if self._fold_clip() else max_norm)
-
-    def _optimizer_step(self, grad_norm: torch.Tensor) -> bool:
-        """Step optimizer and schedule; returns False when the fp16 scaler skipped the step (inf/nan gradients).
+    def _optimizer_step(self) -> bool:
+        """Step optimizer, converters and schedule; returns False when the fp16 scaler skipped the step (inf/nan
+        gradients).
 
         A skipped step leaves the weights as they were, so the schedule does not advance
         either (the scaler lowered its scale: compare before and after ``update``; one
@@ -313,12 +251,10 @@ class Trainer:
             self.scaler.step(self.optimizer)
             self.scaler.update()
             stepped = self.scaler.get_scale() >= scale_before
-        elif self._fold_clip():
-            fused_step_with_divisor(self.optimizer, clip_divisor(grad_norm, self.cfg.train.max_grad_norm))
         else:
             self.optimizer.step()
         if stepped:
-            precompute_scales(self.model, self.cfg.fp8)
+            self.converters.post_optimizer_hook(self.model)
         self.optimizer.zero_grad(set_to_none=True)
         if stepped:
             self.scheduler.step()
@@ -358,8 +294,8 @@ class Trainer:
             loss_sum += micro_loss.detach().double()
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
-        grad_norm = self._clip_grad_norm()
-        self._optimizer_step(grad_norm)
+        grad_norm = clip_grad_norm_(self.model.parameters(), self.cfg.train.max_grad_norm, self.shard_group)
+        self._optimizer_step()
         dist_loss = loss_sum.clone()
         if self.env.world_size > 1:
             torch.distributed.all_reduce(dist_loss)  # queued on the device; read after the step's sync
@@ -411,12 +347,8 @@ class Trainer:
             wall_time_s=time.perf_counter() - self.start_time,
             config=cfg.to_dict(),
             auto=cfg.auto_choice,
-            adamw=adamw_name(self.optimizer),
-            master_weights="optimizer" if getattr(self.optimizer, "master_weights", False) else "params",
-            flat_shard_units=self.flat_shard_units,
-            all_gathers_sent_as_is=shards.sent_as_is,
-            all_gathers_copied_in=shards.copied_in,
-            offloaded_gib_per_step=round(self.offload.offloaded_bytes / 2**30, 2) if self.offload else 0.0,
+            **describe_optimizer(self.optimizer),
+            **self.converters.summary(),
         )
         if env.is_leader:
             out = Path(cfg.train.output_dir)

@@ -1,4 +1,4 @@
-"""AdamW, the learning-rate schedule and the fp16 gradient scaler."""
+"""AdamW, gradient clipping, the learning-rate schedule and the fp16 gradient scaler."""
 
 from __future__ import annotations
 
@@ -9,20 +9,18 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from .config import TrainConfig, TrainerConfig
-from .errors import ConfigError
+from ..config import TrainConfig, TrainerConfig
+from ..errors import ConfigError
 
 BETAS = (0.9, 0.95)  # Llama 2 / Llama 3 pretraining values
 EPS = 1e-8
 
 
-def build_optimizer(
-    model: nn.Module, cfg: TrainerConfig, device: torch.device, masters: dict[str, torch.Tensor] | None = None
-) -> torch.optim.AdamW:
+def build_optimizer(model: nn.Module, cfg: TrainerConfig, device: torch.device) -> torch.optim.AdamW:
     """AdamW (``train.adamw``, see ``choose_adamw``) with no weight decay on norm weights.
 
-    ``masters``: the fp32 weights by parameter name when the model's parameters were cast to bf16 for
-    ``precision.master_weights`` (``materialize.BuiltModel.masters``); the Triton AdamW keeps them as its masters.
+    Under ``precision.master_weights`` resolved to optimizer (``use_master_weights``) it is the Triton AdamW keeping
+    the masters; the ``master_weights`` converter seeds them from the weights as drawn or loaded.
     """
     decay, no_decay = [], []
     for name, p in model.named_parameters():
@@ -34,26 +32,34 @@ def build_optimizer(
     ]
     choice = choose_adamw(cfg, device.type)
     if choice == "triton":
-        from .adamw import TritonAdamW
+        from .triton_adamw import TritonAdamW
 
-        optimizer = TritonAdamW(groups, lr=cfg.train.lr, betas=BETAS, eps=EPS, master_weights=bool(masters))
-        if masters:
-            optimizer.seed_masters({p: masters[name] for name, p in model.named_parameters() if name in masters})
-        return optimizer
+        masters = use_master_weights(cfg, device.type)
+        return TritonAdamW(groups, lr=cfg.train.lr, betas=BETAS, eps=EPS, master_weights=masters)
     return torch.optim.AdamW(groups, lr=cfg.train.lr, betas=BETAS, eps=EPS, **{choice: True})
 
 
+def describe_optimizer(optimizer: torch.optim.Optimizer) -> dict[str, str]:
+    """Which AdamW ran (``train.adamw`` with auto resolved) and where the fp32 weights lived, for the summary."""
+    from .triton_adamw import TritonAdamW
+
+    if isinstance(optimizer, TritonAdamW):
+        adamw = "triton"
+    else:
+        adamw = "fused" if optimizer.defaults.get("fused") else "foreach"
+    return {"adamw": adamw, "master_weights": "optimizer" if getattr(optimizer, "master_weights", False) else "params"}
+
+
 def choose_adamw(cfg: TrainerConfig, device_type: str) -> str:
-    """``train.adamw``, with auto resolved: triton on GPUs where Triton is installed (one memory-speed kernel per shard,
-    25% less time than torch's fused kernel on an 8B model's shards); fused on GPUs without Triton and under FP8 (the
-    Triton kernel steps torchao's float8 weights through their inner tensor, but Llama-2-7B in FP8 on 2 H200s ran 1%
-    slower with it: 15,832 against 16,003 tokens/s/GPU, bench/RESULTS.md session 6);
-    foreach on CPU and for parameters offloaded to CPU."""
+    """``train.adamw``, with auto resolved: triton on GPUs where Triton is installed (one memory-speed kernel per
+    shard, ``optim/triton_adamw.py``); fused on GPUs without Triton and under FP8, where it measured faster
+    (``bench/reports/2026-11-30-llama3.1-8b-h200-triton-adamw.md``); foreach on CPU and for parameters offloaded to
+    CPU."""
     if cfg.train.adamw != "auto":
         return cfg.train.adamw
     if device_type != "cuda" or cfg.parallel.cpu_offload:
         return "foreach"
-    from .adamw import available
+    from .triton_adamw import available
 
     return "triton" if available() and not cfg.fp8.enabled else "fused"
 
@@ -79,6 +85,36 @@ def use_master_weights(cfg: TrainerConfig, device_type: str, grad_accum_steps: i
             f"({device_type}{'' if device_type == 'cpu' else ', Triton not installed'}); use --precision.master_weights params"
         )
     return False
+
+
+@torch.no_grad()
+def clip_grad_norm_(
+    parameters: Any, max_norm: float, shard_group: torch.distributed.ProcessGroup | None = None
+) -> torch.Tensor:
+    """The global L2 norm of the gradients, which are then clipped to ``max_norm`` (0: only measured); on the local
+    shards, for every kind of model the trainer builds.
+
+    Each rank sums the squares of the gradients it holds, as plain tensors (FSDP2's DTensor shards through their local
+    tensors, FSDP1's sharded views of its flat gradients as they are); the sum is all-reduced over ``shard_group``,
+    the ranks among which the gradients are sharded (not over replicas, which hold the same values; None: no
+    reduction, for an unsharded model); the clip factor multiplies the local gradients in place. The result is
+    ``torch.nn.utils.clip_grad_norm_``'s, to rounding, without DTensor dispatch for every tensor of every foreach call
+    (host work between the end of backward and the optimizer, with the GPU waiting).
+    """
+    from torch.distributed.tensor import DTensor
+
+    grads = [p.grad for p in parameters if p.grad is not None]
+    if not grads:
+        return torch.zeros(())
+    local = [g.to_local() if isinstance(g, DTensor) else g for g in grads]
+    # In fp32 whatever the gradients' dtype (bf16 with precision.master_weights optimizer).
+    squares = torch.stack(torch._foreach_norm(local, 2.0, dtype=torch.float32)).square().sum()
+    if shard_group is not None:
+        torch.distributed.all_reduce(squares, group=shard_group)
+    norm = squares.sqrt()
+    if max_norm:
+        torch._foreach_mul_(local, (max_norm / (norm + 1e-6)).clamp(max=1.0))
+    return norm
 
 
 def lr_multiplier(cfg: TrainConfig) -> Callable[[int], float]:

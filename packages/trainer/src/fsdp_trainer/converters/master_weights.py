@@ -1,26 +1,28 @@
 """``precision.master_weights optimizer``: bf16 parameters, with their fp32 values held by the optimizer.
 
-With fp32 parameters (``params``: what auto picks on CPU, under FP8 and with gradient accumulation) FSDP2 makes
-two passes over every shard per all-gather: it casts the fp32 shards to bf16 into a temporary, then copies that into
-the all-gather buffer. Its reduced bf16 gradients are cast up to fp32 into new tensors, and AdamW reads those. Kept in bf16, the parameters are copied into
-the buffer once, and the gradients stay as reduced. Llama-3.1-8B on 2 H200s (``bench/profile_step.py``, session
-6, call A) spends about 24 ms of a 1.1 s step on the cast and 19 ms on the upcast; with master weights both are gone
-(call C) and the step is 1.9% faster (call B).
+With fp32 parameters (``params``: what auto picks on CPU, under FP8 and with gradient accumulation) FSDP2 makes two
+passes over every shard per all-gather: it casts the fp32 shards to bf16 into a temporary, then copies that into the
+all-gather buffer. Its reduced bf16 gradients are cast up to fp32 into new tensors, and AdamW reads those. Kept in
+bf16, the parameters are copied into the buffer once, and the gradients stay as reduced: Llama-3.1-8B on 2 H200s
+trains 1.9% faster, and the memory this saves over whole fp32 copies makes room for a larger micro-batch
+(``bench/reports/2026-11-30-llama3.1-8b-h200x2-master-weights.md``). Use it on GPUs (auto does); it needs FSDP2, bf16,
+the Triton AdamW and no gradient accumulation.
 
-The fp32 values are not lost: ``TritonAdamW(master_weights=True)`` keeps, beside ``exp_avg`` and ``exp_avg_sq``,
-a 16-bit ``master_low`` state that, added below the bf16 parameter's bits, gives each fp32 master (2 bytes per
-parameter where an fp32 copy would take 4; bit for bit but in one rounding case, see ``fsdp_trainer/adamw.py``),
-and writes the parameter as the master's bf16 rounding in the same kernel. The forward
-and backward see exactly what FSDP's cast would have given them, and the update is computed in fp32. What differs:
-the gradients that the norm and AdamW read stay bf16. With ``precision.reduce_dtype bf16`` those are the very values
-the fp32 copies held; with fp32 reduction the reduced sum is rounded to bf16 once. Gradient accumulation over
-micro-batches would add in bf16, which is why it is refused. The weights are drawn or loaded in fp32 and cast
-after sharding: the masters start from those values, not from their rounding.
+The fp32 values are not lost: ``TritonAdamW(master_weights=True)`` keeps, beside ``exp_avg`` and ``exp_avg_sq``, a
+16-bit ``master_low`` state that, added below the bf16 parameter's bits, gives each fp32 master (2 bytes per
+parameter where an fp32 copy would take 4; bit for bit but in one rounding case, see
+``fsdp_trainer/optim/triton_adamw.py``), and writes the parameter as the master's bf16 rounding in the same kernel.
+The forward and backward see exactly what FSDP's cast would have given them, and the update is computed in fp32. What
+differs: the gradients that the norm and AdamW read stay bf16. With ``precision.reduce_dtype bf16`` those are the very
+values the fp32 copies held; with fp32 reduction the reduced sum is rounded to bf16 once; a clipped step's gradients
+are multiplied by the clip factor in bf16 (one rounding, ``optim.clip_grad_norm_``). Gradient accumulation over
+micro-batches would add in bf16, which is why it is refused. The weights are drawn or loaded in fp32 and cast after
+sharding (``MasterWeights.convert``): the masters start from those values, not from their rounding.
 
 Checkpoints do not change: the model's entries hold the joined fp32 masters (``with_masters``), the optimizer's hold
-``exp_avg`` and ``exp_avg_sq`` as always, so a checkpoint moves between ``params`` and ``optimizer`` runs (and
-world sizes) without rounding. The Hugging Face export also reads the masters. Joined masters are new tensors, held
-for the time of a save or load: 4 bytes per sharded parameter, between steps, when no activations are held.
+``exp_avg`` and ``exp_avg_sq`` as always, so a checkpoint moves between ``params`` and ``optimizer`` runs (and world
+sizes) without rounding. The Hugging Face export also reads the masters. Joined masters are new tensors, held for the
+time of a save or load: 4 bytes per sharded parameter, between steps, when no activations are held.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from typing import Any
 
 import torch
 import torch.nn as nn
+
+from . import ModelConverter
 
 #: Optimizer states that hold a master (its remainder beside the bf16 parameter); checkpoints keep the joined fp32
 #: master in the model's entries instead.
@@ -108,3 +112,20 @@ def attach_masters(model: nn.Module, optimizer: torch.optim.Optimizer, masters: 
         key = state_dict_key(name)
         if key in masters:
             optimizer.set_master(p, masters[key])
+
+
+class MasterWeights(ModelConverter):
+    """``precision.master_weights`` resolved to ``optimizer`` (``optim.use_master_weights``): casts the sharded
+    parameters to bf16 and hands their fp32 values to the optimizer as its masters (module docstring)."""
+
+    name = "master_weights"
+    stage = "sharded"
+
+    def convert(self, model: nn.Module) -> None:
+        self.masters = cast_params_keeping_masters_(model, torch.bfloat16)
+
+    def attach_optimizer(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        if not getattr(optimizer, "master_weights", False):
+            raise RuntimeError(f"master weights: {type(optimizer).__name__} keeps no masters")
+        optimizer.seed_masters({p: self.masters[name] for name, p in model.named_parameters() if name in self.masters})
+        self.masters = {}  # split into parameters and remainders: the fp32 copies can go

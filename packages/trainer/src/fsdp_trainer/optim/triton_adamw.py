@@ -1,29 +1,28 @@
 """AdamW as one Triton kernel per parameter shard: one read and one write of each state, at memory speed.
 
-``torch.optim.AdamW(fused=True)`` walks the parameters through ``multi_tensor_apply``: chunks of 64K elements,
-at most a few hundred blocks per launch, so a shard of tens of millions of elements takes hundreds of short
-launches. Here every shard is one launch over a grid that covers it. On one rank's shards of Llama-3.1-8B over 2
-ranks (4.0e9 fp32 elements, 112 GB of optimizer traffic a step) on an H200, torch's fused kernel takes 38 ms
-(2.95 TB/s) and this one 28 ms (3.96 TB/s): ``bench/adamw_step.py``, bench/RESULTS.md (session 5).
+``torch.optim.AdamW(fused=True)`` walks the parameters through ``multi_tensor_apply``: chunks of 64K elements, at most
+a few hundred blocks per launch, so a shard of tens of millions of elements takes hundreds of short launches. Here
+every shard is one launch over a grid that covers it. Over one rank's shards of Llama-3.1-8B (2 ranks) on an H200 it
+takes 28 ms where torch's fused kernel takes 38 ms, and the 8B trains 1.2% faster over 2 H200s
+(``bench/reports/2026-11-30-llama3.1-8b-h200-triton-adamw.md``, ``bench/adamw_step.py``). ``train.adamw auto`` uses
+it on GPUs, except under FP8, where torch's fused kernel measured 1% faster.
 
-``TritonAdamW`` is ``torch.optim.AdamW`` with a different ``step``: same hyperparameters, same per-parameter
-state (``step`` as a CPU tensor, ``exp_avg``, ``exp_avg_sq``), so checkpoints move between the two. It takes the
-fused optimizers' ``grad_scale`` (every gradient is divided by it as it is read: how the trainer folds gradient
-clipping into the step) and no ``found_inf`` (the fp16 scaler unscales before ``step`` instead). FSDP2's
-parameters are DTensors: the kernel runs on their local shards.
+``TritonAdamW`` is ``torch.optim.AdamW`` with a different ``step``: same hyperparameters, same per-parameter state
+(``step`` as a CPU tensor, ``exp_avg``, ``exp_avg_sq``), so checkpoints move between the two. FSDP2's parameters are
+DTensors: the kernel runs on their local shards.
 
 With ``master_weights=True`` the parameters are bf16 and the optimizer keeps their fp32 values
-(``precision.master_weights optimizer``: FSDP2 then all-gathers the bf16 parameters without a cast, and its
-gradients stay bf16, see ``fsdp_trainer/master.py``). It does not keep a second fp32 copy: a master is the
+(``precision.master_weights optimizer``: FSDP2 then all-gathers the bf16 parameters without a cast, and its gradients
+stay bf16, see ``fsdp_trainer/converters/master_weights.py``). It does not keep a second fp32 copy: a master is the
 parameter plus a 16-bit remainder, the ``master_low`` state (int16), ``bits(master) = bits(parameter) << 16 +
 master_low``. The parameter is the master rounded to nearest even, exactly torch's cast, so the remainder lies in
 [-2**15, 2**15]: 2**16 + 1 values, one more than 16 bits hold. The one left out, 2**15 (a master exactly halfway
-between two bf16 values that rounds down to the even one), is stored as 2**15 - 1. That master moves by one unit
-in its last place (at most 2**-23 of a normal value: twice the rounding of the update's own fp32 arithmetic), about
-once in 131,072 updates; every other master is kept bit for bit. The remainder costs 2 bytes per parameter where an fp32
-copy costs 4: 7.5 GiB less per GPU for Llama-3.1-8B over 2 GPUs. The kernel reads the gradient, the parameter and
-the remainder, and writes the parameter and the remainder, in one pass. ``master_of`` / ``set_master`` join and
-split masters for checkpoints and exports.
+between two bf16 values that rounds down to the even one), is stored as 2**15 - 1. That master moves by one unit in
+its last place (at most 2**-23 of a normal value: twice the rounding of the update's own fp32 arithmetic), about once
+in 131,072 updates; every other master is kept bit for bit. The remainder costs 2 bytes per parameter where an fp32
+copy costs 4: 7.5 GiB less per GPU for Llama-3.1-8B over 2 GPUs. The kernel reads the gradient, the parameter and the
+remainder, and writes the parameter and the remainder, in one pass. ``master_of`` / ``set_master`` join and split
+masters for checkpoints and exports.
 
 Triton is imported on first use. The kernel runs on CUDA tensors, and on CPU tensors under ``TRITON_INTERPRET=1``
 (how the tests check it against ``torch.optim.AdamW``).
@@ -53,7 +52,6 @@ def _kernel() -> Any:
         grad_ptr,
         exp_avg_ptr,
         exp_avg_sq_ptr,
-        divisor_ptr,
         n_elements,
         beta1,
         beta2,
@@ -61,15 +59,12 @@ def _kernel() -> Any:
         decay_factor,
         step_size,
         inv_sqrt_bias_correction2,
-        HAS_DIVISOR: tl.constexpr,
         HAS_MASTER: tl.constexpr,
         BLOCK: tl.constexpr,
     ):
         offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
         mask = offsets < n_elements
         grad = tl.load(grad_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
-        if HAS_DIVISOR:
-            grad = grad / tl.load(divisor_ptr).to(tl.float32)
         if HAS_MASTER:  # the fp32 master: the bf16 parameter's bits as its upper half, plus the int16 remainder
             high = tl.load(param_ptr + offsets, mask=mask, other=0.0).to(tl.uint16, bitcast=True).to(tl.uint32)
             low = tl.load(low_ptr + offsets, mask=mask, other=0).to(tl.int32).to(tl.uint32, bitcast=True)
@@ -111,14 +106,14 @@ def available() -> bool:
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
-    """The plain tensor that holds ``t``'s local values: a DTensor's local shard (without ``to_local``'s autograd
-    wrapper), then, through a wrapper subclass with exactly one inner tensor of its own shape and dtype (torchao's
+    """The plain tensor that holds ``t``'s local values (call under ``torch.no_grad``): a DTensor's local shard, then,
+    through a wrapper subclass with exactly one inner tensor of its own shape and dtype (torchao's
     float8 weights for FP8 all-gathers: the fp32 weight, beside a precomputed scalar scale), that inner tensor. The
     kernel writes it in place. Anything else is refused."""
     from torch.distributed.tensor import DTensor
 
     if isinstance(t, DTensor):
-        t = t._local_tensor
+        t = t.to_local()  # without grad mode: the local tensor itself, no autograd wrapper
     while type(t) not in (torch.Tensor, torch.nn.Parameter):
         names = t.__tensor_flatten__()[0] if hasattr(t, "__tensor_flatten__") else []
         same = [getattr(t, n) for n in names if getattr(t, n).shape == t.shape and getattr(t, n).dtype == t.dtype]
@@ -178,7 +173,7 @@ class TritonAdamW(torch.optim.AdamW):
         state at the first step: until then the state stays empty, as torch's state-dict helpers expect of an
         optimizer that has not stepped (they step it once at lr 0 to create the state they load into). Until then
         the parameters must change only through ``set_master`` (how a checkpoint's masters replace the seeds,
-        ``master.attach_masters``) or ``load_state_dict``. Parameters the optimizer does not step are left out."""
+        ``converters.master_weights.attach_masters``) or ``load_state_dict``. Parameters the optimizer does not step are left out."""
         owned = self._owned()
         for p, master in masters.items():
             if id(p) in owned:
@@ -187,6 +182,7 @@ class TritonAdamW(torch.optim.AdamW):
     def _owned(self) -> set[int]:
         return {id(p) for group in self.param_groups for p in group["params"]}
 
+    @torch.no_grad()
     def master_of(self, p: torch.Tensor) -> torch.Tensor | None:
         """``p``'s fp32 master as a new tensor (a DTensor like ``p`` when ``p`` is one), or None before it has one."""
         low = self.state.get(p, {}).get("master_low", self._seeded.get(p)) if self.master_weights else None
@@ -259,8 +255,6 @@ class TritonAdamW(torch.optim.AdamW):
             with torch.enable_grad():
                 loss = closure()
         kernel = _kernel()
-        # Set around step() by the trainer's clip folding (trainer.fused_step_with_divisor), as for torch's fused AdamW.
-        divisor = getattr(self, "grad_scale", None)
         for group in self.param_groups:
             if group.get("amsgrad") or group.get("maximize"):
                 raise ValueError("TritonAdamW: amsgrad and maximize are not supported; use torch.optim.AdamW")
@@ -305,7 +299,6 @@ class TritonAdamW(torch.optim.AdamW):
                     grad,
                     exp_avg,
                     exp_avg_sq,
-                    divisor if divisor is not None else param,
                     n,
                     beta1,
                     beta2,
@@ -313,7 +306,6 @@ class TritonAdamW(torch.optim.AdamW):
                     1.0 - lr * group["weight_decay"],
                     lr / bias_correction1,
                     1.0 / math.sqrt(bias_correction2),
-                    HAS_DIVISOR=divisor is not None,
                     HAS_MASTER=low is not None,
                     BLOCK=BLOCK,
                     num_warps=NUM_WARPS,

@@ -1,4 +1,5 @@
-"""``bench/gpu_compare.py --telemetry``: what it makes of nvidia-smi's samples (the GPU runs use it as is)."""
+"""``bench/gpu_compare.py``: every variant is a trainer command that parses, and what ``--telemetry`` makes of
+nvidia-smi's samples (the GPU runs use it as is)."""
 
 from __future__ import annotations
 
@@ -45,3 +46,28 @@ def test_telemetry_without_nvidia_smi_is_refused(monkeypatch, capsys):
         gpu_compare.main()
     assert exit_.value.code == 2
     assert "--telemetry: nvidia-smi is not on PATH" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", sorted(gpu_compare.TRAINER_VARIANTS))
+def test_every_trainer_variant_is_a_valid_config(name):
+    from fsdp_trainer.config import load_config
+
+    overrides = {**gpu_compare.BASE, **gpu_compare.TRAINER_VARIANTS[name]}
+    flags = [part for key, value in overrides.items() for part in (f"--{key}", value.replace("{tt_assets}", "/tt"))]
+    load_config(None, flags)
+
+
+def test_suites_name_known_variants():
+    known = {**gpu_compare.TRAINER_VARIANTS, **gpu_compare.TORCHTITAN_VARIANTS, **gpu_compare.ACCELERATE_VARIANTS}
+    for suite, names in gpu_compare.SUITES.items():
+        assert set(names) <= set(known), suite
+
+
+def test_every_variant_reproduces_a_reported_figure():
+    """A variant stays only while a report (or the current-best table) names it, alone or through a suite."""
+    bench = Path(gpu_compare.__file__).resolve().parent
+    text = "".join(p.read_text() for p in (bench / "reports").glob("*.md")) + (bench / "README.md").read_text()
+    cited_suites = {name for name in gpu_compare.SUITES if f"--suite {name}" in text}
+    in_suites = {v for name in cited_suites for v in gpu_compare.SUITES[name]}
+    known = {**gpu_compare.TRAINER_VARIANTS, **gpu_compare.TORCHTITAN_VARIANTS, **gpu_compare.ACCELERATE_VARIANTS}
+    assert sorted(n for n in known if n not in text and n not in in_suites) == []

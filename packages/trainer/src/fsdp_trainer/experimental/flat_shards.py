@@ -1,11 +1,11 @@
-"""``parallel.flat_shards``: each FSDP2 unit's parameter shards in one flat buffer, which its all-gather sends as is.
+"""``experimental.flat_shards``: each FSDP2 unit's parameter shards in one flat buffer, which its all-gather sends as is.
 
 FSDP2 gathers a unit in place. Before every all-gather it allocates the output and copies each of the unit's shards
 into this rank's slice of it (``torch.ops.fsdp.all_gather_copy_in``, one foreach copy per unit). When the
 parameters are already in the dtype they are gathered in (bf16 with the fp32 masters in the optimizer, or fp32
 runs), that copy only moves the shards to where the collective reads them: on Llama-3.1-8B over 2 H200s it is a
-multi-tensor kernel of about 24 ms per 1.1 s step (``bench/profile_step.py``, session 6, call C), running beside the
-matmuls it overlaps.
+multi-tensor kernel of about 24 ms per 1.1 s step (``bench/reports/2026-11-30-llama3.1-8b-h200x2-step-profile.md``),
+running beside the matmuls it overlaps.
 
 Here the shards are moved there once instead:
 
@@ -21,8 +21,10 @@ The parameters are written between all-gathers only by the optimizer, on the com
 makes its all-gather streams wait for that stream before the first all-gather of a step, as it does for its own
 copy-in.
 
-Measured on Llama-3.1-8B over 2 H200s: 11,180 against 11,146 tokens/s/GPU with it off (+0.3%, session 7, call A);
-the copy it removes ran beside the matmuls, so its cost to the step was a small share of its 24 ms.
+Why it is experimental: it replaces FSDP2's private ``fsdp::all_gather_copy_in`` op for the whole process and reads
+FSDP2's private parameter-group state, and it gained 0.3% on Llama-3.1-8B over 2 H200s, within run-to-run noise
+(``bench/reports/2026-11-30-llama3.1-8b-h200x2-flat-shards.md``). Off by default; the copy it removes ran beside the
+matmuls, so its cost to the step was a small share of its 24 ms.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ from collections.abc import Callable, Sequence
 import torch
 import torch.nn as nn
 
+from ..converters import ModelConverter
+
 log = logging.getLogger(__name__)
 
 Allocate = Callable[[int, torch.dtype, torch.device], torch.Tensor]
@@ -42,7 +46,7 @@ Allocate = Callable[[int, torch.dtype, torch.device], torch.Tensor]
 #: storage address -> the flat buffer of one unit's shards (held by that unit; see ``flatten_shards``).
 _BUFFERS: weakref.WeakValueDictionary[int, torch.Tensor] = weakref.WeakValueDictionary()
 _LIBRARIES: list[torch.library.Library] = []  # a Library unregisters its kernels when it is collected
-#: all-gathers that took a flat buffer as their input, and those whose shards were copied (read by the tests)
+#: all-gathers that took a flat buffer as their input, and those whose shards were copied (for the summary)
 sent_as_is = 0
 copied_in = 0
 
@@ -101,7 +105,7 @@ def install() -> bool:
     schema = None if op is None else str(op.default._schema)
     if schema != SCHEMA:
         log.warning(
-            "parallel.flat_shards: torch %s's FSDP2 copy-in is not the one known (%s); its shards are copied as usual",
+            "experimental.flat_shards: torch %s's FSDP2 copy-in is not the one known (%s); its shards are copied as usual",
             torch.__version__,
             schema,
         )
@@ -173,7 +177,7 @@ def flatten_shards(model: nn.Module, allocate: Allocate | None = None) -> int:
             fp._sharded_param_data.data_ptr() == fp.sharded_param._local_tensor.data_ptr() for fp in group.fsdp_params
         ):
             raise RuntimeError(
-                "parallel.flat_shards: FSDP2 did not take the moved shards; use --parallel.flat_shards false"
+                "experimental.flat_shards: FSDP2 did not take the moved shards; use --experimental.flat_shards false"
             )
         unit._flat_shards = [
             *getattr(unit, "_flat_shards", []),
@@ -199,3 +203,28 @@ def _param_groups(model: nn.Module) -> list[tuple[nn.Module, object]]:
 
 def _empty(numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     return torch.empty(numel, dtype=dtype, device=device)
+
+
+class FlatShards(ModelConverter):
+    """``experimental.flat_shards``: flattens every eligible FSDP2 unit's shards (module docstring), in buffers from
+    NCCL's symmetric-memory pool under ``experimental.symmetric_memory``."""
+
+    name = "experimental.flat_shards"
+    stage = "sharded"
+
+    def convert(self, model: nn.Module) -> None:
+        allocate = None
+        if self.cfg.experimental.symmetric_memory and self.device.type == "cuda":
+            from .symmetric_memory import symmetric_allocator
+
+            mesh = self.mesh
+            allocate = symmetric_allocator(None if mesh is None else mesh.get_group(mesh.ndim - 1))
+        self.units = flatten_shards(model, allocate)
+        log.info("experimental.flat_shards: %d FSDP units send their shards as they are", self.units)
+
+    def summary(self) -> dict[str, int]:
+        return {
+            "flat_shard_units": self.units,
+            "all_gathers_sent_as_is": sent_as_is,
+            "all_gathers_copied_in": copied_in,
+        }
