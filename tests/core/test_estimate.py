@@ -4,6 +4,7 @@ scaling and ``--recommend``; the estimate where users already are (``up --dry-ru
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -23,23 +24,30 @@ SEQ = 4096
 # defaults of the time (fused loss; fused kernels for eager runs): (label, model, GPUs, trainer settings, measured
 # GiB, record under bench/results/ and its variant).
 MEASURED_PEAKS = [
-    ("7B eager mb1", "llama2-7b", 2, {}, 58.7, "2026-11-30-s3-callC-h200x2.json fsdp2-noac-mb1"),
+    ("7B eager mb1", "llama2-7b", 2, {}, 58.7, "2026-11-30-h200x2-fused-kernels.json fsdp2-noac-mb1"),
     (
         "7B eager mb2",
         "llama2-7b",
         2,
         {"train.micro_batch_size": 2},
         78.3,
-        "2026-11-30-s3-callC-h200x2.json fsdp2-noac-mb2",
+        "2026-11-30-h200x2-fused-kernels.json fsdp2-noac-mb2",
     ),
-    ("7B eager full AC mb1", "llama2-7b", 2, {"ac.mode": "full"}, 51.9, "2026-11-30-s3-callC-h200x2.json fsdp2-ac-mb1"),
+    (
+        "7B eager full AC mb1",
+        "llama2-7b",
+        2,
+        {"ac.mode": "full"},
+        51.9,
+        "2026-11-30-h200x2-fused-kernels.json fsdp2-ac-mb1",
+    ),
     (
         "7B eager full AC mb2",
         "llama2-7b",
         2,
         {"ac.mode": "full", "train.micro_batch_size": 2},
         52.7,
-        "2026-11-30-s3-callC-h200x2.json fsdp2-ac-mb2",
+        "2026-11-30-h200x2-fused-kernels.json fsdp2-ac-mb2",
     ),
     (
         "7B FSDP1 full AC mb1",
@@ -47,7 +55,7 @@ MEASURED_PEAKS = [
         2,
         {"parallel.api": "fsdp1", "ac.mode": "full"},
         51.7,
-        "2026-11-30-s3-callC-h200x2.json fsdp1-ac-mb1",
+        "2026-11-30-h200x2-fused-kernels.json fsdp1-ac-mb1",
     ),
     (
         "7B compiled mb3",
@@ -55,7 +63,7 @@ MEASURED_PEAKS = [
         2,
         {"compiled": 3},
         88.8,
-        "2026-11-30-s5-callE-h200x2.json fsdp2-noac-mb3-compile",
+        "2026-11-30-h200x2-7b-fp8-throughput-2.json fsdp2-noac-mb3-compile",
     ),
     (
         "7B compiled mb4",
@@ -63,17 +71,24 @@ MEASURED_PEAKS = [
         2,
         {"compiled": 4},
         105.4,
-        "2026-11-30-s2-callA-h200x2.json fsdp2-noac-mb4-compile",
+        "2026-11-30-h200x2-fused-loss-micro-batches.json fsdp2-noac-mb4-compile",
     ),
-    ("7B compiled mb3, 1 GPU", "llama2-7b", 1, {"compiled": 3}, 125.8, "2026-11-30-scaling-h200x2.json x1"),
-    ("8B compiled mb3", "llama3.1-8b", 2, {"compiled": 3}, 110.0, "2026-11-30-s3-callC-h200x2.json 8b-...-mb3-compile"),
+    ("7B compiled mb3, 1 GPU", "llama2-7b", 1, {"compiled": 3}, 125.8, "2026-11-30-h200x2-scaling-1-to-2-gpus.json x1"),
+    (
+        "8B compiled mb3",
+        "llama3.1-8b",
+        2,
+        {"compiled": 3},
+        110.0,
+        "2026-11-30-h200x2-fused-kernels.json 8b-...-mb3-compile",
+    ),
     (
         "8B compiled mb2, no resharding",
         "llama3.1-8b",
         2,
         {"compiled": 2, "parallel.reshard_after_forward": False},
         104.1,
-        "2026-11-30-s3-callB-h200x2.json 8b-...-mb2-compile-noreshard",
+        "2026-11-30-h200x2-8b-nccl-ctas-and-resharding.json 8b-...-mb2-compile-noreshard",
     ),
     (
         "8B --auto's mb5, budget 0.7",
@@ -81,7 +96,7 @@ MEASURED_PEAKS = [
         2,
         {"compiled": 5, "compile.memory_budget": 0.7},
         111.3,
-        "2026-12-01-s13-callA-h200x2.json 8b-auto",
+        "2026-12-01-h200x2-speed-suite.json 8b-auto",
     ),
     (
         "8B mb6, budget 0.7, bf16 reduction",
@@ -89,7 +104,7 @@ MEASURED_PEAKS = [
         2,
         {"compiled": 6, "compile.memory_budget": 0.7, "precision.reduce_dtype": "bf16"},
         122.9,
-        "2026-11-30-s10-callD-h200x2.json 8b-...-mb6-...-bf16reduce-symm-budget7",
+        "2026-11-30-h200x2-speed-suite-3.json 8b-...-mb6-...-bf16reduce-symm-budget7",
     ),
     (
         "7B mb6, budget 0.7, bf16 reduction",
@@ -97,7 +112,7 @@ MEASURED_PEAKS = [
         2,
         {"compiled": 6, "compile.memory_budget": 0.7, "precision.reduce_dtype": "bf16"},
         109.7,
-        "2026-11-30-s10-callD-h200x2.json fsdp2-noac-mb6-...-budget7",
+        "2026-11-30-h200x2-speed-suite-3.json fsdp2-noac-mb6-...-budget7",
     ),
     (
         "7B FP8 mb6, bf16 reduction",
@@ -105,13 +120,30 @@ MEASURED_PEAKS = [
         2,
         {"compiled": 6, "fp8.enabled": True, "fp8.all_gather": True, "precision.reduce_dtype": "bf16"},
         113.7,
-        "2026-11-30-s8-callC-h200x2.json fsdp2-noac-mb6-compile-fp8-bf16reduce-symm",
+        "2026-11-30-h200x2-speed-suite-1.json fsdp2-noac-mb6-compile-fp8-bf16reduce-symm",
     ),
 ]
 
 
-def _overrides(settings: dict) -> dict:
+RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
+
+
+def _master_weights(record: str) -> str:
+    """How the recorded run kept its master weights: ``optimizer`` or ``params`` (runs from before the trainer could
+    keep them in the optimizer recorded nothing, and kept fp32 parameters)."""
+    name, variant = record.split(" ", 1)
+    pattern = re.compile("^" + ".*".join(map(re.escape, variant.split("..."))) + "$")
+    data = json.loads((RESULTS / name).read_text())
+    runs = data["records"] if isinstance(data, dict) else data
+    found = [run for run in runs if pattern.match(str(run.get("variant", run.get("label", ""))).split()[-1])]
+    assert found, f"no variant {variant!r} in {name}"
+    return str(found[0].get("master_weights", "params"))
+
+
+def _overrides(settings: dict, record: str | None = None) -> dict:
     out = {"data.seq_len": SEQ, **settings}
+    if record is not None:
+        out.setdefault("precision.master_weights", _master_weights(record))
     mb = out.pop("compiled", None)
     if mb is not None:
         out.update({"compile.enabled": True, "compile.loss": True, "train.micro_batch_size": mb})
@@ -128,7 +160,7 @@ def client() -> Client:
 )
 def test_estimate_reproduces_peaks_measured_on_h200s(client, label, model, gpus, settings, measured, record):
     est = client.estimate(
-        model=model, nodes=1, gpus_per_node=gpus, trainer_overrides=_overrides(settings), scaling=False
+        model=model, nodes=1, gpus_per_node=gpus, trainer_overrides=_overrides(settings, record), scaling=False
     )
     assert est.memory.peak_gib == pytest.approx(measured, rel=0.10), (label, record)
     assert est.memory.device_gib == 141 and est.memory.usable_gib == pytest.approx(141 * 0.85)

@@ -142,6 +142,24 @@ def test_the_checks_use_the_references_own_spread_and_catch_departures():
     assert not convergence.analyze([*ref, within[0], other_weights], window=3)["passed"]
 
 
+def test_a_same_seed_rerun_measures_the_noise_the_gradient_check_allows():
+    steps = 30
+    flat = [1.0] * steps
+    ref = [_fake("reference", s, [2.0] * steps, flat) for s in (1, 2)]
+    noisy = [1.0 + (0.3 if i % 7 == 3 else 0.0) for i in range(steps)]  # single-step spikes: 10-step means stay close
+    rerun = _fake("reference", 1, [2.0] * steps, noisy)
+    fast = [_fake("fast", 1, [2.0] * steps, noisy), _fake("fast", 2, [2.0] * steps, flat)]
+    result = convergence.analyze(ref + fast, window=3, reruns=[rerun])
+    noise = result["rerun_noise"]["reference-seed1"]
+    assert noise["max_step_departure"] == pytest.approx(0.3) and noise["steps_over_tolerance"] == 4
+    aware = [c for c in result["checks"] if c.get("noise_aware")]
+    assert [c["passed"] for c in aware] == [True] and aware[0]["check"].endswith("(10.0%)")
+    literal = next(c for c in result["checks"] if "at every step" in c["check"])
+    assert not literal["passed"]  # the step-by-step check fails on the noise the rerun shows the reference has too
+    drift = [_fake("fast", 1, [2.0] * steps, [1.5] * steps), fast[1]]  # a steady 50% departure is not noise
+    assert not next(c for c in convergence.analyze(ref + drift, 3, [rerun])["checks"] if c.get("noise_aware"))["passed"]
+
+
 @pytest.mark.parametrize("config", sorted(convergence.GPU_FLAGS))
 def test_every_gpu_configuration_is_a_valid_trainer_command(config, tmp_path, capsys):
     """What the GPU call will run, through the trainer's own command line (``--print-config``: every flag exists,

@@ -67,19 +67,19 @@ def test_fp32_compute_keeps_fp32_activations():
 # MFU measured on 2 x H200 by the trainer at its current defaults (FSDP2, seq 4096, bf16): (shape, micro batch,
 # compiled, ac recompute share, compile.memory_budget, measured MFU, record under bench/results/).
 MEASURED_MFU = [
-    (L8, 5, True, 0.0, 0.7, 0.594, "2026-12-01-s13-callA-h200x2.json 8b-auto"),
-    (L8, 6, True, 0.0, 0.7, 0.609, "2026-11-30-s10-callD-h200x2.json 8b-...-mb6-...-budget7"),
-    (L7, 6, True, 0.0, 0.7, 0.608, "2026-12-01-s13-callA-h200x2.json fsdp2-noac-mb6-...-budget7"),
-    (L7, 3, True, 0.0, 1.0, 0.573, "2026-11-30-s5-callE-h200x2.json fsdp2-noac-mb3-compile"),
-    (L7, 4, True, 0.0, 1.0, 0.595, "2026-11-30-s7-callC-h200x2.json fsdp2-noac-mb4-compile"),
-    (L8, 3, True, 0.0, 0.7, 0.581, "2026-11-30-s7-callB-h200x2.json 8b-...-mb3-...-budget7"),
+    (L8, 5, True, 0.0, 0.7, 0.594, "2026-12-01-h200x2-speed-suite.json 8b-auto"),
+    (L8, 6, True, 0.0, 0.7, 0.609, "2026-11-30-h200x2-speed-suite-3.json 8b-...-mb6-...-budget7"),
+    (L7, 6, True, 0.0, 0.7, 0.608, "2026-12-01-h200x2-speed-suite.json fsdp2-noac-mb6-...-budget7"),
+    (L7, 3, True, 0.0, 1.0, 0.573, "2026-11-30-h200x2-7b-fp8-throughput-2.json fsdp2-noac-mb3-compile"),
+    (L7, 4, True, 0.0, 1.0, 0.595, "2026-11-30-h200x2-8b-memory-budget-2.json fsdp2-noac-mb4-compile"),
+    (L8, 3, True, 0.0, 0.7, 0.581, "2026-11-30-h200x2-8b-memory-budget-1.json 8b-...-mb3-...-budget7"),
 ]
 # Eager runs (fused kernels) and activation checkpointing, measured before the Triton AdamW and master weights.
 MEASURED_MFU_OLDER = [
-    (L7, 1, False, 0.0, 1.0, 0.424, "2026-11-30-s3-callC-h200x2.json fsdp2-noac-mb1"),
-    (L7, 2, False, 0.0, 1.0, 0.495, "2026-11-30-s3-callC-h200x2.json fsdp2-noac-mb2"),
-    (L7, 1, False, 1.0, 1.0, 0.350, "2026-11-30-s3-callC-h200x2.json fsdp2-ac-mb1"),
-    (L7, 2, False, 1.0, 1.0, 0.403, "2026-11-30-s3-callC-h200x2.json fsdp2-ac-mb2"),
+    (L7, 1, False, 0.0, 1.0, 0.424, "2026-11-30-h200x2-fused-kernels.json fsdp2-noac-mb1"),
+    (L7, 2, False, 0.0, 1.0, 0.495, "2026-11-30-h200x2-fused-kernels.json fsdp2-noac-mb2"),
+    (L7, 1, False, 1.0, 1.0, 0.350, "2026-11-30-h200x2-fused-kernels.json fsdp2-ac-mb1"),
+    (L7, 2, False, 1.0, 1.0, 0.403, "2026-11-30-h200x2-fused-kernels.json fsdp2-ac-mb2"),
 ]
 
 

@@ -269,12 +269,15 @@ def memory_breakdown(
     ``compute_bytes``: bytes per activation element; default ``param_bytes`` (the dtype blocks compute in).
     """
     n_shard = shape.params / max(shard_degree, 1)
-    fwd_bytes = 2 + master_bytes + 8 if master_weights and grad_accum_steps == 1 else 12
+    masters = master_weights and grad_accum_steps == 1
     if cpu_offload:
         parameters = gradients = optimizer = 0.0
     else:
-        parameters, optimizer = (fwd_bytes - 8) * n_shard, 8 * n_shard
-        gradients = 16 * n_shard - parameters - optimizer
+        # fp32 parameters, or bf16 ones beside their masters' remainders; AdamW's two fp32 moments; the sharded
+        # gradients, in the sharded parameters' dtype (bf16 beside masters, else fp32).
+        parameters = (2 + master_bytes if masters else 4) * n_shard
+        optimizer = 8 * n_shard
+        gradients = (2 if masters else 4) * n_shard
     tokens = micro_batch * seq_len
     activations = tokens * activation_bytes_per_token(
         shape,
@@ -622,7 +625,7 @@ MEASURED_MFU: tuple[MeasuredMfu, ...] = (
         True,
         memory_budget=LEAN_BUDGET,
         source="Llama-3.1-8B, --auto (no checkpointing, micro batch 5, compile.memory_budget 0.7), FSDP2 over 2 H200s, "
-        "seq 4096: bench/results/2026-12-01-s13-callA-h200x2.json, variant 8b-auto",
+        "seq 4096: bench/results/2026-12-01-h200x2-speed-suite.json, variant 8b-auto",
     ),
     MeasuredMfu(
         "H200",
@@ -631,7 +634,7 @@ MEASURED_MFU: tuple[MeasuredMfu, ...] = (
         True,
         fp8=True,
         source="Llama-2-7B, FP8 tensorwise, --auto (no checkpointing, micro batch 6), FSDP2 over 2 H200s, seq 4096: "
-        "bench/results/2026-12-01-s13-callA-h200x2.json, variant 7b-fp8-auto",
+        "bench/results/2026-12-01-h200x2-speed-suite.json, variant 7b-fp8-auto",
     ),
 )
 
