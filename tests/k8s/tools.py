@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -45,3 +47,23 @@ def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
         main(list(args))
     out, err = capsys.readouterr()
     return int(exit_info.value.code or 0), out, err
+
+
+class Lines:
+    """Lines a follower writes from its own thread, with a wait for the ones a test expects (no sleeping)."""
+
+    def __init__(self) -> None:
+        self.items: list[str] = []
+        self._changed = threading.Condition()
+
+    def __call__(self, line: str) -> None:
+        with self._changed:
+            self.items.append(line)
+            self._changed.notify_all()
+
+    def wait_for(self, predicate: Callable[[list[str]], bool], timeout: float = 15) -> list[str]:
+        """Block until ``predicate(lines)`` holds; fail the test after ``timeout`` seconds."""
+        with self._changed:
+            if not self._changed.wait_for(lambda: predicate(self.items), timeout=timeout):
+                raise AssertionError(f"the expected lines did not come within {timeout}s; got {self.items}")
+            return list(self.items)

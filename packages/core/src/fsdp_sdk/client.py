@@ -401,18 +401,30 @@ class Client:
     # ------------------------------------------------------------------ jobs
 
     def render_job(
-        self, *, rdzv_id: str | None = None, create_secret: bool | None = None, api: str | None = None
+        self,
+        *,
+        rdzv_id: str | None = None,
+        create_secret: bool | None = None,
+        api: str | None = None,
+        preview: bool = False,
     ) -> list[dict[str, Any]]:
         """The job's Kubernetes objects, exactly as ``job submit`` would apply them (pure; any backend).
 
         :param rdzv_id: the rendezvous id (default: a fresh one).
         :param create_secret: include the Hugging Face token Secret (without its data).
         :param api: ``pytorchjob`` or ``trainjob`` (default: ``job.api``).
+        :param preview: for reading only: a missing ``job.registry`` becomes a placeholder and a
+            :class:`~fsdp_sdk.k8s.render.RenderWarning` instead of an error.
         """
         from fsdp_sdk.k8s.render import render_job
 
         return render_job(
-            self.config, rdzv_id=rdzv_id, create_secret=create_secret, api=api, plugins=self.loaded_plugins
+            self.config,
+            rdzv_id=rdzv_id,
+            create_secret=create_secret,
+            api=api,
+            plugins=self.loaded_plugins,
+            preview=preview,
         )
 
     @functools.cached_property
@@ -429,7 +441,9 @@ class Client:
         from fsdp_sdk.k8s.jobs import JobClient
 
         path = self.kubeconfig()
-        return JobClient(self.config, kubeconfig=path, context=self.kube_context, plugins=self.loaded_plugins)
+        return JobClient(
+            self.config, kubeconfig=path, context=self.kube_context, plugins=self.loaded_plugins, progress=self.progress
+        )
 
     def run(
         self,

@@ -285,6 +285,11 @@ class JobConfig:
     """Name of the Kubernetes Secret holding the Hugging Face token."""
     env: dict[str, str] = field(default_factory=dict)
     """Extra environment variables for the workers."""
+    shared_storage_claim: str | None = field(default=None, metadata=_K8S_NAME)
+    """PersistentVolumeClaim of a shared filesystem (ReadWriteMany: FSx for Lustre, EFS) in ``job.namespace``, mounted
+    at ``/shared`` on every worker; the trainer's outputs and checkpoints then go to
+    ``/shared/fsdp-sdk/<namespace>/<job name>``, so restarted pods resume wherever they run. Unset: the node's disk
+    (``/local``), which keeps them across restarts on the same node."""
 
 
 @dataclass
