@@ -128,6 +128,8 @@ class RecordedRequest:
     body: Any
     accept: str = ""
     fault: str | None = None
+    at: float = field(default_factory=time.monotonic)
+    """When it arrived (``time.monotonic()``)."""
 
     @property
     def dry_run(self) -> bool:
@@ -1029,10 +1031,12 @@ class _Handler(BaseHTTPRequestHandler):
         while True:
             for event in pending:
                 if self._cut_after is not None and sent >= self._cut_after:
-                    self._drop()
-                    return
+                    break
                 self._chunk(json.dumps(event).encode() + b"\n")
                 sent += 1
+            if self._cut_after is not None and sent >= self._cut_after:
+                self._drop()
+                return
             pending = []
             if cursor is None:
                 break
@@ -1182,6 +1186,9 @@ class _Handler(BaseHTTPRequestHandler):
         sent_lines = 0
         position = start
         while True:
+            if self._cut_after is not None and sent_lines >= self._cut_after:
+                self._drop()
+                return
             with log.changed:
                 while len(log.lines) == position and not log.closed and not self.api._stopping.is_set():
                     log.changed.wait(timeout=0.5)

@@ -73,13 +73,13 @@ def watch_object(
     while True:
         try:
             if version is None:
-                current = kube.get(api_version, kind, name, namespace, deadline=deadline)
+                current = kube.get(api_version, kind, name, namespace)
                 if until(current):
                     return current
                 if current is not None:
                     version = current["metadata"].get("resourceVersion")
                 else:  # not there (yet): watch the collection's changes from now on
-                    version = kube.list_with_version(api_version, kind, namespace, deadline=deadline)[1]
+                    version = kube.list_with_version(api_version, kind, namespace)[1]
             left = None if deadline is None else deadline - clock()
             if left is not None and left <= 0:
                 return current

@@ -255,11 +255,12 @@ class JobClient:
         return obj
 
     def _with(self, config: Config | None) -> JobClient:
+        """A client for another configuration, on the same connection."""
         if config is None or config is self.config:
             return self
         other = JobClient(
             config,
-            self._kube,
+            self.kube,
             kubeconfig=self._kubeconfig,
             context=self._context,
             plugins=self.plugins,
@@ -321,9 +322,10 @@ class JobClient:
             renamed = (config or self.config).with_overrides([Setting("job.name", name, "--unique", "command line")])
             config = renamed.resolved(self.plugins, validate_trainer=False)
         if config is not None and config is not self.config:
-            return self._with(config).submit(
-                run_id=run_id, create_secret=create_secret, api=api, dry_run=dry_run, replace=replace
-            )
+            other = self._with(config)
+            ref = other.submit(run_id=run_id, create_secret=create_secret, api=api, dry_run=dry_run, replace=replace)
+            self.last_objects = other.last_objects
+            return ref
         objects = self.render(run_id=run_id, create_secret=create_secret, api=api)
         self.last_objects = objects
         job = objects[0]
@@ -508,7 +510,7 @@ class JobClient:
         from fsdp_sdk.k8s.follow import LogFollower
 
         name = self._name(job)
-        deadline = None if timeout is None else self.kube.retry.clock() + timeout
+        deadline = None if timeout is None else self.kube.retry.clock() + timeout  # connects before the thread starts
         finished = threading.Event()
         summaries: list[dict[str, Any]] = []
 

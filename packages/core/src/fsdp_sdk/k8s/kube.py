@@ -3,7 +3,8 @@
 * discovery, get, list, delete, watch and server-side apply go through
   ``kubernetes.dynamic.DynamicClient`` (discovery is kept in memory for the life of
   the connection, never written to disk);
-* pod logs, read or followed, through ``CoreV1Api.read_namespaced_pod_log``;
+* pod logs, read or followed, through the same client's ``pods/log`` subresource (the
+  generated ``CoreV1Api`` would do the same requests, but importing it costs seconds);
 * any other path (etcd behind the API server's service proxy) through
   ``DynamicClient.request``.
 
@@ -79,6 +80,7 @@ class TransientStatusError(TransientError, ApiStatusError):
     def __init__(self, message: str, status: int, reason: str = "", *, retry_after: float | None = None) -> None:
         ApiStatusError.__init__(self, message, status, reason)
         self.retry_after = retry_after
+        self.line = message
 
 
 class ApiUnreachableError(TransientError):
@@ -300,7 +302,6 @@ class Kube:
         what: str,
         function: Callable[[], T],
         *,
-        deadline: float | None = None,
         before_retry: Callable[[], T | None] | None = None,
     ) -> T:
         """Run one request under the retry policy, turning the client's exceptions into ours."""
@@ -313,7 +314,7 @@ class Kube:
             except Exception as error:
                 raise self.error(what, error) from error
 
-        return self.retry.call(attempt, deadline=deadline, on_retry=self.report_retry, before_retry=before_retry)
+        return self.retry.call(attempt, on_retry=self.report_retry, before_retry=before_retry)
 
     def error(self, what: str, error: BaseException) -> KubernetesError:
         """The :class:`KubernetesError` for an exception the ``kubernetes`` client raised doing ``what``.
@@ -338,9 +339,8 @@ class Kube:
                 return TransientStatusError(f"{line}; {fix}", status, reason, retry_after=retry_after)
             return ApiStatusError(f"{line}; {_FIXES.get(status, 'see the API server message')}", status, reason)
         if isinstance(error, ApiException | urllib3.exceptions.HTTPError | OSError):
-            detail = getattr(error, "reason", None) or error
             return ApiUnreachableError(
-                f"{what}: no answer from the API server at {self.host} ({' '.join(str(detail).split())[:200]}); "
+                f"{what}: no answer from the API server at {self.host} ({_transport_detail(error)}); "
                 "check that the cluster is up and KUBECONFIG points at it"
             )
         raise error
@@ -454,26 +454,11 @@ class Kube:
         except Exception as error:
             raise self.error(f"GET {res.path(name, namespace)}", error) from error
 
-    def get(
-        self,
-        api_version: str,
-        kind: str,
-        name: str,
-        namespace: str | None = None,
-        *,
-        deadline: float | None = None,
-    ) -> dict[str, Any] | None:
-        """The object, or ``None`` when it does not exist.
-
-        :param deadline: retry transient failures until this time (``retry.clock``) instead of a number of tries.
-        """
+    def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        """The object, or ``None`` when it does not exist."""
         res, dynamic_res = self._resource(api_version, kind)
         namespace = namespace if res.namespaced else None
-        return self._call(
-            f"GET {res.path(name, namespace)}",
-            lambda: self._get_once(res, dynamic_res, name, namespace),
-            deadline=deadline,
-        )
+        return self._call(f"GET {res.path(name, namespace)}", lambda: self._get_once(res, dynamic_res, name, namespace))
 
     def list(
         self, api_version: str, kind: str, namespace: str | None = None, *, label_selector: str | None = None
@@ -488,7 +473,6 @@ class Kube:
         namespace: str | None = None,
         *,
         label_selector: str | None = None,
-        deadline: float | None = None,
     ) -> tuple[list[dict[str, Any]], str | None]:
         """Like :meth:`list`, with the list's ``resourceVersion`` (where a :meth:`watch` of the same objects starts)."""
         res, dynamic_res = self._resource(api_version, kind)
@@ -510,7 +494,7 @@ class Kube:
                 item.setdefault("kind", kind)
             return items, (listing.get("metadata") or {}).get("resourceVersion")
 
-        return self._call(f"GET {res.path(None, namespace)}", send, deadline=deadline)
+        return self._call(f"GET {res.path(None, namespace)}", send)
 
     def delete(
         self,
@@ -610,6 +594,20 @@ class Kube:
 
     # ------------------------------------------------------------------ pods
 
+    def _log_request(self, name: str, namespace: str, query: Mapping[str, Any], timeout: Any) -> Any:
+        """Open ``pods/<name>/log`` (the ``log`` subresource, found by discovery) and return the raw response."""
+        _, pods = self._resource("v1", "Pod")
+        params = [(k, str(v).lower() if isinstance(v, bool) else v) for k, v in query.items() if v is not None]
+        return self.dynamic.get(
+            pods.subresources["log"],
+            name=name,
+            namespace=namespace,
+            query_params=params,
+            header_params={"Accept": "*/*"},
+            serialize=False,
+            _request_timeout=timeout,
+        )
+
     def pod_log(
         self,
         name: str,
@@ -621,19 +619,15 @@ class Kube:
         timestamps: bool = False,
     ) -> str:
         """The pod's log (or its first ``limit_bytes`` / last ``tail_lines``)."""
-        from kubernetes.client import CoreV1Api
+        query = {
+            "container": container,
+            "limitBytes": limit_bytes,
+            "tailLines": tail_lines,
+            "timestamps": timestamps or None,
+        }
 
         def send() -> str:
-            raw = CoreV1Api(self.api_client).read_namespaced_pod_log(
-                name,
-                namespace,
-                container=container,
-                limit_bytes=limit_bytes,
-                tail_lines=tail_lines,
-                timestamps=timestamps or None,
-                _preload_content=False,
-                _request_timeout=self._timeout(),
-            )
+            raw = self._log_request(name, namespace, query, self._timeout())
             try:
                 return raw.data.decode(errors="replace")
             finally:
@@ -658,23 +652,16 @@ class Kube:
         :param timestamps: prefix each line with the kubelet's RFC 3339 timestamp and a space.
         :param since_seconds: start this many seconds back instead of at the container's start.
         """
-        from kubernetes.client import CoreV1Api
-
         what = f"follow /api/v1/namespaces/{namespace}/pods/{name}/log"
-
-        def open_stream() -> Any:
-            return CoreV1Api(self.api_client).read_namespaced_pod_log(
-                name,
-                namespace,
-                container=container,
-                follow=True,
-                timestamps=timestamps or None,
-                since_seconds=since_seconds,
-                _preload_content=False,
-                _request_timeout=(self._timeout()[0], LOG_IDLE_TIMEOUT_S),
-            )
-
-        raw = self._call(what, open_stream)
+        query = {
+            "container": container,
+            "follow": True,
+            "timestamps": timestamps or None,
+            "sinceSeconds": since_seconds,
+        }
+        raw = self._call(
+            what, lambda: self._log_request(name, namespace, query, (self._timeout()[0], LOG_IDLE_TIMEOUT_S))
+        )
         pending = b""
         try:
             try:
@@ -727,6 +714,22 @@ class Kube:
                 return data.decode(errors="replace")
 
         return self._call(f"{method} {path}", send)
+
+
+def _transport_detail(error: BaseException) -> str:
+    """The innermost cause of a transport error, in a few words (``Remote end closed connection without response``)."""
+    detail: BaseException = error
+    for _ in range(5):
+        reason = getattr(detail, "reason", None)
+        args = getattr(detail, "args", ())
+        if isinstance(reason, BaseException):
+            detail = reason
+        elif len(args) >= 2 and isinstance(args[1], BaseException):
+            detail = args[1]
+        else:
+            break
+    text = " ".join(str(detail).split()) or type(detail).__name__
+    return text[:200]
 
 
 def _retry_after(value: Any) -> float | None:

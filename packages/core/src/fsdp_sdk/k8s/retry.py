@@ -8,10 +8,11 @@ Requests``, ``500``, ``502``, ``503``, ``504``, and a ``409 Conflict`` that is n
 
 Delays grow from :attr:`RetryPolicy.first_delay` by :attr:`RetryPolicy.factor` up to
 :attr:`RetryPolicy.max_delay`, with jitter, and never undercut a ``Retry-After``
-header. Short commands give up after :attr:`RetryPolicy.attempts` tries; commands
-that follow a job (``job wait``, ``job logs -f``, ``Client.run``) keep trying until
-their own deadline, so an API server that is away for minutes during an hour-long
-job does not end the command.
+header. One request gives up after :attr:`RetryPolicy.attempts` tries; commands that
+follow a job (``job wait``, ``job logs -f``, ``Client.run``) go on through failed
+requests (:class:`FailureStreak`) until their own deadline, and give up only when the
+API server has failed for :attr:`RetryPolicy.patience` seconds in a row, so an API
+server that is away for minutes during an hour-long job does not end the command.
 
 Retrying is safe because every write the job layer makes is idempotent or checked
 first: server-side apply of the same object twice is one change, a delete that finds
@@ -56,9 +57,11 @@ class TransientError(KubernetesError):
     :param retry_after: seconds the server asked to wait (``Retry-After``), if it did.
     """
 
-    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+    def __init__(self, message: str, *, retry_after: float | None = None, line: str | None = None) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+        #: The failure itself, without what retrying added to the message.
+        self.line = line or message
 
 
 def is_transient(error: BaseException) -> bool:
@@ -95,7 +98,8 @@ class RetryPolicy:
 
     def delay(self, attempt: int, retry_after: float | None = None) -> float:
         """Seconds to wait after failed try number ``attempt`` (1-based)."""
-        base = min(self.max_delay, self.first_delay * self.factor ** max(0, attempt - 1))
+        growth = self.factor ** min(max(0, attempt - 1), 64)  # bounded: no overflow however long it goes on
+        base = min(self.max_delay, self.first_delay * growth)
         wait = base + random.random() * self.jitter * base
         return max(wait, retry_after or 0.0)
 
@@ -103,19 +107,17 @@ class RetryPolicy:
         self,
         function: Callable[[], T],
         *,
-        deadline: float | None = None,
         on_retry: Callable[[str], None] | None = None,
         before_retry: Callable[[], T | None] | None = None,
     ) -> T:
-        """Call ``function`` until it returns, retrying on :class:`TransientError`.
+        """Call ``function`` until it returns, retrying on :class:`TransientError` up to :attr:`attempts` tries.
 
         :param function: the request.
-        :param deadline: keep retrying until this :attr:`clock` time instead of :attr:`attempts` tries.
         :param on_retry: receives one line per retry (what failed, how long until the next try).
         :param before_retry: called before each retry; a result other than ``None`` is returned
             instead of retrying (how a lost answer is recognised as success).
-        :raises TransientError: the last failure, once the tries or the time are used up; its
-            message says how many tries were made over how long.
+        :raises TransientError: the last failure, once the tries are used up; its message says
+            how many tries were made over how long.
         :raises KubernetesError: a failure that is not transient, at once.
         """
         started = self.clock()
@@ -126,17 +128,17 @@ class RetryPolicy:
                 return function()
             except TransientError as error:
                 wait = self.delay(attempt, error.retry_after)
-                if (self.clock() + wait > deadline) if deadline is not None else (attempt >= self.attempts):
+                if attempt >= self.attempts:
                     elapsed = self.clock() - started
                     tries = f"{attempt} {'try' if attempt == 1 else 'tries'}"
                     raise TransientError(
-                        f"{error} (gave up after {tries} over {elapsed:.0f}s: check the cluster's API server, "
+                        f"{error.line} (gave up after {tries} over {elapsed:.0f}s: check the cluster's API server, "
                         "then run the command again)",
                         retry_after=error.retry_after,
+                        line=error.line,
                     ) from error
                 if on_retry is not None:
-                    limit = "" if deadline is not None else f" of {self.attempts}"
-                    on_retry(f"{reason(error)}; retrying in {wait:.1f}s (try {attempt + 1}{limit})")
+                    on_retry(f"{reason(error)}; retrying in {wait:.1f}s (try {attempt + 1} of {self.attempts})")
                 self.sleep(wait)
                 if before_retry is not None:
                     try:
@@ -176,9 +178,10 @@ class FailureStreak:
         wait = self.policy.delay(self.count, error.retry_after)
         if now + wait > self.started + self.policy.patience:
             raise TransientError(
-                f"{error} (still failing after {self.count} tries over {now - self.started:.0f}s: check the "
-                "cluster's API server, then run the command again)",
+                f"{error.line} (still failing after {now - self.started:.0f}s: check the cluster's API server, "
+                "then run the command again)",
                 retry_after=error.retry_after,
+                line=error.line,
             ) from error
         if deadline is not None and now + wait > deadline:
             return None
@@ -187,7 +190,7 @@ class FailureStreak:
 
 def reason(error: KubernetesError) -> str:
     """The error's message without its advice (the part after the last '; ')."""
-    text = str(error)
+    text = error.line if isinstance(error, TransientError) else str(error)
     return text.rsplit("; ", 1)[0] if "; " in text else text
 
 
