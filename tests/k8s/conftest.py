@@ -133,6 +133,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "cluster: runs against the real Kubernetes cluster named by KUBECONFIG (skipped without one)"
     )
+    # Most jobs here have several workers and no shared storage: the rendering says so each time. The tests
+    # that are about these warnings record them themselves.
+    config.addinivalue_line("filterwarnings", "ignore::fsdp_sdk.k8s.render.RenderWarning")
 
 
 @pytest.fixture

@@ -24,6 +24,7 @@ from fsdp_sdk.cli import main
 from fsdp_sdk.client import Client
 from fsdp_sdk.config import Config
 from fsdp_sdk.k8s import retry
+from fsdp_sdk.k8s.jobs import JobClient
 from fsdp_sdk.plugins import reset_plugins
 from k8s.conftest import PYTORCHJOB_CRD, TRAINJOB_CRD
 from k8s.fake_apiserver import FakeApiServer, schema_validators
@@ -46,6 +47,7 @@ def waits(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """Retries without sleeping: the delays asked for are recorded."""
     recorded: list[float] = []
     monkeypatch.setattr(retry, "DEFAULT_POLICY", retry.RetryPolicy(sleep=recorded.append, request_timeout=5.0))
+    monkeypatch.setattr(JobClient, "leader_recheck_s", 1.0)
     return recorded
 
 
@@ -303,6 +305,24 @@ def test_a_followed_log_cut_off_resumes_without_losing_or_repeating_lines(
     follows = [r for r in requests(api, "GET", "/pods/fsdp-worker-0/log") if r.query.get("follow") == ["true"]]
     assert [f.fault for f in follows][:4] == ["cut", "status", "status", None]
     assert "sinceSeconds" in follows[3].query  # resumed, not read again from the start
+
+
+def test_following_a_log_outlasts_an_outage_of_the_pod_list(
+    api: FakeApiServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli(capsys, "job", "submit")[0] == 0
+    api.set_status(*JOB, conditions("Created", "Running"))
+    api.fail("GET", "/api/v1/namespaces/default/pods$", 503, times=12)  # twice what one request retries
+    lines = Lines()
+    follower = threading.Thread(target=lambda: Client.from_sources().jobs.logs(follow=True, out=lines))
+    follower.start()
+    api.wait_for(lambda: not api.faults_pending())
+    _leader(api, "step 1\n")
+    lines.wait_for(lambda got: got[-1:] == ["step 1"])
+    api.set_status(*JOB, conditions("Created", "Running", "Succeeded"))
+    api.close_log("fsdp-worker-0")
+    follower.join(timeout=30)
+    assert not follower.is_alive() and lines.items[-1] == "step 1"
 
 
 def test_logs_without_follow_retry_server_errors(api: FakeApiServer, capsys: pytest.CaptureFixture[str]) -> None:

@@ -268,7 +268,7 @@ class Client:
         path = self._kubeconfig or config.cluster.kubeconfig or self.backend.kubeconfig(config)
         if path is None:
             return
-        kube = Kube.from_kubeconfig(path, context=self.kube_context)
+        kube = Kube.from_kubeconfig(path, context=self.kube_context, progress=self.progress)
         prereqs = Prereqs(config, kube, kubeconfig=str(path), context=self.kube_context)
         prereqs.apply(plan.kubernetes, progress=self.progress)
         prereqs.install_operator(progress=self.progress)
@@ -337,7 +337,7 @@ class Client:
         from fsdp_sdk.k8s.prereqs import Prereqs
 
         path = self.kubeconfig()
-        kube = Kube.from_kubeconfig(path, context=self.kube_context) if connect else None
+        kube = Kube.from_kubeconfig(path, context=self.kube_context, progress=self.progress) if connect else None
         return Prereqs(self.config, kube, kubeconfig=str(path) if path else None, context=self.kube_context)
 
     def install_prereqs(self, *, operator: bool = True, operator_version: str | None = None) -> list[dict[str, Any]]:

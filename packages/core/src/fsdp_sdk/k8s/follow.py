@@ -272,7 +272,9 @@ class LogFollower:
         cursors: dict[str, LogCursor] = {}
         waited = False
         while True:
-            leader = self.jobs._find_leader(self.name, self.api)
+            leader = self._looked_up(lambda: self.jobs._find_leader(self.name, self.api), "the leader")
+            if leader is False:
+                return
             if leader is None:
                 if self._done():
                     return
@@ -306,11 +308,10 @@ class LogFollower:
         threads: dict[str, threading.Thread] = {}
         waited = False
         while True:
-            running = [
-                p["metadata"]["name"]
-                for p in self.jobs.pods(self.name, api=self.api)
-                if (p.get("status") or {}).get("phase") != "Pending"
-            ]
+            pods = self._looked_up(lambda: self.jobs.pods(self.name, api=self.api), "the pods")
+            if pods is False:
+                break
+            running = [p["metadata"]["name"] for p in pods or [] if (p.get("status") or {}).get("phase") != "Pending"]
             for pod in sorted(running):
                 if pod not in threads:
                     threads[pod] = threading.Thread(target=self._one_worker, args=(pod,), daemon=True)
@@ -339,6 +340,19 @@ class LogFollower:
         except KubernetesError as error:  # the pod went away, or the API server for too long
             if getattr(error, "status", None) != 404:
                 self.error = str(error)
+
+    def _looked_up(self, look: Callable[[], Any], what: str) -> Any:
+        """``look()``, tried again through transient failures; ``False`` when the follow should end meanwhile."""
+        streak = FailureStreak(self.kube.retry)
+        while True:
+            try:
+                return look()
+            except TransientError as error:
+                wait = streak.failed(error, deadline=self.deadline)
+                if wait is None or self._done():
+                    return False
+                self.kube.report_retry(f"{reason(error)}; looking for {what} again in {wait:.1f}s")
+                self.kube.retry.sleep(wait)
 
     def _wait_for_pods(self) -> None:
         """Return at the next change of the job's pods, or after ``jobs.leader_recheck_s`` seconds."""
