@@ -338,6 +338,14 @@ class Kube:
                 fix = _FIXES.get(status, "the API server failed to answer, try again in a moment")
                 return TransientStatusError(f"{line}; {fix}", status, reason, retry_after=retry_after)
             return ApiStatusError(f"{line}; {_FIXES.get(status, 'see the API server message')}", status, reason)
+        ssl = isinstance(error, urllib3.exceptions.SSLError) or (
+            isinstance(error, ApiException) and str(error.reason or "").startswith("SSLError")
+        )
+        if ssl:  # not a passing failure: the same certificate will fail again
+            return KubernetesError(
+                f"{what}: the TLS connection to {self.host} failed ({_transport_detail(error)}); check the "
+                "certificate authority (certificate-authority-data) of the cluster in the kubeconfig"
+            )
         if isinstance(error, ApiException | urllib3.exceptions.HTTPError | OSError):
             return ApiUnreachableError(
                 f"{what}: no answer from the API server at {self.host} ({_transport_detail(error)}); "
@@ -396,8 +404,11 @@ class Kube:
             return None
         try:
             return dynamic.resources.get(prefix=prefix, api_version=api_version, kind=kind)
-        except ResourceNotFoundError:
-            return None
+        except ResourceNotFoundError:  # listed, yet the discovery that followed failed again: try later
+            raise ApiUnreachableError(
+                f"discover {api_version} {kind}: the API server lists it but its discovery keeps failing; "
+                "check the cluster's API server"
+            ) from None
 
     # ------------------------------------------------------------------ verbs on objects
 
