@@ -7,8 +7,9 @@
 #   FSDP_SDK_TORCH="torch==2.13.0" scripts/setup.sh   # the torch requirement (default: the pinned CPU build)
 #
 # 1. Python 3.11+ (the scripts read pyproject.toml with tomllib). etcd (Debian package etcd-server) for
-#    torchrun's etcd-v2 rendezvous, and python3-venv where Debian's Python lacks venv: installed with apt-get
-#    when missing (as root, or through sudo).
+#    torchrun's etcd-v2 rendezvous, prometheus (promtool and the server) and chromium for the observability
+#    tests, and python3-venv where Debian's Python lacks venv: installed with apt-get when missing (as root, or
+#    through sudo).
 # 2. torch, pinned: an unpinned torch pulls a multi-GB CUDA build; 2.13.0 is the version CI and the
 #    tests use. Install a CUDA build yourself first on a GPU machine: a satisfied pin installs nothing.
 # 3. The members of [tool.fsdp-sdk.workspace] in pyproject.toml, editable, and the [dependency-groups] dev
@@ -25,6 +26,10 @@ python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' || {
 }
 apt_packages=()
 command -v etcd >/dev/null 2>&1 || apt_packages+=(etcd-server)
+# The observability tests: promtool checks the rendered Prometheus configuration, a real Prometheus scrapes a
+# local run, and headless Chromium renders the run report.
+command -v promtool >/dev/null 2>&1 || apt_packages+=(prometheus)
+command -v chromium >/dev/null 2>&1 || apt_packages+=(chromium)
 [ -x "$venv/bin/python" ] || python3 -c 'import ensurepip, venv' 2>/dev/null || apt_packages+=(python3-venv)
 if [ ${#apt_packages[@]} -gt 0 ]; then
     sudo=""

@@ -1,4 +1,7 @@
-"""Fixtures shared by every test directory: AWS APIs served by moto over HTTP, and stubbed clients.
+"""Fixtures shared by every test directory: the shared schemas, AWS APIs served by moto over HTTP, stubbed clients.
+
+* ``pytorchjob_crd``, ``trainjob_crd``, ``eksctl_schema``, ``terraform_aws_schema``: files of ``../shared/schemas``
+  (skipped with a reason when a checkout has none);
 
 * ``moto_endpoint``: a moto server (``ThreadedMotoServer``) on a free loopback port, once per session;
 * ``aws``: that server as the AWS endpoint of one test (``AWS_ENDPOINT_URL``), with fake credentials,
@@ -14,11 +17,46 @@ from __future__ import annotations
 import os
 import urllib.request
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 AWS_TEST_REGION = "us-west-2"
+#: The third-party schemas every developer and CI share, beside the project root (never copied into it).
+SHARED_SCHEMAS = Path(__file__).resolve().parents[1].parent / "shared" / "schemas"
+
+
+def shared_schema(name: str) -> Path:
+    """A file of ``../shared/schemas``, or skip the test saying where it was looked for."""
+    path = SHARED_SCHEMAS / name
+    if not path.exists():
+        pytest.skip(f"{name} not found at ../shared/schemas/ (the shared schemas sit beside the project root)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def pytorchjob_crd() -> Path:
+    """The Training Operator's PyTorchJob CRD (release-1.9) from ../shared/schemas."""
+    return shared_schema("kubeflow.org_pytorchjobs.yaml")
+
+
+@pytest.fixture(scope="session")
+def trainjob_crd() -> Path:
+    """Kubeflow Trainer v2's TrainJob CRD from ../shared/schemas."""
+    return shared_schema("trainer.kubeflow.org_trainjobs.yaml")
+
+
+@pytest.fixture(scope="session")
+def eksctl_schema() -> Path:
+    """eksctl's ClusterConfig (eksctl.io/v1alpha5) JSON schema from ../shared/schemas."""
+    return shared_schema("eksctl-clusterconfig-v1alpha5.schema.json")
+
+
+@pytest.fixture(scope="session")
+def terraform_aws_schema() -> Path:
+    """The Terraform AWS provider 6.62.0's resources and data sources from ../shared/schemas."""
+    return shared_schema("terraform-aws-provider-6.62.0.json")
 
 
 @pytest.fixture(scope="session")

@@ -164,7 +164,7 @@ def test_the_seed_dotenv_names_map_to_fields(work_dir: Path) -> None:
     assert c.trainer == {"model": {"name_or_path": "meta-llama/Llama-3.1-8B"}}
     assert isinstance(j.hf_token, Secret) and j.hf_token.get_secret_value() == "hf_s3cr3t"
     assert c.origins["job.num_workers"] == c.origins["job.num_workers"].__class__("NUM_WORKERS", ".env")
-    assert "HF_TOKEN" not in os.environ and "NUM_WORKERS" not in os.environ  # dotenv_values leaves it alone
+    assert "HF_TOKEN" not in os.environ and "NUM_WORKERS" not in os.environ  # reading a .env never exports it
 
 
 def test_trainer_settings_nest_in_environment_variables() -> None:
@@ -247,7 +247,7 @@ def test_gpu_and_efa_counts_follow_the_instance_type(plugins) -> None:
         ({"cluster.efa": False, "job.efa_per_worker": 1}, "cluster.efa is off"),
         ({"cluster.nodes": 5, "cluster.max_nodes": 4}, "5 is outside min_nodes..max_nodes (0..4)"),
         ({"cluster.instance_type": "p5.48xlarg"}, "did you mean p5.48xlarge?"),
-        ({"cluster.backend": "eks"}, "unknown backend 'eks'; use one of: local"),
+        ({"cluster.backend": "eks"}, "unknown backend 'eks'; did you mean eksctl? use one of: local"),
     ],
 )
 def test_contradictions_are_refused(plugins, overrides: dict, message: str) -> None:

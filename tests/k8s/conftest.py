@@ -16,32 +16,10 @@ import pytest
 from .fake_apiserver import FakeApiServer, schema_validators
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
+#: The CRDs in ../shared/schemas (the fixtures pytorchjob_crd and trainjob_crd of tests/conftest.py skip without them).
 SCHEMAS = PROJECT_ROOT.parent / "shared" / "schemas"
 PYTORCHJOB_CRD = SCHEMAS / "kubeflow.org_pytorchjobs.yaml"
 TRAINJOB_CRD = SCHEMAS / "trainer.kubeflow.org_trainjobs.yaml"
-
-
-def _need(path: Path) -> Path:
-    if not path.exists():
-        pytest.skip(f"{path.name} not found at ../shared/schemas/ (the shared schemas sit beside the project root)")
-    return path
-
-
-@pytest.fixture(scope="session")
-def pytorchjob_crd() -> Path:
-    """The Training Operator's PyTorchJob CRD (release-1.9) from ../shared/schemas."""
-    return _need(PYTORCHJOB_CRD)
-
-
-@pytest.fixture(scope="session")
-def trainjob_crd() -> Path:
-    """Kubeflow Trainer v2's TrainJob CRD from ../shared/schemas."""
-    return _need(TRAINJOB_CRD)
-
-
-@pytest.fixture(scope="session")
-def crd_paths(pytorchjob_crd: Path, trainjob_crd: Path) -> list[Path]:
-    return [pytorchjob_crd, trainjob_crd]
 
 
 @pytest.fixture

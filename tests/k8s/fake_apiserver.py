@@ -103,6 +103,8 @@ BUILTIN_RESOURCES = (
     ),
     Resource("apps", "v1", "Deployment", "deployments", subresources=("status", "scale"), short_names=("deploy",)),
     Resource("apps", "v1", "DaemonSet", "daemonsets", subresources=("status",), short_names=("ds",)),
+    Resource("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", namespaced=False),
+    Resource("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings", namespaced=False),
     Resource(
         "apiextensions.k8s.io",
         "v1",

@@ -10,10 +10,10 @@ import pytest
 
 from fsdp_sdk.k8s.image import BUILD_ARGS, render_dockerfile
 
-from .conftest import PROJECT_ROOT, free_port
+from .conftest import free_port
 from .tools import cli, install_fake_tools, recorded
 
-TRAINER_SRC = PROJECT_ROOT / "packages" / "trainer"
+TRAINER_SRC = Path(__file__).resolve().parents[2] / "packages" / "trainer"
 
 
 pytestmark = pytest.mark.usefixtures("isolated_cli")

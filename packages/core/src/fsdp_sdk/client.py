@@ -37,9 +37,11 @@ from fsdp_sdk.preflight import PreflightResult, raise_for_failures
 from fsdp_sdk.runs import JobRef, RunResult
 
 if TYPE_CHECKING:
+    from fsdp_sdk.aws.pricing import Price
     from fsdp_sdk.instance_types import InstanceType
     from fsdp_sdk.k8s.image import ImageBuild, ImagePush
     from fsdp_sdk.k8s.jobs import JobClient
+    from fsdp_sdk.k8s.monitoring import Monitoring
     from fsdp_sdk.k8s.prereqs import Prereqs, PrereqStatus
     from fsdp_sdk.monitoring import MonitoringComponent
 
@@ -213,6 +215,7 @@ class Client:
         """
         results = self._checked() if preflight else []
         filled = self._filled(results)
+        filled.update(self._discovered())
         config = self._config_with(filled)
         plan = self.backend.plan(config)
         if plan.backend != self.backend.name or plan.cluster != config.cluster.name:
@@ -232,7 +235,24 @@ class Client:
                 objects += [dict(o) for o in component.objects]
             if components:
                 steps.append("apply monitoring: " + ", ".join(c.name for c in components))
-        return dataclasses.replace(plan, steps=steps, kubernetes=objects, filled=filled, preflight=results)
+            steps += [f"enable the EKS add-on {c.eks_addon.name}" for c in components if c.eks_addon is not None]
+        cost, details = plan.hourly_cost_usd, dict(plan.details)
+        if any(r.check == "aws-credentials" and r.ok for r in results):
+            # The backend priced the GPU nodes from the table (us-east-1, dated); AWS answers for this region.
+            price = self.hourly_price(config)
+            table = self.config.instance(self.loaded_plugins).on_demand_usd_per_hour
+            if price.source == "price-list-api" and cost is not None and table:
+                cost = cost - table * config.cluster.nodes + price.usd_per_hour * config.cluster.nodes
+                details["price"] = price.describe()
+        return dataclasses.replace(
+            plan,
+            steps=steps,
+            kubernetes=objects,
+            filled=filled,
+            preflight=results,
+            hourly_cost_usd=cost,
+            details=details,
+        )
 
     def up(self, plan: Plan | None = None, *, dry_run: bool = False) -> ClusterStatus:
         """Bring the cluster up as ``plan`` says (by default :meth:`plan`), ready for jobs.
@@ -268,10 +288,15 @@ class Client:
         path = self._kubeconfig or config.cluster.kubeconfig or self.backend.kubeconfig(config)
         if path is None:
             return
+        from fsdp_sdk.k8s.monitoring import Monitoring, apply_objects
+
         kube = Kube.from_kubeconfig(path, context=self.kube_context, progress=self.progress)
         prereqs = Prereqs(config, kube, kubeconfig=str(path), context=self.kube_context)
-        prereqs.apply(plan.kubernetes, progress=self.progress)
+        apply_objects(kube, plan.kubernetes, progress=self.progress)  # generated Secret keys filled on the way
         prereqs.install_operator(progress=self.progress)
+        addons = [c for c in self.monitoring_components(config) if c.eks_addon is not None]
+        if addons:
+            Monitoring(config, addons, kube).install(progress=self.progress)
 
     def down(self, *, dry_run: bool = False) -> ClusterStatus:
         """Delete the cluster and the state kept for it; deleting an absent cluster is not an error.
@@ -310,6 +335,15 @@ class Client:
             return Path(path)
         environ = os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
         return Path(environ) if environ else None
+
+    def hourly_price(self, config: Config | None = None) -> Price:
+        """The on-demand price of ``cluster.instance_type`` in ``cluster.region``: the AWS Price List's when
+        credentials allow it (cached for a day under the state directory), else the instance type's dated table."""
+        from fsdp_sdk.aws.pricing import hourly_price
+
+        config = config or self.config
+        instance = config.instance(self.loaded_plugins)
+        return hourly_price(instance, config.cluster.region, state_dir=Path(config.cluster.state_dir))
 
     def merge_kubeconfig(self, target: str | os.PathLike[str] | None = None) -> Path:
         """Add the cluster's kubeconfig to ``target`` (default ``~/.kube/config``) and make it the current context.
@@ -366,7 +400,59 @@ class Client:
             raise ConfigError(
                 "observability.components", f"unknown component {sorted(unknown)[0]!r}", f"choose from: {known}"
             )
-        return [c for c in components if not wanted or c.name in wanted]
+        return [c for c in components if c.name in wanted or (not wanted and c.default)]
+
+    def _discovered(self) -> dict[str, Any]:
+        """Facts rendering needs from the cluster, when it is already up and reachable through its own kubeconfig:
+        whether it runs the Prometheus Operator (``observability.prometheus_operator``, unless the user set it)."""
+        obs = self.config.observability
+        if self.backend.runs_jobs or not obs.enabled or obs.prometheus_operator is not None:
+            return {}
+        path = self._kubeconfig or self.config.cluster.kubeconfig or self.backend.kubeconfig(self.config)
+        if path is None or not Path(path).exists():
+            return {}
+        from fsdp_sdk.errors import FsdpSdkError
+        from fsdp_sdk.k8s.kube import Kube
+        from fsdp_sdk.k8s.monitoring import serves_prometheus_operator
+
+        try:
+            return {"observability.prometheus_operator": serves_prometheus_operator(Kube.from_kubeconfig(path))}
+        except FsdpSdkError:
+            return {}  # not reachable (yet): render for a cluster without the operator
+
+    def monitoring(self, *, connect: bool = True, aws_clients: Mapping[str, Any] | None = None) -> Monitoring:
+        """The monitoring components of this configuration on its cluster (:mod:`fsdp_sdk.k8s.monitoring`).
+
+        Components are rendered as if ``observability.enabled`` were on (the commands that ask for them mean
+        it). When connected and ``observability.prometheus_operator`` is unset, the cluster is asked whether it
+        runs the Prometheus Operator first, and the components are rendered with the answer.
+
+        :param connect: connect to the cluster (off: rendering and dry runs only).
+        :param aws_clients: boto3 clients by service (``eks``, ``iam``) for EKS add-ons, instead of the cached ones.
+        """
+        from fsdp_sdk.k8s.kube import Kube
+        from fsdp_sdk.k8s.monitoring import Monitoring, serves_prometheus_operator
+
+        path = self.kubeconfig()
+        kube = Kube.from_kubeconfig(path, context=self.kube_context) if connect else None
+        settings = [] if self.config.observability.enabled else [Setting("observability.enabled", True)]
+        if kube is not None and self.config.observability.prometheus_operator is None:
+            found = serves_prometheus_operator(kube)
+            settings.append(
+                Setting("observability.prometheus_operator", found, "observability.prometheus_operator", "discovery")
+            )
+        config = self.config
+        if settings:
+            config = config.with_overrides(settings).resolved(self.loaded_plugins, validate_trainer=False)
+        self.monitoring_components(config)  # refuses unknown names in observability.components
+        return Monitoring(
+            config,
+            self.loaded_plugins.hooks.monitoring_components(config),
+            kube,
+            kubeconfig=str(path) if path else None,
+            context=self.kube_context,
+            aws_clients=aws_clients,
+        )
 
     # ------------------------------------------------------------------ images
 

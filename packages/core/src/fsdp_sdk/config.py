@@ -21,7 +21,7 @@ that follow from the instance type (GPU and EFA counts) and refuses
 contradictions.
 
 This module imports only the standard library at import time; YAML and
-python-dotenv are imported when a file is read.
+the ``.env`` reader (:mod:`fsdp_sdk.envfile`) are imported when a file is read.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from fsdp_sdk import grammar, secrets
 from fsdp_sdk.errors import ConfigError, FsdpSdkError
 
 if TYPE_CHECKING:
@@ -68,9 +69,9 @@ ENV_PREFIX = "FSDP_SDK_"
 STATE_DIR_ENV = "FSDP_SDK_STATE_DIR"
 
 #: Environment variable names that look like they hold secrets (``*TOKEN*``, ``*SECRET*``, ``*PASSWORD*``,
-#: ``*API_KEY*``...). ``config show`` redacts such ``job.env`` values, and rendering a Kubernetes job refuses
-#: them (:func:`fsdp_sdk.k8s.render.check_env`): they belong in a Kubernetes Secret.
-SECRET_ENV_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|CREDENTIAL|PRIVATE_?KEY", re.IGNORECASE)
+#: ``*API_KEY*``, ``*ACCESS_KEY*``...). Their values are masked in every output (:mod:`fsdp_sdk.secrets`), and
+#: rendering a Kubernetes job refuses them (:func:`fsdp_sdk.k8s.render.check_env`): they belong in a Secret.
+SECRET_ENV_NAME = secrets.SECRET_NAME
 
 _REDACTED = "**********"
 # The trainer's flag prefixes that differ from its section names (``--ac.mode`` sets activation_checkpointing).
@@ -87,6 +88,7 @@ class Secret:
 
     def __init__(self, value: str) -> None:
         self._value = value
+        secrets.register(value)  # masked in everything the SDK prints from now on
 
     def get_secret_value(self) -> str:
         """The actual value."""
@@ -123,6 +125,28 @@ _CLUSTER_NAME = re.compile(r"^[a-zA-Z][-a-zA-Z0-9]*$")
 
 def _check(predicate: typing.Callable[[Any], bool], problem: str, fix: str) -> dict[str, Any]:
     return {"check": (predicate, problem, fix)}
+
+
+def _rule(problem_of: typing.Callable[[Any], str | None], fix: str) -> dict[str, Any]:
+    """Field metadata: ``problem_of(value)`` returns what is wrong (a phrase from :mod:`fsdp_sdk.grammar`) or ``None``."""
+    return {"rule": (problem_of, fix)}
+
+
+def _env_names_problem(env: Mapping[str, str]) -> str | None:
+    for name, value in env.items():
+        problem = grammar.env_name_problem(name)
+        if problem:
+            return f"has {name!r}, which {problem}"
+        if "\x00" in value:
+            return f"has {name} with a NUL character in its value"
+    return None
+
+
+def _token_problem(token: Secret) -> str | None:
+    value = token.get_secret_value()
+    if not value or any(ch.isspace() or not ch.isprintable() for ch in value):
+        return "holds whitespace or control characters (a token is one word)"
+    return None
 
 
 def _positive(example: int) -> dict[str, Any]:
@@ -251,11 +275,22 @@ class JobConfig:
     """Kubernetes namespace of the job."""
     api: Literal["pytorchjob", "trainjob"] = "pytorchjob"
     """Kubeflow API that runs the job: ``pytorchjob`` (Training Operator v1) or ``trainjob`` (Trainer v2)."""
-    registry: str | None = field(default=None, metadata=_dotenv("REGISTRY"))
+    registry: str | None = field(
+        default=None,
+        metadata={
+            **_dotenv("REGISTRY"),
+            **_rule(grammar.registry_problem, "use a registry host like 123456789012.dkr.ecr.us-west-2.amazonaws.com"),
+        },
+    )
     """Container registry of the image, e.g. ``123456789012.dkr.ecr.us-west-2.amazonaws.com``."""
-    image: str = field(default="fsdp-sdk-trainer", metadata=_dotenv("IMAGE"))
+    image: str = field(
+        default="fsdp-sdk-trainer",
+        metadata={**_dotenv("IMAGE"), **_rule(grammar.image_name_problem, "use an image name like fsdp-sdk-trainer")},
+    )
     """Image repository name."""
-    tag: str = field(default="latest", metadata=_dotenv("TAG"))
+    tag: str = field(
+        default="latest", metadata={**_dotenv("TAG"), **_rule(grammar.tag_problem, "use a tag like v1 or 2026-12-01")}
+    )
     """Image tag."""
     num_workers: int = field(default=2, metadata={**_dotenv("NUM_WORKERS"), **_positive(2)})
     """Number of worker pods (one per node); locally, simulated nodes."""
@@ -263,27 +298,43 @@ class JobConfig:
     """GPUs per worker; defaults to the instance type's GPU count."""
     efa_per_worker: int | None = field(default=None, metadata={**_dotenv("EFA_PER_WORKER"), **_non_negative(32)})
     """EFA interfaces per worker; defaults to the instance type's EFA count (0 when ``cluster.efa`` is off)."""
-    nproc_per_node: int | None = field(default=None, metadata=_positive(1))
+    nproc_per_node: int | None = field(default=None, metadata={**_dotenv("NPROC_PER_WORKER"), **_positive(1)})
     """Trainer processes per worker; defaults to ``gpu_per_worker`` on Kubernetes and 1 on the local (CPU) backend."""
     rdzv_backend: Literal["etcd-v2", "c10d"] = "etcd-v2"
     """torchrun rendezvous backend."""
-    rdzv_host: str = field(default="etcd", metadata=_dotenv("RDZV_HOST"))
+    rdzv_host: str = field(
+        default="etcd",
+        metadata={
+            **_dotenv("RDZV_HOST"),
+            **_rule(grammar.host_problem, "use the etcd service name (etcd) or a host name"),
+        },
+    )
     """Rendezvous host (the etcd service name in the cluster)."""
     rdzv_port: int = field(default=2379, metadata={**_dotenv("RDZV_PORT"), **_PORT})
     """Rendezvous port."""
     max_restarts: int = field(default=3, metadata=_non_negative(3))
     """torchrun ``--max-restarts`` (local runs always use 0)."""
-    command: str | None = field(default=None, metadata=_dotenv("CMD"))
+    command: str | None = field(
+        default=None, metadata={**_dotenv("CMD"), **_rule(grammar.command_problem, "fix the quoting of the command")}
+    )
     """Command the workers run instead of ``torchrun ... -m fsdp_trainer``."""
-    fi_provider: str = field(default="efa", metadata=_dotenv("FI_PROVIDER"))
+    fi_provider: str = field(
+        default="efa",
+        metadata={**_dotenv("FI_PROVIDER"), **_rule(grammar.fi_provider_problem, "use efa (EFA instances) or sockets")},
+    )
     """libfabric provider (``FI_PROVIDER``)."""
-    nccl_debug: str = "WARN"
+    nccl_debug: Literal["VERSION", "WARN", "INFO", "TRACE", "ABORT"] = "WARN"
     """``NCCL_DEBUG`` level."""
-    hf_token: Secret | None = field(default=None, metadata=_dotenv("HF_TOKEN"))
+    hf_token: Secret | None = field(
+        default=None,
+        metadata={**_dotenv("HF_TOKEN"), **_rule(_token_problem, "paste the token alone, as huggingface.co shows it")},
+    )
     """Hugging Face token (redacted everywhere); stored in the ``hf_token_secret`` Kubernetes Secret."""
     hf_token_secret: str = field(default="hf-token", metadata=_K8S_NAME)
     """Name of the Kubernetes Secret holding the Hugging Face token."""
-    env: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(
+        default_factory=dict, metadata=_rule(_env_names_problem, "name variables with letters, digits and _")
+    )
     """Extra environment variables for the workers."""
     shared_storage_claim: str | None = field(default=None, metadata=_K8S_NAME)
     """PersistentVolumeClaim of a shared filesystem (ReadWriteMany: FSx for Lustre, EFS) in ``job.namespace``, mounted
@@ -301,7 +352,11 @@ class ObservabilityConfig:
     namespace: str = field(default="monitoring", metadata=_K8S_NAME)
     """Namespace of the monitoring components."""
     components: list[str] = field(default_factory=list)
-    """Names of the components to install; empty installs all of them."""
+    """Names of the components to install; empty installs all of them but those that cost money (cloudwatch)."""
+    prometheus_operator: bool | None = None
+    """Whether the cluster runs the Prometheus Operator (serves ``monitoring.coreos.com/v1``): then plugins render
+    ServiceMonitor/PodMonitor objects for it instead of a Prometheus of their own. Unset: core finds out from the
+    cluster when it installs the components (false when it cannot ask)."""
 
 
 @dataclass(frozen=True)
@@ -456,6 +511,8 @@ class Config:
     Read one with :meth:`section`."""
     origins: dict[str, Origin] = field(default_factory=dict, repr=False, compare=False)
     """Where each non-default value came from, by dotted path."""
+    warnings: list[str] = field(default_factory=list, repr=False, compare=False)
+    """What the sources held that fsdp-sdk does not use (the CLI prints these on stderr)."""
 
     # ----------------------------------------------------------------- building
 
@@ -517,16 +574,12 @@ class Config:
         ref = f"{self.job.image}:{self.job.tag}"
         return f"{self.job.registry.rstrip('/')}/{ref}" if self.job.registry else ref
 
-    def instance(self, plugins: Plugins | None = None) -> InstanceType:
+    def instance(self, plugins: Plugins) -> InstanceType:
         """The :class:`~fsdp_sdk.instance_types.InstanceType` named by ``cluster.instance_type``.
 
-        :param plugins: the plugin set to look it up in; defaults to :func:`fsdp_sdk.plugins.get_plugins`.
+        :param plugins: the plugin set to look it up in (``fsdp_sdk.plugins.get_plugins()`` for the process's).
         :raises ConfigError: no registered instance type has that name.
         """
-        if plugins is None:
-            from fsdp_sdk.plugins import get_plugins
-
-            plugins = get_plugins()
         registry = plugins.instance_types
         found = registry.get(self.cluster.instance_type)
         if found is None:
@@ -540,7 +593,7 @@ class Config:
             )
         return found
 
-    def resolved(self, plugins: Plugins | None = None, *, validate_trainer: bool = True) -> Config:
+    def resolved(self, plugins: Plugins, *, validate_trainer: bool = True) -> Config:
         """A copy with derived values filled in and cross-field rules checked.
 
         Fills ``job.gpu_per_worker`` and ``job.efa_per_worker`` from the instance
@@ -550,21 +603,17 @@ class Config:
         section with ``fsdp_trainer.config.TrainerConfig.from_dict`` when the
         trainer is installed. Calling it again changes nothing.
 
-        :param plugins: the plugin set providing backends and instance types.
+        :param plugins: the plugin set providing backends, instance types and settings sections
+            (``fsdp_sdk.plugins.get_plugins()`` for the process's).
         :param validate_trainer: set to False to skip the trainer validation.
         :raises ConfigError: a value contradicts another or names something unknown.
         """
-        if plugins is None:
-            from fsdp_sdk.plugins import get_plugins
-
-            plugins = get_plugins()
         new = copy.deepcopy(self)
         _add_sections(new, plugins.settings)
         cluster, job = new.cluster, new.job
 
         if cluster.backend not in plugins.backends:
-            known = ", ".join(plugins.backends.names())
-            raise new._error("cluster.backend", f"unknown backend {cluster.backend!r}", f"use one of: {known}")
+            raise new._error("cluster.backend", *plugins.backends.unknown(cluster.backend))
         instance = new.instance(plugins)
 
         if job.gpu_per_worker is None:
@@ -664,8 +713,9 @@ class Config:
     def to_dict(self, *, redact: bool = True) -> dict[str, Any]:
         """The configuration as plain data (what ``fsdp-sdk config show`` prints).
 
-        :param redact: replace secrets by ``**********`` (the default): ``job.hf_token``, and the ``job.env``
-            values named like secrets (:data:`SECRET_ENV_NAME`) or equal to the token; ``False`` reveals them.
+        :param redact: replace secrets by ``**********`` (the default): ``job.hf_token`` and every ``Secret``
+            field, the ``job.env`` values named like secrets (:data:`SECRET_ENV_NAME`), and every secret's value
+            wherever else it occurs (:func:`fsdp_sdk.secrets.redact`); ``False`` reveals them.
         """
         out: dict[str, Any] = {}
         for section in ("cluster", "job"):
@@ -680,7 +730,8 @@ class Config:
         out["observability"] = _section_to_dict(self.observability, redact)
         for name, section in sorted(self.sections.items()):
             out[name] = _section_to_dict(section, redact)
-        return out
+        # A secret's value is masked wherever it occurs (inside job.command, a trainer setting...).
+        return secrets.redact_data(out) if redact else out
 
     def trainer_args(self) -> list[str]:
         """The trainer section as ``--section.field value`` arguments (see :func:`trainer_arguments`)."""
@@ -764,11 +815,11 @@ def load_config(
     if config_file is not None:
         settings += _read_yaml(Path(config_file), classes)
     if env_file is not None:
-        settings += _read_dotenv(Path(env_file), classes)
+        settings += _read_dotenv(Path(env_file), classes, config.warnings)
     elif read_default_env_file:
         default = Path(cwd or ".") / ".env"
         if default.is_file():
-            settings += _read_dotenv(default, classes)
+            settings += _read_dotenv(default, classes, config.warnings)
     settings += _read_environ(environ, classes)
     if overrides:
         if isinstance(overrides, Mapping):
@@ -863,22 +914,69 @@ def _unknown_key(key: str, known: list[str], source: str) -> ConfigError:
     return ConfigError(key, "unknown setting", fix, source=source)
 
 
-def _read_dotenv(path: Path, classes: Mapping[str, type]) -> list[Setting]:
+#: Variables of the seed scripts' ``.env`` files that fsdp-sdk does not read, and why. ``ACCOUNT`` is read only
+#: through the variables that use it (``REGISTRY=${ACCOUNT}.dkr.ecr...``).
+SEED_NOT_READ: dict[str, str | None] = {
+    "ACCOUNT": None,
+    "DOCKERFILE_EXT": "fsdp-sdk builds its own trainer image ('fsdp-sdk image build'): the seed's Dockerfile "
+    "variants do not apply",
+}
+# nanoGPT model sizes of the seed's example (MODEL_NAME=10.5M ... 20B): not models the trainer can load.
+_NANOGPT_SIZE = re.compile(r"^\d+(\.\d+)?[MB]$")
+
+
+def _seed_value(name: str, value: str, source: str, line: int) -> str:
+    """The seed conventions fsdp-sdk translates: ``TAG=":v1"`` (the scripts join ``$IMAGE$TAG``)."""
+    if name == "TAG" and value.startswith(":"):
+        return value[1:]
+    if name == "MODEL_NAME" and _NANOGPT_SIZE.match(value):
+        raise ConfigError(
+            name,
+            f"{value!r} is a nanoGPT size of the seed's example, not a Llama model",
+            "set MODEL_NAME to a Hugging Face Llama model id (meta-llama/Llama-2-7b-hf) or a local model "
+            "directory, or use a preset (--preset llama2-7b)",
+            source=f"{source} line {line}",
+        )
+    return value
+
+
+def _read_dotenv(path: Path, classes: Mapping[str, type], warnings: list[str]) -> list[Setting]:
     if not path.is_file():
         raise ConfigError("--env-file", f"file {str(path)!r} does not exist", "pass the path of an existing .env file")
-    from dotenv import dotenv_values  # does not touch os.environ
+    from fsdp_sdk.envfile import read_env_file
 
     source = path.name
     names = {**DOTENV_NAMES, **_dotenv_names(classes)}
     settings: list[Setting] = []
-    for name, value in dotenv_values(path).items():
-        if value is None or value == "":
-            continue  # `NAME` or `NAME=`: unset
+    for entry in read_env_file(path, os.environ):
+        name = entry.name
+        read = name in names or (name.startswith(ENV_PREFIX) and "__" in name)
+        if not read:
+            if name in SEED_NOT_READ:
+                if SEED_NOT_READ[name]:
+                    warnings.append(f"{name} (from {source} line {entry.line}) is not read: {SEED_NOT_READ[name]}")
+                continue
+            close = difflib.get_close_matches(name, [*names, *SEED_NOT_READ], n=1, cutoff=0.85)
+            if close:
+                warnings.append(
+                    f"{name} (from {source} line {entry.line}) is not read by fsdp-sdk; did you mean {close[0]}?"
+                )
+            continue  # anything else belongs to the user's scripts, not to us
+        if entry.value is None:
+            culprit = entry.culprit
+            fix = (
+                f"set {culprit} to its value in {source} (fsdp-sdk runs no commands), or write {name} itself"
+                if culprit and culprit != name
+                else f"write the value itself in {source} (fsdp-sdk runs no commands)"
+            )
+            raise ConfigError(name, f"{entry.problem}", fix, source=f"{source} line {entry.line}")
+        if entry.value == "":
+            continue  # `NAME=`: unset
+        value = _seed_value(name, entry.value, source, entry.line)
         if name in names:
             settings.append(Setting(names[name], value, name, source))
-        elif name.startswith(ENV_PREFIX) and "__" in name:
+        else:
             settings.append(_env_setting(name, value, source, classes))
-        # anything else belongs to the user's scripts, not to us
     return settings
 
 
@@ -886,6 +984,7 @@ def _read_environ(environ: Mapping[str, str], classes: Mapping[str, type]) -> li
     settings = []
     for name in sorted(environ):
         if name.startswith(ENV_PREFIX) and "__" in name and environ[name] != "":
+            secrets.register_named(name, environ[name])
             settings.append(_env_setting(name, environ[name], "environment", classes))
     return settings
 
@@ -927,8 +1026,23 @@ def _field_metadata(cls: type, name: str) -> Mapping[str, Any]:
     return {f.name: f.metadata for f in dataclasses.fields(cls)}[name]
 
 
+def _register_secrets(setting: Setting) -> None:
+    """Remember the values of secret-named settings before they are converted (a refused one is masked too)."""
+    value = setting.value
+    for name in (setting.path, setting.origin.name):
+        secrets.register_named(name, value)
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            secrets.register_named(str(key), item)
+    elif isinstance(value, str) and setting.path.endswith(".env"):
+        for pair in value.split(","):
+            key, _, item = pair.partition("=")
+            secrets.register_named(key.strip(), item.strip())
+
+
 def _apply(config: Config, setting: Setting) -> None:
     """Convert one setting and store it in ``config``."""
+    _register_secrets(setting)
     path = setting.path.strip()
     parts = path.split(".")
     origin = setting.origin
@@ -960,6 +1074,17 @@ def _apply(config: Config, setting: Setting) -> None:
     if name not in _field_names(cls):
         raise _unknown_key(origin.name, [f"{section}.{n}" for n in _field_names(cls)], origin.source)
     value = _convert(setting.value, _field_types(cls)[name], origin)
+    rule = _field_metadata(cls, name).get("rule")
+    if rule is not None and value is not None:
+        problem_of, fix = rule
+        problem = problem_of(value)
+        if problem:
+            shown = (
+                "the value"
+                if isinstance(value, (Secret, Mapping)) or secrets.SECRET_NAME.search(path)
+                else _show(value)
+            )
+            raise ConfigError(origin.name, f"{secrets.redact(shown)} {problem}", fix, source=origin.source)
     check = _field_metadata(cls, name).get("check")
     if check is not None and value is not None:
         predicate, problem, fix = check

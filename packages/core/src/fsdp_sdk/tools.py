@@ -191,7 +191,9 @@ def run_tool(
     args = _check_argv(argv)
     tool = Path(args[0]).name
     args[0] = find_tool(args[0]) if os.sep not in args[0] else args[0]
-    redact = _redactor(secrets)
+    from fsdp_sdk import secrets as known_secrets
+
+    redact = _redactor([*secrets, *known_secrets.known()])
     say = progress if (progress is not None and echo) else None
     lines: list[str] = []
     tail: deque[str] = deque(maxlen=TAIL_LINES)

@@ -204,6 +204,10 @@ class MetricsConfig:
     """First steps left out of the summary's averages (compilation, allocator warm-up)."""
     profile_steps: str = ""
     """Steps to trace with torch.profiler, 'A-B' or 'A' (e.g. 8-9): every rank writes <train.output_dir>/profile/trace-rank<R>.json.gz (open it in Perfetto), the leader also kernels.txt (GPU time by kernel). Empty: no profiling."""
+    prometheus_port: int = 0
+    """Serve the per-step metrics for Prometheus on this port (pip install fsdp-trainer[prometheus]): the leader, and the first process of each other node where the port is free. 0: off."""
+    prometheus_linger_s: float = 0.0
+    """At the end of the run, wait up to this many seconds until Prometheus has scraped the last step's values."""
 
     def profile_range(self) -> tuple[int, int] | None:
         """``profile_steps`` as (first, last) steps, inclusive; None when off. Raises ConfigError on a bad value."""
@@ -342,6 +346,13 @@ class TrainerConfig:
         for flag, value in non_negative.items():
             if value < 0:
                 raise ConfigError(f"{flag}: must be zero or positive (got {value})")
+        port = self.metrics.prometheus_port
+        if port and not 1024 <= port <= 65535:
+            raise ConfigError(f"--metrics.prometheus_port: {port} is not a usable port; use 0 (off) or 1024-65535")
+        if self.metrics.prometheus_linger_s < 0:
+            raise ConfigError(
+                f"--metrics.prometheus_linger_s: must be zero or positive (got {self.metrics.prometheus_linger_s})"
+            )
         if t.lr <= 0:
             raise ConfigError(f"--train.lr: must be positive (got {t.lr})")
         if self.compile.mode != "default" and not (self.compile.enabled or self.auto.enabled):

@@ -20,6 +20,7 @@ import json
 import os
 import platform
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,10 @@ class Metrics:
         self.records: list[dict[str, Any]] = []
         self.path = Path(file) if is_leader and file else None
         self._file: Any = None
+        #: Called with every step's record on every rank (the Prometheus endpoint, ``prometheus_export``).
+        self.sinks: list[Callable[[dict[str, Any]], None]] = []
+        #: Called by :meth:`close`.
+        self.on_close: list[Callable[[], None]] = []
         self.resumed_step = 0
         self.last_kept: dict[str, Any] | None = None  # the last record before a resume (leader only)
 
@@ -135,6 +140,8 @@ class Metrics:
         if profiled:
             record["profiled"] = True
         self.records.append(record)
+        for sink in self.sinks:
+            sink(record)
         if self.is_leader:
             line = json.dumps(record)
             if self._file:
@@ -175,3 +182,5 @@ class Metrics:
         if self._file:
             self._file.close()
             self._file = None
+        while self.on_close:
+            self.on_close.pop(0)()

@@ -265,6 +265,10 @@ class Trainer:
             cfg.metrics.peak_tflops,
             cfg.fp8.enabled,
         )
+        if cfg.metrics.prometheus_port:
+            from .prometheus_export import serve_metrics
+
+            serve_metrics(self.metrics, cfg.metrics, env)
         self.step = 0
         self.tokens_processed = 0
 

@@ -34,6 +34,9 @@ __all__ = [
     "no_progress",
 ]
 
+#: Backends of plugin packages the SDK knows of: ``--backend eksctl`` without the package says what to install.
+KNOWN_BACKEND_PACKAGES = {"eksctl": "fsdp-sdk-eksctl", "terraform": "fsdp-sdk-terraform"}
+
 #: Receives one human-readable line per step of a long operation (the CLI prints them on stderr).
 ProgressCallback = Callable[[str], None]
 
@@ -368,12 +371,30 @@ class BackendRegistry:
         try:
             return self._classes[name]
         except KeyError:
-            known = ", ".join(self.names()) or "none"
-            raise ConfigError(
-                "cluster.backend",
-                f"unknown backend {name!r}",
-                f"use one of: {known} (fsdp-sdk plugins lists them)",
-            ) from None
+            problem, fix = self.unknown(name)
+            raise ConfigError("cluster.backend", problem, fix) from None
+
+    def unknown(self, name: str) -> tuple[str, str]:
+        """``(problem, fix)`` for a backend name nobody registered: the package that provides a known backend,
+        else the closest registered name (case-insensitively), else the list."""
+        import difflib
+
+        known = self.names()
+        lowered = {n.lower(): n for n in known}
+        if name.lower() in lowered:
+            return f"unknown backend {name!r}", f"did you mean {lowered[name.lower()]}? (backend names are lower-case)"
+        package = KNOWN_BACKEND_PACKAGES.get(name.lower())
+        if package is not None:
+            return (
+                f"backend {name.lower()!r} comes with the {package} package, which is not installed",
+                f"pip install {package}",
+            )
+        close = difflib.get_close_matches(name.lower(), [*known, *KNOWN_BACKEND_PACKAGES], n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]}? " if close else ""
+        return (
+            f"unknown backend {name!r}",
+            f"{hint}use one of: {', '.join(known) or 'none'} (fsdp-sdk plugins lists them)",
+        )
 
     def __contains__(self, name: object) -> bool:
         return name in self._classes or name in self._lazy

@@ -22,7 +22,7 @@ import click
 
 from fsdp_sdk import __version__
 from fsdp_sdk.cli.application import Application
-from fsdp_sdk.cli.options import common_options
+from fsdp_sdk.cli.options import common_options, format_global_options_apart
 from fsdp_sdk.errors import FsdpSdkError
 
 __all__ = ["COMMANDS", "LazyGroup", "cli", "main"]
@@ -40,6 +40,7 @@ COMMANDS: dict[str, str] = {
     "prereqs": "fsdp_sdk.cli.prereqs:prereqs",
     "image": "fsdp_sdk.cli.image:image",
     "job": "fsdp_sdk.cli.job:job",
+    "monitor": "fsdp_sdk.cli.monitor:monitor",
 }
 
 
@@ -106,15 +107,32 @@ class LazyGroup(click.Group):
         command = getattr(module, attribute)
         if not isinstance(command, click.Command):
             raise TypeError(f"{module_name}:{attribute} is not a click command")
+        format_global_options_apart(command)
         self.commands[name] = command
         return command
 
     def main(self, args: Sequence[str] | None = None, prog_name: str | None = None, **extra: Any) -> Any:  # type: ignore[override]
         """Run the command line and exit: one-line errors on stderr, exit 1 for failures and 2 for usage or
-        configuration errors, the traceback only with ``--debug`` (or ``FSDP_SDK_DEBUG=1``)."""
+        configuration errors, the traceback only with ``--debug`` (or ``FSDP_SDK_DEBUG=1``).
+
+        Everything written to stdout and stderr while the command runs passes through
+        :func:`fsdp_sdk.secrets.redact`: a secret's value never leaves the process, whichever command,
+        log line or error message would have carried it."""
         args = list(sys.argv[1:] if args is None else args)
         extra.pop("standalone_mode", None)
         debug = "--debug" in args or os.environ.get("FSDP_SDK_DEBUG", "") not in ("", "0")
+        from fsdp_sdk import secrets
+
+        for name, value in os.environ.items():  # AWS keys, tokens: never echoed, whatever would carry them
+            secrets.register_named(name, value)
+        streams = sys.stdout, sys.stderr
+        sys.stdout, sys.stderr = _Redacting(sys.stdout), _Redacting(sys.stderr)
+        try:
+            self._main(args, prog_name, debug, **extra)
+        finally:
+            sys.stdout, sys.stderr = streams
+
+    def _main(self, args: list[str], prog_name: str | None, debug: bool, **extra: Any) -> None:
         try:
             result = super().main(args=args, prog_name=prog_name, standalone_mode=False, **extra)
         except click.exceptions.NoArgsIsHelpError as exc:
@@ -159,6 +177,21 @@ class LazyGroup(click.Group):
 
 def _warn(message: str) -> None:
     sys.stderr.write(f"fsdp-sdk: warning: {message}\n")
+
+
+class _Redacting:
+    """A text stream that masks every registered secret in what is written to it."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        from fsdp_sdk.secrets import redact
+
+        return self._stream.write(redact(text) if isinstance(text, str) else text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 @click.group(

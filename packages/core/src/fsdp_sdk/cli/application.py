@@ -70,6 +70,8 @@ class Application:
                 kubeconfig=self.kubeconfig,
                 kube_context=self.kube_context,
             )
+            for warning in self._client.config.warnings:
+                click.echo(f"fsdp-sdk: warning: {warning}", err=True)
         return self._client
 
     @property

@@ -122,7 +122,7 @@ def render(
     Secret is printed without its data. Without job.registry the image gets a
     placeholder registry (and a warning); 'job submit' needs the real one.
     """
-    import yaml
+    from fsdp_sdk.cli.output import to_yaml_documents
 
     if validate:
         from fsdp_sdk.k8s.validate import require_validation
@@ -130,7 +130,7 @@ def render(
         require_validation()
     with _render_warnings():
         objects = app.client.render_job(rdzv_id=rdzv_id, create_secret=create_secret, preview=True)
-    click.echo(yaml.safe_dump_all(objects, sort_keys=False), nl=False)
+    click.echo(to_yaml_documents(objects), nl=False)
     if validate:
         _report_validation(objects, crds, k8s_version)
 
@@ -397,3 +397,55 @@ def wait(
     else:
         _print_status(result)
     _exit_for(result, timeout, EXIT_TIMEOUT)
+
+
+@job.command(short_help="Write a run's report: HTML page and PNG plots of throughput, MFU, loss, GPUs.")
+@common_options
+@kube_options
+@click.option(
+    "--prometheus",
+    metavar="URL",
+    envvar="FSDP_SDK_PROMETHEUS_URL",
+    show_envvar=True,
+    help="Prometheus to read the metrics from (default: the cluster's monitoring Prometheus through "
+    "kubectl port-forward; for local runs: none).",
+)
+@click.option(
+    "-o",
+    "--out",
+    metavar="DIR",
+    type=click.Path(file_okay=False),
+    help="Directory of the report (default: ./fsdp-report-<run>).",
+)
+@json_option
+@click.argument("name", required=False, metavar="[NAME]")
+@click.pass_obj
+def report(app: Application, prometheus: str | None, out: str | None, as_json: bool, name: str | None) -> None:
+    """Read a run's metrics and write report.html (self-contained), throughput.png, mfu.png, loss.png,
+    gpu_utilisation.png and summary.json: the averages over the steps after the warm-up, the final loss,
+    and the GPUs' mean utilisation, power, temperature and XID errors.
+
+    \b
+    NAME is a job name (Kubernetes; default job.name) or, on the local backend, a run id (default: the
+    latest run). The metrics come from Prometheus when there is one (the trainer's endpoint and the DCGM
+    exporter), else from the trainer's per-step JSON (metrics.jsonl of a local run, the leader's log).
+    """
+    from pathlib import Path
+
+    from fsdp_sdk.reports.collect import collect_run_metrics
+    from fsdp_sdk.reports.render import write_report
+
+    metrics = collect_run_metrics(app.client, name, prometheus=prometheus, progress=app.progress)
+    target = Path(out) if out else Path(f"fsdp-report-{metrics.run}")
+    files = write_report(metrics, target)
+    if as_json:
+        app.echo_json({"summary": metrics.summary(), "files": files.to_dict()})
+        return
+    train = metrics.summary()["training"]
+    tps = train["tokens_per_s_per_gpu"]
+    click.echo(
+        f"run {metrics.run}: {train['steps']} steps, "
+        + (f"{tps:,.1f} tokens/s per GPU, " if tps is not None else "")
+        + f"final loss {train['final_loss']}; metrics from {metrics.source}"
+    )
+    click.echo(f"wrote {files.html}")

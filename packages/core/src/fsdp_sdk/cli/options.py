@@ -8,6 +8,7 @@ in error messages.
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -16,6 +17,58 @@ import click
 from fsdp_sdk.cli.application import Application
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+class GlobalOption(click.Option):
+    """An option every command takes (configuration sources, backend, --set, --debug): listed apart in help."""
+
+
+def format_global_options_apart(command: click.Command) -> None:
+    """Make ``command`` (and its subcommands) list its :class:`GlobalOption` options in a section of their own,
+    after the command's own options, so the options that matter for the command come first."""
+
+    def format_options(self: click.Command, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        own, shared = [], []
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is not None:
+                (shared if isinstance(param, GlobalOption) else own).append(record)
+        if own:
+            with formatter.section("Options"):
+                formatter.write_dl(own)
+        if shared:
+            with formatter.section("Global options"):
+                formatter.write_dl(shared)
+        if isinstance(self, click.Group):
+            self.format_commands(ctx, formatter)
+
+    command.format_options = types.MethodType(format_options, command)  # type: ignore[method-assign]
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            format_global_options_apart(sub)
+
+
+def complete_backends(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    """Shell completion of backend names (every installed plugin's)."""
+    from fsdp_sdk.plugins import get_plugins
+
+    return [name for name in get_plugins().backends.names() if name.startswith(incomplete)]
+
+
+def complete_instance_types(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    """Shell completion of instance type names (built-in and plugins')."""
+    from fsdp_sdk.plugins import get_plugins
+
+    return [name for name in get_plugins().instance_types.names() if name.startswith(incomplete)]
+
+
+def complete_presets(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    """Shell completion of the trainer's model presets (none when the trainer is not installed)."""
+    try:
+        from fsdp_trainer.presets import PRESETS
+    except ImportError:
+        return []
+    return [name for name in sorted(PRESETS) if name.startswith(incomplete)]
 
 
 def _app(ctx: click.Context) -> Application:
@@ -60,6 +113,7 @@ def common_options(function: F) -> F:
             "-c",
             "--config",
             "config_file",
+            cls=GlobalOption,
             metavar="FILE",
             envvar="FSDP_SDK_CONFIG",
             show_envvar=True,
@@ -69,6 +123,7 @@ def common_options(function: F) -> F:
         ),
         click.option(
             "--env-file",
+            cls=GlobalOption,
             metavar="FILE",
             envvar="FSDP_SDK_ENV_FILE",
             show_envvar=True,
@@ -78,7 +133,9 @@ def common_options(function: F) -> F:
         ),
         click.option(
             "--backend",
+            cls=GlobalOption,
             metavar="NAME",
+            shell_complete=complete_backends,
             expose_value=False,
             callback=setting("cluster.backend"),
             help="Cluster backend (cluster.backend; default: local). 'fsdp-sdk plugins' lists them.",
@@ -86,6 +143,7 @@ def common_options(function: F) -> F:
         click.option(
             "--set",
             "set_pairs",
+            cls=GlobalOption,
             metavar="KEY=VALUE",
             multiple=True,
             expose_value=False,
@@ -94,6 +152,7 @@ def common_options(function: F) -> F:
         ),
         click.option(
             "--debug",
+            cls=GlobalOption,
             is_flag=True,
             envvar="FSDP_SDK_DEBUG",
             show_envvar=True,

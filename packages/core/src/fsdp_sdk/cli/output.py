@@ -72,6 +72,11 @@ def to_yaml(data: Any, indent: str = "") -> str:
     return "\n".join(lines)
 
 
+def to_yaml_documents(documents: Sequence[Any]) -> str:
+    """Several documents as one multi-document YAML stream (``---`` between them), ending with a newline."""
+    return "---\n".join(to_yaml(document) + "\n" for document in documents)
+
+
 def _scalar(value: Any) -> str:
     if isinstance(value, (Mapping, list, tuple)):
         return "{}" if isinstance(value, Mapping) else "[]"

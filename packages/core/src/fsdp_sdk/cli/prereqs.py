@@ -42,13 +42,13 @@ def install(
     """
     import shlex
 
-    import yaml
+    from fsdp_sdk.cli.output import to_yaml_documents
 
     if dry_run:
         setup = app.client.prereqs(connect=False)
         if not skip_operator:
             click.echo(f"# would run: {shlex.join(setup.operator_command(operator_version))}")
-        click.echo(yaml.safe_dump_all(setup.objects(), sort_keys=False), nl=False)
+        click.echo(to_yaml_documents(setup.objects()), nl=False)
         return
     app.client.install_prereqs(operator=not skip_operator, operator_version=operator_version)
     click.echo("prerequisites installed; 'fsdp-sdk prereqs status' shows when they are ready")

@@ -8,7 +8,7 @@ import shlex
 import click
 
 from fsdp_sdk.cli.application import Application
-from fsdp_sdk.cli.options import common_options, dry_run_option, json_option, setting
+from fsdp_sdk.cli.options import common_options, complete_presets, dry_run_option, json_option, setting
 from fsdp_sdk.cli.output import key_values
 
 
@@ -30,6 +30,7 @@ from fsdp_sdk.cli.output import key_values
 )
 @click.option(
     "--preset",
+    shell_complete=complete_presets,
     metavar="NAME",
     expose_value=False,
     callback=setting("trainer.model.preset"),

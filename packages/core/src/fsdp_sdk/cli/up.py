@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from fsdp_sdk.cli.application import Application
-from fsdp_sdk.cli.options import common_options, dry_run_option, json_option, setting
+from fsdp_sdk.cli.options import common_options, complete_instance_types, dry_run_option, json_option, setting
 from fsdp_sdk.cli.output import echo_status
 
 if TYPE_CHECKING:
@@ -43,6 +43,7 @@ def _echo_plan(plan: Plan, echo: Callable[[str], None] = click.echo) -> None:
 )
 @click.option(
     "--instance-type",
+    shell_complete=complete_instance_types,
     metavar="TYPE",
     expose_value=False,
     callback=setting("cluster.instance_type"),

@@ -36,7 +36,7 @@ import uuid
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from fsdp_sdk.config import SECRET_ENV_NAME
+from fsdp_sdk.config import SECRET_ENV_NAME, trainer_arguments
 from fsdp_sdk.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -294,12 +294,22 @@ def _trainer_settings(config: Config) -> dict[str, Any]:
     return trainer
 
 
-def _command(config: Config) -> tuple[list[str], list[str]]:
-    """``(command, args)`` of the worker container."""
-    if config.job.command:
-        return shlex.split(config.job.command), []
-    from fsdp_sdk.config import trainer_arguments
+#: Shell syntax in ``job.command`` (``&&``, pipes, redirections, ``$VAR``...): such a command runs under bash -c.
+_SHELL_SYNTAX = re.compile(r"&&|\|\||[|;<>`$()]|\n")
 
+
+def _command(config: Config) -> tuple[list[str], list[str]]:
+    """``(command, args)`` of the worker container.
+
+    ``job.command`` (``CMD`` in a seed ``.env``) runs as its words, without a shell, unless it uses shell
+    syntax (``huggingface-cli login --token ${HF_TOKEN} && torchrun ...``): then it runs as ``bash -c``, so
+    the operators work and ``${HF_TOKEN}`` is expanded in the container from the Secret, never written here.
+    """
+    command = config.job.command
+    if command:
+        if _SHELL_SYNTAX.search(command):
+            return ["/bin/bash", "-c", command], []
+        return shlex.split(command), []
     # The operator passes the rendezvous settings as PET_* variables, which torchrun reads.
     return ["torchrun", "-m", "fsdp_trainer"], trainer_arguments(_trainer_settings(config))
 

@@ -1,0 +1,224 @@
+"""A run report as files: PNG plots (matplotlib, no display needed) and one self-contained HTML page.
+
+The page embeds the plots as ``data:`` URIs and needs nothing else (no script, no stylesheet,
+no network), so it can be mailed, attached to a ticket or opened from an artifact store.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fsdp_sdk.errors import ConfigError
+from fsdp_sdk.reports.run_metrics import RunMetrics
+
+__all__ = ["PLOTS", "ReportFiles", "write_report"]
+
+#: File name -> (title, y label) of each plot.
+PLOTS = {
+    "throughput.png": ("Throughput", "tokens/s per GPU"),
+    "mfu.png": ("Model FLOPs utilisation", "MFU (%)"),
+    "loss.png": ("Training loss", "loss"),
+    "gpu_utilisation.png": ("GPU utilisation (DCGM)", "GPU utilisation (%)"),
+}
+_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
+
+
+@dataclass(frozen=True)
+class ReportFiles:
+    """What :func:`write_report` wrote."""
+
+    html: Path
+    plots: dict[str, Path]
+    summary: Path
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "html": str(self.html),
+            "plots": {k: str(v) for k, v in self.plots.items()},
+            "summary": str(self.summary),
+        }
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+    except ImportError:
+        raise ConfigError(
+            "matplotlib", "is not installed (the report's plots need it)", "pip install 'fsdp-sdk[report]'"
+        ) from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _time_axis(seconds: list[float]) -> tuple[list[float], str]:
+    longest = max(seconds, default=0.0)
+    if longest > 2 * 3600:
+        return [s / 3600 for s in seconds], "time since start (h)"
+    if longest > 180:
+        return [s / 60 for s in seconds], "time since start (min)"
+    return seconds, "time since start (s)"
+
+
+def _plot(
+    plt: Any, path: Path, title: str, ylabel: str, lines: dict[str, list[tuple[float, float]]], empty: str
+) -> None:
+    figure, axes = plt.subplots(figsize=(8, 3.6), dpi=100)
+    drawn = False
+    for i, (label, points) in enumerate(sorted(lines.items())):
+        points = [(t, v) for t, v in points if v is not None and math.isfinite(v)]
+        if not points:
+            continue
+        xs, xlabel = _time_axis([t for t, _ in points])
+        axes.plot(
+            xs,
+            [v for _, v in points],
+            label=label,
+            color=_COLOURS[i % len(_COLOURS)],
+            linewidth=1.6,
+            marker="." if len(points) < 40 else None,
+        )
+        axes.set_xlabel(xlabel)
+        drawn = True
+    if not drawn:
+        axes.text(0.5, 0.5, empty, ha="center", va="center", transform=axes.transAxes, color="#666666", wrap=True)
+        axes.set_xticks([])
+        axes.set_yticks([])
+    elif len(lines) > 1:
+        axes.legend(fontsize=7, loc="best")
+    axes.set_title(title)
+    axes.set_ylabel(ylabel)
+    axes.grid(True, alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, format="png")
+    plt.close(figure)
+
+
+def _fmt(value: Any, digits: int = 3, unit: str = "") -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, float):
+        text = f"{value:,.{digits}f}" if abs(value) < 1e6 else f"{value:,.0f}"
+    else:
+        text = str(value)
+    return f"{text}{unit}"
+
+
+def _rows(pairs: list[tuple[str, str]]) -> str:
+    return "\n".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in pairs)
+
+
+def _page(metrics: RunMetrics, summary: dict[str, Any], images: dict[str, bytes]) -> str:
+    train, gpu = summary["training"], summary["gpu"]
+    mfu = train["mfu"]
+    training_rows = [
+        ("steps", _fmt(train["steps"])),
+        ("measured steps (after warm-up)", _fmt(train["measured_steps"])),
+        ("duration", _fmt(train["duration_s"], 1, " s")),
+        ("throughput", _fmt(train["tokens_per_s_per_gpu"], 1, " tokens/s per GPU")),
+        ("TFLOP/s per GPU", _fmt(train["tflops_per_gpu"], 2)),
+        ("MFU", _fmt(mfu * 100 if mfu is not None else None, 1, " %")),
+        ("step time", _fmt(train["step_time_s"], 3, " s")),
+        ("peak memory", _fmt(train["peak_mem_gib"], 2, " GiB")),
+        ("loss (first / final)", f"{_fmt(train['first_loss'], 4)} / {_fmt(train['final_loss'], 4)}"),
+    ]
+    if gpu["telemetry"]:
+        xid = "; ".join(f"{g}: {', '.join(map(str, codes))}" for g, codes in gpu["xid_errors"].items()) or "none"
+        gpu_rows = [
+            ("GPUs", str(len(gpu["gpus"]))),
+            ("mean GPU utilisation", _fmt(gpu["mean_utilisation_pct"], 1, " %")),
+            ("mean memory copy utilisation", _fmt(gpu["mean_memory_copy_utilisation_pct"], 1, " %")),
+            ("mean power", _fmt(gpu["mean_power_w"], 1, " W")),
+            (
+                "temperature (mean / max)",
+                f"{_fmt(gpu['mean_temperature_c'], 1)} / {_fmt(gpu['max_temperature_c'], 1)} °C",
+            ),
+            ("mean SM clock", _fmt(gpu["mean_sm_clock_mhz"], 0, " MHz")),
+            ("XID errors", xid),
+        ]
+        gpu_table = f"<table>{_rows(gpu_rows)}</table>"
+    else:
+        gpu_table = '<p class="note">No GPU telemetry: it comes from the DCGM exporter through Prometheus.</p>'
+    started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(metrics.started)) if metrics.started else "n/a"
+    figures = "\n".join(
+        f'<figure><img alt="{html.escape(PLOTS[name][0])}" src="data:image/png;base64,{base64.b64encode(data).decode()}">'
+        f"<figcaption>{html.escape(PLOTS[name][0])}</figcaption></figure>"
+        for name, data in images.items()
+    )
+    title = f"Training run {metrics.run}"
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>
+body {{ font-family: sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }}
+table {{ border-collapse: collapse; margin: 0 0 1.5em 0; }}
+th, td {{ text-align: left; padding: 0.25em 1em 0.25em 0; border-bottom: 1px solid #ddd; }}
+th {{ font-weight: normal; color: #555; }}
+figure {{ display: inline-block; margin: 0.5em; }} img {{ max-width: 100%; }}
+.note {{ color: #666; }}
+</style></head>
+<body>
+<h1>{html.escape(title)}</h1>
+<p>job <b>{html.escape(str(metrics.job or "n/a"))}</b>, started {html.escape(started)}; metrics from {html.escape(metrics.source)}</p>
+<h2>Training</h2>
+<table>{_rows(training_rows)}</table>
+<h2>GPUs</h2>
+{gpu_table}
+<h2>Over time</h2>
+{figures}
+</body></html>
+"""
+
+
+def write_report(metrics: RunMetrics, out_dir: Path) -> ReportFiles:
+    """Write ``report.html``, the PNG plots of :data:`PLOTS` and ``summary.json`` into ``out_dir``.
+
+    :raises ConfigError: matplotlib is missing, or ``out_dir`` cannot be written.
+    """
+    plt = _pyplot()
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ConfigError(
+            "--out", f"cannot create {out_dir} ({error.strerror})", "choose a writable directory"
+        ) from None
+    records = metrics.records
+
+    def line(field: str, scale: float = 1.0) -> dict[str, list[tuple[float, float]]]:
+        points = [(r["t"], r[field] * scale) for r in records if r.get(field) is not None]
+        return {field: points} if points else {}
+
+    cpu = not any(r.get("mfu") is not None for r in records)
+    plots = {
+        "throughput.png": (line("tokens_per_s_per_gpu"), "no throughput recorded"),
+        "mfu.png": (
+            line("mfu", 100.0),
+            "MFU unknown: no peak TFLOP/s for this device (CPU)" if cpu else "no MFU recorded",
+        ),
+        "loss.png": (line("loss"), "no loss recorded"),
+        "gpu_utilisation.png": (
+            metrics.gpus.get("utilisation_pct", {}),
+            "no GPU telemetry (DCGM exporter through Prometheus)",
+        ),
+    }
+    paths: dict[str, Path] = {}
+    images: dict[str, bytes] = {}
+    for name, (lines, empty) in plots.items():
+        path = out_dir / name
+        _plot(plt, path, *PLOTS[name], lines, empty)
+        paths[name] = path
+        images[name] = path.read_bytes()
+    summary = metrics.summary()
+    summary_path = out_dir / "summary.json"
+    summary_path.write_text(json.dumps(summary, indent=1, default=str))
+    page = out_dir / "report.html"
+    page.write_text(_page(metrics, summary, images), encoding="utf-8")
+    return ReportFiles(page, paths, summary_path)

@@ -1,0 +1,60 @@
+"""CloudWatch Container Insights through the Amazon CloudWatch Observability EKS add-on.
+
+The add-on (``amazon-cloudwatch-observability``) installs the CloudWatch agent and Fluent Bit
+on every node. Its permissions come through EKS Pod Identity, which AWS recommends for add-on
+versions 3.1.0 and later: a role only the agent's service account (``cloudwatch-agent`` in
+``amazon-cloudwatch``) can assume, with ``CloudWatchAgentServerPolicy``; this needs the
+``eks-pod-identity-agent`` add-on, enabled first when missing. See
+:mod:`fsdp_sdk.aws.addons` for why not the node role. Container Insights is billed per
+observation, so this component is installed only when named
+(``fsdp-sdk monitor install cloudwatch``, or ``observability.components``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from fsdp_sdk.monitoring import EksAddon, MonitoringComponent
+
+from .settings import settings_of
+
+if TYPE_CHECKING:
+    from fsdp_sdk.config import Config
+
+__all__ = ["ADDON", "NAME", "cloudwatch_component", "partition"]
+
+NAME = "cloudwatch"
+#: The EKS add-on's name.
+ADDON = "amazon-cloudwatch-observability"
+
+
+def partition(region: str) -> str:
+    """The AWS partition of ``region`` (``aws``, ``aws-cn``, ``aws-us-gov``)."""
+    if region.startswith("cn-"):
+        return "aws-cn"
+    if region.startswith("us-gov-"):
+        return "aws-us-gov"
+    return "aws"
+
+
+def cloudwatch_component(config: Config) -> MonitoringComponent:
+    """The ``cloudwatch`` component: the EKS add-on with its Pod Identity role (no Kubernetes objects of ours)."""
+    cluster = config.cluster.name
+    role = f"fsdp-sdk-{cluster}-cloudwatch-agent"
+    if len(role) > 64:  # IAM's limit: keep the start and a stable end
+        role = f"fsdp-sdk-{cluster[: 64 - len('fsdp-sdk--cw-agent')]}-cw-agent"
+    return MonitoringComponent(
+        name=NAME,
+        description="Amazon CloudWatch Observability EKS add-on (Container Insights; billed by AWS)",
+        objects=[],
+        eks_addon=EksAddon(
+            name=ADDON,
+            service_account="cloudwatch-agent",
+            namespace="amazon-cloudwatch",
+            policy_arns=[f"arn:{partition(config.cluster.region)}:iam::aws:policy/CloudWatchAgentServerPolicy"],
+            role_name=role,
+            version=settings_of(config).cloudwatch_addon_version,
+            needs=["eks-pod-identity-agent"],
+        ),
+        default=False,
+    )

@@ -1,0 +1,55 @@
+"""The plugin's hook implementations (entry point ``observability`` in group ``fsdp_sdk``).
+
+Every hook is pure: settings, rendered components, adjusted job objects. fsdp-sdk's core applies
+them (``fsdp-sdk monitor install``, ``fsdp-sdk up`` with ``observability.enabled``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from fsdp_sdk import hookimpl
+
+from .cloudwatch import cloudwatch_component
+from .dcgm import dcgm_component
+from .grafana import grafana_component
+from .node_tools import node_tools_component
+from .prometheus import operator_monitors, prometheus_component
+from .settings import SECTION, MonitoringSettings
+from .training import add_trainer_endpoint
+
+if TYPE_CHECKING:
+    from fsdp_sdk.config import Config, SettingsRegistry
+    from fsdp_sdk.monitoring import MonitoringComponent
+
+__all__ = ["components", "fsdp_sdk_monitoring_components", "fsdp_sdk_register_settings", "fsdp_sdk_render_job"]
+
+
+def components(config: Config) -> list[MonitoringComponent]:
+    """Every component for ``config``, in install order (pure)."""
+    extra = [operator_monitors(config)[0]] if config.observability.prometheus_operator else []
+    return [
+        dcgm_component(config, extra),
+        prometheus_component(config),
+        grafana_component(config),
+        node_tools_component(config),
+        cloudwatch_component(config),
+    ]
+
+
+@hookimpl
+def fsdp_sdk_register_settings(registry: SettingsRegistry) -> None:
+    """Register the ``monitoring`` settings section."""
+    registry.add(SECTION, MonitoringSettings)
+
+
+@hookimpl
+def fsdp_sdk_monitoring_components(config: Config) -> list[MonitoringComponent]:
+    """The DCGM exporter, Prometheus (or the operator's monitors), Grafana, node tools and CloudWatch."""
+    return components(config)
+
+
+@hookimpl
+def fsdp_sdk_render_job(config: Config, objects: list[dict[str, Any]]) -> None:
+    """Turn the trainer's Prometheus endpoint on in jobs rendered with observability enabled."""
+    add_trainer_endpoint(config, objects)

@@ -1,0 +1,81 @@
+"""What a rendered training job needs to be scraped: the trainer's Prometheus endpoint, its port, its labels.
+
+With ``observability.enabled`` (and the ``prometheus`` component selected), the
+``fsdp_sdk_render_job`` hook turns the trainer's endpoint on (``--metrics.prometheus_port``,
+``monitoring.trainer_metrics_port`` unless the trainer settings name one), asks it to wait at exit
+until Prometheus has scraped its last values (``--metrics.prometheus_linger_s``, two scrape
+intervals), and declares the port as ``fsdp-metrics`` in the worker container, which the scrape
+configuration (and the operator's ``PodMonitor``) selects on together with the workers' labels.
+The usual ``prometheus.io/*`` annotations are added too, for Prometheus setups that use them.
+
+A TrainJob gets the trainer options and the annotations on the JobSet; whether its pods carry the
+labels depends on the training runtime. A job with its own ``job.command`` is left as it is.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .common import TRAINER_PORT_NAME
+from .settings import parse_duration, settings_of
+
+if TYPE_CHECKING:
+    from fsdp_sdk.config import Config
+
+__all__ = ["PORT_OPTION", "add_trainer_endpoint", "scraping_enabled", "trainer_port"]
+
+#: The trainer option that turns its Prometheus endpoint on.
+PORT_OPTION = "--metrics.prometheus_port"
+LINGER_OPTION = "--metrics.prometheus_linger_s"
+_TRAINER_COMMAND = ["torchrun", "-m", "fsdp_trainer"]
+
+
+def scraping_enabled(config: Config) -> bool:
+    """Whether jobs of this configuration get the trainer endpoint: observability on, Prometheus among the components."""
+    wanted = config.observability.components
+    return config.observability.enabled and (not wanted or "prometheus" in wanted)
+
+
+def trainer_port(config: Config) -> int:
+    """The port of the trainer's endpoint: the trainer setting when given, else ``monitoring.trainer_metrics_port``."""
+    given = (config.trainer.get("metrics") or {}).get("prometheus_port")
+    return int(given) if given else settings_of(config).trainer_metrics_port
+
+
+def _options(args: list[str], config: Config) -> list[str]:
+    out = list(args)
+    if PORT_OPTION not in out and not any(a.startswith(PORT_OPTION + "=") for a in out):
+        out += [PORT_OPTION, str(trainer_port(config))]
+    if LINGER_OPTION not in out:
+        linger = 2 * parse_duration(settings_of(config).scrape_interval)
+        out += [LINGER_OPTION, f"{linger:g}"]
+    return out
+
+
+def _annotations(port: int) -> dict[str, str]:
+    return {"prometheus.io/scrape": "true", "prometheus.io/port": str(port), "prometheus.io/path": "/metrics"}
+
+
+def add_trainer_endpoint(config: Config, objects: list[dict[str, Any]]) -> None:
+    """Turn the trainer's Prometheus endpoint on in the rendered job objects, in place."""
+    if not scraping_enabled(config) or config.job.command:
+        return
+    port = trainer_port(config)
+    for obj in objects:
+        if obj.get("kind") == "PyTorchJob":
+            for replica in (obj["spec"].get("pytorchReplicaSpecs") or {}).values():
+                template = replica["template"]
+                container = template["spec"]["containers"][0]
+                if container.get("command") != _TRAINER_COMMAND:
+                    continue
+                container["args"] = _options(container.get("args") or [], config)
+                ports = [p for p in container.get("ports") or [] if p.get("name") != TRAINER_PORT_NAME]
+                container["ports"] = [*ports, {"name": TRAINER_PORT_NAME, "containerPort": port, "protocol": "TCP"}]
+                meta = template.setdefault("metadata", {})
+                meta["annotations"] = {**(meta.get("annotations") or {}), **_annotations(port)}
+        elif obj.get("kind") == "TrainJob":
+            trainer = obj["spec"].get("trainer") or {}
+            if trainer.get("command") != _TRAINER_COMMAND:
+                continue
+            trainer["args"] = _options(trainer.get("args") or [], config)
+            obj["spec"]["annotations"] = {**(obj["spec"].get("annotations") or {}), **_annotations(port)}

@@ -1,0 +1,112 @@
+"""``fsdp-sdk job report`` from the trainer's per-step JSON: a local run's metrics.jsonl, a job's leader log."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fsdp_sdk.reports.render import PLOTS, write_report
+from fsdp_sdk.reports.sources import from_jsonl, from_lines
+from k8s.fake_apiserver import FakeApiServer
+from k8s.tools import cli
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def _records(steps: int = 12) -> list[dict[str, Any]]:
+    return [
+        {
+            "step": s,
+            "loss": 6.0 - 0.2 * s,
+            "lr": 3e-4,
+            "grad_norm": 1.0 + 0.01 * s,
+            "tokens_per_s_per_gpu": 1000.0 + 10 * s,
+            "tflops_per_gpu": 0.5 + 0.01 * s,
+            "mfu": None,
+            "peak_mem_gib": None,
+            "step_time_s": 0.25,
+            "tokens": 256,
+        }
+        for s in range(1, steps + 1)
+    ]
+
+
+def _write_run(state: Path, run_id: str, records: list[dict[str, Any]]) -> Path:
+    run_dir = state / "local" / "runs" / run_id
+    run_dir.mkdir(parents=True)
+    text = "".join(json.dumps(r) + "\n" for r in records)
+    (run_dir / "metrics.jsonl").write_text(text + '{"step": 13, "lo')  # a run killed mid-write
+    return run_dir
+
+
+def test_report_from_metrics_jsonl(tmp_path: Path) -> None:
+    records = _records()
+    run_dir = _write_run(tmp_path, "abc123", records)
+    metrics = from_jsonl(run_dir / "metrics.jsonl", run="abc123", job="fsdp")
+    summary = metrics.summary()["training"]
+    measured = records[2:]  # after the trainer's 2 warm-up steps
+    assert summary["steps"] == 12 and summary["measured_steps"] == 10
+    assert summary["tokens_per_s_per_gpu"] == pytest.approx(
+        statistics.fmean(r["tokens_per_s_per_gpu"] for r in measured)
+    )
+    assert summary["final_loss"] == records[-1]["loss"] and summary["mfu"] is None
+    assert summary["duration_s"] == pytest.approx(0.25 * 11)
+    files = write_report(metrics, tmp_path / "report")
+    assert set(files.plots) == set(PLOTS)
+    for path in files.plots.values():
+        assert path.read_bytes().startswith(PNG) and path.stat().st_size > 5000
+    page = files.html.read_text()
+    assert page.count("data:image/png;base64,") == len(PLOTS)
+    assert 'src="http' not in page and "<script" not in page  # self-contained
+    assert "1,075.0 tokens/s per GPU" in page and "No GPU telemetry" in page
+    assert json.loads(files.summary.read_text())["training"]["steps"] == 12
+
+
+def test_report_from_log_lines_skips_other_lines() -> None:
+    lines = [
+        "master_addr=10.0.0.1",
+        "[rank0] INFO starting",
+        *[json.dumps(r) for r in _records(5)],
+        '{"not": "a step"}',
+    ]
+    metrics = from_lines(lines, run="fsdp", source="the leader's log", job="fsdp")
+    assert [r["step"] for r in metrics.records] == [1, 2, 3, 4, 5]
+    with pytest.raises(Exception, match="has no per-step metrics"):
+        from_lines(["nothing here"], run="fsdp", source="the leader's log")
+
+
+@pytest.mark.usefixtures("isolated")
+def test_job_report_of_a_local_run(isolated: Path, capsys: Any) -> None:
+    _write_run(isolated / "state", "older", _records(3))
+    _write_run(isolated / "state", "run42", _records())
+    code, out, err = cli(capsys, "job", "report", "run42", "--backend", "local", "-o", str(isolated / "r"), "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["summary"]["run"] == "run42" and result["summary"]["source"].startswith("metrics.jsonl")
+    assert Path(result["files"]["html"]).is_file()
+    code, _, err = cli(capsys, "job", "report", "nope", "--backend", "local")
+    assert code == 2 and "no local run 'nope'" in err and "recent runs:" in err
+
+
+@pytest.mark.usefixtures("isolated")
+def test_job_report_reads_the_leader_log_without_prometheus(
+    apiserver: FakeApiServer, isolated: Path, monkeypatch: Any, capsys: Any
+) -> None:
+    from fsdp_sdk.k8s.render import JOB_NAME_LABEL
+
+    monkeypatch.setenv("KUBECONFIG", str(apiserver.write_kubeconfig(isolated / "kubeconfig")))
+    monkeypatch.setenv("PATH", "/nonexistent")  # no kubectl: no port-forward to Prometheus
+    log = "master_addr=10.0.0.1\n" + "".join(json.dumps(r) + "\n" for r in _records())
+    apiserver.add_pod("train-worker-0", labels={JOB_NAME_LABEL: "train"}, log=log)
+    apiserver.add_pod("train-worker-1", labels={JOB_NAME_LABEL: "train"}, log="")
+    code, out, err = cli(
+        capsys, "job", "report", "train", "--kubeconfig", str(isolated / "kubeconfig"), "-o", str(isolated / "r")
+    )
+    assert code == 0, err
+    assert "kubectl" in err and "reading the leader's log" in err  # why Prometheus was not used
+    assert "run train: 12 steps, 1,075.0 tokens/s per GPU" in out and "the leader's log of job default/train" in out
+    assert (isolated / "r" / "report.html").is_file()
