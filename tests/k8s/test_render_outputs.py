@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from fsdp_sdk.config import Config
 from fsdp_sdk.k8s.render import PLACEHOLDER_REGISTRY, RenderWarning, render_job
@@ -111,7 +112,8 @@ def test_render_previews_without_a_registry(
 ) -> None:
     code, out, err = cli(capsys, "job", "render", "--set", "job.num_workers=1")
     assert code == 0, err
-    assert f"image: {PLACEHOLDER_REGISTRY}/fsdp-sdk-trainer:latest" in out
+    job = next(yaml.safe_load_all(out))
+    assert pod_spec(job)["containers"][0]["image"] == f"{PLACEHOLDER_REGISTRY}/fsdp-sdk-trainer:latest"
     assert err.startswith("warning: job.registry is not set: this preview pulls") and err.count("\n") == 1
     code, _, err = cli(capsys, "job", "submit", "--dry-run")  # applying needs the real one
     assert code == 2 and err.startswith("Error: job.registry: no container registry is set")
