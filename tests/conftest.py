@@ -88,6 +88,8 @@ def aws(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch, tmp_path_factory: p
     monkeypatch.setenv("AWS_DEFAULT_REGION", AWS_TEST_REGION)
     monkeypatch.setenv("AWS_CONFIG_FILE", str(empty / "config"))
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(empty / "credentials"))
+    # moto's EC2 loads thousands of default AMIs on its first call after a reset (seconds); no test reads them
+    monkeypatch.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")
     request = urllib.request.Request(f"{moto_endpoint}/moto-api/reset", method="POST")
     with urllib.request.urlopen(request, timeout=10):
         pass

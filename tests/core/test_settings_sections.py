@@ -95,6 +95,7 @@ def test_bad_values_are_one_line_exit_2(demo: DemoPlugin, invoke, args: tuple[st
 
 
 def test_a_section_of_a_plugin_not_installed_names_the_package(invoke, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FSDP_SDK_DISABLE_PLUGIN_AUTOLOAD", "1")  # fsdp-sdk-eksctl is installed in the workspace
     monkeypatch.setenv("FSDP_SDK_EKSCTL__NODE_AMI", "x")
     result = invoke("config", "show")
     assert result.exit_code == 2

@@ -202,7 +202,7 @@ class Client:
         settings = [Setting(path, value, path, "preflight") for path, value in filled.items()]
         return self.config.with_overrides(settings).resolved(self.loaded_plugins, validate_trainer=False)
 
-    def plan(self, *, preflight: bool = True) -> Plan:
+    def plan(self, *, preflight: bool = True, preview: bool = False) -> Plan:
         """What :meth:`up` will do; changes nothing.
 
         Runs the preflight checks first (reads only; a failed check raises), fills in the values
@@ -211,6 +211,8 @@ class Client:
         Training Operator, and the monitoring components when ``observability.enabled``.
 
         :param preflight: run the preflight checks (off: plan from the configuration alone).
+        :param preview: also ask the backend's tool what the plan would change, reading only
+            (:meth:`~fsdp_sdk.backends.base.ClusterBackend.preview`: ``terraform plan``); ``up --dry-run`` does.
         :raises PreflightError: a check failed.
         """
         results = self._checked() if preflight else []
@@ -220,6 +222,8 @@ class Client:
         plan = self.backend.plan(config)
         if plan.backend != self.backend.name or plan.cluster != config.cluster.name:
             raise BackendError(f"backend {self.backend.name!r} returned a plan for {plan.backend}/{plan.cluster}")
+        if preview:
+            plan = self.backend.preview(config, plan, progress=self.progress)
         steps, objects = list(plan.steps), list(plan.kubernetes)
         if not self.backend.runs_jobs:
             from fsdp_sdk.k8s.prereqs import TRAINING_OPERATOR_VERSION, render_etcd

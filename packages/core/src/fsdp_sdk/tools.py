@@ -172,6 +172,7 @@ def run_tool(
     ok_codes: Iterable[int] = (0,),
     secrets: Iterable[str] = (),
     echo: bool = True,
+    stop_timeout: float = 10.0,
 ) -> ToolResult:
     """Run one external tool to its end, streaming its output line by line.
 
@@ -185,6 +186,8 @@ def run_tool(
     :param ok_codes: exit statuses that count as success.
     :param secrets: values masked in every line passed on or kept.
     :param echo: pass lines to ``progress`` (off for tools whose output is data, like ``terraform output -json``).
+    :param stop_timeout: seconds the tool gets to stop after SIGTERM (on Ctrl-C, SIGTERM or ``timeout``) before
+        SIGKILL; tools that must write their state first (terraform) need more than the default.
     :raises ToolNotFoundError: the tool is not installed.
     :raises ToolError: it exited with a status not in ``ok_codes``, or ran past ``timeout``.
     """
@@ -220,7 +223,7 @@ def run_tool(
             ) from None
         timer = None
         if timeout is not None:
-            timer = threading.Timer(timeout, _stop, args=(process,))
+            timer = threading.Timer(timeout, _stop, args=(process, stop_timeout))
             timer.daemon = True
             timer.start()
         try:
@@ -238,7 +241,7 @@ def run_tool(
                     say(f"[{tool} {minutes:02d}:{seconds:02d}] {line}")
             returncode = process.wait()
         except BaseException:
-            _stop(process)
+            _stop(process, stop_timeout)
             raise
         finally:
             if timer is not None:

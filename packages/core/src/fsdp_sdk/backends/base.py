@@ -208,6 +208,19 @@ class ClusterBackend(ABC):
         :raises BackendError: the cluster could not be created.
         """
 
+    def preview(self, config: Config, plan: Plan, *, progress: ProgressCallback = no_progress) -> Plan:
+        """Ask the provisioning tool what applying ``plan`` would change, reading only; ``up --dry-run`` calls it.
+
+        For tools with a plan of their own (``terraform plan``) the backend runs it without changing the
+        cluster or its state, and returns ``plan`` with the answer added (in ``details`` and its steps).
+        The default returns ``plan`` as it is.
+
+        :param config: the resolved configuration the plan was made from.
+        :param plan: what :meth:`plan` returned for ``config``.
+        :param progress: receives a line per step.
+        """
+        return plan
+
     def up(self, config: Config, *, dry_run: bool = False, progress: ProgressCallback = no_progress) -> ClusterStatus:
         """Plan, then apply that plan; with ``dry_run``, plan only and return the current status.
 

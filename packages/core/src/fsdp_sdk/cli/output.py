@@ -19,14 +19,27 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
+def _is_rows(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(v, Mapping) for v in value)
+
+
 def key_values(data: Mapping[str, Any], indent: str = "") -> str:
-    """``key: value`` lines; nested mappings are indented."""
+    """``key: value`` lines; nested mappings are indented, lists of mappings shown as tables, lists of strings one
+    per line."""
     lines = []
     for key, value in data.items():
         if isinstance(value, Mapping):
             lines.append(f"{indent}{key}:")
             if value:
                 lines.append(key_values(value, indent + "  "))
+        elif _is_rows(value):
+            lines.append(f"{indent}{key}:")
+            headers = list(value[0])
+            rows = [[row.get(h) for h in headers] for row in value]
+            lines += [indent + "  " + line for line in table(headers, rows).splitlines()]
+        elif isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+            lines.append(f"{indent}{key}:")
+            lines += [f"{indent}  - {v}" for v in value]
         else:
             lines.append(f"{indent}{key}: {'-' if value is None else value}")
     return "\n".join(lines)

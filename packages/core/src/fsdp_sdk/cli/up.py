@@ -62,13 +62,14 @@ def up(app: Application, update_kubeconfig: bool, dry_run: bool, as_json: bool) 
     """Plan the cluster the configuration describes, then create it as planned, or confirm it is up.
 
     The preflight checks run first (credentials, quotas, zones, reservations: they read, never change).
-    With --dry-run, prints the plan (steps, hourly cost, the documents it would apply) and changes nothing;
+    With --dry-run, prints the plan (steps, hourly cost, the documents it would apply) and changes nothing
+    (backends with a planning tool of their own run it read-only: the terraform backend runs 'terraform plan');
     without, applies exactly that plan, then makes a Kubernetes cluster ready for jobs (kubeconfig, etcd,
     the Kubeflow Training Operator, monitoring when observability.enabled). On the local backend this
     starts etcd as a daemon and records it in <cluster.state_dir>/local/state.json.
     """
     client = app.client
-    plan = client.plan()
+    plan = client.plan(preview=dry_run)
     if dry_run:
         status = client.up(plan, dry_run=True)
         if as_json:

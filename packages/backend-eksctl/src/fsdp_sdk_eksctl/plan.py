@@ -1,0 +1,107 @@
+"""The eksctl backend's plan (pure): the rendered ClusterConfig, the steps in order, the hourly cost, and the
+facts ``apply`` acts on (paths, node groups and their sizes, the eksctl commands).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from fsdp_sdk.backends.base import Plan
+from fsdp_sdk_eksctl import commands
+from fsdp_sdk_eksctl.cost import hourly_cost
+from fsdp_sdk_eksctl.device_plugins import device_plugin_objects
+from fsdp_sdk_eksctl.render import efa_enabled, render_cluster_config, uses_own_placement_group
+from fsdp_sdk_eksctl.state import StateDir
+
+if TYPE_CHECKING:
+    from fsdp_sdk.config import Config
+    from fsdp_sdk.instance_types import InstanceType
+
+__all__ = ["make_plan"]
+
+_CAPACITY = {
+    "on-demand": "On-Demand",
+    "spot": "Spot",
+    "capacity-reservation": "capacity reservation {id}",
+    "capacity-block": "Capacity Block {id}",
+}
+
+
+def make_plan(backend: str, config: Config, instance: InstanceType) -> Plan:
+    """The plan ``apply`` acts on (see the module docstring).
+
+    :param backend: the backend's name.
+    :param config: the resolved configuration.
+    :param instance: the GPU instance type.
+    """
+    cluster = config.cluster
+    settings = config.section("eksctl")
+    paths = StateDir.of(cluster.state_dir, cluster.name)
+    document = render_cluster_config(config, instance)
+    objects = device_plugin_objects(config, instance)
+    cost = hourly_cost(config, instance)
+    timeout = settings.timeout_minutes
+    zones = ", ".join(cluster.availability_zones) or "zones eksctl picks"
+    gpu_zone = cluster.availability_zones[0] if cluster.availability_zones else "one of them"
+    capacity = _CAPACITY[cluster.capacity_type].format(id=cluster.capacity_reservation_id)
+    addons = ", ".join(f"{a['name']} {a['version']}" for a in document["addons"])
+    efa = f"EFA ({instance.efa_interfaces} interfaces each)" if efa_enabled(config, instance) else "no EFA"
+    network = "private subnets" if settings.private_networking else "public subnets"
+    ami = settings.gpu_ami or f"{settings.ami_family} accelerated AMI"
+
+    steps = [
+        f"write the eksctl ClusterConfig to {paths.config_file}",
+        f"eksctl create cluster: EKS {cluster.kubernetes_version} control plane in {cluster.region} ({zones}), "
+        f"VPC {settings.vpc_cidr}, IAM OIDC provider, add-ons {addons}",
+        f"node group {settings.system_nodegroup!r}: {cluster.system_nodes} x {cluster.system_instance_type}, {network}",
+        f"node group {settings.gpu_nodegroup!r}: {cluster.nodes} x {instance.name} (min {cluster.min_nodes}, "
+        f"max {cluster.max_nodes}) in {gpu_zone}, {capacity}, {efa}, {ami}, "
+        f"{cluster.node_volume_size_gib} GiB gp3, {network}",
+    ]
+    if cluster.placement_group and settings.placement_group_name:
+        steps.append(f"GPU nodes in the cluster placement group {settings.placement_group_name}")
+    elif uses_own_placement_group(config, instance):
+        steps.append(
+            "GPU nodes in a cluster placement group eksctl adds to the node group's stack (EFA, no reservation)"
+        )
+    if efa_enabled(config, instance):
+        steps.append("eksctl installs the EFA device plugin")
+    steps += [f"apply the {o['metadata']['name']} DaemonSet on the GPU nodes" for o in objects]
+    steps.append(
+        "on an existing cluster: create the missing node groups and scale the others to these sizes, nothing else"
+    )
+
+    nodegroups = {
+        settings.system_nodegroup: {
+            "instance_type": cluster.system_instance_type,
+            "nodes": cluster.system_nodes,
+            "min": cluster.system_nodes,
+            "max": cluster.system_nodes,
+        },
+        settings.gpu_nodegroup: {
+            "instance_type": instance.name,
+            "nodes": cluster.nodes,
+            "min": cluster.min_nodes,
+            "max": cluster.max_nodes,
+        },
+    }
+    details: dict[str, Any] = {
+        "region": cluster.region,
+        "state_dir": str(paths.root),
+        "config_file": str(paths.config_file),
+        "kubeconfig": str(paths.kubeconfig),
+        "nodegroups": nodegroups,
+        "gpu_nodegroup": settings.gpu_nodegroup,
+        "timeout_minutes": timeout,
+        "create_cluster": commands.create_cluster(str(paths.config_file), timeout_minutes=timeout),
+        "cost": cost.to_dict(),
+    }
+    return Plan(
+        backend=backend,
+        cluster=cluster.name,
+        steps=steps,
+        resources=[document],
+        hourly_cost_usd=cost.total,
+        details=details,
+        kubernetes=objects,
+    )

@@ -1,0 +1,38 @@
+"""The plugin module (entry point ``terraform`` in group ``fsdp_sdk``): the backend, its settings, its checks.
+
+It imports the backend only when a command needs it, so ``fsdp-sdk --help`` and ``config show`` stay fast.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from fsdp_sdk.hookspecs import hookimpl
+from fsdp_sdk_terraform.settings import SECTION, TerraformSettings
+
+if TYPE_CHECKING:
+    from fsdp_sdk.backends.base import BackendRegistry
+    from fsdp_sdk.config import Config, SettingsRegistry
+    from fsdp_sdk.preflight import PreflightResult
+
+
+@hookimpl
+def fsdp_sdk_register_backends(registry: BackendRegistry) -> None:
+    """Register the ``terraform`` backend (imported on first use)."""
+    registry.add_lazy("terraform", "fsdp_sdk_terraform.backend:TerraformBackend")
+
+
+@hookimpl
+def fsdp_sdk_register_settings(registry: SettingsRegistry) -> None:
+    """Register the ``terraform`` settings section."""
+    registry.add(SECTION, TerraformSettings)
+
+
+@hookimpl
+def fsdp_sdk_preflight(config: Config) -> list[PreflightResult]:
+    """The terraform binary, AWS and state backend checks, when ``terraform`` is the configured backend."""
+    if config.cluster.backend != "terraform":
+        return []
+    from fsdp_sdk_terraform.preflight import terraform_preflight
+
+    return terraform_preflight(config)

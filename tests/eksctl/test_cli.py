@@ -1,0 +1,186 @@
+"""The CLI with the eksctl backend: ``up --dry-run`` (text and JSON) shows the plan and changes nothing; bad inputs
+are one line, exit 2, and create nothing (no eksctl run, no AWS resource, no local state); ``status`` shows its
+tables."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from k8s.fake_apiserver import FakeApiServer
+from k8s.tools import cli
+
+from .helpers import RESERVATION, AwsAnswers, Tools, aws_resources
+
+pytestmark = pytest.mark.usefixtures("eksctl_env")
+
+P4DE_ODCR = ("--set", "cluster.instance_type=p4de.24xlarge", "--set", f"cluster.capacity_reservation_id={RESERVATION}")
+
+
+def test_up_dry_run_prints_the_plan_and_changes_nothing(
+    eksctl_env: Path, tools: Tools, answers: AwsAnswers, capsys: pytest.CaptureFixture[str]
+) -> None:
+    answers.reserve()
+    code, out, err = cli(capsys, "up", "--backend", "eksctl", "--dry-run", *P4DE_ODCR)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0] == "Plan for cluster 'fsdp-sdk' on backend 'eksctl':"
+    assert "  [ok] eksctl-version: eksctl 0.210.0 (>= 0.205.0)" in lines
+    assert any(
+        line.startswith(f"  [ok] capacity-reservation: capacity reservation {RESERVATION}: active") for line in lines
+    )
+    assert "  chosen by the preflight checks: cluster.availability_zones=us-west-2b,us-west-2a,us-west-2c" in lines
+    assert any(
+        line.startswith("  4. node group 'gpu': 2 x p4de.24xlarge (min 0, max 2) in us-west-2b") for line in lines
+    )
+    assert "On-demand cost: $55.38/hour" in lines
+    assert lines[-1] == "Current state: absent (dry run: nothing changed)"
+    assert tools.eksctl() == [] and tools.calls("kubectl") == []
+    assert aws_resources() == {"clusters": [], "nodegroups": [], "stacks": []}
+    assert not eksctl_env.exists()
+
+
+def test_up_dry_run_json_carries_a_valid_cluster_config(
+    eksctl_env: Path,
+    tools: Tools,
+    answers: AwsAnswers,
+    capsys: pytest.CaptureFixture[str],
+    validate_cluster_config: Callable[[dict[str, Any]], list[str]],
+) -> None:
+    answers.reserve()
+    code, out, err = cli(capsys, "up", "--backend", "eksctl", "--dry-run", "--json", *P4DE_ODCR)
+    assert code == 0, err
+    data = json.loads(out)
+    plan = data["plan"]
+    (document,) = plan["resources"]
+    assert validate_cluster_config(document) == []
+    assert document["managedNodeGroups"][1]["capacityReservation"] == {
+        "capacityReservationTarget": {"capacityReservationID": RESERVATION}
+    }
+    assert plan["details"]["create_cluster"][:4] == ["eksctl", "create", "cluster", "-f"]
+    assert [o["kind"] for o in plan["kubernetes"]] == ["DaemonSet", "Service", "Deployment"]
+    assert data["status"]["state"] == "absent" and tools.eksctl() == []
+
+
+BAD_INPUTS = {
+    "unknown zone": (
+        ("--set", "cluster.availability_zones=us-west-2z,us-west-2a"),
+        None,
+        "[error] aws-region: availability zone us-west-2z is not an available zone of us-west-2; "
+        "set cluster.availability_zones to zones of us-west-2: us-west-2a, us-west-2b, us-west-2c, us-west-2d",
+    ),
+    "quota too small": (
+        ("--set", "cluster.instance_type=p4de.24xlarge", "--nodes", "4", "--set", "cluster.max_nodes=4"),
+        None,
+        "[error] gpu-vcpu-quota: 4 x p4de.24xlarge need 384 vCPUs but the quota 'Running On-Demand P instances' "
+        "(L-417A185B) in us-west-2 is 96",
+    ),
+    "reservation of another type": (
+        P4DE_ODCR,
+        {"InstanceType": "p5.48xlarge"},
+        f"[error] capacity-reservation: capacity reservation {RESERVATION} is for p5.48xlarge, not p4de.24xlarge; "
+        "set cluster.instance_type to p5.48xlarge",
+    ),
+    "reservation in another zone": (
+        (*P4DE_ODCR, "--set", "cluster.availability_zones=us-west-2a,us-west-2b"),
+        {},
+        f"[error] capacity-reservation: capacity reservation {RESERVATION} is in us-west-2b, but the GPU nodes go to "
+        "us-west-2a; put us-west-2b first in cluster.availability_zones",
+    ),
+    "more nodes than the reservation has": (
+        (*P4DE_ODCR, "--nodes", "3", "--set", "cluster.max_nodes=3"),
+        {"AvailableInstanceCount": 2},
+        f"[error] capacity-reservation: capacity reservation {RESERVATION} has 2 free instance(s) for 3 node(s); "
+        "set cluster.nodes to 2 or less, or extend the reservation",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", BAD_INPUTS)
+def test_bad_inputs_are_one_line_exit_2_and_create_nothing(
+    case: str, eksctl_env: Path, tools: Tools, answers: AwsAnswers, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args, reservation, message = BAD_INPUTS[case]
+    answers.quota_vcpus = 96
+    if reservation is not None:
+        answers.reserve(**reservation)
+    code, _, err = cli(capsys, "up", "--backend", "eksctl", *args)
+    assert code == 2, err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("Error: preflight failed: ")
+    assert message in err
+    assert tools.eksctl() == [] and tools.calls("kubectl") == []
+    assert aws_resources() == {"clusters": [], "nodegroups": [], "stacks": []}
+    assert not eksctl_env.exists()
+
+
+def test_missing_or_old_tools_are_one_line_exit_2(
+    eksctl_env: Path,
+    tools: Tools,
+    answers: AwsAnswers,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("FAKE_EKSCTL_FAULT", "old-version")
+    code, _, err = cli(capsys, "up", "--backend", "eksctl")
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert (
+        "[error] eksctl-version: eksctl 0.190.0 is older than 0.205.0, the first that supports Capacity Blocks and "
+        "the AL2023 NVIDIA AMIs; upgrade it: install eksctl: https://eksctl.io/installation/"
+    ) in err
+    (tools.bin_dir / "eksctl").unlink()
+    monkeypatch.setenv("PATH", f"{tools.bin_dir}{os.pathsep}/usr/bin{os.pathsep}/bin")
+    (tools.bin_dir / "aws").unlink()
+    code, _, err = cli(capsys, "up", "--backend", "eksctl")
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert (
+        "[error] eksctl-installed: eksctl is not on PATH (creates, scales and deletes the cluster); install eksctl"
+        in err
+    )
+    assert "[error] aws-installed: aws is not on PATH" in err
+    assert aws_resources()["stacks"] == [] and not eksctl_env.exists()
+
+
+def test_a_bad_eksctl_setting_is_one_line_exit_2(
+    eksctl_env: Path, tools: Tools, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FSDP_SDK_EKSCTL__TIMEOUT_MINUTES", "2")
+    code, _, err = cli(capsys, "up", "--backend", "eksctl", "--dry-run")
+    assert code == 2
+    assert err.strip() == (
+        "Error: FSDP_SDK_EKSCTL__TIMEOUT_MINUTES (from environment): 2 is not between 5 and 300 minutes; "
+        "set it to a number of minutes like 40"
+    )
+    assert tools.calls() == []
+
+
+def test_status_shows_node_groups_and_add_ons_as_tables(
+    eksctl_env: Path,
+    tools: Tools,
+    answers: AwsAnswers,
+    apiserver: FakeApiServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    loopback = apiserver.write_kubeconfig(tmp_path / "loopback")
+    flags = ("--backend", "eksctl", "--set", f"cluster.kubeconfig={loopback}")
+    code, _, err = cli(capsys, "up", *flags)
+    assert code == 0, err
+    code, out, err = cli(capsys, "status", *flags)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert "state: ready" in lines and "nodes: 2" in lines
+    table = lines[lines.index("  nodegroups:") + 1 :][:3] if "  nodegroups:" in lines else []
+    assert table == [
+        "    NAME    STATUS  INSTANCE_TYPE  CAPACITY   NODES  MIN  MAX  HEALTH",
+        "    gpu     ACTIVE  p5.48xlarge    ON_DEMAND  2      0    2    ok",
+        "    system  ACTIVE  m5.xlarge      ON_DEMAND  2      2    2    ok",
+    ]
+    assert "    vpc-cni     v1.19.2-eksbuild.1  ACTIVE  ok" in lines
+    code, out, _ = cli(capsys, "status", "--json", *flags)
+    data = json.loads(out)
+    assert data["state"] == "ready" and [g["name"] for g in data["details"]["nodegroups"]] == ["gpu", "system"]

@@ -1,0 +1,109 @@
+"""``up`` -> ``run`` -> ``down`` through the CLI with the eksctl backend: the recording eksctl creates and deletes the
+cluster in moto, the loopback API server is the cluster's Kubernetes (``cluster.kubeconfig`` points jobs at it),
+and a thread plays the Training Operator: it starts the job's pods and moves the job to Succeeded."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from k8s.fake_apiserver import FakeApiServer
+from k8s.tools import cli
+
+from .helpers import AwsAnswers, Tools, aws_resources, leader_line
+
+pytestmark = pytest.mark.usefixtures("eksctl_env")
+
+JOB_LABEL = "training.kubeflow.org/job-name"
+SUMMARY = {"steps": 20, "final_loss": 1.25, "tokens_per_s_per_gpu": 812.5, "tflops_per_gpu": 41.0}
+
+
+def _conditions(*types: str) -> list[dict[str, str]]:
+    return [{"type": t, "status": "True", "reason": t, "message": f"job {t.lower()}"} for t in types]
+
+
+def play_the_operator(apiserver: FakeApiServer, stop: threading.Event) -> None:
+    """Wait for the PyTorchJob, then do what the Training Operator and the trainer would: a running leader pod
+    whose log has the trainer's lines and summary, then the job Succeeded."""
+    while not stop.is_set() and apiserver.get("kubeflow.org/v1", "PyTorchJob", "fsdp") is None:
+        time.sleep(0.01)
+    if stop.is_set():
+        return
+    apiserver.add_pod(
+        "fsdp-worker-0", labels={JOB_LABEL: "fsdp"}, log=f"{leader_line('fsdp-worker-0')}\n", follow_open=True
+    )
+    apiserver.add_pod("fsdp-worker-1", labels={JOB_LABEL: "fsdp"}, log="waiting for the rendezvous\n")
+    apiserver.set_status("kubeflow.org/v1", "PyTorchJob", "fsdp", {"conditions": _conditions("Created", "Running")})
+    while not stop.is_set() and not any(
+        r.path.endswith("/pods/fsdp-worker-0/log") and r.query.get("follow") == ["true"] for r in apiserver.requests
+    ):
+        time.sleep(0.01)  # training goes on while `run` follows the leader's log
+    for step in range(1, 3):
+        apiserver.append_log("fsdp-worker-0", json.dumps({"step": step, "loss": 2.0 / step}) + "\n")
+    apiserver.append_log("fsdp-worker-0", json.dumps(SUMMARY) + "\n")
+    apiserver.set_status(
+        "kubeflow.org/v1", "PyTorchJob", "fsdp", {"conditions": _conditions("Created", "Running", "Succeeded")}
+    )
+    apiserver.close_log("fsdp-worker-0")
+
+
+def test_up_run_down(
+    eksctl_env: Path,
+    tools: Tools,
+    answers: AwsAnswers,
+    apiserver: FakeApiServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    pytorchjob_crd: Path,  # the submitted job is validated against it (skips without ../shared/schemas)
+) -> None:
+    loopback = apiserver.write_kubeconfig(tmp_path / "loopback")
+    monkeypatch.setenv("FSDP_SDK_CLUSTER__BACKEND", "eksctl")
+    monkeypatch.setenv("FSDP_SDK_CLUSTER__INSTANCE_TYPE", "p4de.24xlarge")
+    monkeypatch.setenv("FSDP_SDK_CLUSTER__KUBECONFIG", str(loopback))
+    monkeypatch.setenv("FSDP_SDK_JOB__REGISTRY", "123456789012.dkr.ecr.us-west-2.amazonaws.com")
+
+    code, out, err = cli(capsys, "up")
+    assert code == 0, err
+    assert "state: ready" in out.splitlines()
+    assert apiserver.get("apps/v1", "Deployment", "etcd") is not None
+    assert apiserver.get("apps/v1", "DaemonSet", "nvidia-device-plugin", namespace="kube-system") is not None
+
+    stop = threading.Event()
+    operator = threading.Thread(target=play_the_operator, args=(apiserver, stop), daemon=True)
+    operator.start()
+    try:
+        code, out, err = cli(capsys, "run", "--preset", "tiny", "--steps", "20", "--json")
+    finally:
+        stop.set()
+        operator.join(timeout=10)
+    assert code == 0, err
+    assert json.loads(out.strip().splitlines()[-1]) == SUMMARY
+    assert leader_line("fsdp-worker-0") in err and '{"step": 2, "loss": 1.0}' in err  # the leader's log, streamed
+    job = apiserver.get("kubeflow.org/v1", "PyTorchJob", "fsdp")
+    worker = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    assert worker["nodeSelector"] == {"node.kubernetes.io/instance-type": "p4de.24xlarge"}
+    limits = worker["containers"][0]["resources"]["limits"]
+    assert limits["nvidia.com/gpu"] == 8 and limits["vpc.amazonaws.com/efa"] == 4
+
+    code, out, err = cli(capsys, "down", "--yes")
+    assert code == 0, err
+    assert tools.eksctl()[-1] == [
+        "delete",
+        "cluster",
+        "--name",
+        "fsdp-sdk",
+        "--region",
+        "us-west-2",
+        "--wait",
+        "--timeout",
+        "40m",
+    ]
+    assert "state: absent" in out
+    assert aws_resources() == {"clusters": [], "nodegroups": [], "stacks": []}
+    assert not (eksctl_env / "eksctl" / "fsdp-sdk").exists()
+    assert [argv[:2] for argv in tools.eksctl()] == [["create", "cluster"], ["delete", "cluster"]]

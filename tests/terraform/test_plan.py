@@ -1,0 +1,204 @@
+"""``plan()`` is pure and says exactly what ``apply()`` writes: the inputs (from the configuration and the
+instance-type registry), the backend block, the steps, the device plugins core applies afterwards; bad
+inputs are refused before terraform runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fsdp_sdk.errors import ConfigError
+from fsdp_sdk.plugins import Plugins
+from fsdp_sdk_terraform.backend import TerraformBackend
+from fsdp_sdk_terraform.device_plugins import efa_device_plugin_image
+from fsdp_sdk_terraform.inputs import check_inputs
+
+from .conftest import make_config
+
+
+def _inputs(plan) -> dict:
+    return next(r["content"] for r in plan.resources if r["file"] == "terraform.tfvars.json")
+
+
+def test_the_default_p5_plan(plugins: Plugins, tmp_path: Path) -> None:
+    config = make_config(plugins, tmp_path / "state")
+    plan = TerraformBackend().plan(config)
+    inputs = _inputs(plan)
+    assert inputs == {
+        "cluster_name": "fsdp-sdk",
+        "region": "us-west-2",
+        "kubernetes_version": "1.31",
+        "availability_zones": ["us-west-2a", "us-west-2b"],
+        "vpc_cidr": "10.0.0.0/16",
+        "endpoint_public_access": True,
+        "public_access_cidrs": ["0.0.0.0/0"],
+        "system_instance_type": "m5.xlarge",
+        "system_nodes": 2,
+        "gpu_instance_type": "p5.48xlarge",
+        "gpu_nodes": 2,
+        "gpu_min_nodes": 0,
+        "gpu_max_nodes": 2,
+        "gpu_ami_type": "AL2023_x86_64_NVIDIA",
+        "gpu_taint_key": "nvidia.com/gpu",
+        "efa_interfaces": 32,
+        "capacity_type": "on-demand",
+        "capacity_reservation_id": None,
+        "placement_group": False,
+        "node_volume_size_gib": 500,
+        "tags": {},
+    }
+    workdir = tmp_path / "state" / "terraform" / "fsdp-sdk"
+    assert plan.details == {
+        "workdir": str(workdir),
+        "configuration": plan.details["configuration"],
+        "state": str(workdir / "terraform.tfstate"),
+        "plan_file": "up.tfplan",
+    }
+    assert Path(plan.details["configuration"]).joinpath("nodes.tf").is_file()
+    assert plan.steps[2] == f"terraform init: state in {workdir / 'terraform.tfstate'}"
+    assert plan.steps[3] == (
+        "terraform plan -out up.tfplan: VPC 10.0.0.0/16 with private subnets and a NAT gateway in us-west-2a, us-west-2b; "
+        "EKS 1.31 cluster fsdp-sdk with its IAM roles and OIDC provider; system node group 2 x m5.xlarge; "
+        "GPU node group 2 x p5.48xlarge in us-west-2a (32 EFA interfaces each)"
+    )
+    assert [o["metadata"]["name"] for o in plan.kubernetes] == ["nvidia-device-plugin", "aws-efa-k8s-device-plugin"]
+    assert plan.hourly_cost_usd == round(2 * config.instance(plugins).on_demand_usd_per_hour, 2)
+    assert not (tmp_path / "state").exists()
+
+
+def test_a_capacity_block_with_a_placement_group_and_s3_state(plugins: Plugins, tmp_path: Path) -> None:
+    config = make_config(
+        plugins,
+        tmp_path / "state",
+        **{
+            "cluster.capacity_reservation_id": "cr-0123456789abcdef0",
+            "cluster.capacity_type": "capacity-block",
+            "cluster.placement_group": "true",
+            "cluster.nodes": 16,
+            "terraform.state_bucket": "team-tf-state",
+            "terraform.lock_table": "terraform-locks",
+        },
+    )
+    plan = TerraformBackend().plan(config)
+    inputs = _inputs(plan)
+    assert (inputs["capacity_type"], inputs["capacity_reservation_id"], inputs["placement_group"]) == (
+        "capacity-block",
+        "cr-0123456789abcdef0",
+        True,
+    )
+    assert inputs["gpu_nodes"] == inputs["gpu_max_nodes"] == 16
+    backend = next(r["content"] for r in plan.resources if r["file"] == "backend.tf.json")
+    assert backend == {
+        "terraform": {
+            "backend": {
+                "s3": {
+                    "bucket": "team-tf-state",
+                    "key": "fsdp-sdk/fsdp-sdk/terraform.tfstate",
+                    "region": "us-west-2",
+                    "encrypt": True,
+                    "dynamodb_table": "terraform-locks",
+                }
+            }
+        }
+    }
+    assert "(32 EFA interfaces each, Capacity Block cr-0123456789abcdef0, cluster placement group)" in plan.steps[3]
+    assert plan.details["state"] == (
+        "s3://team-tf-state/fsdp-sdk/fsdp-sdk/terraform.tfstate (us-west-2, locked with DynamoDB table terraform-locks)"
+    )
+
+
+def test_a_third_party_instance_type_gets_its_efa_count_from_the_registry(plugins: Plugins, tmp_path: Path) -> None:
+    import fsdp_sdk_plugin_b200  # the example third-party plugin of the workspace
+
+    plugins.register(fsdp_sdk_plugin_b200, name="b200")
+    config = make_config(plugins, tmp_path / "state", **{"cluster.instance_type": "p6-b200.48xlarge"})
+    instance = plugins.instance_types.get("p6-b200.48xlarge")
+    assert instance is not None
+    from fsdp_sdk_terraform.inputs import terraform_inputs
+
+    inputs = terraform_inputs(config, instance, config.section("terraform"))
+    assert inputs["gpu_instance_type"] == "p6-b200.48xlarge"
+    assert inputs["efa_interfaces"] == instance.efa_interfaces > 0
+
+
+def test_efa_off_and_neuron_devices(plugins: Plugins, tmp_path: Path) -> None:
+    off = make_config(plugins, tmp_path, **{"cluster.efa": "false", "cluster.instance_type": "g5.48xlarge"})
+    plan = TerraformBackend().plan(off)
+    assert _inputs(plan)["efa_interfaces"] == 0 and "no EFA" in plan.steps[3]
+    assert [o["metadata"]["name"] for o in plan.kubernetes] == ["nvidia-device-plugin"]
+    none = make_config(plugins, tmp_path, **{"terraform.device_plugins": "false"})
+    assert not TerraformBackend().plan(none).kubernetes
+
+
+def test_device_plugins_are_valid_kubernetes_objects(plugins: Plugins, tmp_path: Path) -> None:
+    import kubernetes_validate
+
+    plan = TerraformBackend().plan(make_config(plugins, tmp_path))
+    for obj in plan.kubernetes:
+        kubernetes_validate.validate(obj, "1.31", strict=True)
+        spec = obj["spec"]["template"]["spec"]
+        assert spec["nodeSelector"] == {"node.kubernetes.io/instance-type": "p5.48xlarge"}
+        assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
+    efa = plan.kubernetes[1]["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert efa == "602401143452.dkr.ecr.us-west-2.amazonaws.com/eks/aws-efa-k8s-device-plugin:v0.5.5"
+
+
+def test_the_efa_device_plugin_image_follows_the_region(plugins: Plugins, tmp_path: Path) -> None:
+    settings = make_config(plugins, tmp_path).section("terraform")
+    assert efa_device_plugin_image("af-south-1", settings).startswith("877085696533.dkr.ecr.af-south-1.amazonaws.com/")
+    assert efa_device_plugin_image("cn-north-1", settings).startswith(
+        "918309763551.dkr.ecr.cn-north-1.amazonaws.com.cn/"
+    )
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            {"cluster.availability_zones": "us-west-2a"},
+            r"^cluster.availability_zones: names 1 zone\(s\); EKS needs subnets in 2 zones",
+        ),
+        ({"cluster.node_volume_size_gib": 30}, r"^cluster.node_volume_size_gib: 30 GiB is outside 40..16384"),
+        (
+            {"terraform.gpu_ami_type": "AL2_x86_64_GPU"},
+            r"^terraform.gpu_ami_type: 'AL2_x86_64_GPU' is not an accelerated",
+        ),
+    ],
+)
+def test_bad_inputs_are_refused_before_terraform_runs(plugins: Plugins, tmp_path: Path, overrides, message) -> None:
+    config = make_config(plugins, tmp_path / "state", **overrides)
+    backend = TerraformBackend()
+    plan = backend.plan(config)  # planning is pure: it shows the values
+    with pytest.raises(ConfigError, match=message):
+        backend.apply(config, plan)
+    assert not (tmp_path / "state").exists(), "nothing was written, terraform never ran"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"terraform.lock_table": "locks"}, r"^terraform.lock_table: is set but terraform.state_bucket is not"),
+        ({"terraform.vpc_cidr": "10.0.0.0/24"}, r"^terraform.vpc_cidr: 10.0.0.0/24 is smaller than /20"),
+        ({"terraform.public_access_cidrs": "1.2.3.4/40"}, r"^terraform.public_access_cidrs: '1.2.3.4/40' is not"),
+        (
+            {"terraform.state_bucket": "Bad_Bucket"},
+            r"^terraform.state_bucket \(from overrides\): 'Bad_Bucket' is not an S3 bucket name",
+        ),
+        (
+            {"terraform.lock_timeout_s": "-1"},
+            r"^terraform.lock_timeout_s \(from overrides\): -1 is not between 0 and 3600",
+        ),
+        ({"terraform.configuration": "/nonexistent"}, r"^terraform.configuration: '/nonexistent' is not a directory"),
+    ],
+)
+def test_bad_settings_are_one_line_errors(plugins: Plugins, tmp_path: Path, overrides, message) -> None:
+    with pytest.raises(ConfigError, match=message):
+        make_config(plugins, tmp_path, **overrides)
+
+
+def test_a_plan_without_zones_is_refused_by_apply_with_the_fix(plugins: Plugins, tmp_path: Path) -> None:
+    config = make_config(plugins, tmp_path / "state", **{"cluster.availability_zones": ""})
+    plan = TerraformBackend().plan(config)
+    with pytest.raises(ConfigError, match=r"leave it empty and let 'fsdp-sdk up' choose them$"):
+        check_inputs(_inputs(plan))
