@@ -156,7 +156,7 @@ class _Backend(LocalBackend):
     """A second backend that claims the name 'local'."""
 
 
-def test_a_duplicate_backend_name_is_refused() -> None:
+def test_a_plugin_cannot_replace_a_builtin_backend(capsys: pytest.CaptureFixture[str]) -> None:
     class Duplicate:
         @hookimpl
         def fsdp_sdk_register_backends(self, registry):
@@ -164,14 +164,18 @@ def test_a_duplicate_backend_name_is_refused() -> None:
 
     plugins = build_plugins(autoload=False)
     plugins.register(Duplicate(), name="dup")
-    with pytest.raises(
-        PluginError,
-        match=re.escape("backend 'local' from plugin dup is already registered by plugin fsdp_sdk.backends.builtin"),
-    ):
-        _ = plugins.backends
+    assert plugins.backends.get("local") is LocalBackend  # fsdp-sdk's own is kept
+    (conflict,) = plugins.conflicts()
+    assert (conflict.kind, conflict.name, conflict.plugins, conflict.kept) == (
+        "backend",
+        "local",
+        ("fsdp_sdk.backends.builtin", "dup"),
+        "fsdp_sdk.backends.builtin",
+    )
+    assert "plugin 'dup' also registers the backend 'local' built into fsdp-sdk" in capsys.readouterr().err
 
 
-def test_a_duplicate_instance_type_is_refused() -> None:
+def test_a_plugin_cannot_replace_a_builtin_instance_type() -> None:
     p5 = fsdp_sdk.instance_types.BUILTIN_INSTANCE_TYPES[2]
 
     class Duplicate:
@@ -181,8 +185,8 @@ def test_a_duplicate_instance_type_is_refused() -> None:
 
     plugins = build_plugins(autoload=False)
     plugins.register(Duplicate(), name="dup")
-    with pytest.raises(PluginError, match=r"instance type 'p5\.48xlarge' from plugin dup is already registered"):
-        _ = plugins.instance_types
+    assert plugins.instance_types["p5.48xlarge"] is p5
+    assert [c.refused for c in plugins.conflicts()] == [("dup",)]
 
 
 def test_a_duplicate_plugin_name_or_bad_signature_is_refused() -> None:
@@ -200,16 +204,39 @@ def test_a_duplicate_plugin_name_or_bad_signature_is_refused() -> None:
     assert not plugins.pm.has_plugin("bad")
 
 
-def test_registering_something_that_is_not_a_backend_is_refused() -> None:
+def test_a_plugin_that_registers_something_wrong_is_left_out(capsys: pytest.CaptureFixture[str]) -> None:
     class Wrong:
         @hookimpl
         def fsdp_sdk_register_backends(self, registry):
+            registry.add_lazy("fine", "fsdp_sdk.backends.local:LocalBackend")
             registry.add(dict)
 
     plugins = build_plugins(autoload=False)
     plugins.register(Wrong(), name="wrong")
-    with pytest.raises(PluginError, match=re.escape("plugin wrong: registry.add() takes a ClusterBackend subclass")):
-        _ = plugins.backends
+    assert plugins.backends.names() == ["local"]  # nothing of 'wrong', not even what it added before failing
+    expected = (
+        "fsdp_sdk_register_backends failed, so what it registers is left out: "
+        "registry.add() takes a ClusterBackend subclass, got <class 'dict'>"
+    )
+    assert f"fsdp-sdk: warning: plugin 'wrong': {expected}" in capsys.readouterr().err
+    info = next(i for i in plugins.infos() if i.name == "wrong")
+    assert info.broken and info.error == expected
+
+
+def test_a_builtin_plugin_that_fails_to_register_is_a_bug_that_stops_everything() -> None:
+    class Wrong:
+        @hookimpl
+        def fsdp_sdk_register_instance_types(self, registry):
+            raise KeyError("gpu")
+
+    plugins = build_plugins(autoload=False, default_plugins=())
+    plugins.register(Wrong(), name="wrong")
+    plugins.default_plugins = frozenset({"wrong"})
+    with pytest.raises(
+        PluginError,
+        match=r"^plugin 'wrong' \(built into fsdp-sdk\): fsdp_sdk_register_instance_types failed: KeyError: 'gpu'",
+    ):
+        _ = plugins.instance_types
 
 
 # ---------------------------------------------------------------------- broken third-party plugins
@@ -376,3 +403,122 @@ def test_lazily_registered_backend_is_imported_on_first_use_and_checked() -> Non
         registry.get("missing")
     with pytest.raises(PluginError, match=re.escape("is not 'package.module:ClassName'")):
         registry.add_lazy("bad", "fsdp_sdk.backends.local.LocalBackend")
+
+
+# ---------------------------------------------------------------------- the same instance type from two distributions
+
+
+def _types_plugin(*names: str) -> str:
+    """Source of a plugin module registering Neuron-like instance types ``names`` (a made-up family)."""
+    types = ", ".join(
+        f"InstanceType(name={n!r}, gpu_count=16, gpu_model='Acme', gpu_memory_gib=32, efa_interfaces=8, "
+        "vcpus=128, memory_gib=512, bf16_tflops_per_gpu=190.0, on_demand_usd_per_hour=None, "
+        "accelerator_resource='aws.amazon.com/neuron')"
+        for n in names
+    )
+    return f"""
+        from fsdp_sdk import hookimpl
+        from fsdp_sdk.instance_types import InstanceType
+
+        @hookimpl
+        def fsdp_sdk_register_instance_types(registry):
+            for t in ({types},):
+                registry.add(t)
+    """
+
+
+@pytest.fixture
+def conflict_site(tmp_path: Path) -> Path:
+    """Two distributions that both register ``acme1.32xlarge``, each with a type of its own."""
+    site = tmp_path / "site"
+    _install(site, "neuron_plugin", _types_plugin("acme1.32xlarge", "acme1n.32xlarge"))
+    _install(site, "neuron_fork", _types_plugin("acme1.32xlarge", "acme2.48xlarge"), entry_point="fork")
+    return site
+
+
+def test_two_distributions_registering_one_instance_type_are_reported_and_the_rest_still_works(
+    conflict_site: Path,
+) -> None:
+    env = {"PYTHONPATH": str(conflict_site)}
+    both = "'fork' (from neuron_fork 1.0) and 'neuron' (from neuron_plugin 1.0)"
+
+    listing = run_cli("plugins", env=env)
+    assert listing.returncode == 1, listing.stderr
+    assert f"instance type acme1.32xlarge  {both}  refused for all of them" in listing.stdout
+    assert f"plugins {both} both register the instance type 'acme1.32xlarge', so none of them is used" in (
+        listing.stderr
+    )
+    assert "pip uninstall neuron_fork or neuron_plugin" in listing.stderr
+
+    as_json = run_cli("plugins", "--json", env=env)
+    assert as_json.returncode == 1
+    (conflict,) = json.loads(as_json.stdout)["conflicts"]
+    assert (conflict["kind"], conflict["name"], conflict["kept"]) == ("instance type", "acme1.32xlarge", None)
+    assert [(p["name"], p["distribution"], p["version"]) for p in conflict["plugins"]] == [
+        ("fork", "neuron_fork", "1.0"),
+        ("neuron", "neuron_plugin", "1.0"),
+    ]
+    assert {i["name"]: i["status"] for i in json.loads(as_json.stdout)["plugins"]}["neuron"] == "ok"
+
+    types = run_cli("instance-types", "--json", env=env)
+    assert types.returncode == 0, types.stderr
+    names = {t["name"] for t in json.loads(types.stdout)}
+    assert {"acme1n.32xlarge", "acme2.48xlarge", "p5.48xlarge"} <= names and "acme1.32xlarge" not in names
+    assert "both register the instance type 'acme1.32xlarge'" in types.stderr  # every command warns
+
+    unrelated = run_cli(
+        "job",
+        "render",
+        "--set",
+        "cluster.instance_type=acme2.48xlarge",
+        "--set",
+        "job.registry=r.example.com/t",
+        env=env,
+    )
+    assert unrelated.returncode == 0, unrelated.stderr
+    assert "aws.amazon.com/neuron: 16" in unrelated.stdout and "nvidia.com/gpu" not in unrelated.stdout
+
+    chosen = run_cli("config", "show", "--set", "cluster.instance_type=acme1.32xlarge", env=env)
+    assert (chosen.returncode, chosen.stdout) == (2, "")
+    assert chosen.stderr.splitlines()[-1] == (
+        f"Error: cluster.instance_type (from --set): plugins {both} both register the instance type "
+        "'acme1.32xlarge', so none of them is used; uninstall one of them (pip uninstall neuron_fork or neuron_plugin)"
+    )
+
+
+def test_two_plugins_registering_one_backend_or_section_are_refused_for_both() -> None:
+    from dataclasses import dataclass
+
+    from fsdp_sdk.config import Config
+    from fsdp_sdk.errors import ConfigError
+
+    @dataclass
+    class Settings:
+        size: int = 1
+
+    class Cloud(LocalBackend):
+        name = "cloud"
+
+    def plugin() -> object:
+        class Plugin:
+            @hookimpl
+            def fsdp_sdk_register_backends(self, registry):
+                registry.add(Cloud)
+
+            @hookimpl
+            def fsdp_sdk_register_settings(self, registry):
+                registry.add("cloud", Settings)
+
+        return Plugin()
+
+    plugins = build_plugins(autoload=False)
+    plugins.register(plugin(), name="one")
+    plugins.register(plugin(), name="two")
+    assert [(c.kind, c.name, c.plugins, c.kept) for c in plugins.conflicts()] == [
+        ("backend", "cloud", ("one", "two"), None),
+        ("settings section", "cloud", ("one", "two"), None),
+    ]
+    assert plugins.backends.names() == ["local"] and "cloud" not in plugins.settings
+    with pytest.raises(ConfigError, match=r"^cluster\.backend \(from dict\): plugins 'one' and 'two' both register"):
+        Config.from_dict({"cluster": {"backend": "cloud"}}).resolved(plugins)
+    assert Config().resolved(plugins, validate_trainer=False).cluster.backend == "local"  # the rest works

@@ -34,10 +34,10 @@ def fsdp_sdk_register_settings(registry: SettingsRegistry) -> None:
 
 
 @hookimpl
-def fsdp_sdk_preflight(config: Config) -> list[PreflightResult]:
-    """The backend's checks (tools, then AWS), when ``cluster.backend`` is ``eksctl``."""
-    if config.cluster.backend != BACKEND_NAME:
-        return []
+def fsdp_sdk_preflight(config: Config, action: str) -> list[PreflightResult]:
+    """The backend's checks (tools, then AWS) before ``up``, when ``cluster.backend`` is ``eksctl``."""
+    if config.cluster.backend != BACKEND_NAME or action != "up":
+        return []  # quotas, zones and reservations concern creating or changing the cluster, not its jobs
     from fsdp_sdk_eksctl.preflight import eksctl_preflight
 
     return eksctl_preflight(config)

@@ -29,10 +29,10 @@ def fsdp_sdk_register_settings(registry: SettingsRegistry) -> None:
 
 
 @hookimpl
-def fsdp_sdk_preflight(config: Config) -> list[PreflightResult]:
-    """The terraform binary, AWS and state backend checks, when ``terraform`` is the configured backend."""
-    if config.cluster.backend != "terraform":
-        return []
+def fsdp_sdk_preflight(config: Config, action: str) -> list[PreflightResult]:
+    """The terraform binary, AWS and state backend checks before ``up``, when ``terraform`` is the configured backend."""
+    if config.cluster.backend != "terraform" or action != "up":
+        return []  # quotas, zones and reservations concern creating or changing the cluster, not its jobs
     from fsdp_sdk_terraform.preflight import terraform_preflight
 
     return terraform_preflight(config)

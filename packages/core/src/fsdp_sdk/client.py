@@ -17,6 +17,10 @@ The CLI is a thin layer over this class: it builds one :class:`Client` per
 command from its flags (the configuration is read and resolved once) and
 prints what the methods return. Data flows one way: configuration -> plan ->
 rendered objects -> actions.
+
+A platform embedding the SDK builds a hermetic client from its own data,
+``Client.from_dict({...}, plugins=...)``: no file, no environment variable, no
+plugin it was not given (``docs/embedding.md`` is the guide).
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from fsdp_sdk.runs import JobRef, RunResult
 
 if TYPE_CHECKING:
     from fsdp_sdk.aws.pricing import Price
+    from fsdp_sdk.estimate import Estimate
     from fsdp_sdk.instance_types import InstanceType
     from fsdp_sdk.k8s.image import ImageBuild, ImagePush
     from fsdp_sdk.k8s.jobs import JobClient
@@ -104,12 +109,16 @@ def parse_trainer_args(args: Sequence[str]) -> list[Setting]:
 class Client:
     """A resolved configuration bound to its backend and plugins.
 
+    Build one with :meth:`from_sources` (files, ``.env``, ``FSDP_SDK_*`` variables, like the CLI) or,
+    for a platform embedding the SDK, :meth:`from_dict` (hermetic: nothing but the given data and plugins).
+
     :param config: the configuration; it is :meth:`~fsdp_sdk.config.Config.resolved` here.
     :param plugins: the plugin set; defaults to the process-wide :func:`~fsdp_sdk.plugins.get_plugins`.
     :param progress: receives one line per step of long operations (the CLI prints them on stderr).
-    :param kubeconfig: the kubeconfig of the cluster jobs go to; defaults to the backend's, then
-        ``$KUBECONFIG``, then ``~/.kube/config``.
+    :param kubeconfig: the kubeconfig of the cluster jobs go to; defaults to ``cluster.kubeconfig``, the
+        backend's, then ``$KUBECONFIG``, then ``~/.kube/config``.
     :param kube_context: the kubeconfig context (default: its current one).
+    :param hermetic: never fall back to ``$KUBECONFIG`` or ``~/.kube/config`` (see :meth:`from_dict`).
     :raises ConfigError: the configuration is invalid.
     """
 
@@ -121,12 +130,53 @@ class Client:
         progress: ProgressCallback | None = None,
         kubeconfig: str | os.PathLike[str] | None = None,
         kube_context: str | None = None,
+        hermetic: bool = False,
     ) -> None:
         self.loaded_plugins = plugins or get_plugins()
         self.config = config.resolved(self.loaded_plugins)
         self.progress: ProgressCallback = progress or no_progress
         self.kube_context = kube_context
+        self.hermetic = hermetic
         self._kubeconfig = Path(kubeconfig) if kubeconfig else None
+
+    @classmethod
+    def from_dict(
+        cls,
+        data: Mapping[str, Any],
+        *,
+        plugins: Plugins | None = None,
+        progress: ProgressCallback | None = None,
+        kubeconfig: str | os.PathLike[str] | None = None,
+        kube_context: str | None = None,
+    ) -> Client:
+        """A hermetic client: its configuration is ``data`` and nothing else.
+
+        Unlike :meth:`from_sources`, it reads no file (no YAML, no ``./.env``), no environment variable
+        (no ``FSDP_SDK_*``, not even ``$FSDP_SDK_STATE_DIR``: ``cluster.state_dir`` is ``data``'s or
+        ``~/.local/state/fsdp-sdk``), loads no third-party plugin unless given one in ``plugins``, and never
+        falls back to ``$KUBECONFIG`` or ``~/.kube/config``: jobs go to the cluster of ``kubeconfig``,
+        ``cluster.kubeconfig`` or the backend's kubeconfig. What runs underneath keeps its own environment:
+        boto3 finds AWS credentials as it always does, and local runs' processes inherit this process's.
+
+        :param data: the configuration as nested dicts, like the YAML file:
+            ``{"cluster": {...}, "job": {...}, "trainer": {"model": {"preset": "tiny"}}}``, plus plugin sections.
+        :param plugins: the plugin set; defaults to the built-in plugins alone
+            (``build_plugins(autoload=False)``), never the process-wide set.
+        :param progress: progress callback (default: none; the client prints nothing).
+        :param kubeconfig: see :class:`Client`.
+        :param kube_context: see :class:`Client`.
+        :raises ConfigError: a key is unknown or a value invalid (the message names it as ``data`` spells it).
+        """
+        from fsdp_sdk.config import DEFAULT_STATE_DIR
+        from fsdp_sdk.plugins import build_plugins
+
+        plugins = plugins if plugins is not None else build_plugins(autoload=False)
+        config = Config.from_dict(data, source="Client.from_dict", sections=plugins.settings)
+        if "cluster.state_dir" not in config.origins:
+            config.cluster.state_dir = Path(DEFAULT_STATE_DIR).expanduser()
+        return cls(
+            config, plugins=plugins, progress=progress, kubeconfig=kubeconfig, kube_context=kube_context, hermetic=True
+        )
 
     @classmethod
     def from_sources(
@@ -175,12 +225,16 @@ class Client:
         """The backend named by ``cluster.backend``."""
         return self.loaded_plugins.backends.get(self.config.cluster.backend)()
 
-    def preflight(self) -> list[PreflightResult]:
-        """Run every plugin's preflight checks for this configuration (they read, never change)."""
-        return self.loaded_plugins.hooks.preflight(self.config)
+    def preflight(self, action: str = "up") -> list[PreflightResult]:
+        """Run every plugin's preflight checks for this configuration (they read, never change).
 
-    def _checked(self) -> list[PreflightResult]:
-        results = self.preflight()
+        :param action: what the checks are for: ``up``, ``run`` or ``submit`` (see ``fsdp_sdk_preflight``).
+        """
+        return self.loaded_plugins.hooks.preflight(self.config, action)
+
+    def _checked(self, action: str = "up") -> list[PreflightResult]:
+        """Run the checks, show the failed warnings as progress, and raise for the failed errors."""
+        results = self.preflight(action)
         for result in results:
             if not result.ok and not result.blocking:
                 self.progress(result.line())
@@ -248,6 +302,7 @@ class Client:
             if price.source == "price-list-api" and cost is not None and table:
                 cost = cost - table * config.cluster.nodes + price.usd_per_hour * config.cluster.nodes
                 details["price"] = price.describe()
+        estimate = self._side_estimate(config)
         return dataclasses.replace(
             plan,
             steps=steps,
@@ -256,6 +311,7 @@ class Client:
             preflight=results,
             hourly_cost_usd=cost,
             details=details,
+            estimate=estimate.to_dict() if estimate else None,
         )
 
     def up(self, plan: Plan | None = None, *, dry_run: bool = False) -> ClusterStatus:
@@ -321,6 +377,23 @@ class Client:
         """
         if nodes < 0:
             raise ConfigError("nodes", f"{nodes} is negative", "pass a number of nodes of 0 or more")
+        cluster = self.config.cluster
+        if not self.backend.runs_jobs and not cluster.min_nodes <= nodes <= (cluster.max_nodes or nodes):
+            raise ConfigError(
+                "nodes",
+                f"{nodes} is outside cluster.min_nodes..cluster.max_nodes ({cluster.min_nodes}..{cluster.max_nodes})",
+                "pick a number in that range, or change cluster.min_nodes / cluster.max_nodes",
+            )
+        if not self.backend.runs_jobs and nodes > self.backend.status(self.config).nodes:
+            # More nodes: the checks of 'up' (quota, reservation) for the cluster at its new size.
+            target = self.config.with_overrides([Setting("cluster.nodes", nodes, "nodes", "scale")])
+            results = self.loaded_plugins.hooks.preflight(
+                target.resolved(self.loaded_plugins, validate_trainer=False), "up"
+            )
+            for result in results:
+                if not result.ok and not result.blocking:
+                    self.progress(result.line())
+            raise_for_failures(results)
         return self.backend.scale(self.config, nodes, dry_run=dry_run, progress=self.progress)
 
     def status(self) -> ClusterStatus:
@@ -337,8 +410,21 @@ class Client:
         path = self.backend.kubeconfig(self.config)
         if path is not None and Path(path).exists():
             return Path(path)
+        if self.hermetic:
+            return None
         environ = os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
         return Path(environ) if environ else None
+
+    def _kubeconfig_or_fail(self) -> Path | None:
+        """:meth:`kubeconfig`; a hermetic client without one refuses rather than read ``~/.kube/config``."""
+        path = self.kubeconfig()
+        if path is None and self.hermetic:
+            raise ConfigError(
+                "kubeconfig",
+                "this client is hermetic (Client.from_dict), so it reads neither $KUBECONFIG nor ~/.kube/config",
+                "pass kubeconfig= to Client.from_dict(), or set cluster.kubeconfig",
+            )
+        return path
 
     def hourly_price(self, config: Config | None = None) -> Price:
         """The on-demand price of ``cluster.instance_type`` in ``cluster.region``: the AWS Price List's when
@@ -374,7 +460,7 @@ class Client:
         from fsdp_sdk.k8s.kube import Kube
         from fsdp_sdk.k8s.prereqs import Prereqs
 
-        path = self.kubeconfig()
+        path = self._kubeconfig_or_fail() if connect else self.kubeconfig()
         kube = Kube.from_kubeconfig(path, context=self.kube_context, progress=self.progress) if connect else None
         return Prereqs(self.config, kube, kubeconfig=str(path) if path else None, context=self.kube_context)
 
@@ -530,10 +616,51 @@ class Client:
             )
         from fsdp_sdk.k8s.jobs import JobClient
 
-        path = self.kubeconfig()
+        path = self._kubeconfig_or_fail()
         return JobClient(
             self.config, kubeconfig=path, context=self.kube_context, plugins=self.loaded_plugins, progress=self.progress
         )
+
+    def submit_job(
+        self,
+        *,
+        run_id: str | None = None,
+        create_secret: bool | None = None,
+        api: str | None = None,
+        dry_run: bool = False,
+        force: bool = False,
+        replace: bool = False,
+        unique: bool = False,
+    ) -> JobRef:
+        """Check, render and submit the job to the cluster (what ``fsdp-sdk job submit`` does); returns at once.
+
+        The preflight checks run first (action ``submit``: a plugin's quota check can refuse the job
+        before anything is sent); then the job is rendered (:meth:`render_job`) and applied with
+        server-side apply, and plugins hear ``fsdp_sdk_job_submitted``. Follow it with
+        ``client.jobs.wait(job, on_output=...)``, ``client.jobs.logs(job, ...)``, ``client.jobs.status(job)``.
+
+        :param run_id: the rendezvous id (default: a fresh one).
+        :param create_secret: also apply the Hugging Face token Secret (default: when ``job.hf_token`` is set).
+        :param api: ``pytorchjob`` or ``trainjob`` (default: ``job.api``).
+        :param dry_run: the API server validates the objects and stores nothing (``dryRun=All``); no hook hears it.
+        :param force: submit even when the estimate says the job will not fit in its GPUs' memory.
+        :param replace: a job of the same name is deleted first (with its pods); the new one resumes
+            from the checkpoints it left (see :meth:`fsdp_sdk.k8s.jobs.JobClient.submit`).
+        :param unique: submit under ``job.name`` plus a fresh suffix, next to the jobs already there.
+        :raises PreflightError: a check failed (nothing was sent).
+        :raises ConfigError: the configuration cannot make a valid job, or will not fit (nothing was sent).
+        :raises KubernetesError: the job exists already, or the server refused an object.
+        """
+        self._checked("submit")
+        if not force:
+            self.check_fits()
+        jobs = self.jobs
+        job = jobs.submit(
+            run_id=run_id, create_secret=create_secret, api=api, dry_run=dry_run, replace=replace, unique=unique
+        )
+        if not dry_run:
+            self.loaded_plugins.hooks.job_submitted(jobs.config, job)
+        return job
 
     def run(
         self,
@@ -543,6 +670,7 @@ class Client:
         run_id: str | None = None,
         dry_run: bool = False,
         on_output: Callable[[str], None] | None = None,
+        force: bool = False,
     ) -> RunResult:
         """Run the trainer to completion on this cluster and return its summary.
 
@@ -555,7 +683,8 @@ class Client:
         :param run_id: the run (rendezvous) id; a fresh one by default. Never reuse one.
         :param dry_run: return the commands or objects that would run; start nothing.
         :param on_output: receives each line of the leader's output.
-        :raises ConfigError: a trainer setting is invalid.
+        :param force: run even when the estimate says the job will not fit in the GPUs' memory.
+        :raises ConfigError: a trainer setting is invalid, or the job will not fit (see :meth:`check_fits`).
         :raises RunError: the run failed.
         """
         settings = [
@@ -566,8 +695,10 @@ class Client:
         config = self.config.with_overrides(settings).resolved(self.loaded_plugins) if settings else self.config
         run_id = run_id or uuid.uuid4().hex[:12]
         hooks = self.loaded_plugins.hooks
+        if not self.backend.runs_jobs and not force:
+            self.check_fits(config)
         if not dry_run:
-            self._checked()
+            self._checked("run")
 
         if self.backend.runs_jobs:
             job_ref: list[JobRef] = []
@@ -607,6 +738,134 @@ class Client:
             raise RunError(f"job {job.name}: finished without a trainer summary")
         hooks.job_finished(config, job, True, summary)
         return RunResult(job, summary)
+
+    # ------------------------------------------------------------------ estimates
+
+    def _estimate_config(
+        self, nodes: int | None, gpus_per_node: int | None, instance_type: str | None, config: Config | None = None
+    ) -> Config:
+        config = config or self.config
+        settings = []
+        if nodes is not None:
+            if nodes < 1:
+                raise ConfigError("nodes", f"{nodes} is not a number of nodes", "use 1 or more")
+            settings.append(Setting("job.num_workers", nodes, "nodes"))
+        if gpus_per_node is not None:
+            settings.append(Setting("job.nproc_per_node", gpus_per_node, "gpus per node"))
+        if instance_type is not None:
+            settings.append(Setting("cluster.instance_type", instance_type, "instance type"))
+            # counts derived from the configured type are derived again from this one
+            settings += [
+                Setting(p, None) for p in ("job.gpu_per_worker", "job.efa_per_worker") if p not in config.origins
+            ]
+        if not settings:
+            return config
+        return config.with_overrides(settings).resolved(self.loaded_plugins, validate_trainer=False)
+
+    def estimate(
+        self,
+        *,
+        model: str | None = None,
+        nodes: int | None = None,
+        gpus_per_node: int | None = None,
+        instance_type: str | None = None,
+        trainer_overrides: Mapping[str, Any] | None = None,
+        mfu: float | None = None,
+        tokens: float | None = None,
+        scaling: Iterable[int] | bool = True,
+        network_efficiency: float | None = None,
+    ) -> Estimate:
+        """Memory per GPU, speed, cost and weak scaling of the configured training job (pure: nothing starts).
+
+        :param model: a preset name or a Hugging Face ``config.json`` (file or directory); default: the
+            configuration's ``trainer.model``.
+        :param nodes: nodes of the job (default ``job.num_workers``).
+        :param gpus_per_node: GPUs (trainer processes) per node (default: all of the instance type's).
+        :param instance_type: any registered instance type (default ``cluster.instance_type``).
+        :param trainer_overrides: trainer settings by dotted name, e.g. ``{"parallel.sharding": "hybrid_shard"}``.
+        :param mfu: the MFU compute runs at (default: the trainer's measured one, scaled to the settings).
+        :param tokens: tokens the time and cost to train are for (default 1e9).
+        :param scaling: node counts of the scaling table (True: 1, 2, 4, ... up to ``nodes``).
+        :param network_efficiency: share of the nominal network bandwidth collectives reach (default 0.8).
+        :raises ConfigError: an unknown model or instance type, impossible settings, or no trainer installed.
+        """
+        from fsdp_sdk.estimate import DEFAULT_TOKENS, estimate_job
+
+        config = self._estimate_config(nodes, gpus_per_node, instance_type)
+        return estimate_job(
+            config,
+            config.instance(self.loaded_plugins),
+            model=model,
+            trainer_overrides=trainer_overrides,
+            mfu=mfu,
+            tokens=DEFAULT_TOKENS if tokens is None else tokens,
+            scaling=scaling,
+            network_efficiency=network_efficiency,
+        )
+
+    def recommend(
+        self,
+        *,
+        model: str | None = None,
+        nodes: int | None = None,
+        gpus_per_node: int | None = None,
+        instance_type: str | None = None,
+        trainer_overrides: Mapping[str, Any] | None = None,
+        mfu: float | None = None,
+        tokens: float | None = None,
+        network_efficiency: float | None = None,
+    ) -> list[Estimate]:
+        """The sharding / activation checkpointing / micro-batch combinations that fit, fastest first
+        (arguments as :meth:`estimate`)."""
+        from fsdp_sdk.estimate import DEFAULT_TOKENS, recommend
+
+        config = self._estimate_config(nodes, gpus_per_node, instance_type)
+        return recommend(
+            config,
+            config.instance(self.loaded_plugins),
+            model=model,
+            trainer_overrides=trainer_overrides,
+            mfu=mfu,
+            tokens=DEFAULT_TOKENS if tokens is None else tokens,
+            network_efficiency=network_efficiency,
+        )
+
+    def check_fits(self, config: Config | None = None) -> Estimate | None:
+        """Refuse a job the estimate says will not fit in its GPUs' memory; the estimate, or None when none can be
+        made here (no trainer installed, or a model only on the Hugging Face Hub).
+
+        :raises ConfigError: the estimated peak exceeds the usable memory, or ``--auto`` would find nothing that fits.
+        """
+        from fsdp_sdk.estimate import EstimateUnavailable, estimate_job, fit_problem
+
+        config = config or self.config
+        try:
+            est = estimate_job(config, config.instance(self.loaded_plugins), scaling=False)
+        except EstimateUnavailable as exc:
+            self.progress(f"fit check skipped: {exc}")
+            return None
+        problem = fit_problem(est)
+        if problem:
+            raise ConfigError(
+                "estimate",
+                problem,
+                "use more nodes, a smaller micro batch or activation checkpointing ('fsdp-sdk estimate --recommend' "
+                "lists what fits), or run it anyway with --force",
+            )
+        return est
+
+    def _side_estimate(self, config: Config) -> Estimate | None:
+        """The configured job's estimate for ``up --dry-run``: None without a model in the configuration or where
+        none can be made here (said on the progress stream)."""
+        from fsdp_sdk.estimate import EstimateUnavailable, estimate_job, model_is_given
+
+        if not model_is_given(config):
+            return None
+        try:
+            return estimate_job(config, config.instance(self.loaded_plugins))
+        except EstimateUnavailable as exc:
+            self.progress(f"estimate skipped: {exc}")
+            return None
 
     # ------------------------------------------------------------------ catalogue
 

@@ -41,12 +41,14 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from fsdp_sdk import grammar, secrets
 from fsdp_sdk.errors import ConfigError, FsdpSdkError
+from fsdp_sdk.registry import NamedRegistry
 
 if TYPE_CHECKING:
     from fsdp_sdk.instance_types import InstanceType
     from fsdp_sdk.plugins import Plugins
 
 __all__ = [
+    "DEFAULT_STATE_DIR",
     "DOTENV_NAMES",
     "ENV_PREFIX",
     "SECRET_ENV_NAME",
@@ -110,8 +112,12 @@ class Secret:
         return hash(("Secret", self._value))
 
 
+#: ``cluster.state_dir`` when ``$FSDP_SDK_STATE_DIR`` is not set (or not read: ``Client.from_dict``).
+DEFAULT_STATE_DIR = "~/.local/state/fsdp-sdk"
+
+
 def _default_state_dir() -> Path:
-    return Path(os.environ.get(STATE_DIR_ENV) or "~/.local/state/fsdp-sdk").expanduser()
+    return Path(os.environ.get(STATE_DIR_ENV) or DEFAULT_STATE_DIR).expanduser()
 
 
 def _dotenv(name: str) -> dict[str, str]:
@@ -397,7 +403,7 @@ CORE_SECTIONS: dict[str, type] = {"cluster": ClusterConfig, "job": JobConfig, "o
 _SECTION_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
-class SettingsRegistry:
+class SettingsRegistry(NamedRegistry[type]):
     """Configuration sections that plugins add, filled by the ``fsdp_sdk_register_settings`` hook.
 
     A section is a dataclass whose fields have defaults (and docstrings: ``config show`` and the docs
@@ -406,13 +412,10 @@ class SettingsRegistry:
     the same one-line errors. Field metadata may carry ``dotenv`` (a seed ``.env`` name) and ``check``
     (see the core's fields). A section may define ``validate(self, config)``, called by
     :meth:`Config.resolved`, raising :class:`~fsdp_sdk.errors.ConfigError` on a contradiction.
+    A section name two plugins register is refused for both (:attr:`conflicts`).
     """
 
-    def __init__(self) -> None:
-        self._classes: dict[str, type] = {}
-        self._owners: dict[str, str] = {}
-        #: Name of the plugin whose hook is running; set by the plugin manager for error messages.
-        self.current_plugin: str | None = None
+    kind = "settings section"
 
     def add(self, name: str, cls: type) -> None:
         """Register section ``name`` with dataclass ``cls``.
@@ -428,11 +431,6 @@ class SettingsRegistry:
                 f"plugin {who}: settings section {name!r} must be a lower-case word other than "
                 f"{', '.join([*CORE_SECTIONS, 'trainer'])}"
             )
-        if name in self._classes:
-            raise PluginError(
-                f"settings section {name!r} from plugin {who} is already registered by plugin {self._owners[name]}; "
-                "uninstall one of the two plugins"
-            )
         if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
             raise PluginError(f"plugin {who}: settings section {name!r} must be a dataclass, got {cls!r}")
         try:
@@ -441,30 +439,15 @@ class SettingsRegistry:
             raise PluginError(
                 f"plugin {who}: every field of settings section {name!r} needs a default ({error})"
             ) from None
-        self._classes[name] = cls
-        self._owners[name] = who
+        self._claim(name, cls)
 
     def get(self, name: str) -> type | None:
         """The dataclass of section ``name``, or ``None``."""
-        return self._classes.get(name)
-
-    def owner(self, name: str) -> str:
-        """Name of the plugin that registered ``name``."""
-        return self._owners[name]
-
-    def names(self) -> list[str]:
-        """Registered section names, sorted."""
-        return sorted(self._classes)
+        return self._entries.get(name)
 
     def items(self) -> list[tuple[str, type]]:
         """``(name, dataclass)`` of every section, sorted by name."""
-        return sorted(self._classes.items())
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._classes
-
-    def __len__(self) -> int:
-        return len(self._classes)
+        return sorted(self._entries.items())
 
 
 Sections = SettingsRegistry | Mapping[str, type]
@@ -584,12 +567,21 @@ class Config:
         found = registry.get(self.cluster.instance_type)
         if found is None:
             name = self.cluster.instance_type
+            conflict = registry.conflict(name)
+            if conflict is not None:
+                raise self._error("cluster.instance_type", *plugins.explain(conflict))
             close = difflib.get_close_matches(name, registry.names(), n=1)
             hint = f"did you mean {close[0]}? " if close else ""
+            failed = plugins.registration_failures("fsdp_sdk_register_instance_types")
+            also = (
+                f"; plugin {', '.join(failed)} failed to register its types (fsdp-sdk plugins says why)"
+                if failed
+                else ""
+            )
             raise self._error(
                 "cluster.instance_type",
                 f"unknown instance type {name!r}",
-                f"{hint}choose one of {', '.join(registry.names())} (fsdp-sdk instance-types lists them)",
+                f"{hint}choose one of {', '.join(registry.names())} (fsdp-sdk instance-types lists them){also}",
             )
         return found
 
@@ -613,6 +605,9 @@ class Config:
         cluster, job = new.cluster, new.job
 
         if cluster.backend not in plugins.backends:
+            conflict = plugins.backends.conflict(cluster.backend)
+            if conflict is not None:
+                raise new._error("cluster.backend", *plugins.explain(conflict))
             raise new._error("cluster.backend", *plugins.backends.unknown(cluster.backend))
         instance = new.instance(plugins)
 

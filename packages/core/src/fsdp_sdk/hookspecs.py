@@ -121,8 +121,26 @@ def fsdp_sdk_render_job(config: Config, objects: list[dict[str, Any]]) -> None:
     """Adjust the Kubernetes objects rendered for a training job, before they are applied.
 
     Implementations append objects to ``objects`` or modify its dicts in place
-    (add a sidecar, a toleration, a label...). Rendering must stay pure: no
-    network calls, no files written.
+    (add a sidecar, a toleration, a label...) and return ``None``. Rendering must
+    stay pure: no network calls, no files written. Every object left in ``objects``
+    must be a dict with ``apiVersion``, ``kind`` and ``metadata.name``.
+
+    The job is a ``PyTorchJob`` (pod templates under ``spec.pytorchReplicaSpecs``) or,
+    with ``job.api=trainjob``, a ``TrainJob`` (pod settings under ``spec.podSpecOverrides``).
+    :func:`fsdp_sdk.k8s.render.worker_pods` walks both shapes, so a hook that changes
+    every worker pod reads the same either way::
+
+        from fsdp_sdk.k8s.render import worker_pods
+
+        @hookimpl
+        def fsdp_sdk_render_job(config, objects):
+            for pod in worker_pods(objects):
+                pod.spec.setdefault("tolerations", []).append(
+                    {"key": "example.com/dedicated", "operator": "Exists", "effect": "NoSchedule"}
+                )
+                pod.labels["example.com/team"] = "research"
+
+    (:func:`~fsdp_sdk.k8s.render.worker_pod_specs` yields just the pod specs.)
 
     :param config: the resolved configuration of the job.
     :param objects: the rendered objects (``PyTorchJob``/``TrainJob``, ``Secret``,
@@ -157,14 +175,19 @@ def fsdp_sdk_monitoring_components(config: Config) -> list[MonitoringComponent]:
 
 
 @hookspec
-def fsdp_sdk_preflight(config: Config) -> list[PreflightResult]:
+def fsdp_sdk_preflight(config: Config, action: str) -> list[PreflightResult]:
     """Check that what an action needs is in place before it starts.
 
-    Called before ``up`` and ``run``. Return one
-    :class:`~fsdp_sdk.preflight.PreflightResult` per check; a failed check with
-    severity ``error`` stops the action, a ``warning`` is shown.
+    Called before ``up`` (and ``up --dry-run``, ``Client.plan()``), ``run`` and
+    ``job submit``. Return a list with one :class:`~fsdp_sdk.preflight.PreflightResult`
+    per check (an empty list, or ``None``, for none); a failed check with severity
+    ``error`` stops the action, a ``warning`` is shown. Checks read, never change.
 
     :param config: the resolved configuration.
+    :param action: what is about to happen: ``up`` (create or change the cluster: capacity and
+        cloud quota checks belong here), ``run`` (``fsdp-sdk run`` / ``Client.run()``: a local run, or a
+        job on the cluster) or ``submit`` (``fsdp-sdk job submit`` / ``Client.submit_job()``: a job sent to a
+        cluster that is already up, e.g. a team's GPU quota). Return ``[]`` for actions a check does not concern.
     :return: results of the checks this plugin performs (an empty list for none).
     """
 

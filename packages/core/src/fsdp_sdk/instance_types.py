@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from fsdp_sdk.errors import PluginError
 from fsdp_sdk.hookspecs import hookimpl
+from fsdp_sdk.registry import NamedRegistry
 
 __all__ = ["BUILTIN_INSTANCE_TYPES", "PRICE_DATE", "InstanceType", "InstanceTypeRegistry"]
 
@@ -135,18 +136,15 @@ class InstanceType:
         return dataclasses.asdict(self)
 
 
-class InstanceTypeRegistry:
+class InstanceTypeRegistry(NamedRegistry[InstanceType]):
     """The instance types known to this process, filled by ``fsdp_sdk_register_instance_types``.
 
-    :meth:`add` refuses a second type with the same name, so two plugins cannot
-    silently disagree about what ``p5.48xlarge`` is.
+    :meth:`add` refuses a second type with the same name from one plugin; when two plugins
+    register the same name, the plugin manager refuses it for both (:attr:`conflicts`), so two
+    plugins cannot silently disagree about what ``trn1.32xlarge`` is, while other types keep working.
     """
 
-    def __init__(self) -> None:
-        self._types: dict[str, InstanceType] = {}
-        self._owners: dict[str, str] = {}
-        #: Name of the plugin whose hook is running; set by the plugin manager for error messages.
-        self.current_plugin: str | None = None
+    kind = "instance type"
 
     def add(self, instance_type: InstanceType) -> None:
         """Register one instance type.
@@ -156,40 +154,20 @@ class InstanceTypeRegistry:
         """
         if not isinstance(instance_type, InstanceType):
             raise PluginError(
-                f"plugin {self.current_plugin or '?'}: registry.add() takes an InstanceType, got {type(instance_type).__name__}"
+                f"plugin {self.current_plugin or '?'}: registry.add() takes an InstanceType, "
+                f"got {type(instance_type).__name__}"
             )
-        name = instance_type.name
-        if name in self._types:
-            raise PluginError(
-                f"instance type {name!r} from plugin {self.current_plugin or '?'} is already registered "
-                f"by plugin {self._owners[name]}; remove one of the two plugins or rename the type"
-            )
-        self._types[name] = instance_type
-        self._owners[name] = self.current_plugin or "?"
+        self._claim(instance_type.name, instance_type)
 
     def get(self, name: str) -> InstanceType | None:
         """The instance type called ``name``, or ``None``."""
-        return self._types.get(name)
+        return self._entries.get(name)
 
     def __getitem__(self, name: str) -> InstanceType:
-        return self._types[name]
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._types
+        return self._entries[name]
 
     def __iter__(self) -> Iterator[InstanceType]:
-        return iter(sorted(self._types.values(), key=lambda t: t.name))
-
-    def __len__(self) -> int:
-        return len(self._types)
-
-    def names(self) -> list[str]:
-        """Registered names, sorted."""
-        return sorted(self._types)
-
-    def owner(self, name: str) -> str:
-        """Name of the plugin that registered ``name``."""
-        return self._owners[name]
+        return iter(sorted(self._entries.values(), key=lambda t: t.name))
 
 
 _NVLINK3 = {"intra_node_link": "NVLink 3", "intra_node_gbytes_per_s": 300.0}

@@ -10,13 +10,20 @@ A third-party plugin that fails to import, that implements a hook with a
 wrong name or signature, or whose entry-point name is already taken (by a
 built-in plugin or by another distribution's entry point, which keeps it), is
 unregistered, reported by name on stderr and listed as broken by
-``fsdp-sdk plugins``; the rest of the CLI keeps working. A plugin that registers
-a backend or instance type under a name that is already taken makes the
-registry raise :class:`~fsdp_sdk.errors.PluginError`; a command name that two
-plugins register is added for neither (see :meth:`PluginHooks.register_commands`).
+``fsdp-sdk plugins``; the rest of the CLI keeps working. So is a third-party
+plugin whose registration hook fails: what it registers is left out.
+
+Names are unique. A backend, instance type or settings section that two plugins
+register is refused for both (a built-in plugin's own is kept), with a warning
+naming both plugins and their distributions; every other name keeps working, and
+``fsdp-sdk plugins`` lists the conflict and exits 1. Naming a refused instance type
+or backend in the configuration is a :class:`~fsdp_sdk.errors.ConfigError` saying
+which distributions disagree. A command name that two plugins register is added for
+neither (see :meth:`PluginHooks.register_commands`).
 
 Internal code calls hooks through :class:`PluginHooks` (``get_plugins().hooks``),
-a typed facade over ``pm.hook.*``.
+a typed facade over ``pm.hook.*`` that calls each implementation on its own, so an
+exception or a result of the wrong type names the plugin and the hook.
 """
 
 from __future__ import annotations
@@ -25,14 +32,14 @@ import functools
 import importlib
 import os
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pluggy
 
 from fsdp_sdk import __version__, hookspecs
-from fsdp_sdk.errors import PluginError
+from fsdp_sdk.errors import FsdpSdkError, PluginError
 
 if TYPE_CHECKING:
     import click
@@ -42,7 +49,10 @@ if TYPE_CHECKING:
     from fsdp_sdk.instance_types import InstanceTypeRegistry
     from fsdp_sdk.monitoring import MonitoringComponent
     from fsdp_sdk.preflight import PreflightResult
+    from fsdp_sdk.registry import Conflict, NamedRegistry
     from fsdp_sdk.runs import JobRef
+
+    R = TypeVar("R", bound=NamedRegistry[Any])
 
 __all__ = [
     "DEFAULT_PLUGINS",
@@ -108,63 +118,111 @@ class PluginInfo:
         }
 
 
+def _one_line(exc: BaseException) -> str:
+    return " ".join(f"{type(exc).__name__}: {exc}".split())
+
+
 class PluginHooks:
-    """Typed calls of every hook; the rest of the SDK never touches ``pm.hook`` directly."""
+    """Typed calls of every hook; the rest of the SDK never touches ``pm.hook`` directly.
 
-    def __init__(self, pm: pluggy.PluginManager) -> None:
+    Each implementation is called on its own, so whatever goes wrong names the plugin and the
+    hook: an unexpected exception becomes a :class:`~fsdp_sdk.errors.PluginError`
+    (``plugin 'trn' (from fsdp_sdk_plugin_trainium 0.1.0): fsdp_sdk_render_job failed: KeyError: 'Worker'``),
+    and so does a result of the wrong type. An :class:`~fsdp_sdk.errors.FsdpSdkError` a plugin raises
+    on purpose (a one-line message for the user) passes through unchanged. A third-party plugin whose
+    registration hook fails is reported and its registrations left out; the other plugins keep working.
+
+    :param pm: the plugin manager.
+    :param plugins: the plugin set this facade belongs to (names plugins with their distribution,
+        and records registration failures and conflicts); ``None`` for a bare manager.
+    """
+
+    def __init__(self, pm: pluggy.PluginManager, plugins: Plugins | None = None) -> None:
         self._pm = pm
+        self._plugins = plugins
 
-    def _each_impl(self, hook_name: str, **kwargs: Any) -> Iterable[tuple[str, Callable[[], Any]]]:
-        """Yield ``(plugin name, call)`` for each implementation of a hook, in registration order."""
-        hook = getattr(self._pm.hook, hook_name)
-        for impl in hook.get_hookimpls():
-            arguments = {name: kwargs[name] for name in impl.argnames}
-            yield impl.plugin_name, functools.partial(impl.function, **arguments)
+    # ------------------------------------------------------------------ calling one implementation
 
-    def _register_into(self, hook_name: str, registry: Any) -> None:
-        for plugin_name, call in self._each_impl(hook_name, registry=registry):
-            registry.current_plugin = plugin_name
+    def _describe(self, plugin_name: str) -> str:
+        return self._plugins.describe(plugin_name) if self._plugins is not None else repr(plugin_name)
+
+    def _impls(self, hook_name: str, *, call_order: bool = False) -> list[Any]:
+        """The implementations of a hook in registration order (built-in plugins first), or in pluggy's call
+        order (last registered first) with ``call_order``."""
+        impls = getattr(self._pm.hook, hook_name).get_hookimpls()
+        return list(reversed(impls)) if call_order else list(impls)
+
+    def _call(self, impl: Any, hook_name: str, **kwargs: Any) -> Any:
+        """Call one implementation with the arguments it asks for; an unexpected exception names the plugin."""
+        try:
+            return impl.function(**{name: kwargs[name] for name in impl.argnames})
+        except FsdpSdkError:
+            raise
+        except Exception as exc:
+            raise PluginError(
+                f"plugin {self._describe(impl.plugin_name)}: {hook_name} failed: {_one_line(exc)} "
+                "(a bug in the plugin: report it to its author, or uninstall the plugin)"
+            ) from exc
+
+    def _wrong(self, impl: Any, hook_name: str, problem: str) -> PluginError:
+        """The error for an implementation that returned or did something its hook does not allow."""
+        return PluginError(f"plugin {self._describe(impl.plugin_name)}: {hook_name} {problem}")
+
+    # ------------------------------------------------------------------ registration hooks
+
+    def _fill(self, hook_name: str, registry: R) -> R:
+        """Let each plugin fill a registry of its own, then merge it into ``registry``.
+
+        A name two plugins register becomes a conflict (refused for both, unless a built-in
+        plugin registered it: then the built-in one is kept). A third-party plugin whose hook
+        fails is reported and what it registered is left out.
+        """
+        builtin = self._plugins.default_plugins if self._plugins is not None else ()
+        for impl in self._impls(hook_name):
+            staged = type(registry)()
+            staged.current_plugin = impl.plugin_name
             try:
-                call()
-            except PluginError:
-                raise
-            except Exception as exc:
-                raise PluginError(f"plugin {plugin_name}: {hook_name} failed: {type(exc).__name__}: {exc}") from exc
-            finally:
-                registry.current_plugin = None
+                result = self._call(impl, hook_name, registry=staged)
+                if result is not None:
+                    raise self._wrong(
+                        impl, hook_name, f"returned {_kind(result)}; it must call registry.add() and return None"
+                    )
+            except FsdpSdkError as exc:
+                if self._plugins is None or impl.plugin_name in builtin:
+                    raise
+                self._plugins._registration_failed(impl.plugin_name, hook_name, exc)
+                continue
+            for conflict in registry.merge(staged, keep=builtin):
+                if self._plugins is not None:
+                    self._plugins._conflicted(conflict)
+        return registry
 
     def register_backends(self) -> BackendRegistry:
         """A registry filled by every ``fsdp_sdk_register_backends``.
 
-        :raises PluginError: a plugin registered an invalid or duplicate backend.
+        :raises PluginError: a built-in plugin registered an invalid or duplicate backend.
         """
         from fsdp_sdk.backends.base import BackendRegistry
 
-        registry = BackendRegistry()
-        self._register_into("fsdp_sdk_register_backends", registry)
-        return registry
+        return self._fill("fsdp_sdk_register_backends", BackendRegistry())
 
     def register_instance_types(self) -> InstanceTypeRegistry:
         """A registry filled by every ``fsdp_sdk_register_instance_types``.
 
-        :raises PluginError: a plugin registered an invalid or duplicate instance type.
+        :raises PluginError: a built-in plugin registered an invalid or duplicate instance type.
         """
         from fsdp_sdk.instance_types import InstanceTypeRegistry
 
-        registry = InstanceTypeRegistry()
-        self._register_into("fsdp_sdk_register_instance_types", registry)
-        return registry
+        return self._fill("fsdp_sdk_register_instance_types", InstanceTypeRegistry())
 
     def register_settings(self) -> SettingsRegistry:
         """A registry filled by every ``fsdp_sdk_register_settings``.
 
-        :raises PluginError: a plugin registered an invalid or duplicate section.
+        :raises PluginError: a built-in plugin registered an invalid or duplicate section.
         """
         from fsdp_sdk.config import SettingsRegistry
 
-        registry = SettingsRegistry()
-        self._register_into("fsdp_sdk_register_settings", registry)
-        return registry
+        return self._fill("fsdp_sdk_register_settings", SettingsRegistry())
 
     def register_commands(self, cli: click.Group) -> dict[str, list[str]]:
         """Let plugins add commands to ``cli``; a plugin whose hook fails is reported and skipped.
@@ -180,12 +238,14 @@ class PluginHooks:
 
         owners: dict[str, list[str]] = {}
         commands: dict[str, click.Command] = {}
-        for impl in self._pm.hook.fsdp_sdk_register_commands.get_hookimpls():
+        for impl in self._impls("fsdp_sdk_register_commands"):
             group = click.Group()
             try:
-                impl.function(**({"cli": group} if "cli" in impl.argnames else {}))
-            except Exception as exc:
-                _warn(f"plugin {impl.plugin_name!r} failed to register its commands: {type(exc).__name__}: {exc}")
+                self._call(impl, "fsdp_sdk_register_commands", cli=group)
+            except FsdpSdkError as exc:
+                who = f"plugin {self._describe(impl.plugin_name)}"
+                text = str(exc) if str(exc).startswith(who) else f"{who}: fsdp_sdk_register_commands failed: {exc}"
+                _warn(f"{text}; its commands are left out")
                 continue
             for name, command in group.commands.items():
                 owners.setdefault(name, []).append(impl.plugin_name)
@@ -195,53 +255,145 @@ class PluginHooks:
                 cli.add_command(command, name)
         return {name: plugins for name, plugins in owners.items() if len(plugins) > 1}
 
+    # ------------------------------------------------------------------ rendering and look-ups
+
     def render_job(self, config: Config, objects: list[dict[str, Any]]) -> None:
-        """Let plugins append to or modify the rendered Kubernetes objects in place."""
-        self._pm.hook.fsdp_sdk_render_job(config=config, objects=objects)
+        """Let plugins append to or modify the rendered Kubernetes objects in place.
+
+        :raises PluginError: a plugin's hook failed, returned something, or left an object that is not a
+            Kubernetes object (a dict with ``apiVersion``, ``kind`` and ``metadata.name``).
+        """
+        hook_name = "fsdp_sdk_render_job"
+        for impl in self._impls(hook_name, call_order=True):
+            result = self._call(impl, hook_name, config=config, objects=objects)
+            if result is not None:
+                raise self._wrong(
+                    impl, hook_name, f"returned {_kind(result)}; it must change 'objects' in place and return None"
+                )
+            for index, obj in enumerate(objects):
+                problem = _object_problem(obj)
+                if problem is not None:
+                    raise self._wrong(impl, hook_name, f"left objects[{index}] {problem}")
 
     def job_image(self, config: Config) -> str:
-        """The image a job runs: the first plugin answer, else ``config.image_ref``."""
-        answer = self._pm.hook.fsdp_sdk_job_image(config=config)
-        return answer if answer is not None else config.image_ref
+        """The image a job runs: the first plugin answer, else ``config.image_ref``.
+
+        :raises PluginError: a plugin's hook failed or answered something other than an image reference or None.
+        """
+        hook_name = "fsdp_sdk_job_image"
+        for impl in self._impls(hook_name, call_order=True):
+            answer = self._call(impl, hook_name, config=config)
+            if answer is None:
+                continue
+            if not isinstance(answer, str) or not answer.strip() or any(c.isspace() for c in answer):
+                raise self._wrong(
+                    impl, hook_name, f"returned {_kind(answer)}; it must return an image reference string or None"
+                )
+            return answer
+        return config.image_ref
 
     def monitoring_components(self, config: Config) -> list[MonitoringComponent]:
-        """All components every plugin contributes, in registration order."""
-        results = self._pm.hook.fsdp_sdk_monitoring_components(config=config)
-        return [component for result in reversed(results) for component in (result or [])]
+        """All components every plugin contributes, in registration order.
 
-    def preflight(self, config: Config) -> list[PreflightResult]:
-        """The results of every plugin's preflight checks, in registration order."""
-        results = self._pm.hook.fsdp_sdk_preflight(config=config)
-        return [item for result in reversed(results) for item in (result or [])]
+        :raises PluginError: a plugin's hook failed or returned something other than a list of components.
+        """
+        from fsdp_sdk.monitoring import MonitoringComponent
+
+        hook_name = "fsdp_sdk_monitoring_components"
+        return self._collect(hook_name, MonitoringComponent, config=config)
+
+    def preflight(self, config: Config, action: str = "up") -> list[PreflightResult]:
+        """The results of every plugin's preflight checks, in registration order.
+
+        :param action: what is about to happen: ``up``, ``run`` or ``submit`` (see ``fsdp_sdk_preflight``).
+        :raises PluginError: a plugin's check failed unexpectedly or returned something other than a list of
+            :class:`~fsdp_sdk.preflight.PreflightResult`.
+        """
+        from fsdp_sdk.preflight import PreflightResult
+
+        return self._collect("fsdp_sdk_preflight", PreflightResult, config=config, action=action)
+
+    def _collect(self, hook_name: str, item_type: type[Any], **kwargs: Any) -> list[Any]:
+        """Every implementation's list of ``item_type`` records, in registration order (None counts as none)."""
+        items: list[Any] = []
+        for impl in self._impls(hook_name):
+            result = self._call(impl, hook_name, **kwargs)
+            if result is None:
+                continue
+            name = item_type.__name__
+            if isinstance(result, item_type):
+                raise self._wrong(impl, hook_name, f"returned one {name}, not a list; return [result]")
+            if not isinstance(result, (list, tuple)):
+                raise self._wrong(impl, hook_name, f"returned {_kind(result)}; it must return a list of {name}")
+            for item in result:
+                if not isinstance(item, item_type):
+                    raise self._wrong(
+                        impl, hook_name, f"returned a list holding {_kind(item)}; every item must be a {name}"
+                    )
+            items += result
+        return items
+
+    # ------------------------------------------------------------------ lifecycle events
+
+    def _notify(self, hook_name: str, **kwargs: Any) -> None:
+        for impl in self._impls(hook_name, call_order=True):
+            self._call(impl, hook_name, **kwargs)
 
     def cluster_created(self, config: Config, status: ClusterStatus) -> None:
         """Announce a cluster that ``up`` brought up."""
-        self._pm.hook.fsdp_sdk_cluster_created(config=config, status=status)
+        self._notify("fsdp_sdk_cluster_created", config=config, status=status)
 
     def before_cluster_delete(self, config: Config, status: ClusterStatus) -> None:
-        """Announce a cluster about to be deleted; a plugin may raise to refuse."""
-        self._pm.hook.fsdp_sdk_before_cluster_delete(config=config, status=status)
+        """Announce a cluster about to be deleted; a plugin may raise an ``FsdpSdkError`` to refuse."""
+        self._notify("fsdp_sdk_before_cluster_delete", config=config, status=status)
 
     def job_submitted(self, config: Config, job: JobRef) -> None:
         """Announce a submitted or started job."""
-        self._pm.hook.fsdp_sdk_job_submitted(config=config, job=job)
+        self._notify("fsdp_sdk_job_submitted", config=config, job=job)
 
     def job_finished(self, config: Config, job: JobRef, succeeded: bool, summary: dict[str, Any] | None) -> None:
         """Announce the end of a job."""
-        self._pm.hook.fsdp_sdk_job_finished(config=config, job=job, succeeded=succeeded, summary=summary)
+        self._notify("fsdp_sdk_job_finished", config=config, job=job, succeeded=succeeded, summary=summary)
+
+
+def _kind(value: object) -> str:
+    """How a wrong value is named in messages: ``a str ('oops')``, ``a dict``."""
+    text = f"a {type(value).__name__}"
+    if isinstance(value, (str, int, float, bool)):
+        shown = repr(value)
+        text += f" ({shown[:40]}{'...' if len(shown) > 40 else ''})"
+    return text
+
+
+def _object_problem(obj: object) -> str | None:
+    """Why ``obj`` is not a Kubernetes object as the renderer hands them on, or None."""
+    if not isinstance(obj, dict):
+        return f"as {_kind(obj)}, not a Kubernetes object (a dict)"
+    metadata = obj.get("metadata")
+    if not isinstance(obj.get("apiVersion"), str) or not isinstance(obj.get("kind"), str):
+        return "without apiVersion or kind"
+    if not isinstance(metadata, dict) or not metadata.get("name"):
+        return f"(a {obj['kind']}) without metadata.name"
+    return None
 
 
 class Plugins:
-    """The loaded plugins: the pluggy manager, the hook facade, the registries they fill, and the broken ones.
+    """The loaded plugins: the pluggy manager, the hook facade, the registries they fill, and what went wrong.
 
     Build it with :func:`build_plugins`, or use the process-wide :func:`get_plugins`.
+
+    :param pm: the plugin manager, with the hook specifications added.
+    :param default_plugins: names of the built-in plugins: their definitions win a name conflict, and a
+        failure of theirs is a bug of fsdp-sdk (raised, not reported).
     """
 
-    def __init__(self, pm: pluggy.PluginManager) -> None:
+    def __init__(self, pm: pluggy.PluginManager, *, default_plugins: Iterable[str] = DEFAULT_PLUGINS) -> None:
         self.pm = pm
-        self.hooks = PluginHooks(pm)
+        self.default_plugins: frozenset[str] = frozenset(default_plugins)
+        self.hooks = PluginHooks(pm, self)
         self._broken: list[PluginInfo] = []
         self._distributions: dict[str, tuple[str, str]] = {}
+        self._failures: dict[str, list[str]] = {}  # plugin -> why its registration hooks were left out
 
     @functools.cached_property
     def backends(self) -> BackendRegistry:
@@ -263,6 +415,53 @@ class Plugins:
         """Plugins that failed to load."""
         return list(self._broken)
 
+    def conflicts(self) -> list[Conflict]:
+        """Every backend, instance type and settings section more than one plugin registers (builds the registries)."""
+        return [*self.backends.conflicts, *self.instance_types.conflicts, *self.settings.conflicts]
+
+    def explain(self, conflict: Conflict) -> tuple[str, str]:
+        """``(problem, fix)``: a conflict in words, naming the plugins and the distributions they come from.
+
+        :param conflict: a conflict from :meth:`conflicts` or a registry.
+        """
+        refused = sorted(set(conflict.refused))
+        names = " and ".join(self.describe(p) for p in refused)
+        dists = [d for d in dict.fromkeys(self._distributions.get(p, (None,))[0] for p in refused) if d]
+        if conflict.kept is not None:
+            problem = (
+                f"plugin{'s' if len(refused) > 1 else ''} {names} also register{'' if len(refused) > 1 else 's'} "
+                f"the {conflict.kind} {conflict.name!r} built into fsdp-sdk, so fsdp-sdk's own is used"
+            )
+            fix = f"pip uninstall {' '.join(dists)}" if dists else "unregister that plugin"
+            return problem, f"{fix}, or ask its author to rename theirs"
+        every = "both" if len(refused) == 2 else "all"
+        problem = f"plugins {names} {every} register the {conflict.kind} {conflict.name!r}, so none of them is used"
+        fix = "uninstall one of them" + (f" (pip uninstall {' or '.join(dists)})" if dists else "")
+        return problem, fix
+
+    def registration_failures(self, hook_name: str | None = None) -> dict[str, str]:
+        """Third-party plugins whose registration hooks failed (what they register is left out), with why.
+
+        :param hook_name: only this hook's failures (``fsdp_sdk_register_instance_types``...).
+        """
+        return {
+            plugin: " | ".join(m for m in messages if hook_name is None or m.startswith(f"{hook_name} "))
+            for plugin, messages in self._failures.items()
+            if hook_name is None or any(m.startswith(f"{hook_name} ") for m in messages)
+        }
+
+    def _registration_failed(self, plugin: str, hook_name: str, error: BaseException) -> None:
+        reason = " ".join(str(error).split())
+        for prefix in (f"plugin {plugin}: ", f"plugin {self.describe(plugin)}: "):
+            reason = reason.removeprefix(prefix)
+        message = f"{hook_name} failed, so what it registers is left out: {reason}"
+        self._failures.setdefault(plugin, []).append(message)
+        _warn(f"plugin {self.describe(plugin)}: {message}")
+
+    def _conflicted(self, conflict: Conflict) -> None:
+        problem, fix = self.explain(conflict)
+        _warn(f"{problem}; {fix}")
+
     def register(self, plugin: object, name: str | None = None) -> str:
         """Register one more plugin (tests, embedding applications) and reset the registries.
 
@@ -273,6 +472,7 @@ class Plugins:
         try:
             registered = self.pm.register(plugin, name=name)
             self.pm.check_pending()
+            _refuse_wrappers(self.pm, plugin)
         except (ValueError, pluggy.PluginValidationError) as exc:
             if self.pm.is_registered(plugin):
                 self.pm.unregister(plugin)
@@ -283,14 +483,20 @@ class Plugins:
     def unregister(self, name: str) -> None:
         """Remove a plugin by name and reset the registries."""
         self.pm.unregister(name=name)
+        self._failures.pop(name, None)
         self._forget_registries()
 
     def _forget_registries(self) -> None:
         for registry in ("backends", "instance_types", "settings"):
             self.__dict__.pop(registry, None)
+        self._failures.clear()
 
     def infos(self) -> list[PluginInfo]:
-        """Every registered plugin, then the broken ones."""
+        """Every registered plugin, then the broken ones.
+
+        The registries are built first, so a plugin whose registration hook failed is listed with its error.
+        """
+        self.conflicts()
         infos = []
         for name, plugin in self.pm.list_name_plugin():
             if plugin is None:  # blocked
@@ -298,7 +504,8 @@ class Plugins:
             module = getattr(plugin, "__name__", None) or f"{type(plugin).__module__}:{type(plugin).__qualname__}"
             distribution, version = self._distributions.get(name, (None, None))
             hooks = tuple(sorted(caller.name for caller in (self.pm.get_hookcallers(plugin) or [])))
-            infos.append(PluginInfo(name, module, name in DEFAULT_PLUGINS, distribution, version, hooks))
+            failure = " | ".join(self._failures.get(name, [])) or None
+            infos.append(PluginInfo(name, module, name in self.default_plugins, distribution, version, hooks, failure))
         return infos + self.broken
 
     def describe(self, name: str) -> str:
@@ -306,7 +513,7 @@ class Plugins:
 
         :param name: the name the plugin is registered (or was refused) under.
         """
-        if name in DEFAULT_PLUGINS:
+        if name in self.default_plugins:
             return f"{name!r} (built into fsdp-sdk)"
         distribution, version = self._distributions.get(name, (None, None))
         if distribution is None:
@@ -325,7 +532,7 @@ class Plugins:
             distribution = (ep.distribution, ep.version)
             taken_by = (
                 f"the built-in plugin of fsdp-sdk {__version__}"
-                if ep.name in DEFAULT_PLUGINS
+                if ep.name in self.default_plugins
                 else f"{claimed[ep.name][0]} {claimed[ep.name][1]}"
                 if ep.name in claimed
                 else "the plugin registered before it"
@@ -352,10 +559,14 @@ class Plugins:
             self._distributions[ep.name] = distribution  # type: ignore[assignment]
 
     def _check_pending(self) -> None:
-        """Unregister, one by one, plugins implementing hooks that have no specification (misspelled names)."""
+        """Unregister, one by one, plugins implementing hooks that have no specification (misspelled names)
+        or implementing one as a hook wrapper."""
         while True:
             try:
                 self.pm.check_pending()
+                for name, plugin in self.pm.list_name_plugin():
+                    if plugin is not None and name not in self.default_plugins:
+                        _refuse_wrappers(self.pm, plugin)
                 return
             except pluggy.PluginValidationError as exc:
                 name = self.pm.get_name(exc.plugin) or repr(exc.plugin)
@@ -389,6 +600,19 @@ def _warn(message: str) -> None:
     sys.stderr.write(f"fsdp-sdk: warning: {message}\n")
 
 
+def _refuse_wrappers(pm: pluggy.PluginManager, plugin: object) -> None:
+    """Raise ``PluginValidationError`` when ``plugin`` implements a hook as a wrapper: :class:`PluginHooks` calls
+    each implementation on its own (to name the plugin when one fails), which wrappers cannot take part in."""
+    for caller in pm.get_hookcallers(plugin) or []:
+        for impl in caller.get_hookimpls():
+            if impl.plugin is plugin and (impl.hookwrapper or impl.wrapper):
+                raise pluggy.PluginValidationError(
+                    plugin,
+                    f"{caller.name} is implemented as a hook wrapper, which fsdp-sdk does not support; "
+                    "drop wrapper=True / hookwrapper=True",
+                )
+
+
 def build_plugins(*, autoload: bool | None = None, default_plugins: Iterable[str] = DEFAULT_PLUGINS) -> Plugins:
     """Build a new plugin set: the hook specifications, the default plugins, then entry-point plugins.
 
@@ -399,7 +623,8 @@ def build_plugins(*, autoload: bool | None = None, default_plugins: Iterable[str
     """
     pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
     pm.add_hookspecs(hookspecs)
-    plugins = Plugins(pm)
+    default_plugins = tuple(default_plugins)
+    plugins = Plugins(pm, default_plugins=default_plugins)
     for module_name in default_plugins:
         try:
             pm.register(importlib.import_module(module_name), name=module_name)

@@ -246,15 +246,46 @@ class InstanceTypePluginConformance:
                 assert t.on_demand_usd_per_hour / t.gpu_count < 100, f"{t.name}: price is USD per instance-hour"
             json.dumps(t.to_dict())
 
-    def test_names_do_not_clash_with_other_plugins(self) -> None:
+    def plugins(self) -> Plugins:
+        """The built-in plugins (but the one under test, when it is one) plus :attr:`plugin`, no autoload."""
         plugins = build_plugins(
             autoload=False,
             default_plugins=tuple(name for name in DEFAULT_PLUGINS if name != getattr(self.plugin, "__name__", None)),
         )
         if not plugins.pm.is_registered(self.plugin):
             plugins.register(self.plugin)
-        registry = plugins.instance_types  # raises PluginError on a duplicate name
+        return plugins
+
+    def test_names_do_not_clash_with_other_plugins(self) -> None:
+        plugins = self.plugins()
+        registry = plugins.instance_types
+        name = plugins.pm.get_name(self.plugin)
+        clashes = [c.name for c in registry.conflicts if name in c.plugins]
+        assert not clashes, f"names also registered by fsdp-sdk or another plugin: {', '.join(clashes)}"
         assert {t.name for t in self.registered()} <= set(registry.names())
+        assert not plugins.registration_failures(), plugins.registration_failures()
+
+    @pytest.mark.parametrize("api", ["pytorchjob", "trainjob"])
+    def test_jobs_on_each_type_request_its_accelerators(self, api: str) -> None:
+        from fsdp_sdk.k8s.render import render_job, worker_environment, worker_pods
+
+        plugins = self.plugins()
+        for t in self.registered():
+            data = {"cluster": {"instance_type": t.name}, "job": {"registry": "registry.example.com/team", "api": api}}
+            config = Config.from_dict(data, sections=plugins.settings).resolved(plugins, validate_trainer=False)
+            objects = render_job(config, rdzv_id="conformance", plugins=plugins)  # the plugin's render hook too
+            job = objects[0]
+            resources = (
+                job["spec"]["trainer"]["resourcesPerNode"]
+                if api == "trainjob"
+                else job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["resources"]
+            )
+            assert resources["limits"][t.accelerator_resource] == t.gpu_count, t.name
+            if t.accelerator_resource != "nvidia.com/gpu":
+                assert "nvidia.com/gpu" not in resources["limits"], f"{t.name}: requests NVIDIA GPUs"
+            env = {e["name"]: e.get("value") for e in worker_environment(config, t)}
+            assert (env.get("FI_EFA_USE_DEVICE_RDMA") == "1") == (t.gpudirect_rdma and t.efa_interfaces > 0), t.name
+            assert list(worker_pods(objects)), "the job has no worker pods"
 
     def test_entry_point_loads_the_plugin(self) -> None:
         if self.entry_point_name is None:

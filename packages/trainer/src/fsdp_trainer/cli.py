@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     from .logs import setup_logging
     from .train import main_with_config
 
-    setup_logging(cfg.runtime.log_all_ranks)
+    setup_logging(cfg.runtime.log_all_ranks, fp8=cfg.fp8.enabled)
     code = main_with_config(cfg)
     # Leave without interpreter finalization: after a clean run, gloo's worker threads can abort
     # it (SIGABRT, "terminate called without an active exception") and turn success into a

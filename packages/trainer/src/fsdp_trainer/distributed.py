@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
+from .autotune import mesh_shape
 from .config import ParallelConfig, RuntimeConfig
 from .errors import ConfigError
 
@@ -116,24 +117,6 @@ def destroy_distributed() -> None:
     """Leave the process group if we joined one."""
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
-
-
-def mesh_shape(cfg: ParallelConfig, world_size: int, local_world_size: int) -> tuple[int, int]:
-    """(replicate, shard) sizes for the sharding strategy; raises ConfigError when they do not tile the world."""
-    if cfg.sharding in ("full_shard", "shard_grad_op"):
-        return 1, world_size
-    if cfg.sharding == "no_shard":
-        return world_size, 1
-    shard, replicate = cfg.shard_size, cfg.replicate_size
-    if not shard:
-        shard = world_size // replicate if replicate else min(local_world_size, world_size)
-    if not replicate:
-        replicate = max(world_size // shard, 1)
-    if shard * replicate != world_size:
-        raise ConfigError(
-            f"--parallel.shard_size: shard_size {shard} x replicate_size {replicate} must equal the world size {world_size}"
-        )
-    return replicate, shard
 
 
 def build_mesh(cfg: ParallelConfig, env: DistEnv) -> DeviceMesh | None:

@@ -8,8 +8,13 @@ import sys
 import warnings
 
 
-def setup_logging(log_all_ranks: bool = False) -> None:
-    """Configure the root logger: ``[rank3] 12:00:01 INFO fsdp_trainer.train: ...``; only the leader logs INFO unless asked."""
+def setup_logging(log_all_ranks: bool = False, *, fp8: bool = False) -> None:
+    """Configure the root logger: ``[rank3] 12:00:01 INFO fsdp_trainer.train: ...``; only the leader logs INFO unless asked.
+
+    transformers imports torchao whenever it is installed (``transformers.quantizers``), FP8 or not. Without
+    FP8 nothing of torchao runs, so its warnings (its CUDA kernel libraries failing to load on a CPU build)
+    are dropped, and so is torch's deprecation notice about torchao registering its enums as pytree constants.
+    """
     rank = int(os.environ.get("RANK", "0"))
     level = logging.INFO if rank == 0 or log_all_ranks else logging.WARNING
     handler = logging.StreamHandler(sys.stderr)
@@ -23,3 +28,13 @@ def setup_logging(log_all_ranks: bool = False) -> None:
     warnings.filterwarnings("ignore", message="Multiple backends are registered with this ProcessGroup.*")
     for noisy in ("torch.distributed", "transformers", "urllib3", "filelock", "httpx"):
         logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
+    if not fp8:
+        logging.getLogger("torchao").setLevel(logging.ERROR)
+    logging.getLogger("torch.utils._pytree").addFilter(_EnumConstantNotice())
+
+
+class _EnumConstantNotice(logging.Filter):
+    """Drops torch's "Calling register_constant() on Enum subclasses is deprecated" (torchao's call, not ours)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "register_constant() on Enum subclasses is deprecated" not in record.getMessage()

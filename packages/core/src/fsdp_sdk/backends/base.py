@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from fsdp_sdk.errors import ConfigError, PluginError
+from fsdp_sdk.registry import NamedRegistry
 
 if TYPE_CHECKING:
     from fsdp_sdk.config import Config
@@ -300,15 +301,14 @@ class ClusterBackend(ABC):
         return f"<{type(self).__name__} {self.name!r}>"
 
 
-class BackendRegistry:
-    """The cluster backends known to this process, filled by ``fsdp_sdk_register_backends``."""
+class BackendRegistry(NamedRegistry["type[ClusterBackend] | str"]):
+    """The cluster backends known to this process, filled by ``fsdp_sdk_register_backends``.
 
-    def __init__(self) -> None:
-        self._classes: dict[str, type[ClusterBackend]] = {}
-        self._lazy: dict[str, str] = {}
-        self._owners: dict[str, str] = {}
-        #: Name of the plugin whose hook is running; set by the plugin manager for error messages.
-        self.current_plugin: str | None = None
+    An entry is the backend class, or its ``"package.module:Class"`` path until first used
+    (:meth:`add_lazy`). A name two plugins register is refused for both (:attr:`conflicts`).
+    """
+
+    kind = "backend"
 
     def add(self, cls: type[ClusterBackend]) -> None:
         """Register a backend class under its ``name``.
@@ -316,10 +316,8 @@ class BackendRegistry:
         :param cls: a concrete :class:`ClusterBackend` subclass.
         :raises PluginError: ``cls`` is not a concrete backend class, has no name, or the name is taken.
         """
-        who = self.current_plugin or "?"
-        name = self._check_class(cls, who)
-        self._claim(name, who)
-        self._classes[name] = cls
+        name = self._check_class(cls, self.current_plugin or "?")
+        self._claim(name, cls)
 
     def add_lazy(self, name: str, target: str) -> None:
         """Register backend ``name`` by import path, imported only when :meth:`get` first asks for it.
@@ -336,16 +334,7 @@ class BackendRegistry:
             raise PluginError(f"plugin {who}: registry.add_lazy() needs a backend name, got {name!r}")
         if not isinstance(target, str) or target.count(":") != 1:
             raise PluginError(f"plugin {who}: backend {name!r}: target {target!r} is not 'package.module:ClassName'")
-        self._claim(name, who)
-        self._lazy[name] = target
-
-    def _claim(self, name: str, who: str) -> None:
-        if name in self:
-            raise PluginError(
-                f"backend {name!r} from plugin {who} is already registered by plugin {self._owners[name]}; "
-                "uninstall one of the two plugins"
-            )
-        self._owners[name] = who
+        self._claim(name, target)
 
     @staticmethod
     def _check_class(cls: object, who: str) -> str:
@@ -359,10 +348,10 @@ class BackendRegistry:
             raise PluginError(f"plugin {who}: backend {name!r} does not implement {', '.join(missing)}")
         return name
 
-    def _load(self, name: str) -> type[ClusterBackend]:
+    def _load(self, name: str, target: str) -> type[ClusterBackend]:
         import importlib
 
-        target, who = self._lazy[name], self._owners[name]
+        who = self._owners[name]
         module_name, _, attr = target.partition(":")
         try:
             cls = getattr(importlib.import_module(module_name), attr)
@@ -370,22 +359,20 @@ class BackendRegistry:
             raise PluginError(f"plugin {who}: backend {name!r}: cannot import {target} ({exc})") from exc
         if self._check_class(cls, who) != name:
             raise PluginError(f"plugin {who}: {target} is backend {cls.name!r}, registered as {name!r}")
-        del self._lazy[name]
-        self._classes[name] = cls
+        self._entries[name] = cls
         return cls
 
     def get(self, name: str) -> type[ClusterBackend]:
-        """The backend class called ``name``.
+        """The backend class called ``name`` (a lazily registered one is imported here).
 
         :raises ConfigError: no backend has that name (the message lists the known ones).
         """
-        if name in self._lazy:
-            return self._load(name)
         try:
-            return self._classes[name]
+            entry = self._entries[name]
         except KeyError:
             problem, fix = self.unknown(name)
             raise ConfigError("cluster.backend", problem, fix) from None
+        return self._load(name, entry) if isinstance(entry, str) else entry
 
     def unknown(self, name: str) -> tuple[str, str]:
         """``(problem, fix)`` for a backend name nobody registered: the package that provides a known backend,
@@ -409,20 +396,6 @@ class BackendRegistry:
             f"{hint}use one of: {', '.join(known) or 'none'} (fsdp-sdk plugins lists them)",
         )
 
-    def __contains__(self, name: object) -> bool:
-        return name in self._classes or name in self._lazy
-
     def __iter__(self) -> Iterator[type[ClusterBackend]]:
         """Every backend class (lazily registered ones are imported here)."""
         return iter([self.get(n) for n in self.names()])
-
-    def __len__(self) -> int:
-        return len(self._classes) + len(self._lazy)
-
-    def names(self) -> list[str]:
-        """Registered names, sorted (imports nothing)."""
-        return sorted([*self._classes, *self._lazy])
-
-    def owner(self, name: str) -> str:
-        """Name of the plugin that registered ``name``."""
-        return self._owners[name]

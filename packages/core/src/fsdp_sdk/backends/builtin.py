@@ -23,9 +23,9 @@ def fsdp_sdk_register_backends(registry: BackendRegistry) -> None:
 
 
 @hookimpl
-def fsdp_sdk_preflight(config: Config) -> list[PreflightResult]:
-    """The local backend's checks, when it is the configured backend."""
-    if config.cluster.backend != "local":
+def fsdp_sdk_preflight(config: Config, action: str) -> list[PreflightResult]:
+    """The local backend's checks, when it is the configured backend and the action runs something here."""
+    if config.cluster.backend != "local" or action == "submit":
         return []
     from fsdp_sdk.backends.local import local_preflight
 

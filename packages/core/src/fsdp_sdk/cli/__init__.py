@@ -41,6 +41,8 @@ COMMANDS: dict[str, str] = {
     "image": "fsdp_sdk.cli.image:image",
     "job": "fsdp_sdk.cli.job:job",
     "monitor": "fsdp_sdk.cli.monitor:monitor",
+    "estimate": "fsdp_sdk.cli.estimate:estimate",
+    "bench": "fsdp_sdk.cli.bench:bench",
 }
 
 

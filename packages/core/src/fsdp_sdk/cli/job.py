@@ -174,6 +174,7 @@ def _say_status(status: Any) -> None:
     is_flag=True,
     help="Server-side dry run (dryRun=All): the API server validates, stores nothing.",
 )
+@click.option("--force", is_flag=True, help="Submit even when the estimate says the job will not fit in GPU memory.")
 @click.option(
     "--replace",
     is_flag=True,
@@ -192,6 +193,7 @@ def submit(
     rdzv_id: str | None,
     create_secret: bool | None,
     dry_run: bool,
+    force: bool,
     replace: bool,
     unique: bool,
     wait_: bool,
@@ -199,21 +201,22 @@ def submit(
     timeout: float | None,
     as_json: bool,
 ) -> None:
-    """Render the job and apply it with server-side apply (field manager fsdp-sdk).
+    """Run the preflight checks, render the job and apply it with server-side apply (field manager fsdp-sdk).
 
     \b
-    A job of the same name is refused unless --replace (stop it, submit again,
-    resume from its checkpoints) or --unique (a new name). With --wait or --logs
-    the command follows the job to its end, like 'job wait'; Ctrl-C then leaves
-    the job running.
+    A job the estimate says will not fit in its GPUs' memory is refused (see
+    'fsdp-sdk estimate'), unless --force. A job of the same name is refused unless
+    --replace (stop it, submit again, resume from its checkpoints) or --unique (a
+    new name). With --wait or --logs the command follows the job to its end, like
+    'job wait'; Ctrl-C then leaves the job running.
     """
     from fsdp_sdk.k8s.jobs import EXIT_TIMEOUT
 
-    jobs = app.client.jobs
     with _render_warnings():
-        ref = jobs.submit(run_id=rdzv_id, create_secret=create_secret, dry_run=dry_run, replace=replace, unique=unique)
-    if not dry_run:
-        app.client.loaded_plugins.hooks.job_submitted(jobs.config, ref)
+        ref = app.client.submit_job(
+            run_id=rdzv_id, create_secret=create_secret, dry_run=dry_run, force=force, replace=replace, unique=unique
+        )
+    jobs = app.client.jobs
     kind = jobs.last_objects[0]["kind"]
     summary = {
         "name": ref.name,

@@ -44,11 +44,14 @@ from fsdp_sdk.cli.output import key_values
     help="Optimizer steps (trainer.train.steps).",
 )
 @click.option("--run-id", metavar="ID", help="Rendezvous/run id (default: a fresh one; never reuse one).")
+@click.option("--force", is_flag=True, help="Run even when the estimate says the job will not fit in the GPUs' memory.")
 @dry_run_option
 @json_option
 @click.argument("trainer_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- TRAINER OPTIONS]")
 @click.pass_obj
-def run(app: Application, run_id: str | None, dry_run: bool, as_json: bool, trainer_args: tuple[str, ...]) -> None:
+def run(
+    app: Application, run_id: str | None, force: bool, dry_run: bool, as_json: bool, trainer_args: tuple[str, ...]
+) -> None:
     """Run the trainer on the cluster, stream the leader's log, and print the trainer's summary.
 
     Trainer options go after '--' as on the trainer's command line
@@ -62,13 +65,16 @@ def run(app: Application, run_id: str | None, dry_run: bool, as_json: bool, trai
 
     With --json, stdout carries only the summary, as one JSON object; the log
     and progress go to stderr.
+
+    On a cluster, a job the estimate says will not fit in its GPUs' memory is
+    refused (see 'fsdp-sdk estimate'), unless --force.
     """
     client = app.client
 
     def show(line: str) -> None:
         click.echo(line, err=as_json)
 
-    result = client.run(trainer_args=trainer_args, run_id=run_id, dry_run=dry_run, on_output=show)
+    result = client.run(trainer_args=trainer_args, run_id=run_id, dry_run=dry_run, on_output=show, force=force)
     if dry_run:
         if as_json:
             app.echo_json(result.to_dict())

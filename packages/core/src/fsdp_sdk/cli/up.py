@@ -26,6 +26,11 @@ def _echo_plan(plan: Plan, echo: Callable[[str], None] = click.echo) -> None:
         echo(f"  {number}. {step}")
     if plan.hourly_cost_usd is not None:
         echo(f"On-demand cost: ${plan.hourly_cost_usd:,.2f}/hour")
+    if plan.estimate is not None:
+        from fsdp_sdk.estimate import summary_lines
+
+        for line in summary_lines(plan.estimate):
+            echo(line)
     if plan.resources or plan.kubernetes:
         echo(
             f"Documents: {len(plan.resources)} for the backend, {len(plan.kubernetes)} Kubernetes objects (--json shows them)"

@@ -34,6 +34,8 @@ import re
 import shlex
 import uuid
 import warnings
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fsdp_sdk.config import SECRET_ENV_NAME, trainer_arguments
@@ -53,6 +55,7 @@ __all__ = [
     "SHARED_MOUNT_PATH",
     "TRAINJOB_RUNTIME",
     "RenderWarning",
+    "WorkerPod",
     "check_env",
     "check_token_not_inline",
     "job_labels",
@@ -62,6 +65,8 @@ __all__ = [
     "render_pytorchjob",
     "render_trainjob",
     "worker_environment",
+    "worker_pod_specs",
+    "worker_pods",
 ]
 
 #: Key of the token in the Hugging Face Secret.
@@ -462,6 +467,68 @@ def render_trainjob(config: Config, instance: InstanceType, image: str, rdzv_id:
             ],
         },
     }
+
+
+@dataclass(frozen=True)
+class WorkerPod:
+    """The pod template of one kind of worker in a rendered job, for render hooks to change in place.
+
+    :param job: the ``PyTorchJob`` or ``TrainJob`` it belongs to.
+    :param replica: a PyTorchJob's replica type (``Worker``, ``Master``); for a TrainJob, the
+        runtime's replicated job the override targets (``node``).
+    :param spec: the pod spec: a PyTorchJob replica's ``template.spec``; for a TrainJob its entry in
+        ``spec.podSpecOverrides``, which takes ``containers``, ``initContainers``, ``nodeSelector``,
+        ``serviceAccountName``, ``tolerations`` and ``volumes`` (the CRD allows no other field).
+    :param labels: the pods' labels: a PyTorchJob replica's ``template.metadata.labels``; for a TrainJob
+        ``spec.labels``, which Kubeflow Trainer puts on the JobSet and its Jobs (a TrainJob has no field
+        for labels of the pods themselves).
+    """
+
+    job: dict[str, Any]
+    replica: str
+    spec: dict[str, Any]
+    labels: dict[str, str]
+
+
+def worker_pods(objects: Iterable[dict[str, Any]]) -> Iterator[WorkerPod]:
+    """The worker pod templates of every training job in ``objects``, whichever Kubeflow API it uses.
+
+    For use in ``fsdp_sdk_render_job`` hooks: change ``pod.spec`` and ``pod.labels`` in place and the
+    job changes with them. Missing levels are created empty (a replica without ``template.spec``, a
+    TrainJob without a pod spec override gets one targeting ``node``); objects other than
+    ``PyTorchJob`` (``kubeflow.org``) and ``TrainJob`` (``trainer.kubeflow.org``) are skipped.
+
+    :param objects: rendered objects, as the render hook receives them.
+    """
+    for obj in objects:
+        if not isinstance(obj, dict):
+            continue
+        group = str(obj.get("apiVersion", "")).split("/", 1)[0]
+        kind = obj.get("kind")
+        if kind == "PyTorchJob" and group == "kubeflow.org":
+            replicas = obj.setdefault("spec", {}).setdefault("pytorchReplicaSpecs", {})
+            for replica, replica_spec in replicas.items():
+                template = replica_spec.setdefault("template", {})
+                labels = template.setdefault("metadata", {}).setdefault("labels", {})
+                yield WorkerPod(obj, replica, template.setdefault("spec", {}), labels)
+        elif kind == "TrainJob" and group == "trainer.kubeflow.org":
+            spec = obj.setdefault("spec", {})
+            overrides = spec.setdefault("podSpecOverrides", [])
+            if not overrides:
+                overrides.append({"targetJobs": [{"name": "node"}]})
+            labels = spec.setdefault("labels", {})
+            for override in overrides:
+                targets = ",".join(str(t.get("name")) for t in override.get("targetJobs") or [])
+                yield WorkerPod(obj, targets or "node", override, labels)
+
+
+def worker_pod_specs(objects: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """The pod spec of every worker pod template in ``objects`` (see :func:`worker_pods`), to change in place.
+
+    :param objects: rendered objects, as the ``fsdp_sdk_render_job`` hook receives them.
+    """
+    for pod in worker_pods(objects):
+        yield pod.spec
 
 
 def render_hf_secret(config: Config) -> dict[str, Any]:

@@ -1,0 +1,149 @@
+"""The library as a platform embeds it: a hermetic client from an in-memory configuration that reads nothing
+around it, prints nothing and writes nothing where it runs; and the example of docs/embedding.md runs."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fsdp_sdk import Client, ConfigError
+from fsdp_sdk.config import DEFAULT_STATE_DIR
+from fsdp_sdk.plugins import build_plugins
+from fsdp_sdk.testing import snapshot
+
+from .conftest import ROOT, etcd_or_skip
+
+GUIDE = ROOT / "docs" / "embedding.md"
+REGISTRY = "123456789012.dkr.ecr.us-west-2.amazonaws.com"
+#: What a tiny CPU run's leader must not print: library-load failures and deprecation noise (issue 28, item 7).
+NOISE = re.compile(r"torchao|Failed to load|deprecat|FutureWarning|UserWarning", re.IGNORECASE)
+
+needs_trainer = pytest.mark.skipif(
+    importlib.util.find_spec("fsdp_trainer") is None,
+    reason="the trainer package (fsdp_trainer) is not installed: pip install -e packages/trainer",
+)
+
+
+@pytest.fixture
+def surroundings(work_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, example_plugin: Path) -> Path:
+    """Everything a hermetic client must ignore: a ./.env, FSDP_SDK_* variables, $KUBECONFIG, and an installed
+    entry-point plugin (the B200 example)."""
+    (work_dir / ".env").write_text("NUM_WORKERS=7\nINSTANCE_TYPE=g5.48xlarge\n")
+    monkeypatch.setenv("FSDP_SDK_JOB__NAME", "from-the-environment")
+    monkeypatch.setenv("FSDP_SDK_STATE_DIR", str(tmp_path / "elsewhere"))
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    return work_dir
+
+
+def test_a_hermetic_client_reads_nothing_around_it(surroundings: Path) -> None:
+    client = Client.from_dict({"job": {"registry": REGISTRY}})
+    config = client.config
+    assert (config.job.num_workers, config.cluster.instance_type, config.job.name) == (2, "p5.48xlarge", "fsdp")
+    assert config.cluster.state_dir == Path(DEFAULT_STATE_DIR).expanduser()
+    assert "p6-b200.48xlarge" not in {t.name for t in client.instance_types()}  # installed, not loaded
+    assert client.kubeconfig() is None
+    with pytest.raises(ConfigError, match=r"^kubeconfig: this client is hermetic \(Client\.from_dict\)"):
+        client.prereqs()  # would reach the cluster: $KUBECONFIG is not read, nor ~/.kube/config
+    # the same surroundings do reach a client from_sources() makes
+    assert Client.from_sources().config.job.num_workers == 7
+
+
+def test_a_hermetic_client_uses_the_plugins_and_kubeconfig_it_is_given(surroundings: Path, tmp_path: Path) -> None:
+    import fsdp_sdk_plugin_b200
+
+    plugins = build_plugins(autoload=False)
+    plugins.register(fsdp_sdk_plugin_b200, name="b200")
+    kubeconfig = tmp_path / "team-a.kubeconfig"
+    client = Client.from_dict(
+        {"cluster": {"instance_type": "p6-b200.48xlarge"}, "job": {"registry": REGISTRY}},
+        plugins=plugins,
+        kubeconfig=kubeconfig,
+    )
+    assert client.kubeconfig() == kubeconfig
+    (job,) = client.render_job()
+    container = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": 8, "vpc.amazonaws.com/efa": 8}
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["FI_EFA_USE_DEVICE_RDMA"] == "1"
+
+
+def test_from_dict_errors_name_the_key_as_given() -> None:
+    with pytest.raises(ConfigError, match=r"^job\.num_workers \(from Client\.from_dict\): 'two' is not an integer"):
+        Client.from_dict({"job": {"num_workers": "two"}})
+    with pytest.raises(ConfigError, match=r"^job\.nodes \(from Client\.from_dict\): unknown setting"):
+        Client.from_dict({"job": {"nodes": 2}})
+
+
+@pytest.mark.slow
+@needs_trainer
+def test_a_platform_drives_render_run_and_down_silently(
+    surroundings: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    etcd_or_skip()
+    state_dir = tmp_path / "platform-state"
+    before = snapshot(surroundings)
+    data = {
+        "cluster": {"backend": "local", "state_dir": str(state_dir)},
+        "job": {"name": "embedded", "num_workers": 2, "registry": REGISTRY},
+        "trainer": {"model": {"preset": "tiny"}, "data": {"seq_len": 128}, "train": {"steps": 2}},
+    }
+    client = Client.from_dict(data)
+
+    (job,) = client.render_job(rdzv_id="embedded-1")
+    assert job["kind"] == "PyTorchJob" and job["spec"]["elasticPolicy"]["rdzvId"] == "embedded-1"
+    if hasattr(client, "estimate"):  # Client.estimate() arrives with the estimate work; this step runs once it has
+        estimate = client.estimate(scaling=False)
+        assert estimate.model.name == "tiny" and json.dumps(estimate.to_dict())
+
+    lines: list[str] = []
+    try:
+        result = client.run(on_output=lines.append)
+    finally:
+        gone = client.down()
+    assert gone.state == "absent"
+    assert result.summary["steps_run"] == 2 and result.output_dir is not None
+    assert Path(result.output_dir).is_relative_to(state_dir)
+    assert any("master_addr=" in line for line in lines)
+    noise = [line for line in lines if NOISE.search(line)]
+    assert not noise, f"the leader's output carries noise: {noise[:3]}"
+
+    out, err = capfd.readouterr()
+    assert (out, err) == ("", ""), "the library printed something"
+    assert snapshot(surroundings) == before, "the library wrote into the working directory"
+
+
+def _guide_example() -> str:
+    text = GUIDE.read_text()
+    marker = "<!-- example: run by tests/core/test_embedding.py -->"
+    assert marker in text, f"{GUIDE} lost its tested example"
+    match = re.search(r"```python\n(.*?)```", text.split(marker, 1)[1], re.DOTALL)
+    assert match, "no python block after the marker"
+    return match.group(1)
+
+
+@pytest.mark.slow
+@needs_trainer
+def test_the_guides_example_runs(tmp_path: Path) -> None:
+    script = tmp_path / "example.py"
+    script.write_text(_guide_example())
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FSDP_SDK_")}
+    result = subprocess.run(
+        [sys.executable, str(script)], cwd=cwd, env=env, capture_output=True, text=True, timeout=240
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stderr == ""
+    first, second = result.stdout.splitlines()
+    assert first == "PyTorchJob demo: 2 workers x 8 GPUs"
+    assert re.fullmatch(r"trained 3 steps, final loss \d+\.\d\d", second), second
+    assert not any(cwd.iterdir())
