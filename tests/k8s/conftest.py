@@ -92,10 +92,28 @@ def etcd_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         process.wait(timeout=10)
 
 
+@pytest.fixture(autouse=True)
+def retry_waits(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """Retries of the job layer without waiting: the delays it asks for are recorded here instead of slept.
+
+    Requests get 5 seconds before they count as unanswered; the leader is looked for again every second.
+    """
+    from fsdp_sdk.k8s import retry
+    from fsdp_sdk.k8s.jobs import JobClient
+
+    waits: list[float] = []
+    monkeypatch.setattr(retry, "DEFAULT_POLICY", retry.RetryPolicy(sleep=waits.append, request_timeout=5.0))
+    monkeypatch.setattr(JobClient, "leader_recheck_s", 1.0)
+    return waits
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "cluster: runs against the real Kubernetes cluster named by KUBECONFIG (skipped without one)"
     )
+    # Most jobs here have several workers and no shared storage: the rendering says so each time. The tests
+    # that are about these warnings record them themselves.
+    config.addinivalue_line("filterwarnings", "ignore::fsdp_sdk.k8s.render.RenderWarning")
 
 
 @pytest.fixture

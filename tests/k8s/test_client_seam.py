@@ -5,46 +5,16 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
-from typing import ClassVar
 
-from fsdp_sdk.backends.base import ClusterBackend, ClusterStatus, Plan
 from fsdp_sdk.client import Client
 from fsdp_sdk.config import Config
-from fsdp_sdk.hookspecs import hookimpl
-from fsdp_sdk.plugins import build_plugins
 
 from .fake_apiserver import FakeApiServer
+from .tools import kubernetes_plugins
 
 REGISTRY = "123456789012.dkr.ecr.us-west-2.amazonaws.com"
 #: What the trainer's rank 0 logs at start (fsdp_trainer.logs format); it marks the leader pod.
 LEADER_LINE = "[rank0] 12:00:00 INFO fsdp_trainer.distributed: master_addr=fsdp-worker-0"
-
-
-def _backend(kubeconfig: Path) -> type[ClusterBackend]:
-    class KubeBackend(ClusterBackend):
-        """A backend whose cluster is the loopback API server."""
-
-        name: ClassVar[str] = "fake-kube"
-
-        def plan(self, config: Config) -> Plan:
-            return Plan(backend=self.name, cluster=config.cluster.name, steps=[])
-
-        def apply(self, config, plan, *, progress=None) -> ClusterStatus:
-            return self.status(config)
-
-        def down(self, config, *, dry_run=False, progress=None) -> ClusterStatus:
-            return self.status(config)
-
-        def scale(self, config, nodes, *, dry_run=False, progress=None) -> ClusterStatus:
-            return self.status(config)
-
-        def status(self, config: Config) -> ClusterStatus:
-            return ClusterStatus(backend=self.name, cluster=config.cluster.name, state="ready", nodes=2)
-
-        def kubeconfig(self, config: Config) -> Path:
-            return kubeconfig
-
-    return KubeBackend
 
 
 def _operator(apiserver: FakeApiServer) -> None:
@@ -73,16 +43,7 @@ def _operator(apiserver: FakeApiServer) -> None:
 
 
 def test_client_run_submits_follows_and_returns_the_summary(apiserver: FakeApiServer, tmp_path: Path) -> None:
-    kubeconfig = apiserver.write_kubeconfig(tmp_path / "kubeconfig")
-    backend = _backend(kubeconfig)
-
-    class Register:
-        @hookimpl
-        def fsdp_sdk_register_backends(self, registry) -> None:
-            registry.add(backend)
-
-    plugins = build_plugins(autoload=False)
-    plugins.register(Register(), name="fake-kube")
+    plugins = kubernetes_plugins(apiserver.write_kubeconfig(tmp_path / "kubeconfig"))
     config = Config.from_dict({"cluster": {"backend": "fake-kube"}, "job": {"registry": REGISTRY}})
     client = Client(config, plugins=plugins)
     threading.Thread(target=_operator, args=(apiserver,), daemon=True).start()

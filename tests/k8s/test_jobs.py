@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 import time
@@ -20,7 +21,7 @@ from fsdp_sdk.k8s.kube import Kube
 from fsdp_sdk.plugins import build_plugins
 
 from .fake_apiserver import FakeApiServer
-from .tools import cli
+from .tools import Lines, cli
 
 REGISTRY = "123456789012.dkr.ecr.us-west-2.amazonaws.com"
 TOKEN = "hf_NeverPrintThisToken42"
@@ -67,7 +68,7 @@ def test_secret_gets_its_data_only_at_apply_time(apiserver: FakeApiServer, kubec
     jobs = client(kubeconfig, hf_token=TOKEN)
     jobs.submit(run_id="fsdp-s1")
     secret = apiserver.get("v1", "Secret", "hf-token")
-    assert secret["stringData"] == {"token": TOKEN}
+    assert base64.b64decode(secret["data"]["token"]).decode() == TOKEN
     assert TOKEN not in yaml.safe_dump_all(jobs.last_objects)
     kinds = [w.body["kind"] for w in apiserver.writes()]
     assert kinds == ["Secret", "PyTorchJob"]  # the Secret exists before the job that needs it
@@ -106,7 +107,7 @@ def test_status_list_and_wait(apiserver: FakeApiServer, kubeconfig: Path, capsys
     code, out, _ = cli(capsys, "job", "list")
     assert "fsdp" in out and "Running" in out and "fsdp-w1" in out
 
-    code, out, err = cli(capsys, "job", "wait", "--timeout", "0.3", "--poll", "0.1")
+    code, out, err = cli(capsys, "job", "wait", "--timeout", "0.3")
     assert code == 3 and "timed out" in err
 
     def finish() -> None:
@@ -122,11 +123,11 @@ def test_status_list_and_wait(apiserver: FakeApiServer, kubeconfig: Path, capsys
         )
 
     threading.Thread(target=finish).start()
-    code, out, err = cli(capsys, "job", "wait", "--timeout", "20", "--poll", "0.1", "--json")
+    code, out, err = cli(capsys, "job", "wait", "--timeout", "20", "--json")
     assert code == 0 and json.loads(out)["phase"] == "Succeeded" and "Running" in err
 
     apiserver.set_status("kubeflow.org/v1", "PyTorchJob", "fsdp", {"conditions": _conditions("Created", "Failed")})
-    code, out, _ = cli(capsys, "job", "wait", "--timeout", "5", "--poll", "0.1")
+    code, out, _ = cli(capsys, "job", "wait", "--timeout", "5")
     assert code == 1 and "Failed" in out
 
 
@@ -175,25 +176,23 @@ def test_logs_show_the_leader(apiserver: FakeApiServer, kubeconfig: Path, capsys
 
 
 def test_logs_follow_all_workers(apiserver: FakeApiServer, kubeconfig: Path) -> None:
+    jobs = client(kubeconfig)
+    jobs.submit(run_id="fsdp-f1")
     _add_workers(apiserver, follow_open=True)
-    lines: list[str] = []
-    follower = threading.Thread(
-        target=client(kubeconfig).logs, kwargs={"follow": True, "all_workers": True, "out": lines.append}
-    )
+    lines = Lines()
+    follower = threading.Thread(target=jobs.logs, kwargs={"follow": True, "all_workers": True, "out": lines})
     follower.start()
-    time.sleep(0.3)
+    lines.wait_for(lambda got: len(got) == 4)  # what the two workers had written
     apiserver.append_log("fsdp-worker-0", "step 2\n")
     apiserver.append_log("fsdp-worker-1", '{"step": 2, "loss": 2.1}\n')
-    deadline = time.monotonic() + 10
-    while len(lines) < 6 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert "[fsdp-worker-0] step 2" in lines and '[fsdp-worker-1] {"step": 2, "loss": 2.1}' in lines
+    lines.wait_for(lambda got: "[fsdp-worker-0] step 2" in got and '[fsdp-worker-1] {"step": 2, "loss": 2.1}' in got)
     assert follower.is_alive()  # still following
+    apiserver.set_status("kubeflow.org/v1", "PyTorchJob", "fsdp", {"conditions": _conditions("Succeeded")})
     apiserver.close_log("fsdp-worker-0")
     apiserver.close_log("fsdp-worker-1")
-    follower.join(timeout=10)
+    follower.join(timeout=15)
     assert not follower.is_alive()
-    assert len(lines) == 6
+    assert len(lines.items) == 6 and not any("other" in line for line in lines.items)
     follows = [r for r in apiserver.requests if r.path.endswith("/log") and r.query.get("follow") == ["true"]]
     assert {r.path.split("/")[-2] for r in follows} == {"fsdp-worker-0", "fsdp-worker-1"}
 
@@ -213,7 +212,7 @@ def test_wait_returns_the_summary_for_client_run(apiserver: FakeApiServer, kubec
 
     threading.Thread(target=finish).start()
     seen: list[str] = []
-    summary = jobs.wait(ref, on_output=seen.append, poll=0.1)
+    summary = jobs.wait(ref, on_output=seen.append)
     assert summary == {"steps": 20, "final_loss": 1.5}
     assert seen[0] == leader_line("fsdp-worker-0")
 

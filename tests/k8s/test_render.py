@@ -221,16 +221,21 @@ def test_render_validate_says_what_was_checked_against_what(
         err = capsys.readouterr().err.splitlines()
         assert exit_info.value.code == 0
         assert err == [
+            "warning: the checkpoints of the 2 workers would be split across their nodes' disks, so restarted pods "
+            "start again from step 0; set job.shared_storage_claim (a ReadWriteMany claim: FSx for Lustre, EFS) "
+            "to resume them",
             "valid: PyTorchJob/fsdp Worker pod template, checked against the Kubernetes 1.31 OpenAPI (as a Pod)",
             "valid: Secret/hf-token, checked against the Kubernetes 1.31 OpenAPI",
-            "not validated: PyTorchJob/fsdp itself (no schema for its kind without its CRD; "
-            "pass --crd kubeflow.org_pytorchjobs.yaml to check it)",
+            "not validated offline: PyTorchJob/fsdp itself (fsdp-sdk ships no CRD); 'fsdp-sdk job submit --dry-run' "
+            "has the cluster validate it against the CRD it runs, or pass --crd "
+            "https://raw.githubusercontent.com/kubeflow/training-operator/v1.9.2/manifests/base/crds/"
+            "kubeflow.org_pytorchjobs.yaml",
         ]
         with pytest.raises(SystemExit) as exit_info:
             main([*base, "--crd", str(pytorchjob_crd)])
         err = capsys.readouterr().err.splitlines()
         assert exit_info.value.code == 0
-        assert err[0] == "valid: PyTorchJob/fsdp, checked against the CRD kubeflow.org_pytorchjobs.yaml"
+        assert err[1] == "valid: PyTorchJob/fsdp, checked against the CRD kubeflow.org_pytorchjobs.yaml"
         assert not any(line.startswith("not validated") for line in err)
     finally:
         reset_plugins()

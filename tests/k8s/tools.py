@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import pytest
+
+if TYPE_CHECKING:
+    from fsdp_sdk.config import Config
+    from fsdp_sdk.plugins import Plugins
 
 _SCRIPT = """#!{python}
 import json, os, sys
@@ -45,3 +52,65 @@ def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
         main(list(args))
     out, err = capsys.readouterr()
     return int(exit_info.value.code or 0), out, err
+
+
+class Lines:
+    """Lines a follower writes from its own thread, with a wait for the ones a test expects (no sleeping)."""
+
+    def __init__(self) -> None:
+        self.items: list[str] = []
+        self._changed = threading.Condition()
+
+    def __call__(self, line: str) -> None:
+        with self._changed:
+            self.items.append(line)
+            self._changed.notify_all()
+
+    def wait_for(self, predicate: Callable[[list[str]], bool], timeout: float = 15) -> list[str]:
+        """Block until ``predicate(lines)`` holds; fail the test after ``timeout`` seconds."""
+        with self._changed:
+            if not self._changed.wait_for(lambda: predicate(self.items), timeout=timeout):
+                raise AssertionError(f"the expected lines did not come within {timeout}s; got {self.items}")
+            return list(self.items)
+
+
+def kubernetes_plugins(kubeconfig: Path) -> Plugins:
+    """The built-in plugins plus a backend ``fake-kube`` whose cluster is the API server of ``kubeconfig``.
+
+    With ``cluster.backend=fake-kube``, :meth:`fsdp_sdk.Client.run` goes through the Kubernetes job layer.
+    """
+    from fsdp_sdk.backends.base import ClusterBackend, ClusterStatus, Plan
+    from fsdp_sdk.hookspecs import hookimpl
+    from fsdp_sdk.plugins import build_plugins
+
+    class KubeBackend(ClusterBackend):
+        """A backend whose cluster is the loopback API server."""
+
+        name: ClassVar[str] = "fake-kube"
+
+        def plan(self, config: Config) -> Plan:
+            return Plan(backend=self.name, cluster=config.cluster.name, steps=[])
+
+        def apply(self, config: Config, plan: Plan, *, progress: Any = None) -> ClusterStatus:
+            return self.status(config)
+
+        def down(self, config: Config, *, dry_run: bool = False, progress: Any = None) -> ClusterStatus:
+            return self.status(config)
+
+        def scale(self, config: Config, nodes: int, *, dry_run: bool = False, progress: Any = None) -> ClusterStatus:
+            return self.status(config)
+
+        def status(self, config: Config) -> ClusterStatus:
+            return ClusterStatus(backend=self.name, cluster=config.cluster.name, state="ready", nodes=2)
+
+        def kubeconfig(self, config: Config) -> Path:
+            return kubeconfig
+
+    class Register:
+        @hookimpl
+        def fsdp_sdk_register_backends(self, registry: Any) -> None:
+            registry.add(KubeBackend)
+
+    plugins = build_plugins(autoload=False)
+    plugins.register(Register(), name="fake-kube")
+    return plugins

@@ -350,7 +350,7 @@ class Client:
             return
         from fsdp_sdk.k8s.monitoring import Monitoring, apply_objects
 
-        kube = Kube.from_kubeconfig(path, context=self.kube_context)
+        kube = Kube.from_kubeconfig(path, context=self.kube_context, progress=self.progress)
         prereqs = Prereqs(config, kube, kubeconfig=str(path), context=self.kube_context)
         apply_objects(kube, plan.kubernetes, progress=self.progress)  # generated Secret keys filled on the way
         prereqs.install_operator(progress=self.progress)
@@ -461,7 +461,7 @@ class Client:
         from fsdp_sdk.k8s.prereqs import Prereqs
 
         path = self._kubeconfig_or_fail() if connect else self.kubeconfig()
-        kube = Kube.from_kubeconfig(path, context=self.kube_context) if connect else None
+        kube = Kube.from_kubeconfig(path, context=self.kube_context, progress=self.progress) if connect else None
         return Prereqs(self.config, kube, kubeconfig=str(path) if path else None, context=self.kube_context)
 
     def install_prereqs(self, *, operator: bool = True, operator_version: str | None = None) -> list[dict[str, Any]]:
@@ -577,18 +577,30 @@ class Client:
     # ------------------------------------------------------------------ jobs
 
     def render_job(
-        self, *, rdzv_id: str | None = None, create_secret: bool | None = None, api: str | None = None
+        self,
+        *,
+        rdzv_id: str | None = None,
+        create_secret: bool | None = None,
+        api: str | None = None,
+        preview: bool = False,
     ) -> list[dict[str, Any]]:
         """The job's Kubernetes objects, exactly as ``job submit`` would apply them (pure; any backend).
 
         :param rdzv_id: the rendezvous id (default: a fresh one).
         :param create_secret: include the Hugging Face token Secret (without its data).
         :param api: ``pytorchjob`` or ``trainjob`` (default: ``job.api``).
+        :param preview: for reading only: a missing ``job.registry`` becomes a placeholder and a
+            :class:`~fsdp_sdk.k8s.render.RenderWarning` instead of an error.
         """
         from fsdp_sdk.k8s.render import render_job
 
         return render_job(
-            self.config, rdzv_id=rdzv_id, create_secret=create_secret, api=api, plugins=self.loaded_plugins
+            self.config,
+            rdzv_id=rdzv_id,
+            create_secret=create_secret,
+            api=api,
+            plugins=self.loaded_plugins,
+            preview=preview,
         )
 
     @functools.cached_property
@@ -605,7 +617,9 @@ class Client:
         from fsdp_sdk.k8s.jobs import JobClient
 
         path = self._kubeconfig_or_fail()
-        return JobClient(self.config, kubeconfig=path, context=self.kube_context, plugins=self.loaded_plugins)
+        return JobClient(
+            self.config, kubeconfig=path, context=self.kube_context, plugins=self.loaded_plugins, progress=self.progress
+        )
 
     def submit_job(
         self,
@@ -615,6 +629,8 @@ class Client:
         api: str | None = None,
         dry_run: bool = False,
         force: bool = False,
+        replace: bool = False,
+        unique: bool = False,
     ) -> JobRef:
         """Check, render and submit the job to the cluster (what ``fsdp-sdk job submit`` does); returns at once.
 
@@ -628,6 +644,9 @@ class Client:
         :param api: ``pytorchjob`` or ``trainjob`` (default: ``job.api``).
         :param dry_run: the API server validates the objects and stores nothing (``dryRun=All``); no hook hears it.
         :param force: submit even when the estimate says the job will not fit in its GPUs' memory.
+        :param replace: a job of the same name is deleted first (with its pods); the new one resumes
+            from the checkpoints it left (see :meth:`fsdp_sdk.k8s.jobs.JobClient.submit`).
+        :param unique: submit under ``job.name`` plus a fresh suffix, next to the jobs already there.
         :raises PreflightError: a check failed (nothing was sent).
         :raises ConfigError: the configuration cannot make a valid job, or will not fit (nothing was sent).
         :raises KubernetesError: the job exists already, or the server refused an object.
@@ -636,7 +655,9 @@ class Client:
         if not force:
             self.check_fits()
         jobs = self.jobs
-        job = jobs.submit(run_id=run_id, create_secret=create_secret, api=api, dry_run=dry_run)
+        job = jobs.submit(
+            run_id=run_id, create_secret=create_secret, api=api, dry_run=dry_run, replace=replace, unique=unique
+        )
         if not dry_run:
             self.loaded_plugins.hooks.job_submitted(jobs.config, job)
         return job

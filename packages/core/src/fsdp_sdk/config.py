@@ -342,6 +342,11 @@ class JobConfig:
         default_factory=dict, metadata=_rule(_env_names_problem, "name variables with letters, digits and _")
     )
     """Extra environment variables for the workers."""
+    shared_storage_claim: str | None = field(default=None, metadata=_K8S_NAME)
+    """PersistentVolumeClaim of a shared filesystem (ReadWriteMany: FSx for Lustre, EFS) in ``job.namespace``, mounted
+    at ``/shared`` on every worker; the trainer's outputs and checkpoints then go to
+    ``/shared/fsdp-sdk/<namespace>/<job name>``, so restarted pods resume wherever they run. Unset: the node's disk
+    (``/local``), which keeps them across restarts on the same node."""
 
 
 @dataclass

@@ -1,12 +1,14 @@
 """``fsdp-sdk job``: render, submit and follow training jobs on Kubernetes.
 
-Exit codes of ``job wait``: 0 the job succeeded, 1 it failed, 3 it was still
-running when ``--timeout`` passed (2 is a usage or configuration error, as everywhere).
+Exit codes of ``job wait`` and ``job submit --wait``: 0 the job succeeded, 1 it failed,
+3 it was still running when ``--timeout`` passed (2 is a usage or configuration error,
+as everywhere).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import click
@@ -33,12 +35,23 @@ def _name_argument(function: F) -> F:
     return click.argument("name", required=False, metavar="[NAME]")(function)
 
 
+def _timeout_option(default: float | None) -> Callable[[F], F]:
+    return click.option(
+        "--timeout",
+        type=click.FloatRange(min=0),
+        default=default,
+        show_default=default is not None,
+        help="Seconds to wait for the job to end (exit 3 when it is still running then).",
+    )
+
+
 @click.group(short_help="Render, submit and follow training jobs on Kubernetes.")
 def job() -> None:
     """Render, submit and follow PyTorch FSDP training jobs (Kubeflow PyTorchJob or TrainJob).
 
     NAME defaults to job.name. The cluster comes from --kubeconfig, the backend's
-    kubeconfig, $KUBECONFIG, or ~/.kube/config, in that order.
+    kubeconfig, $KUBECONFIG, or ~/.kube/config, in that order. Requests the API server
+    fails for a moment (5xx, 429, dropped connections) are retried with backoff.
     """
 
 
@@ -57,6 +70,23 @@ def _render_options(function: F) -> F:
     return function
 
 
+@contextlib.contextmanager
+def _render_warnings() -> Iterator[None]:
+    """Print the rendering's :class:`~fsdp_sdk.k8s.render.RenderWarning` s on stderr as ``warning: ...`` lines."""
+    import warnings
+
+    from fsdp_sdk.k8s.render import RenderWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", RenderWarning)
+        yield  # on an error, the error alone is shown
+    for warning in caught:
+        if issubclass(warning.category, RenderWarning):
+            click.echo(f"warning: {warning.message}", err=True)
+        else:
+            warnings.showwarning(warning.message, warning.category, warning.filename, warning.lineno)
+
+
 @job.command(short_help="Print the job's Kubernetes objects as YAML.")
 @common_options
 @_render_options
@@ -64,15 +94,15 @@ def _render_options(function: F) -> F:
     "--validate",
     is_flag=True,
     help="Validate the objects offline (built-in kinds and pod templates against the Kubernetes OpenAPI, "
-    "custom resources against --crd); the report goes to stderr, exit 1 on a problem.",
+    "custom resources against --crd); the report goes to stderr, exit 1 on a problem. Needs fsdp-sdk[validate].",
 )
 @click.option(
     "--crd",
     "crds",
-    metavar="FILE",
+    metavar="FILE|URL",
     multiple=True,
-    type=click.Path(exists=True, dir_okay=False),
-    help="CRD file to validate custom resources with (e.g. kubeflow.org_pytorchjobs.yaml). Repeatable.",
+    help="CRD to validate custom resources with: a file, or the URL of a release's CRD "
+    "(--validate names the ones the SDK renders for). Repeatable.",
 )
 @click.option(
     "--k8s-version", default="1.31", show_default=True, help="Kubernetes version of the OpenAPI used by --validate."
@@ -89,36 +119,52 @@ def render(
     """Print the objects 'job submit' would apply, as multi-document YAML; nothing is sent anywhere.
 
     The Hugging Face token never appears: the job references the Secret, and the
-    Secret is printed without its data.
+    Secret is printed without its data. Without job.registry the image gets a
+    placeholder registry (and a warning); 'job submit' needs the real one.
     """
     from fsdp_sdk.cli.output import to_yaml_documents
 
-    objects = app.client.render_job(rdzv_id=rdzv_id, create_secret=create_secret)
+    if validate:
+        from fsdp_sdk.k8s.validate import require_validation
+
+        require_validation()
+    with _render_warnings():
+        objects = app.client.render_job(rdzv_id=rdzv_id, create_secret=create_secret, preview=True)
     click.echo(to_yaml_documents(objects), nl=False)
     if validate:
-        from fsdp_sdk.k8s.validate import validate_objects
-
-        report = validate_objects(objects, crd_paths=crds, version=k8s_version)
-        for check in report.checks:
-            if check.ok:
-                click.echo(f"valid: {check.subject}, checked against {check.schema}", err=True)
-            for line in check.errors:
-                click.echo(f"invalid: {line} (checked against {check.schema})", err=True)
-        for obj in objects:
-            ref = f"{obj.get('kind')}/{(obj.get('metadata') or {}).get('name')}"
-            if ref in report.skipped:
-                itself = " itself" if any(c.subject.startswith(f"{ref} ") for c in report.checks) else ""
-                crd = f"{str(obj.get('apiVersion', '')).split('/')[0]}_{str(obj.get('kind')).lower()}s.yaml"
-                click.echo(
-                    f"not validated: {ref}{itself} (no schema for its kind without its CRD; "
-                    f"pass --crd {crd} to check it)",
-                    err=True,
-                )
-        if not report.ok:
-            raise click.exceptions.Exit(1)
+        _report_validation(objects, crds, k8s_version)
 
 
-@job.command(short_help="Submit the job.")
+def _report_validation(objects: list[dict[str, Any]], crds: tuple[str, ...], k8s_version: str) -> None:
+    from fsdp_sdk.k8s.validate import CRD_URLS, validate_objects
+
+    report = validate_objects(objects, crd_paths=crds, version=k8s_version)
+    for check in report.checks:
+        if check.ok:
+            click.echo(f"valid: {check.subject}, checked against {check.schema}", err=True)
+        for line in check.errors:
+            click.echo(f"invalid: {line} (checked against {check.schema})", err=True)
+    for obj in objects:
+        ref = f"{obj.get('kind')}/{(obj.get('metadata') or {}).get('name')}"
+        if ref in report.skipped:
+            itself = " itself" if any(c.subject.startswith(f"{ref} ") for c in report.checks) else ""
+            url = CRD_URLS.get(str(obj.get("kind")))
+            crd = f" or pass --crd {url}" if url else " or pass --crd with its CRD"
+            click.echo(
+                f"not validated offline: {ref}{itself} (fsdp-sdk ships no CRD); 'fsdp-sdk job submit --dry-run' "
+                f"has the cluster validate it against the CRD it runs,{crd}",
+                err=True,
+            )
+    if not report.ok:
+        raise click.exceptions.Exit(1)
+
+
+def _say_status(status: Any) -> None:
+    line = f"{status.kind} {status.namespace}/{status.name}: {status.phase}"
+    click.echo(f"{line} ({status.message})" if status.message else line, err=True)
+
+
+@job.command(short_help="Submit the job (and follow it with --wait / --logs).")
 @common_options
 @kube_options
 @_render_options
@@ -129,6 +175,17 @@ def render(
     help="Server-side dry run (dryRun=All): the API server validates, stores nothing.",
 )
 @click.option("--force", is_flag=True, help="Submit even when the estimate says the job will not fit in GPU memory.")
+@click.option(
+    "--replace",
+    is_flag=True,
+    help="Delete a job of the same name first (waiting until its pods are gone); the new one resumes from its checkpoints.",
+)
+@click.option("--unique", is_flag=True, help="Submit under job.name plus a fresh suffix (fsdp-k3x9p): a new job.")
+@click.option(
+    "--wait", "wait_", is_flag=True, help="Wait for the job to end (exit 0 succeeded, 1 failed, 3 timed out)."
+)
+@click.option("--logs", "follow_logs", is_flag=True, help="Print the leader's log as it is written (implies --wait).")
+@_timeout_option(None)
 @json_option
 @click.pass_obj
 def submit(
@@ -137,29 +194,73 @@ def submit(
     create_secret: bool | None,
     dry_run: bool,
     force: bool,
+    replace: bool,
+    unique: bool,
+    wait_: bool,
+    follow_logs: bool,
+    timeout: float | None,
     as_json: bool,
 ) -> None:
     """Run the preflight checks, render the job and apply it with server-side apply (field manager fsdp-sdk).
 
-    A job the estimate says will not fit in its GPUs' memory is refused (see 'fsdp-sdk estimate'), unless --force.
+    \b
+    A job the estimate says will not fit in its GPUs' memory is refused (see
+    'fsdp-sdk estimate'), unless --force. A job of the same name is refused unless
+    --replace (stop it, submit again, resume from its checkpoints) or --unique (a
+    new name). With --wait or --logs the command follows the job to its end, like
+    'job wait'; Ctrl-C then leaves the job running.
     """
-    ref = app.client.submit_job(run_id=rdzv_id, create_secret=create_secret, dry_run=dry_run, force=force)
+    from fsdp_sdk.k8s.jobs import EXIT_TIMEOUT
+
+    with _render_warnings():
+        ref = app.client.submit_job(
+            run_id=rdzv_id, create_secret=create_secret, dry_run=dry_run, force=force, replace=replace, unique=unique
+        )
     jobs = app.client.jobs
     kind = jobs.last_objects[0]["kind"]
-    if as_json:
-        app.echo_json(
-            {
-                "name": ref.name,
-                "namespace": ref.namespace,
-                "kind": kind,
-                "rdzv_id": ref.run_id,
-                "dry_run": dry_run,
-                "objects": [f"{o['kind']}/{o['metadata']['name']}" for o in jobs.last_objects],
-            }
-        )
-        return
+    summary = {
+        "name": ref.name,
+        "namespace": ref.namespace,
+        "kind": kind,
+        "rdzv_id": ref.run_id,
+        "dry_run": dry_run,
+        "objects": [f"{o['kind']}/{o['metadata']['name']}" for o in jobs.last_objects],
+    }
     verb = "would submit (server dry run passed)" if dry_run else "submitted"
-    click.echo(f"{verb} {kind} {ref.namespace}/{ref.name} (rdzv id {ref.run_id})")
+    line = f"{verb} {kind} {ref.namespace}/{ref.name} (rdzv id {ref.run_id})"
+    if dry_run or not (wait_ or follow_logs):
+        if as_json:
+            app.echo_json(summary)
+        else:
+            click.echo(line)
+        return
+    click.echo(line, err=True)
+    try:
+        if follow_logs:
+            result = jobs.follow(ref, on_output=click.echo, timeout=timeout, on_change=_say_status)
+            status = result.status
+            if result.log_error:
+                click.echo(f"warning: {result.log_error}", err=True)
+        else:
+            status = jobs.wait_for_completion(ref, timeout=timeout, on_change=_say_status)
+    except KeyboardInterrupt:
+        click.echo(
+            f"\ndetached from {kind} {ref.namespace}/{ref.name}, which keeps running: "
+            f"'fsdp-sdk job logs -f {ref.name}' follows it, 'fsdp-sdk job stop {ref.name}' ends it",
+            err=True,
+        )
+        raise click.exceptions.Exit(130) from None
+    if as_json:
+        app.echo_json({**summary, **status.to_dict(), "timed_out": not status.finished})
+    _exit_for(status, timeout, EXIT_TIMEOUT)
+
+
+def _exit_for(status: Any, timeout: float | None, exit_timeout: int) -> None:
+    if not status.finished:
+        click.echo(f"timed out after {timeout:g}s: {status.name} is still {status.phase}", err=True)
+        raise click.exceptions.Exit(exit_timeout)
+    if not status.succeeded:
+        raise click.exceptions.Exit(1)
 
 
 def _print_status(status: Any) -> None:
@@ -208,7 +309,13 @@ def list_jobs(app: Application, as_json: bool) -> None:
 @common_options
 @kube_options
 @_api_option
-@click.option("-f", "--follow", is_flag=True, help="Keep printing as the log grows, until the containers end.")
+@click.option(
+    "-f",
+    "--follow",
+    is_flag=True,
+    help="Wait for the leader if it has not started, and keep printing until the job ends "
+    "(through container restarts and dropped connections).",
+)
 @click.option("--all", "all_workers", is_flag=True, help="Every worker, each line prefixed with [pod-name].")
 @_name_argument
 @click.pass_obj
@@ -265,38 +372,34 @@ def stop(
 @common_options
 @kube_options
 @_api_option
-@click.option("--timeout", type=click.FloatRange(min=0), default=3600, show_default=True, help="Seconds to wait.")
-@click.option("--poll", type=click.FloatRange(min=0.05), default=10, show_default=True, help="Seconds between checks.")
+@_timeout_option(3600)
+@click.option("--poll", type=float, hidden=True, help="Ignored: status changes come from the API's watch.")
 @json_option
 @_name_argument
 @click.pass_obj
 def wait(
     app: Application,
     timeout: float,
-    poll: float,
+    poll: float | None,
     as_json: bool,
     name: str | None,
 ) -> None:
-    """Wait until the job succeeds or fails.
+    """Wait until the job succeeds or fails, following its status through the API's watch.
 
     \b
     Exit status: 0 succeeded, 1 failed, 3 still running after --timeout seconds.
+    The API server may fail meanwhile (an upgrade, throttling): the wait goes on.
     """
     from fsdp_sdk.k8s.jobs import EXIT_TIMEOUT
 
-    def changed(status: Any) -> None:
-        click.echo(f"{status.name}: {status.phase}", err=True)
-
-    result = app.client.jobs.wait_for_completion(name, timeout=timeout, poll=poll, on_change=changed)
+    if poll is not None:
+        click.echo("warning: --poll is ignored: status changes come from the API's watch", err=True)
+    result = app.client.jobs.wait_for_completion(name, timeout=timeout, on_change=_say_status)
     if as_json:
         app.echo_json({**result.to_dict(), "timed_out": not result.finished})
     else:
         _print_status(result)
-    if not result.finished:
-        click.echo(f"timed out after {timeout:g}s: {result.name} is still {result.phase}", err=True)
-        raise click.exceptions.Exit(EXIT_TIMEOUT)
-    if not result.succeeded:
-        raise click.exceptions.Exit(1)
+    _exit_for(result, timeout, EXIT_TIMEOUT)
 
 
 @job.command(short_help="Write a run's report: HTML page and PNG plots of throughput, MFU, loss, GPUs.")

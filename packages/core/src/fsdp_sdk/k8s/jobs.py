@@ -4,19 +4,25 @@ Used by the ``fsdp-sdk job`` commands and by :class:`fsdp_sdk.Client`::
 
     from fsdp_sdk.k8s.jobs import JobClient
 
-    jobs = JobClient(config)                    # kubeconfig: argument, $KUBECONFIG, backend, ~/.kube/config
+    jobs = JobClient(config)                    # kubeconfig: argument, $KUBECONFIG, ~/.kube/config, in-cluster
     job = jobs.submit()                         # renders, applies (server-side apply), returns the JobRef
+    result = jobs.follow(job, on_output=print)  # the leader's log as it is written, until the job ends
     status = jobs.wait_for_completion(job, timeout=3600)
-    jobs.logs(job, follow=True, all_workers=True, out=print)
     jobs.stop(job)                              # deletes the job and clears its rendezvous keys in etcd
 
 Status comes from the job's ``status.conditions`` (Created, Running, Restarting,
 Succeeded, Failed, Suspended; a TrainJob's Complete counts as Succeeded) and its
-per-replica counts (``replicaStatuses`` of a PyTorchJob, ``jobsStatus`` of a TrainJob).
+per-replica counts (``replicaStatuses`` of a PyTorchJob, ``jobsStatus`` of a TrainJob),
+and its changes from the API's watch (:mod:`fsdp_sdk.k8s.follow`), not from polling.
 
 The leader is the pod whose log starts with the trainer's ``master_addr=<host>``
 line; pods are found by the operator's label ``training.kubeflow.org/job-name``
 (``jobset.sigs.k8s.io/jobset-name`` for a TrainJob).
+
+Submitting is all or nothing: the Secret goes first, the job last, and when anything
+fails (or Ctrl-C comes) what this submission created is deleted again. Requests that
+fail transiently are retried (:mod:`fsdp_sdk.k8s.retry`); a submission whose answer was
+lost is recognised by its run id.
 
 ``fsdp-sdk job wait`` (:meth:`JobClient.wait_for_completion`) exits 0 when the job
 succeeded, 1 when it failed, :data:`EXIT_TIMEOUT` (3) when it was still running
@@ -28,28 +34,33 @@ from __future__ import annotations
 import copy
 import json
 import os
-import queue
+import secrets
+import string
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from fsdp_sdk.errors import KubernetesError, RunError
+from fsdp_sdk.errors import BackendError, ConfigError, KubernetesError, RunError
 from fsdp_sdk.k8s.render import HF_TOKEN_KEY, JOB_NAME_LABEL, RUN_ID_LABEL, render_job
 
 if TYPE_CHECKING:
     from fsdp_sdk.config import Config
     from fsdp_sdk.k8s.kube import Kube
+    from fsdp_sdk.k8s.retry import RetryPolicy
     from fsdp_sdk.plugins import Plugins
     from fsdp_sdk.runs import JobRef
 
-__all__ = ["EXIT_TIMEOUT", "JobClient", "JobStatus", "StopResult", "resolve_kubeconfig"]
+__all__ = ["EXIT_TIMEOUT", "FollowResult", "JobClient", "JobStatus", "StopResult", "resolve_kubeconfig"]
 
 #: Exit status of ``fsdp-sdk job wait`` when the timeout passes before the job ends.
 EXIT_TIMEOUT = 3
 #: How many bytes of each pod's log are read to find the ``master_addr=`` line.
 LOG_HEAD_BYTES = 64 * 1024
+#: Seconds ``--replace`` waits for the old job and its pods to be gone.
+REPLACE_TIMEOUT_S = 600.0
+#: Seconds the log follower may take to write the last lines once the job has ended.
+LOG_DRAIN_S = 30.0
 
 _APIS = {
     "pytorchjob": ("kubeflow.org/v1", "PyTorchJob", JOB_NAME_LABEL),
@@ -58,6 +69,7 @@ _APIS = {
 # When several conditions are true, the one that says the most wins.
 _PHASE_ORDER = ("Failed", "Succeeded", "Suspended", "Restarting", "Running", "Created")
 _CONDITION_PHASE = {"Complete": "Succeeded", "JobSucceeded": "Succeeded", "JobFailed": "Failed"}
+_SUFFIX_ALPHABET = string.ascii_lowercase + string.digits
 
 
 def resolve_kubeconfig(kubeconfig: str | os.PathLike[str] | None = None) -> str | None:
@@ -88,13 +100,16 @@ class JobStatus:
 
     @property
     def finished(self) -> bool:
+        """Whether the job has ended (succeeded or failed)."""
         return self.phase in ("Succeeded", "Failed")
 
     @property
     def succeeded(self) -> bool:
+        """Whether the job ended successfully."""
         return self.phase == "Succeeded"
 
     def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
         return {
             "name": self.name,
             "namespace": self.namespace,
@@ -144,6 +159,25 @@ class StopResult:
     rendezvous_error: str | None = None
 
 
+@dataclass
+class FollowResult:
+    """How :meth:`JobClient.follow` ended.
+
+    :param status: the job's last status.
+    :param summary: the trainer's summary (the last JSON object line of the leader's log), if one was printed.
+    :param log_error: why the log could not be followed to its end, when it could not.
+    """
+
+    status: JobStatus
+    summary: dict[str, Any] | None = None
+    log_error: str | None = None
+
+    @property
+    def timed_out(self) -> bool:
+        """Whether the job was still running when the timeout passed."""
+        return not self.status.finished
+
+
 class JobClient:
     """Submit and follow training jobs on one cluster.
 
@@ -155,7 +189,12 @@ class JobClient:
     :param kubeconfig: the kubeconfig file (see :func:`resolve_kubeconfig` for the fallbacks).
     :param context: the kubeconfig context.
     :param plugins: the plugin set (defaults to the process-wide one).
+    :param progress: receives progress lines (retries, waiting for the leader, replacing a job).
+    :param retry: the retry policy of the connection it makes.
     """
+
+    #: Seconds between two looks for the leader while its pods run but none has printed ``master_addr=`` yet.
+    leader_recheck_s: float = 2.0
 
     def __init__(
         self,
@@ -165,12 +204,16 @@ class JobClient:
         kubeconfig: str | os.PathLike[str] | None = None,
         context: str | None = None,
         plugins: Plugins | None = None,
+        progress: Callable[[str], None] | None = None,
+        retry: RetryPolicy | None = None,
     ) -> None:
         self.config = config
         self.plugins = plugins
+        self.progress = progress
         self._kube = kube
         self._kubeconfig = kubeconfig
         self._context = context
+        self._retry = retry
         #: The objects of the last :meth:`submit`, as rendered (the Secret without its data).
         self.last_objects: list[dict[str, Any]] = []
 
@@ -181,14 +224,19 @@ class JobClient:
             from fsdp_sdk.k8s.kube import Kube
 
             path = resolve_kubeconfig(self._kubeconfig)
-            self._kube = Kube.from_kubeconfig(path, context=self._context)
+            self._kube = Kube.from_kubeconfig(path, context=self._context, retry=self._retry, progress=self.progress)
         return self._kube
 
     # ------------------------------------------------------------------ helpers
 
     @property
     def namespace(self) -> str:
+        """The namespace of the jobs (``job.namespace``)."""
         return self.config.job.namespace
+
+    def _say(self, line: str) -> None:
+        if self.progress is not None:
+            self.progress(line)
 
     def _api(self, api: str | None = None) -> tuple[str, str, str]:
         return _APIS[api or self.config.job.api]
@@ -206,6 +254,21 @@ class JobClient:
             raise KubernetesError(f"{kind} {self.namespace}/{name} does not exist; 'fsdp-sdk job list' shows the jobs")
         return obj
 
+    def _with(self, config: Config | None) -> JobClient:
+        """A client for another configuration, on the same connection."""
+        if config is None or config is self.config:
+            return self
+        other = JobClient(
+            config,
+            self.kube,
+            kubeconfig=self._kubeconfig,
+            context=self._context,
+            plugins=self.plugins,
+            progress=self.progress,
+            retry=self._retry,
+        )
+        return other
+
     # ------------------------------------------------------------------ submit
 
     def render(
@@ -222,45 +285,149 @@ class JobClient:
         create_secret: bool | None = None,
         api: str | None = None,
         dry_run: bool = False,
+        replace: bool = False,
+        unique: bool = False,
     ) -> JobRef:
         """Render and apply the job (server-side apply); with ``dry_run`` the server validates only (``dryRun=All``).
 
-        Everything is rendered and checked before the first request, so a bad
-        configuration sends nothing. The job object is applied last, after the
-        Secret it references. The objects as rendered are kept in :attr:`last_objects`.
+        Everything is rendered and checked before the first write, so a bad configuration
+        sends nothing. The Secret is applied before the job that references it; when a write
+        fails for good (or the command is interrupted), what this submission created is
+        deleted again, so no Secret is left without its job and no job without its Secret.
+        The objects as rendered are kept in :attr:`last_objects`.
+
+        A job of the same name that carries this submission's run id is this submission,
+        already applied (an earlier try whose answer was lost): it is returned as it is.
 
         :param config: another configuration than the client's (``Client.run`` passes one).
         :param run_id: the rendezvous id (``elasticPolicy.rdzvId``); a fresh one by default.
         :param create_secret: apply the Hugging Face token Secret; defaults to whether ``job.hf_token`` is set.
         :param api: ``pytorchjob`` or ``trainjob``; defaults to ``job.api``.
         :param dry_run: ask the server to validate only.
-        :raises ConfigError: the configuration cannot make a valid job (nothing is sent).
-        :raises KubernetesError: the job already exists, or the server refused an object.
+        :param replace: delete a job of the same name first, and wait until it and its pods are gone
+            (the new one resumes from the checkpoints the old one left under the same name).
+        :param unique: submit under ``job.name`` plus a fresh suffix (``fsdp-k3x9p``): a new job next
+            to the others, starting from no checkpoint.
+        :raises ConfigError: the configuration cannot make a valid job, or its shared storage claim
+            is missing or unusable (nothing is sent).
+        :raises KubernetesError: another job of the same name exists (without ``replace``), or the server
+            refused an object.
         """
+        from fsdp_sdk.config import Setting
         from fsdp_sdk.runs import JobRef
 
+        if unique:
+            suffix = "".join(secrets.choice(_SUFFIX_ALPHABET) for _ in range(5))
+            name = f"{(config or self.config).job.name}-{suffix}"
+            renamed = (config or self.config).with_overrides([Setting("job.name", name, "--unique", "command line")])
+            config = renamed.resolved(self.plugins, validate_trainer=False)
         if config is not None and config is not self.config:
-            return JobClient(
-                config, self._kube, kubeconfig=self._kubeconfig, context=self._context, plugins=self.plugins
-            ).submit(run_id=run_id, create_secret=create_secret, api=api, dry_run=dry_run)
+            other = self._with(config)
+            ref = other.submit(run_id=run_id, create_secret=create_secret, api=api, dry_run=dry_run, replace=replace)
+            self.last_objects = other.last_objects
+            return ref
         objects = self.render(run_id=run_id, create_secret=create_secret, api=api)
         self.last_objects = objects
         job = objects[0]
-        existing = self.kube.get(job["apiVersion"], job["kind"], job["metadata"]["name"], self.namespace)
+        name, kind = job["metadata"]["name"], job["kind"]
+        run_id = job["metadata"]["labels"][RUN_ID_LABEL]
+        ref = JobRef(name=name, backend=self.config.cluster.backend, run_id=run_id, namespace=self.namespace)
+        self._check_storage()
+        existing = self.kube.get(job["apiVersion"], kind, name, self.namespace)
         if existing is not None and not dry_run:
-            phase = JobStatus.from_object(existing).phase
-            raise KubernetesError(
-                f"{job['kind']} {self.namespace}/{job['metadata']['name']} already exists ({phase}); "
-                "stop it first with 'fsdp-sdk job stop', or set job.name to another name"
-            )
-        for obj in [*objects[1:], job]:
-            self.kube.apply(self._with_secret_data(obj), dry_run=dry_run)
-        return JobRef(
-            name=job["metadata"]["name"],
-            backend=self.config.cluster.backend,
-            run_id=job["metadata"]["labels"][RUN_ID_LABEL],
-            namespace=self.namespace,
+            if (existing["metadata"].get("labels") or {}).get(RUN_ID_LABEL) == run_id:
+                self._say(f"{kind} {self.namespace}/{name} with run id {run_id} is already submitted")
+                return ref
+            if not replace:
+                phase = JobStatus.from_object(existing).phase
+                raise KubernetesError(
+                    f"{kind} {self.namespace}/{name} already exists ({phase}); pass --replace to delete it and "
+                    "submit again (resuming from its checkpoints), or --unique to submit a new job next to it"
+                )
+            self._replace(existing)
+        self._apply_all([*objects[1:], job], run_id=run_id, dry_run=dry_run)
+        return ref
+
+    def _apply_all(self, objects: list[dict[str, Any]], *, run_id: str, dry_run: bool) -> None:
+        """Apply ``objects`` in order; on failure delete again those this call created."""
+        created: list[dict[str, Any]] = []
+        try:
+            for obj in objects:
+                meta = obj["metadata"]
+                new = (
+                    not dry_run and self.kube.get(obj["apiVersion"], obj["kind"], meta["name"], self.namespace) is None
+                )
+                if new:
+                    created.append(obj)  # before applying: an unanswered apply may have created it
+                self.kube.apply(self._with_secret_data(obj), dry_run=dry_run)
+        except BaseException as error:
+            leftovers = self._roll_back(created, run_id)
+            if leftovers and isinstance(error, KubernetesError):
+                raise KubernetesError(f"{error}; also left behind: {leftovers}") from error
+            raise
+
+    def _roll_back(self, created: list[dict[str, Any]], run_id: str) -> str:
+        """Delete the objects of a failed submission; return what could not be deleted (empty when all went)."""
+        left = []
+        for obj in reversed(created):
+            meta = obj["metadata"]
+            where = f"{obj['kind']} {self.namespace}/{meta['name']}"
+            try:
+                current = self.kube.get(obj["apiVersion"], obj["kind"], meta["name"], self.namespace)
+                labels = (current or {}).get("metadata", {}).get("labels") or {}
+                if current is not None and labels.get(RUN_ID_LABEL, run_id) == run_id:
+                    self.kube.delete(obj["apiVersion"], obj["kind"], meta["name"], self.namespace)
+                    self._say(f"removed {where}, which this failed submission had created")
+            except KubernetesError as error:
+                left.append(
+                    f"{where} (could not delete it: {error}; remove it with "
+                    f"'kubectl delete {obj['kind'].lower()} -n {self.namespace} {meta['name']}')"
+                )
+        return "; ".join(left)
+
+    def _replace(self, existing: dict[str, Any]) -> None:
+        """Delete ``existing`` with its pods (foreground) and wait until it is gone; clear its rendezvous keys."""
+        from fsdp_sdk.k8s.follow import watch_object
+
+        api_version, kind = existing["apiVersion"], existing["kind"]
+        name = existing["metadata"]["name"]
+        status = JobStatus.from_object(existing)
+        self._say(f"replacing {kind} {self.namespace}/{name} ({status.phase}): deleting it and its pods")
+        self.kube.delete(api_version, kind, name, self.namespace, propagation_policy="Foreground")
+        deadline = self.kube.retry.clock() + REPLACE_TIMEOUT_S
+        left = watch_object(
+            self.kube, api_version, kind, name, self.namespace, until=lambda obj: obj is None, deadline=deadline
         )
+        if left is not None:
+            raise KubernetesError(
+                f"{kind} {self.namespace}/{name} is still being deleted after {REPLACE_TIMEOUT_S:g}s "
+                "(its pods have not ended); check 'kubectl get pods', then submit again"
+            )
+        _, problem = self._clear_rendezvous(existing, status)
+        if problem:
+            self._say(f"warning: the old job's rendezvous keys were not cleared: {problem}")
+
+    def _check_storage(self) -> None:
+        """Refuse a shared storage claim that does not exist, or that the job's nodes cannot all mount."""
+        claim = self.config.job.shared_storage_claim
+        if not claim:
+            return
+        pvc = self.kube.get("v1", "PersistentVolumeClaim", claim, self.namespace)
+        if pvc is None:
+            raise ConfigError(
+                "job.shared_storage_claim",
+                f"PersistentVolumeClaim {self.namespace}/{claim} does not exist",
+                "create it in the job's namespace (a ReadWriteMany claim on FSx for Lustre or EFS), "
+                "or unset job.shared_storage_claim to keep checkpoints on the node's disk",
+            )
+        modes = set((pvc.get("spec") or {}).get("accessModes") or [])
+        if self.config.job.num_workers > 1 and "ReadWriteMany" not in modes:
+            raise ConfigError(
+                "job.shared_storage_claim",
+                f"PersistentVolumeClaim {self.namespace}/{claim} is {', '.join(sorted(modes)) or 'without access modes'}: "
+                f"the {self.config.job.num_workers} workers cannot all mount it",
+                "use a ReadWriteMany claim (FSx for Lustre, EFS)",
+            )
 
     def _with_secret_data(self, obj: dict[str, Any]) -> dict[str, Any]:
         token = self.config.job.hf_token
@@ -285,25 +452,87 @@ class JobClient:
         self,
         job: JobRef | str | None = None,
         *,
-        timeout: float,
-        poll: float = 5.0,
+        timeout: float | None,
         api: str | None = None,
         on_change: Callable[[JobStatus], None] | None = None,
     ) -> JobStatus:
-        """Poll until the job succeeds or fails, or ``timeout`` seconds pass; return the last status.
+        """Follow the job's status through the API's watch until it succeeds or fails, or ``timeout`` seconds pass.
 
-        Check :attr:`JobStatus.finished` to tell a timeout from an end.
+        The API server may fail meanwhile (5xx, 429, dropped connections): the watch is
+        resumed after a backoff, for as long as the timeout allows. Check
+        :attr:`JobStatus.finished` to tell a timeout from an end.
+
+        :param timeout: seconds to wait; ``None`` waits for the end.
+        :param on_change: called with the status at the start and at each change of phase.
+        :raises KubernetesError: the job does not exist or was deleted meanwhile.
         """
-        deadline = time.monotonic() + timeout
-        last_phase = None
-        while True:
-            status = self.status(job, api=api)
-            if on_change is not None and status.phase != last_phase:
+        from fsdp_sdk.k8s.follow import watch_object
+
+        api_version, kind, _ = self._api(api)
+        name = self._name(job)
+        deadline = None if timeout is None else self.kube.retry.clock() + timeout
+        seen: list[JobStatus] = []
+
+        def until(obj: dict[str, Any] | None) -> bool:
+            if obj is None:
+                gone = "was deleted" if seen else "does not exist"
+                raise KubernetesError(f"{kind} {self.namespace}/{name} {gone}; 'fsdp-sdk job list' shows the jobs")
+            status = JobStatus.from_object(obj)
+            if on_change is not None and (not seen or seen[-1].phase != status.phase):
                 on_change(status)
-            last_phase = status.phase
-            if status.finished or time.monotonic() >= deadline:
-                return status
-            time.sleep(max(0.0, min(poll, deadline - time.monotonic())))
+            seen.append(status)
+            return status.finished
+
+        watch_object(self.kube, api_version, kind, name, self.namespace, until=until, deadline=deadline)
+        return seen[-1]
+
+    def follow(
+        self,
+        job: JobRef | str | None = None,
+        *,
+        on_output: Callable[[str], None] | None = None,
+        timeout: float | None = None,
+        all_workers: bool = False,
+        api: str | None = None,
+        on_change: Callable[[JobStatus], None] | None = None,
+    ) -> FollowResult:
+        """Follow the job to its end: its status through the watch, the leader's log (or every worker's) as written.
+
+        The log survives what happens meanwhile: a leader not started yet is waited for, a
+        container that restarts is followed again (its new lines only), a dropped stream is
+        resumed where it stopped. ``on_output`` is called from a thread of its own.
+
+        :param on_output: receives each log line (with ``all_workers``, prefixed ``[pod] ``).
+        :param timeout: seconds to follow; ``None`` until the job ends.
+        :param all_workers: every worker's log instead of the leader's.
+        :param on_change: called with the status at the start and at each change of phase.
+        """
+        from fsdp_sdk.k8s.follow import LogFollower
+
+        name = self._name(job)
+        deadline = None if timeout is None else self.kube.retry.clock() + timeout  # connects before the thread starts
+        finished = threading.Event()
+        summaries: list[dict[str, Any]] = []
+
+        def out(line: str) -> None:
+            summary = _summary_line(line)
+            if summary is not None:
+                summaries.append(summary)
+            if on_output is not None:
+                on_output(line)
+
+        follower = LogFollower(self, name, out=out, finished=finished, deadline=deadline, api=api)
+        thread = threading.Thread(target=follower.run, args=(all_workers,), name=f"fsdp-sdk-logs-{name}", daemon=True)
+        thread.start()
+        try:
+            status = self.wait_for_completion(name, timeout=timeout, api=api, on_change=on_change)
+        finally:
+            finished.set()
+        thread.join(timeout=LOG_DRAIN_S)
+        error = follower.error
+        if thread.is_alive() and error is None:
+            error = f"the log was still streaming {LOG_DRAIN_S:g}s after the job ended"
+        return FollowResult(status, summaries[-1] if summaries else None, error)
 
     def wait(
         self,
@@ -311,7 +540,6 @@ class JobClient:
         *,
         on_output: Callable[[str], None] | None = None,
         timeout: float | None = None,
-        poll: float = 5.0,
     ) -> dict[str, Any]:
         """Follow the job to its end, streaming the leader's log to ``on_output``; return the trainer's summary.
 
@@ -321,30 +549,16 @@ class JobClient:
         :raises RunError: the job failed, timed out, or ended without a summary.
         """
         name = self._name(job)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        summary: dict[str, Any] | None = None
-        followed: set[str] = set()
-        while True:
-            status = self.status(name)
-            if not status.finished:
-                leader = self._find_leader(name)
-                if leader is not None and leader not in followed:
-                    followed.add(leader)
-                    for line in self.kube.follow_pod_log(leader, self.namespace):
-                        summary = _summary_line(line) or summary
-                        if on_output is not None:
-                            on_output(line)
-                    continue  # the container ended: read the status again
-            if status.finished:
-                break
-            if deadline is not None and time.monotonic() >= deadline:
-                raise RunError(
-                    f"job {name}: still {status.phase} after {timeout:g}s; "
-                    "'fsdp-sdk job status' follows it, 'fsdp-sdk job stop' ends it"
-                )
-            time.sleep(poll)
+        result = self.follow(job, on_output=on_output, timeout=timeout)
+        status = result.status
+        if not status.finished:
+            raise RunError(
+                f"job {name}: still {status.phase} after {timeout:g}s; "
+                "'fsdp-sdk job logs -f' follows it, 'fsdp-sdk job stop' ends it"
+            )
         if not status.succeeded:
             raise RunError(f"job {name} failed: {status.message or 'see fsdp-sdk job logs --all'}")
+        summary = result.summary
         if summary is None:
             leader = self._find_leader(name)
             if leader is not None:
@@ -379,7 +593,7 @@ class JobClient:
         if leader is None:
             raise KubernetesError(
                 f"no pod of job {self.namespace}/{name} has printed master_addr= yet; "
-                "the trainer prints it at start: check 'fsdp-sdk job status', or use --all"
+                "the trainer prints it at start: 'fsdp-sdk job logs -f' waits for it, or use --all"
             )
         return leader
 
@@ -394,34 +608,29 @@ class JobClient:
     ) -> None:
         """Write the leader's log (or every worker's, each line prefixed ``[pod] ``) to ``out``.
 
-        With ``follow``, keep writing lines as they come until the containers end.
+        With ``follow``, wait for the leader if it has not started, and keep writing lines
+        as they come until the job ends (see :meth:`follow`).
         """
+        if follow:
+            self._job(job, api)  # a job that does not exist is an error now, not a wait
+            result = self.follow(job, on_output=out, all_workers=all_workers, api=api)
+            if result.log_error:
+                self._say(f"warning: {result.log_error}")
+            return
         if not all_workers:
             leader = self.leader_pod(job, api=api)
-            lines = (
-                self.kube.follow_pod_log(leader, self.namespace)
-                if follow
-                else iter(self.kube.pod_log(leader, self.namespace).splitlines())
-            )
-            for line in lines:
+            for line in self.kube.pod_log(leader, self.namespace).splitlines():
                 out(line)
             return
         pods = sorted(p["metadata"]["name"] for p in self.pods(job, api=api))
         if not pods:
             raise KubernetesError(
-                f"job {self.namespace}/{self._name(job)} has no pods yet; check 'fsdp-sdk job status'"
+                f"job {self.namespace}/{self._name(job)} has no pods yet; check 'fsdp-sdk job status', "
+                "or follow it with 'fsdp-sdk job logs -f --all'"
             )
-        if not follow:
-            for pod in pods:
-                for line in self.kube.pod_log(pod, self.namespace).splitlines():
-                    out(f"[{pod}] {line}")
-            return
-        for line in _merge([self._prefixed(pod) for pod in pods]):
-            out(line)
-
-    def _prefixed(self, pod: str) -> Iterator[str]:
-        for line in self.kube.follow_pod_log(pod, self.namespace):
-            yield f"[{pod}] {line}"
+        for pod in pods:
+            for line in self.kube.pod_log(pod, self.namespace).splitlines():
+                out(f"[{pod}] {line}")
 
     # ------------------------------------------------------------------ stop
 
@@ -433,11 +642,9 @@ class JobClient:
         etcd is reached through the API server's service proxy
         (``services/<rdzvHost>:<rdzvPort>/proxy``). A cleanup that fails does not
         undo the deletion: it is reported in :attr:`StopResult.rendezvous_error`
-        (torch's keys also expire by TTL, after two hours).
+        (torch's keys also expire by TTL, after two hours). A delete whose answer was lost
+        is retried; the job found gone then counts as deleted.
         """
-        from fsdp_sdk.rendezvous import EtcdV2
-        from fsdp_sdk.rendezvous import clear_rendezvous as clear
-
         api_version, kind, _ = self._api(api)
         name = self._name(job)
         obj = self.kube.get(api_version, kind, name, self.namespace)
@@ -446,18 +653,26 @@ class JobClient:
         status = JobStatus.from_object(obj)
         deleted = self.kube.delete(api_version, kind, name, self.namespace, propagation_policy="Background")
         result = StopResult(deleted=deleted)
-        if clear_rendezvous and status.rdzv_id and status.rdzv_backend in ("etcd-v2", "etcd"):
-            elastic = obj["spec"]["elasticPolicy"]
-            host = str(elastic.get("rdzvHost") or "etcd").split(".")
-            namespace = host[1] if len(host) > 1 and host[1] != "svc" else self.namespace
-            try:
-                etcd = EtcdV2.via_service_proxy(
-                    self.kube, namespace=namespace, service=host[0], port=int(elastic.get("rdzvPort") or 2379)
-                )
-                result.rendezvous_keys = clear(etcd, status.rdzv_backend, status.rdzv_id)
-            except KubernetesError as error:
-                result.rendezvous_error = str(error)
+        if clear_rendezvous:
+            result.rendezvous_keys, result.rendezvous_error = self._clear_rendezvous(obj, status)
         return result
+
+    def _clear_rendezvous(self, obj: dict[str, Any], status: JobStatus) -> tuple[list[str], str | None]:
+        """Delete the job's rendezvous keys in etcd: ``(keys deleted, problem)``."""
+        from fsdp_sdk.rendezvous import EtcdV2, clear_rendezvous
+
+        if not status.rdzv_id or status.rdzv_backend not in ("etcd-v2", "etcd"):
+            return [], None
+        elastic = obj["spec"]["elasticPolicy"]
+        host = str(elastic.get("rdzvHost") or "etcd").split(".")
+        namespace = host[1] if len(host) > 1 and host[1] != "svc" else self.namespace
+        try:
+            etcd = EtcdV2.via_service_proxy(
+                self.kube, namespace=namespace, service=host[0], port=int(elastic.get("rdzvPort") or 2379)
+            )
+            return clear_rendezvous(etcd, status.rdzv_backend, status.rdzv_id), None
+        except (KubernetesError, BackendError) as error:
+            return [], str(error)
 
 
 def _summary_line(line: str) -> dict[str, Any] | None:
@@ -469,29 +684,3 @@ def _summary_line(line: str) -> dict[str, Any] | None:
     except ValueError:
         return None
     return value if isinstance(value, dict) else None
-
-
-def _merge(iterators: list[Iterator[str]]) -> Iterator[str]:
-    """Lines of several blocking iterators, in the order they arrive (one thread each)."""
-    lines: queue.Queue[tuple[int, str | None, BaseException | None]] = queue.Queue()
-
-    def pump(index: int, iterator: Iterator[str]) -> None:
-        try:
-            for line in iterator:
-                lines.put((index, line, None))
-        except BaseException as error:  # surfaced in the caller's thread
-            lines.put((index, None, error))
-            return
-        lines.put((index, None, None))
-
-    for index, iterator in enumerate(iterators):
-        threading.Thread(target=pump, args=(index, iterator), daemon=True).start()
-    running = len(iterators)
-    while running:
-        _, line, error = lines.get()
-        if error is not None:
-            raise error
-        if line is None:
-            running -= 1
-        else:
-            yield line

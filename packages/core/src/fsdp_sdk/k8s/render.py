@@ -15,6 +15,15 @@ container only runs ``torchrun -m fsdp_trainer <trainer args>``. With
 The Hugging Face token is only ever referenced (``secretKeyRef``); the optional
 ``Secret`` object is rendered without data, and :mod:`fsdp_sdk.k8s.jobs` fills its
 ``stringData`` from the configuration at apply time.
+
+The trainer's outputs and checkpoints go to a volume that outlives the container
+(:func:`output_dir`), one directory per namespace and job name: the shared filesystem
+of ``job.shared_storage_claim`` (mounted at ``/shared``) when set, else the node's disk
+(``/local``). A pod that restarts, or a job submitted again under the same name
+(``job submit --replace``), resumes from the newest complete checkpoint there.
+
+Problems that do not stop the rendering (a registry placeholder in a preview, checkpoints
+that cannot be resumed) are issued as :class:`RenderWarning` through :mod:`warnings`.
 """
 
 from __future__ import annotations
@@ -24,11 +33,12 @@ import json
 import re
 import shlex
 import uuid
+import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from fsdp_sdk.config import SECRET_ENV_NAME
+from fsdp_sdk.config import SECRET_ENV_NAME, trainer_arguments
 from fsdp_sdk.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -39,13 +49,18 @@ if TYPE_CHECKING:
 __all__ = [
     "HF_TOKEN_KEY",
     "JOB_NAME_LABEL",
+    "OUTPUT_DIR_ENV",
+    "PLACEHOLDER_REGISTRY",
     "RUN_ID_LABEL",
+    "SHARED_MOUNT_PATH",
     "TRAINJOB_RUNTIME",
+    "RenderWarning",
     "WorkerPod",
     "check_env",
     "check_token_not_inline",
     "job_labels",
     "new_rdzv_id",
+    "output_dir",
     "render_job",
     "render_pytorchjob",
     "render_trainjob",
@@ -66,7 +81,17 @@ TRAINJOB_RUNTIME = "torch-distributed"
 LOCAL_NVME_HOST_PATH = "/mnt/k8s-disks/0"
 #: Mount path of the local NVMe volume inside the workers.
 LOCAL_MOUNT_PATH = "/local"
+#: Mount path of the shared filesystem (``job.shared_storage_claim``) inside the workers.
+SHARED_MOUNT_PATH = "/shared"
+#: The workers' environment variable holding the trainer's output directory (``$(FSDP_SDK_OUTPUT_DIR)`` in a command).
+OUTPUT_DIR_ENV = "FSDP_SDK_OUTPUT_DIR"
+#: The registry a preview (``job render`` without ``job.registry``) puts in the image reference.
+PLACEHOLDER_REGISTRY = "set-job-registry.invalid"
 CONTAINER_NAME = "pytorch"  # the Training Operator requires this container name
+
+
+class RenderWarning(UserWarning):
+    """Something in the rendered job works, but not as the user likely expects (the CLI prints it as a warning)."""
 
 
 def new_rdzv_id(job_name: str) -> str:
@@ -153,11 +178,20 @@ def _check_nproc(config: Config, instance: InstanceType) -> None:
     )
 
 
-def _check_image(image: str) -> str:
+def _check_image(image: str, *, preview: bool = False) -> str:
     repository = image.rsplit("@", 1)[0]
     repository = repository.rsplit(":", 1)[0] if ":" in repository.rsplit("/", 1)[-1] else repository
     if not repository:
         raise ConfigError("job.image", "is empty", "set job.image (IMAGE in .env) to the image repository name")
+    if "/" not in repository.rstrip("/") and preview:
+        warnings.warn(
+            RenderWarning(
+                f"job.registry is not set: this preview pulls {PLACEHOLDER_REGISTRY}/{image}; set job.registry "
+                "(REGISTRY in .env), e.g. 123456789012.dkr.ecr.us-west-2.amazonaws.com, before 'job submit'"
+            ),
+            stacklevel=4,
+        )
+        return f"{PLACEHOLDER_REGISTRY}/{image}"
     if "/" not in repository.rstrip("/"):  # a bare name would be pulled from docker.io/library/
         raise ConfigError(
             "job.registry",
@@ -189,6 +223,7 @@ def worker_environment(config: Config, instance: InstanceType) -> list[dict[str,
             "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
         }
     )
+    env[OUTPUT_DIR_ENV] = output_dir(config)
     env.update(job.env)  # the user's settings win over the defaults
     items: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in env.items()]
     items.append(
@@ -200,6 +235,68 @@ def worker_environment(config: Config, instance: InstanceType) -> list[dict[str,
         }
     )
     return items
+
+
+def output_dir(config: Config) -> str:
+    """Where the workers' trainer writes its outputs and checkpoints (a path inside the container).
+
+    ``train.output_dir`` when the user set it; else a directory per namespace and job name on
+    a volume that outlives the container: ``/shared/fsdp-sdk/<namespace>/<job name>`` with
+    ``job.shared_storage_claim``, ``/local/fsdp-sdk/<namespace>/<job name>`` (the node's disk)
+    without. A job submitted again under the same name finds its checkpoints there.
+    """
+    given = (config.trainer.get("train") or {}).get("output_dir")
+    if given:
+        return str(given)
+    root = SHARED_MOUNT_PATH if config.job.shared_storage_claim else LOCAL_MOUNT_PATH
+    return f"{root}/fsdp-sdk/{config.job.namespace}/{config.job.name}"
+
+
+def _resume_set(config: Config) -> bool:
+    return "resume" in (config.trainer.get("checkpoint") or {})
+
+
+def _warn_about_outputs(config: Config) -> None:
+    """Say when the trainer's checkpoints would not let a restarted pod resume."""
+    job = config.job
+    given = (config.trainer.get("train") or {}).get("output_dir")
+    if given and not str(given).startswith((f"{LOCAL_MOUNT_PATH}/", f"{SHARED_MOUNT_PATH}/")):
+        warnings.warn(
+            RenderWarning(
+                f"train.output_dir {given} is inside the container: a restarted pod starts again from step 0; "
+                "leave it unset (a directory on the node's disk or on job.shared_storage_claim is used)"
+            ),
+            stacklevel=4,
+        )
+    elif _split_checkpoints(config) and _checkpoints_enabled(config):
+        warnings.warn(
+            RenderWarning(
+                f"the checkpoints of the {job.num_workers} workers would be split across their nodes' disks, so "
+                "restarted pods start again from step 0; set job.shared_storage_claim (a ReadWriteMany claim: "
+                "FSx for Lustre, EFS) to resume them"
+            ),
+            stacklevel=4,
+        )
+
+
+def _checkpoints_enabled(config: Config) -> bool:
+    enabled = (config.trainer.get("checkpoint") or {}).get("enabled", True)
+    return str(enabled).lower() not in ("false", "0", "no", "off")
+
+
+def _split_checkpoints(config: Config) -> bool:
+    """Whether the workers' checkpoint shards would land on several nodes' own disks (no resume possible)."""
+    job = config.job
+    return job.num_workers > 1 and not job.shared_storage_claim and not _resume_set(config) and not job.command
+
+
+def _trainer_settings(config: Config) -> dict[str, Any]:
+    """The trainer's settings as the workers get them: the output directory, and no resume where it cannot work."""
+    trainer = {section: dict(values) for section, values in config.trainer.items()}
+    trainer.setdefault("train", {}).setdefault("output_dir", output_dir(config))
+    if _split_checkpoints(config):  # no rank could read all the shards of one checkpoint
+        trainer.setdefault("checkpoint", {})["resume"] = "never"
+    return trainer
 
 
 #: Shell syntax in ``job.command`` (``&&``, pipes, redirections, ``$VAR``...): such a command runs under bash -c.
@@ -219,7 +316,7 @@ def _command(config: Config) -> tuple[list[str], list[str]]:
             return ["/bin/bash", "-c", command], []
         return shlex.split(command), []
     # The operator passes the rendezvous settings as PET_* variables, which torchrun reads.
-    return ["torchrun", "-m", "fsdp_trainer"], config.trainer_args()
+    return ["torchrun", "-m", "fsdp_trainer"], trainer_arguments(_trainer_settings(config))
 
 
 def _resources(config: Config, instance: InstanceType) -> dict[str, dict[str, int]]:
@@ -229,12 +326,17 @@ def _resources(config: Config, instance: InstanceType) -> dict[str, dict[str, in
     return {"limits": dict(amounts), "requests": dict(amounts)}
 
 
-def _volumes() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    volumes = [
+def _volumes(config: Config) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Shared memory, the node's disk (``/local``), and the shared filesystem's claim (``/shared``) when set."""
+    volumes: list[dict[str, Any]] = [
         {"name": "shm", "emptyDir": {"medium": "Memory"}},
         {"name": "local", "hostPath": {"path": LOCAL_NVME_HOST_PATH, "type": "DirectoryOrCreate"}},
     ]
     mounts = [{"name": "shm", "mountPath": "/dev/shm"}, {"name": "local", "mountPath": LOCAL_MOUNT_PATH}]
+    claim = config.job.shared_storage_claim
+    if claim:
+        volumes.append({"name": "shared", "persistentVolumeClaim": {"claimName": claim}})
+        mounts.append({"name": "shared", "mountPath": SHARED_MOUNT_PATH})
     return volumes, mounts
 
 
@@ -283,7 +385,7 @@ def render_pytorchjob(config: Config, instance: InstanceType, image: str, rdzv_i
     """The ``kubeflow.org/v1`` PyTorchJob of a resolved configuration."""
     job = config.job
     command, args = _command(config)
-    volumes, mounts = _volumes()
+    volumes, mounts = _volumes(config)
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
         "image": image,
@@ -327,7 +429,7 @@ def render_trainjob(config: Config, instance: InstanceType, image: str, rdzv_id:
     """The same job as a Kubeflow Trainer v2 ``TrainJob`` on the ``torch-distributed`` runtime."""
     job = config.job
     command, args = _command(config)
-    volumes, mounts = _volumes()
+    volumes, mounts = _volumes(config)
     trainer: dict[str, Any] = {
         "image": image,
         "command": command,
@@ -450,6 +552,7 @@ def render_job(
     create_secret: bool | None = None,
     api: str | None = None,
     plugins: Plugins | None = None,
+    preview: bool = False,
 ) -> list[dict[str, Any]]:
     """Render the Kubernetes objects of a training job, then let plugins adjust them.
 
@@ -461,6 +564,8 @@ def render_job(
         data); defaults to whether ``job.hf_token`` is set.
     :param api: ``pytorchjob`` or ``trainjob``; defaults to ``job.api``.
     :param plugins: the plugin set (defaults to the process-wide one).
+    :param preview: render for reading, not for applying: without ``job.registry`` the image gets
+        the :data:`PLACEHOLDER_REGISTRY` and a :class:`RenderWarning` instead of an error.
     :returns: the objects, the job first, then what plugins appended.
     :raises ConfigError: the configuration cannot make a valid job, or the Hugging Face
         token's value would appear in plain text in an object (:func:`check_token_not_inline`).
@@ -479,7 +584,7 @@ def render_job(
     if not config.job.image.strip() or not config.job.tag.strip():
         field = "job.image" if not config.job.image.strip() else "job.tag"
         raise ConfigError(field, "is empty", f"set {field} (IMAGE / TAG in .env), e.g. fsdp-sdk-trainer:latest")
-    image = _check_image(plugins.hooks.job_image(config))
+    image = _check_image(plugins.hooks.job_image(config), preview=preview)
     rdzv_id = rdzv_id or new_rdzv_id(config.job.name)
     if not re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", rdzv_id):
         raise ConfigError(
@@ -491,4 +596,5 @@ def render_job(
         objects.append(render_hf_secret(config))
     plugins.hooks.render_job(config, objects)
     check_token_not_inline(config, objects)
+    _warn_about_outputs(config)
     return objects

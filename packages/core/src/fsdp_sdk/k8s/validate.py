@@ -6,9 +6,14 @@ Two sources of truth, both usable without a cluster:
   against the Kubernetes OpenAPI schemas shipped by the ``kubernetes-validate``
   package, in strict mode (unknown fields are errors);
 * custom resources (PyTorchJob, TrainJob) are checked against the
-  ``openAPIV3Schema`` of their CustomResourceDefinition file, converted from the
-  Kubernetes *structural schema* dialect to plain JSON Schema by
-  :func:`structural_to_jsonschema`.
+  ``openAPIV3Schema`` of a CustomResourceDefinition the user names (a file, or a URL
+  such as :data:`CRD_URLS`' release manifests), converted from the Kubernetes
+  *structural schema* dialect to plain JSON Schema by :func:`structural_to_jsonschema`.
+
+The package ships no CRD (they are the Kubeflow projects' files, and the one that
+counts is the version installed on the cluster): without one, the custom resource
+itself is reported as not validated, with the two ways to check it, the cluster's own
+validation (``fsdp-sdk job submit --dry-run``) and ``--crd`` with the release's file.
 
 The pod templates embedded in a PyTorchJob are also checked as Pods against the
 Kubernetes OpenAPI, because the CRD keeps them loosely typed in places the
@@ -21,6 +26,9 @@ What this cannot check: CEL rules (``x-kubernetes-validations``), admission
 webhooks, quotas. Against a real cluster use a server-side dry run
 (``fsdp-sdk job submit --dry-run``: the API server validates, stores nothing).
 
+It needs the ``validate`` extra (``jsonschema``, ``kubernetes-validate``):
+:func:`require_validation` says how to install it when it is missing.
+
 Usage::
 
     from fsdp_sdk.k8s.validate import validate_objects
@@ -32,22 +40,27 @@ from __future__ import annotations
 
 import copy
 import functools
+import importlib.util
+import urllib.error
+import urllib.request
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import jsonschema
-import yaml
+from typing import TYPE_CHECKING, Any
 
 from fsdp_sdk.errors import ConfigError, KubernetesError
 
+if TYPE_CHECKING:
+    import jsonschema
+
 __all__ = [
+    "CRD_URLS",
     "DEFAULT_KUBERNETES_VERSION",
     "CrdSchema",
     "ValidationCheck",
     "ValidationReport",
     "load_crd_schema",
+    "require_validation",
     "structural_to_jsonschema",
     "validate_builtin",
     "validate_objects",
@@ -56,6 +69,27 @@ __all__ = [
 
 #: Kubernetes minor version whose OpenAPI is used for built-in kinds (the EKS default of the SDK).
 DEFAULT_KUBERNETES_VERSION = "1.31"
+#: The CRDs of the releases the SDK renders for, by kind: what ``--crd`` can be given to check a custom resource.
+CRD_URLS = {
+    "PyTorchJob": "https://raw.githubusercontent.com/kubeflow/training-operator/v1.9.2/manifests/base/crds/kubeflow.org_pytorchjobs.yaml",
+    "TrainJob": "https://raw.githubusercontent.com/kubeflow/trainer/v2.0.0/manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml",
+}
+_EXTRA = {"jsonschema": "jsonschema", "kubernetes_validate": "kubernetes-validate", "yaml": "PyYAML"}
+
+
+def require_validation() -> None:
+    """Check that the ``validate`` extra is installed.
+
+    :raises ConfigError: a package of the extra is missing; the message says how to install it.
+    """
+    missing = [dist for module, dist in _EXTRA.items() if importlib.util.find_spec(module) is None]
+    if missing:
+        raise ConfigError(
+            "--validate",
+            f"needs {' and '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} not installed",
+            "pip install 'fsdp-sdk[validate]'",
+        )
+
 
 _INT_RANGES = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
 # DNS-1123 subdomain: what the API server requires of most object names.
@@ -92,6 +126,7 @@ def validate_builtin(obj: Mapping[str, Any], *, version: str = DEFAULT_KUBERNETE
     :returns: one-line messages, empty when the object is valid.
     :raises KeyError: ``kubernetes-validate`` has no schema for this kind (a custom resource).
     """
+    require_validation()
     import kubernetes_validate
     from kubernetes_validate.utils import SchemaNotFoundError, VersionNotSupportedError
 
@@ -199,9 +234,43 @@ class CrdSchema:
 @functools.lru_cache(maxsize=16)
 def _load_crd_cached(path: str, mtime: float) -> CrdSchema:
     with open(path, encoding="utf-8") as handle:
-        crd = yaml.load(handle, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        return _crd_schema(handle.read(), path)
+
+
+@functools.lru_cache(maxsize=16)
+def _download_crd(url: str) -> CrdSchema:
+    try:
+        with urllib.request.urlopen(
+            urllib.request.Request(url, headers={"Accept": "text/yaml, */*"}), timeout=30
+        ) as response:
+            text = response.read().decode("utf-8", errors="replace")
+    except urllib.error.HTTPError as error:
+        raise ConfigError(
+            "--crd", f"cannot download {url}: HTTP {error.code} {error.reason}", "check the URL, or pass a local file"
+        ) from error
+    except (urllib.error.URLError, OSError) as error:
+        reason = getattr(error, "reason", error)
+        raise ConfigError(
+            "--crd",
+            f"cannot download {url}: {reason}",
+            "check the network, or download the file and pass its path",
+        ) from error
+    return _crd_schema(text, url)
+
+
+def _crd_schema(text: str, source: str) -> CrdSchema:
+    require_validation()
+    import jsonschema
+    import yaml
+
+    try:
+        crd = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.YAMLError as error:
+        raise ConfigError(
+            "--crd", f"{source} is not YAML ({' '.join(str(error).split())[:120]})", "pass a CRD's YAML file"
+        ) from error
     if not isinstance(crd, dict) or crd.get("kind") != "CustomResourceDefinition":
-        raise ConfigError("--crd", f"{path} is not a CustomResourceDefinition", "pass the CRD's YAML file")
+        raise ConfigError("--crd", f"{source} is not a CustomResourceDefinition", "pass the CRD's YAML file or URL")
     spec = crd["spec"]
     group, kind = spec["group"], spec["names"]["kind"]
     validators: dict[str, Any] = {}
@@ -216,16 +285,19 @@ def _load_crd_cached(path: str, mtime: float) -> CrdSchema:
         body["required"] = sorted({*body.get("required", []), "apiVersion", "kind", "metadata"})
         validators[entry["name"]] = jsonschema.Draft7Validator(body)
     return CrdSchema(
-        group=group, kind=kind, plural=spec["names"]["plural"], versions=validators, source=Path(path).name
+        group=group, kind=kind, plural=spec["names"]["plural"], versions=validators, source=Path(source).name
     )
 
 
 def load_crd_schema(path: str | Path) -> CrdSchema:
-    """Load a CustomResourceDefinition YAML file and build its validators (cached per file).
+    """Load a CustomResourceDefinition and build its validators (cached per file or URL).
 
-    :param path: the CRD file, e.g. ``kubeflow.org_pytorchjobs.yaml``.
-    :raises ConfigError: the file is missing or is not a CRD.
+    :param path: the CRD file, e.g. ``kubeflow.org_pytorchjobs.yaml``, or an ``https://`` URL of one
+        (:data:`CRD_URLS` has the releases the SDK renders for).
+    :raises ConfigError: the file is missing, the URL cannot be read, or it is not a CRD.
     """
+    if isinstance(path, str) and path.startswith(("https://", "http://")):
+        return _download_crd(path)
     path = Path(path)
     try:
         mtime = path.stat().st_mtime
