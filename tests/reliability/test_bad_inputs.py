@@ -340,7 +340,11 @@ CASES = [
         ("run", "--dry-run", "--", "--train.steps", "abc"),
         "--train.steps (from trainer arguments): 'abc' is not an integer",
     ),
-    Case("trainer-flag-unknown-section", ("run", "--dry-run", "--", "--nope.x", "1"), "trainer.nope: unknown option"),
+    Case(
+        "trainer-flag-unknown-section",
+        ("run", "--dry-run", "--", "--nope.x", "1"),
+        "--nope.x (from trainer arguments): unknown option (the sections are ac,",
+    ),
 ]
 
 

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from fsdp_sdk.backends.base import ClusterBackend, ClusterStatus, Plan, ProgressCallback, no_progress
-from fsdp_sdk.config import Config, Setting, load_config
+from fsdp_sdk.config import Config, Setting, load_config, parse_trainer_args
 from fsdp_sdk.errors import BackendError, ConfigError, RunError
 from fsdp_sdk.plugins import PluginInfo, Plugins, get_plugins
 from fsdp_sdk.preflight import PreflightResult, raise_for_failures
@@ -74,36 +74,6 @@ class JobLayer(Protocol):
     def stop(self, job: JobRef) -> Any:
         """Delete the job and its pods."""
         ...
-
-
-def parse_trainer_args(args: Sequence[str]) -> list[Setting]:
-    """Turn trailing trainer arguments (``--train.steps 20``, ``--model.preset=tiny``, ``--auto``) into settings.
-
-    :param args: arguments as given after ``--`` on the command line; ``--auto`` is the trainer's
-        shorthand for ``--auto.enabled true``.
-    :raises ConfigError: an argument is not ``--section.field VALUE``.
-    """
-    settings: list[Setting] = []
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        if arg == "--auto":
-            settings.append(Setting("trainer.auto.enabled", "true", "--auto", "trainer arguments"))
-            i += 1
-            continue
-        key = arg[2:] if arg.startswith("--") else ""
-        if "=" in key:
-            key, value = key.split("=", 1)
-            i += 1
-        elif key and i + 1 < len(args):
-            value = args[i + 1]
-            i += 2
-        else:
-            raise ConfigError(arg, "is not a trainer option", "pass trainer options as --section.field VALUE after --")
-        if key.count(".") < 1 or not all(key.split(".")):
-            raise ConfigError(arg, "is not a trainer option", "trainer options look like --train.steps 20")
-        settings.append(Setting(f"trainer.{key}", value, f"--{key}", "trainer arguments"))
-    return settings
 
 
 class Client:

@@ -34,7 +34,7 @@ import os
 import re
 import types
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -62,6 +62,8 @@ __all__ = [
     "Setting",
     "SettingsRegistry",
     "load_config",
+    "parse_trainer_args",
+    "setting_from_pair",
     "trainer_arguments",
 ]
 
@@ -683,18 +685,21 @@ class Config:
         try:
             TrainerConfig.from_dict(copy.deepcopy(self.trainer))
         except TrainerConfigError as exc:
-            message = " ".join(str(exc).split())
-            # The trainer names its flag ("--train.steps: must be positive"); name it as the user set it.
-            match = re.match(r"^--([\w.]+): (.*)$", message)
-            if match:
-                flag, problem = match.group(1), match.group(2)
-                section, _, rest = flag.partition(".")
-                paths = [f"trainer.{flag}", f"trainer.{_TRAINER_SECTION_ALIASES.get(section, section)}.{rest}"]
-                origin = next((self.origins[p] for p in paths if p in self.origins), None)
-                if origin is not None:
-                    raise ConfigError(origin.name, problem, source=origin.source) from None
-                raise ConfigError(f"trainer.{flag}", problem) from None
-            raise ConfigError("trainer", message) from None
+            # The trainer names its flag (--train.steps); name the setting as the user wrote it, where.
+            flag, problem = getattr(exc, "flag", None), getattr(exc, "problem", str(exc))
+            if not flag:
+                raise ConfigError("trainer", " ".join(str(exc).split())) from None
+            section, _, rest = flag.removeprefix("--").partition(".")
+            paths = [f"trainer.{section}.{rest}" if rest else f"trainer.{section}"]
+            paths.append(f"trainer.{_TRAINER_SECTION_ALIASES.get(section, section)}" + (f".{rest}" if rest else ""))
+            origin = next((self.origins[p] for p in paths if p in self.origins), None)
+            if origin is None:  # a section the trainer does not know: the first setting under it
+                origin = next(
+                    (o for p, o in self.origins.items() if any(p.startswith(prefix + ".") for prefix in paths)), None
+                )
+            if origin is not None:
+                raise ConfigError(origin.name, problem, source=origin.source) from None
+            raise ConfigError(paths[0], problem) from None
 
     def _error(self, path: str, problem: str, fix: str) -> ConfigError:
         """A ConfigError naming ``path`` as the user wrote it, with its source."""
@@ -771,6 +776,53 @@ def _flatten_mapping(data: Mapping[str, Any], prefix: str = "") -> list[tuple[st
         else:
             items.append((path, value))
     return items
+
+
+# --------------------------------------------------------------------- settings from the command line
+
+
+def setting_from_pair(item: str, *, source: str = "--set") -> Setting:
+    """One ``KEY=VALUE`` of ``--set`` as a setting; the key is the dotted path as typed (``job.num_workers``,
+    ``model.preset``): the caller decides which keys are trainer settings, once it knows the plugins' sections.
+
+    :raises ConfigError: ``item`` is not ``KEY=VALUE``.
+    """
+    key, sep, value = item.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(
+            source, f"{item!r} is not KEY=VALUE", "e.g. --set job.num_workers=4 or --set model.preset=tiny"
+        )
+    return Setting(key.strip(), value, key.strip(), source)
+
+
+def parse_trainer_args(args: Sequence[str]) -> list[Setting]:
+    """Turn trailing trainer arguments (``--train.steps 20``, ``--model.preset=tiny``, ``--auto``) into settings.
+
+    :param args: arguments as given after ``--`` on the command line; ``--auto`` is the trainer's
+        shorthand for ``--auto.enabled true``.
+    :raises ConfigError: an argument is not ``--section.field VALUE``.
+    """
+    settings: list[Setting] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--auto":
+            settings.append(Setting("trainer.auto.enabled", "true", "--auto", "trainer arguments"))
+            i += 1
+            continue
+        key = arg[2:] if arg.startswith("--") else ""
+        if "=" in key:
+            key, value = key.split("=", 1)
+            i += 1
+        elif key and i + 1 < len(args):
+            value = args[i + 1]
+            i += 2
+        else:
+            raise ConfigError(arg, "is not a trainer option", "pass trainer options as --section.field VALUE after --")
+        if key.count(".") < 1 or not all(key.split(".")):
+            raise ConfigError(arg, "is not a trainer option", "trainer options look like --train.steps 20")
+        settings.append(Setting(f"trainer.{key}", value, f"--{key}", "trainer arguments"))
+    return settings
 
 
 # --------------------------------------------------------------------- loading
@@ -1098,6 +1150,9 @@ def _show(value: Any) -> str:
 
 _TRUE = {"true", "yes", "on", "1"}
 _FALSE = {"false", "no", "off", "0"}
+#: Words an optional setting reads as "unset" (the trainer's coercer reads the same ones: ``auto`` lets the SDK or the
+#: trainer choose).
+NONE_WORDS = ("", "none", "null", "auto")
 
 
 def _convert(value: Any, tp: Any, origin: Origin) -> Any:
@@ -1110,7 +1165,7 @@ def _convert(value: Any, tp: Any, origin: Origin) -> Any:
     args = typing.get_args(tp)
     if typing.get_origin(tp) in (typing.Union, types.UnionType):
         inner = [a for a in args if a is not type(None)]
-        if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none", "null")):
+        if value is None or (isinstance(value, str) and value.strip().lower() in NONE_WORDS):
             return None
         return _convert(value, inner[0], origin)
     if tp is str:
@@ -1128,8 +1183,10 @@ def _convert(value: Any, tp: Any, origin: Origin) -> Any:
     if tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
-        if isinstance(value, str) and re.fullmatch(r"\s*[-+]?\d+\s*", value):
+        if isinstance(value, float) and value.is_integer():
             return int(value)
+        if isinstance(value, str) and re.fullmatch(r"\s*[-+]?\d+(_\d+)*\s*", value):
+            return int(value.replace("_", ""))
         raise fail("is not an integer", f"set {name} to a whole number like 2")
     if tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -1149,8 +1206,8 @@ def _convert(value: Any, tp: Any, origin: Origin) -> Any:
             return Secret(value)
         raise ConfigError(name, "is not a string", f"set {name} to the token text", source=source)
     if typing.get_origin(tp) is Literal:
-        if isinstance(value, str) and value in args:
-            return value
+        if isinstance(value, str) and value.strip() in args:
+            return value.strip()
         raise fail("is not one of " + ", ".join(args), f"set {name} to one of: {', '.join(args)}")
     if typing.get_origin(tp) is list:
         if isinstance(value, str):

@@ -253,7 +253,8 @@ def run_sweep(
         holds a sweep of other settings.
     :raises BackendError: a cluster backend whose cluster is not up.
     """
-    from fsdp_sdk.client import Client, parse_trainer_args
+    from fsdp_sdk.client import Client
+    from fsdp_sdk.config import parse_trainer_args
 
     counts = parse_node_counts(nodes)
     settings = [

@@ -14,6 +14,26 @@ class ConfigError(TrainerError, ValueError):
 
     Raised both while loading the config and at start-up, when a setting turns out
     not to fit the machine (world size, device). The CLI prints it and exits 2.
+
+    :attr:`flag` (``--parallel.sharding``, ``None`` when the error names no flag) and :attr:`problem` (the rest of
+    the line) let a caller name the setting as its user wrote it (the SDK names ``.env`` and YAML keys) without
+    parsing the message.
     """
 
     exit_code = 2
+
+    def __init__(self, message: str, *, flag: str | None = None, problem: str | None = None) -> None:
+        super().__init__(message)
+        if flag is None and message.startswith("--") and ": " in message:
+            head, _, rest = message.partition(": ")
+            if " " not in head:
+                flag, problem = head, problem or rest
+        self.flag = flag
+        self.problem = problem if problem is not None else message
+
+    def __reduce__(self) -> tuple[object, ...]:  # keep pickling (torchrun's error files, multiprocessing) working
+        return (_rebuild, (str(self), self.flag, self.problem))
+
+
+def _rebuild(message: str, flag: str | None, problem: str) -> ConfigError:
+    return ConfigError(message, flag=flag, problem=problem)

@@ -144,7 +144,13 @@ def unknown_option(flag: str, known: list[str]) -> ConfigError:
     import difflib
 
     close = difflib.get_close_matches(flag, known, n=1)
-    hint = f" (did you mean {close[0]}?)" if close else ""
+    if close:
+        hint = f" (did you mean {close[0]}?)"
+    elif "." not in flag.removeprefix("--"):  # a section nobody has: say which exist
+        sections = sorted({k.removeprefix("--").split(".", 1)[0] for k in known})
+        hint = f" (the sections are {', '.join(sections)})"
+    else:
+        hint = ""
     return ConfigError(f"{flag}: unknown option{hint}")
 
 

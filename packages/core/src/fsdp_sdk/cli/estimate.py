@@ -204,7 +204,7 @@ def estimate(
       fsdp-sdk estimate --model llama2-70b --instance-type p4de.24xlarge --nodes 4 --ac full --seq-len 4096
       fsdp-sdk estimate --model ./Llama-3.2-3B/config.json --instance-type p5.48xlarge --recommend
     """
-    from fsdp_sdk.client import parse_trainer_args
+    from fsdp_sdk.config import parse_trainer_args
     from fsdp_sdk.estimate import parse_tokens
 
     count = parse_tokens(tokens)

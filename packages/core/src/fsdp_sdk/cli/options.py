@@ -88,13 +88,16 @@ def setting(path: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
 
 
 def _set_pairs(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> None:
+    from fsdp_sdk.config import setting_from_pair
+    from fsdp_sdk.errors import ConfigError
+
     for item in values:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise click.BadParameter(f"{item!r} is not KEY=VALUE (e.g. job.num_workers=4 or model.preset=tiny)")
-        name = key.strip()
+        try:
+            setting = setting_from_pair(item)
+        except ConfigError as error:
+            raise click.BadParameter(f"{error.problem} ({error.fix})") from None
         # Keys outside every section are trainer settings: the application decides once plugins are loaded.
-        _app(ctx).set(name, value, name, "--set")
+        _app(ctx).set(setting.path, setting.value, setting.origin.name, "--set")
 
 
 def _store(attribute: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
