@@ -38,7 +38,7 @@ def test_dockerfile_pins_every_version() -> None:
         '"python-etcd==${PYTHON_ETCD_VERSION}"',
         '"torch==${TORCH_VERSION}"',
         "COPY trainer/ /opt/fsdp-trainer/",
-        "pip install --no-cache-dir /opt/fsdp-trainer",
+        'pip install --no-cache-dir "/opt/fsdp-trainer[hub,prometheus]"',
     ):
         assert needle in text
     assert BUILD_ARGS["BASE_IMAGE"].startswith("nvidia/cuda:12.") and "devel-ubuntu22.04" in BUILD_ARGS["BASE_IMAGE"]

@@ -114,3 +114,69 @@ def test_leader_log_names_master_addr_then_host(caplog, monkeypatch):
         destroy_distributed()
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("master_addr=")]
     assert lines == [f"master_addr=localhost host={socket.getfqdn()}"]
+
+
+CONFIG_ONLY = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "vocab_size": 512,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 256,
+    "tie_word_embeddings": False,
+}
+
+
+@pytest.fixture
+def config_only_model(tmp_path):
+    """A model directory as a user trying a custom shape writes it: a config.json and nothing else."""
+    import json
+
+    directory = tmp_path / "shape"
+    directory.mkdir()
+    (directory / "config.json").write_text(json.dumps(CONFIG_ONLY))
+    return directory
+
+
+def test_real_models_never_train_on_fake_data_without_being_asked(config_only_model, tmp_path):
+    from fsdp_trainer.errors import ConfigError
+
+    with pytest.raises(
+        ConfigError, match=r"^--data\.source: the pretrained weights of --model\.name_or_path would train"
+    ):
+        load_config(None, ["--model.name_or_path", str(config_only_model)])
+    asked = load_config(None, ["--model.name_or_path", str(config_only_model), "--data.source", "synthetic"])
+    assert asked.model.init == "pretrained" and asked.data.source == "synthetic"
+
+
+def test_a_config_only_directory_trains_on_synthetic_tokens_without_a_tokenizer(config_only_model, tmp_path):
+    cfg = load_config(
+        None,
+        ["--model.name_or_path", str(config_only_model), "--model.init", "random", "--data.seq_len", "32",
+         "--train.steps", "1", "--train.output_dir", str(tmp_path / "out"), "--checkpoint.enabled", "false"],
+    )  # fmt: skip
+    assert cfg.data.source == "synthetic" and cfg.model.tokenizer is None
+    assert main_with_config(cfg) == 0
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (
+            ["--data.source", "jsonl", "--data.path", "/no/such/file.jsonl"],
+            "error: --data.path: /no/such/file.jsonl does not exist",
+        ),
+        (["--model.tokenizer", "{shape}"], "error: --model.tokenizer: cannot load a tokenizer from {shape}"),
+    ],
+)
+def test_data_and_tokenizer_are_checked_before_anything_is_built(flags, message, config_only_model, tmp_path, capsys):
+    flags = [f.format(shape=config_only_model) for f in flags]
+    cfg = load_config(
+        None, ["--model.preset", "tiny", *flags, "--train.output_dir", str(tmp_path), "--train.steps", "1"]
+    )
+    assert main_with_config(cfg) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(message.format(shape=config_only_model)), err

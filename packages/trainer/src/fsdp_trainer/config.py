@@ -321,13 +321,20 @@ class TrainerConfig:
         tiny = is_tiny(m.preset) and m.name_or_path is None
         if m.init is None:
             m.init = "pretrained" if m.name_or_path else "random"
-        if m.tokenizer is None:
-            m.tokenizer = m.name_or_path or ("bytes" if tiny else None)
         if d.source is None:
             if d.path:
                 d.source = "jsonl" if d.path.endswith(".jsonl") else "text"
+            elif m.init == "pretrained":
+                # Fine-tuning real weights on random tokens only ever makes sense as a benchmark: say so, loudly.
+                raise ConfigError(
+                    "--data.source: the pretrained weights of --model.name_or_path would train on synthetic tokens; "
+                    "fine-tune on data (--data.source hf, or --data.path FILE.jsonl/DIR of text), or say "
+                    "--data.source synthetic to measure speed on random tokens"
+                )
             else:
                 d.source = "text" if tiny else "synthetic"
+        if m.tokenizer is None and d.source != "synthetic":  # synthetic tokens need no tokenizer
+            m.tokenizer = m.name_or_path or ("bytes" if tiny else None)
         if d.seed is None:
             d.seed = t.seed
         if self.runtime.seed is None:
@@ -408,6 +415,7 @@ class TrainerConfig:
             )
         if d.source == "jsonl" and not d.path:
             raise ConfigError("--data.path: data.source=jsonl needs a file or directory of .jsonl files")
+
         if (par.shard_size or par.replicate_size) and par.sharding != "hybrid_shard":
             flag = "--parallel.shard_size" if par.shard_size else "--parallel.replicate_size"
             raise ConfigError(f"{flag}: only used with --parallel.sharding hybrid_shard")

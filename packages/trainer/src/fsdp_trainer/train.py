@@ -25,6 +25,7 @@ def run(cfg: TrainerConfig) -> dict:
     from .distributed import destroy_distributed, init_distributed, resolve_device
     from .trainer import Trainer
 
+    check_inputs(cfg)
     device = resolve_device(cfg.runtime)
     if cfg.parallel.cpu_offload and device.type != "cuda":
         raise ConfigError("--parallel.cpu_offload: offloading to CPU needs CUDA; this run is on cpu")
@@ -65,6 +66,36 @@ def run(cfg: TrainerConfig) -> dict:
     # still inside a collective (destroying an NCCL group can hang); torchrun stops them.
     destroy_distributed()
     return summary
+
+
+def check_inputs(cfg: TrainerConfig) -> None:
+    """Refuse, before anything is built, data and tokenizer settings this machine cannot serve: a data path that is
+    not there, the Hub without the ``datasets`` package, a tokenizer that does not load.
+
+    These checks belong to the process that trains (the SDK validates a configuration offline, on a machine that
+    may not have the pod's files or packages).
+    """
+    import importlib.util
+    from pathlib import Path
+
+    data, model = cfg.data, cfg.model
+    if data.source in ("text", "jsonl") and data.path and not Path(data.path).exists():
+        raise ConfigError(f"--data.path: {data.path} does not exist; pass a file or directory of the training text")
+    if data.source == "hf" and importlib.util.find_spec("datasets") is None:
+        raise ConfigError(
+            "--data.source: data.source=hf reads the Hub with the datasets package, which is not installed; "
+            "pip install 'fsdp-trainer[hub]'"
+        )
+    if model.tokenizer and model.tokenizer != "bytes":
+        from .tokenizer import load_tokenizer
+
+        try:
+            load_tokenizer(model.tokenizer)
+        except (OSError, ValueError) as error:  # no tokenizer files in a config-only directory, a bad Hub id
+            raise ConfigError(
+                f"--model.tokenizer: cannot load a tokenizer from {model.tokenizer} "
+                f"({' '.join(str(error).split())[:200]}); pass --model.tokenizer DIR|HUB_ID or 'bytes'"
+            ) from None
 
 
 def _apply_auto(cfg: TrainerConfig, env) -> None:

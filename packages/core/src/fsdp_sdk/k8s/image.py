@@ -94,7 +94,7 @@ RUN python -m pip install --no-cache-dir --upgrade pip \\
  && python -m pip install --no-cache-dir "python-etcd==${PYTHON_ETCD_VERSION}"
 
 COPY trainer/ /opt/fsdp-trainer/
-RUN python -m pip install --no-cache-dir /opt/fsdp-trainer
+RUN python -m pip install --no-cache-dir "/opt/fsdp-trainer[hub,prometheus]"
 
 WORKDIR /workspace
 CMD ["torchrun", "-m", "fsdp_trainer", "--help"]
