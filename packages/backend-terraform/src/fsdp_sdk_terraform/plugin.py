@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from fsdp_sdk.hookspecs import hookimpl
-from fsdp_sdk_terraform.settings import SECTION, TerraformSettings
 
 if TYPE_CHECKING:
     from fsdp_sdk.backends.base import BackendRegistry
@@ -25,6 +24,8 @@ def fsdp_sdk_register_backends(registry: BackendRegistry) -> None:
 @hookimpl
 def fsdp_sdk_register_settings(registry: SettingsRegistry) -> None:
     """Register the ``terraform`` settings section."""
+    from fsdp_sdk_terraform.settings import SECTION, TerraformSettings
+
     registry.add(SECTION, TerraformSettings)
 
 

@@ -652,7 +652,7 @@ class Config:
             validate = getattr(section, "validate", None)
             if callable(validate):
                 validate(new)
-        if validate_trainer:
+        if validate_trainer and not new.job.command:  # with job.command, the trainer's settings reach no trainer
             new._validate_trainer()
         return new
 
@@ -677,6 +677,8 @@ class Config:
             )
 
     def _validate_trainer(self) -> None:
+        if not self.trainer:
+            return  # the trainer's defaults: nothing set, nothing to refuse (and its module is not imported)
         try:
             from fsdp_trainer.config import ConfigError as TrainerConfigError
             from fsdp_trainer.config import TrainerConfig
