@@ -100,9 +100,8 @@ def test_a_platform_drives_render_run_and_down_silently(
 
     (job,) = client.render_job(rdzv_id="embedded-1")
     assert job["kind"] == "PyTorchJob" and job["spec"]["elasticPolicy"]["rdzvId"] == "embedded-1"
-    if hasattr(client, "estimate"):  # Client.estimate() arrives with the estimate work; this step runs once it has
-        estimate = client.estimate(scaling=False)
-        assert estimate.model.name == "tiny" and json.dumps(estimate.to_dict())
+    estimate = client.estimate(scaling=False)
+    assert estimate.model.name == "tiny" and json.dumps(estimate.to_dict())
 
     lines: list[str] = []
     try:
