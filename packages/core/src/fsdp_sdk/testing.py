@@ -238,7 +238,9 @@ class InstanceTypePluginConformance:
         for t in self.registered():
             assert t.vcpus >= t.gpu_count, t.name
             assert t.gpu_memory_gib <= 1024, f"{t.name}: gpu_memory_gib is per GPU"
-            assert t.intra_node_gbytes_per_s < 10_000, f"{t.name}: intra_node_gbytes_per_s is GB/s per GPU, one direction"
+            assert t.intra_node_gbytes_per_s < 10_000, (
+                f"{t.name}: intra_node_gbytes_per_s is GB/s per GPU, one direction"
+            )
             assert t.bf16_tflops_per_gpu < 20_000, f"{t.name}: bf16_tflops_per_gpu is per GPU, dense, in TFLOP/s"
             if t.on_demand_usd_per_hour is not None:
                 assert t.on_demand_usd_per_hour / t.gpu_count < 100, f"{t.name}: price is USD per instance-hour"
