@@ -36,7 +36,7 @@ NO_CHECKPOINT = ["--", "--checkpoint.enabled", "false"]
 
 
 def _run_id(stderr: str) -> str:
-    match = re.search(r"^run (\w+): 2 agents x 1 processes", stderr, re.MULTILINE)
+    match = re.search(r"^run (\S+): 2 agents x 1 processes", stderr, re.MULTILINE)
     assert match, stderr
     return match.group(1)
 
@@ -98,14 +98,19 @@ def test_two_runs_in_a_row(local_cluster: dict, state_dir: Path) -> None:
         assert sorted(p.name for p in (run_dir / "logs").iterdir()) == ["agent-0.log", "agent-1.log"]
         if as_json:
             # stdout is only the summary, one JSON object on one line; the leader's log went to stderr
-            assert result.stdout.count("\n") == 1 and json.loads(result.stdout) == summary
+            printed = json.loads(result.stdout)
+            assert result.stdout.count("\n") == 1
+            assert printed == {"run_id": run_id, "output_dir": str(run_dir), **summary}
             log = result.stderr
         else:
-            assert f"Run {run_id} finished; outputs in {run_dir}" in result.stdout
-            assert f"final_loss: {summary['final_loss']}" in result.stdout
+            assert f"Run {run_id} finished in " in result.stdout
+            assert f"final loss {summary['final_loss']:.4f}" in result.stdout
+            assert f"outputs      {run_dir} " in result.stdout
             log = result.stdout
-        assert re.search(r"^\[agent\d\] .*master_addr=127\.0\.0\.1", log, re.M)
-        assert re.search(r'^\[agent\d\] \{"step": 3', log, re.M)
+            # the summary once: the trainer's own summary line (internal fields) is not streamed
+            assert '"steps_run"' not in result.stdout + result.stderr
+        assert re.search(r"^\[rank0\] .*master_addr=127\.0\.0\.1", log, re.M)
+        assert re.search(r'^\{"step": 3', log, re.M), "piped: the per-step JSON lines as the trainer printed them"
         # torch's etcd-v2 rendezvous wrote its state and store keys during the run; the run cleared them
         assert clear_rendezvous(EtcdV2.direct(f"http://127.0.0.1:{port}"), "etcd-v2", run_id) == [], (
             "the run's rendezvous keys were left in etcd"
@@ -117,7 +122,7 @@ def test_a_failing_run_stops_every_agent_and_exits_1(local_cluster: dict) -> Non
     result = run_cli("run", *TINY, "--", "--runtime.backend", "nccl", timeout=240)  # no CUDA here
     assert result.returncode == 1
     last = result.stderr.rstrip().splitlines()[-1]
-    assert re.match(r"^Error: agent \d exited with code 1: .*nccl needs CUDA.*; logs in ", last), last
+    assert re.match(r"^Error: run \S+ failed: agent \d: .*nccl needs CUDA.*; logs in ", last), last
     assert not _wait_until_gone(_run_id(result.stderr))
 
 
@@ -145,7 +150,8 @@ def test_an_interrupt_stops_every_agent(local_cluster: dict, sig: signal.Signals
         if process.poll() is None:
             process.kill()
     assert process.returncode == 130, "".join(seen)[-2000:] + rest[-2000:]
-    assert "stopping 2 agent(s)" in rest and rest.rstrip().endswith("Aborted.")
+    assert "stopping 2 agent(s) and their trainer processes" in rest and rest.rstrip().endswith("Aborted.")
+    assert f"continue it with: fsdp-sdk run --resume {run_id}" in rest
     assert not _wait_until_gone(run_id)
 
 

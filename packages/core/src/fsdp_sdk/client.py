@@ -475,7 +475,7 @@ class Client:
         if self.backend.runs_jobs:
             from fsdp_sdk.backends.local.backend import new_run_id
 
-            run_id = resume or run_id or new_run_id(config.job.name)
+            run_id = resume if resume is not None else run_id if run_id is not None else new_run_id(config.job.name)
         else:
             run_id = run_id or uuid.uuid4().hex[:12]
         hooks = self.loaded_plugins.hooks

@@ -157,6 +157,7 @@ def stop_tree(pids: Iterable[int], timeout: float = 10.0) -> list[int]:
     for process in processes.values():
         with contextlib.suppress(psutil.Error):
             process.send_signal(signal.SIGTERM)
+            process.send_signal(signal.SIGCONT)  # a stopped process handles SIGTERM only once continued
     _, alive = psutil.wait_procs(list(processes.values()), timeout=timeout)
     for process in alive:
         with contextlib.suppress(psutil.Error):

@@ -184,7 +184,7 @@ class LocalBackend(ClusterBackend):
         if nodes < 1:
             raise ConfigError("nodes", f"{nodes} simulated nodes", "the local backend needs at least 1 node")
         local = self.state(config)
-        with local.locked(progress=progress):
+        with contextlib.nullcontext() if dry_run else local.locked(progress=progress):
             state = local.read()
             if state is None:
                 raise BackendError("local: no local cluster to scale; run 'fsdp-sdk up --backend local' first")

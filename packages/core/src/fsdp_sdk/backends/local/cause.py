@@ -12,6 +12,7 @@ directory and its free space; ``[Errno 30]``/``[Errno 13]`` on the outputs becom
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -137,5 +138,6 @@ def writable_problem(directory: Path) -> str | None:
             return f"{existing} is on a read-only filesystem"
         return f"{existing} is not writable ({exc.strerror})"
     finally:
-        probe.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # a read-only filesystem refuses even deleting what is not there
+            probe.unlink(missing_ok=True)
     return None
