@@ -175,7 +175,8 @@ def render_report(rows: list[dict[str, Any]]) -> str:
         for row in area_rows:
             happened = row["happened"] or row["result"]
             cell = happened.replace("|", "\\|")
-            lines.append(f"| {row['fault']} <br>`{row['id']}` | {cell} | {row['result']} | {row['seconds']:.0f} |")
+            fault = row["fault"].replace("|", "\\|")
+            lines.append(f"| {fault} <br>`{row['id']}` | {cell} | {row['result']} | {row['seconds']:.0f} |")
         lines.append("")
     lines.append(f"{len(rows)} tests, {total / 60:.1f} minutes on the machine that wrote this report.")
     return "\n".join(lines) + "\n"

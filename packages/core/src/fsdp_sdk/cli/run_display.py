@@ -107,7 +107,7 @@ class TerminalDisplay:
         from rich.console import Console
         from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn
 
-        self.console = Console(highlight=False)
+        self.console = Console(highlight=False, soft_wrap=True)  # long paths stay whole (copy and paste)
         self.started = time.monotonic()
         self.first_step: tuple[int, float] | None = None
         self.bar = Progress(
