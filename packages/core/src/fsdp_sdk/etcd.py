@@ -111,8 +111,10 @@ def find_free_port(host: str = HOST) -> int:
 
 
 def port_in_use(port: int, host: str = HOST) -> bool:
-    """Whether something listens on ``host:port`` (binding it fails)."""
+    """Whether something listens on ``host:port`` (binding it fails; connections of a dead server in TIME_WAIT
+    do not count, as etcd itself binds with ``SO_REUSEADDR``)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:

@@ -314,10 +314,15 @@ class Supervisor:
         directories = [self.plan.output_dir, *(d for d in [self.plan.checkpoint_dir] if d)]
         first = root_cause(self.errors, directories)
         if code < 0:
-            killed = f"agent {index} (pid {pid}) was killed by {_signal_name(code)}"
-            cause = killed if first is None or not first.primary else f"{describe(first, directories)} ({killed})"
-            if first is None or not first.primary:
-                cause = f"{killed}; its trainer processes were stopped with it"
+            cause = f"agent {index} (pid {pid}) was killed by {_signal_name(code)}"
+            if first is not None and first.primary:
+                cause = f"{first.source}: {describe(first, directories)} ({cause})"
+            else:
+                cause += "; its trainer processes were stopped with it"
+        elif first is not None and first.primary:
+            cause = f"{first.source}: {describe(first, directories)}"
+        elif self.last_failure:
+            cause = self.last_failure  # torchrun's own account of the first rank to fail (exit code or signal)
         elif first is not None:
             cause = f"{first.source}: {describe(first, directories)}"
         else:
