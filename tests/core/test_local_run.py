@@ -7,10 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import re
-import signal
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +18,7 @@ from fsdp_sdk import Client, etcd, hookimpl
 from fsdp_sdk.plugins import get_plugins
 from fsdp_sdk.rendezvous import EtcdV2, clear_rendezvous
 
-from .conftest import FSDP_SDK, etcd_or_skip, run_cli
+from .conftest import etcd_or_skip, run_cli
 
 pytestmark = [
     pytest.mark.slow,
@@ -126,33 +123,7 @@ def test_a_failing_run_stops_every_agent_and_exits_1(local_cluster: dict) -> Non
     assert not _wait_until_gone(_run_id(result.stderr))
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
-def test_an_interrupt_stops_every_agent(local_cluster: dict, sig: signal.Signals) -> None:
-    process = subprocess.Popen(
-        [FSDP_SDK, "run", *TINY[:-1], "500", "--json", *NO_CHECKPOINT],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=os.environ.copy(),
-    )
-    seen = []
-    try:
-        assert process.stderr is not None
-        for line in process.stderr:
-            seen.append(line)
-            if '"step":' in line:  # training is under way on both agents
-                break
-        run_id = _run_id("".join(seen))
-        assert _processes_mentioning(run_id), "no agent is running"
-        process.send_signal(sig)
-        rest = process.communicate(timeout=60)[1]
-    finally:
-        if process.poll() is None:
-            process.kill()
-    assert process.returncode == 130, "".join(seen)[-2000:] + rest[-2000:]
-    assert "stopping 2 agent(s) and their trainer processes" in rest and rest.rstrip().endswith("Aborted.")
-    assert f"continue it with: fsdp-sdk run --resume {run_id}" in rest
-    assert not _wait_until_gone(run_id)
+# Ctrl-C, SIGTERM and the other faults of a run: tests/reliability/test_local_faults.py.
 
 
 def test_the_library_starts_etcd_when_up_was_not_run(state_dir: Path) -> None:

@@ -28,7 +28,8 @@ _SECONDARY = re.compile(
     r"ChildFailedError|SignalException|Connection closed by peer|Connection reset by peer|"
     r"Broken pipe|ProcessGroupGloo|Socket Timeout|RendezvousClosedError|RendezvousConnectionError|"
     r"recvBytes|sendBytes|DistNetworkError|DistBackendError|Terminated|NCCL (?:remote|communicator) error|"
-    r"Timed out waiting|Received \d+ death signal|failed to shutdown the rendezvous|Error waiting on exit barrier",
+    r"Timed out waiting|Received \d+ death signal|failed to shutdown the rendezvous|Error waiting on exit barrier|"
+    r"CheckpointException",
     re.IGNORECASE,
 )
 _NO_SPACE = re.compile(r"No space left on device|Errno 28\]|ENOSPC|unexpected pos \d+|file write failed", re.IGNORECASE)
@@ -83,11 +84,17 @@ def _size(n: int) -> str:
 
 
 def disk_problem(text: str, directories: list[Path]) -> str | None:
-    """A full or read-only disk behind ``text``, in words with the path; ``None`` when it is not one."""
+    """A full or read-only disk behind ``text``, in words with the path; ``None`` when it is not one.
+
+    :param text: an error line.
+    :param directories: the run's output directory, then its checkpoint directory.
+    """
     named = _PATH_IN_ERROR.search(text)
     where = Path(named.group(1)) if named else None
     if _NO_SPACE.search(text):
-        target = where or (directories[0] if directories else None)
+        # torch's serialisation (a checkpoint) reports a full disk without a path: name the checkpoint directory
+        serialisation = "inline_container" in text or "file write failed" in text
+        target = where or (directories[-1 if serialisation else 0] if directories else None)
         if target is None:
             return "no space left on device"
         free = _free(target if target.is_dir() else target.parent)
