@@ -11,7 +11,10 @@ Every test under ``tests/reliability/`` is one row of the report (one per parame
 * **seconds**: the test's own duration.
 
 Add a file ``test_<area>_faults.py`` (or ``test_<area>_inputs.py``) here and its tests are rows; a
-module docstring's first line names the area. Nothing else to register.
+module docstring's first line names the area. Nothing else to register. This directory is a package:
+import helpers with ``from .conftest import outcome, cli, Run, ...``. Shared here for local runs:
+``cli()``, ``Run`` (a background ``fsdp-sdk run --json`` read line by line), ``processes_of(run_id)``,
+``rank_process``, ``agent_processes``, ``wait_until`` (poll with a deadline: no fixed sleeps).
 
 Write the report by running the suite with ``--reliability-report``::
 

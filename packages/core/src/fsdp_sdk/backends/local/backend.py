@@ -2,7 +2,8 @@
 
 ``up`` starts etcd as a daemon on free ports; ``run`` starts it too when needed and leaves it
 running; ``down`` stops it (refusing while a run is going on) and removes everything but
-``runs/``. A pid in ``state.json`` is signalled only when the process still has the recorded
+``runs/``; a run that started etcd itself and then fails or is interrupted stops it again (unless
+another run uses it). A pid in ``state.json`` is signalled only when the process still has the recorded
 creation time and command line; a damaged state file, or an etcd that serves the data
 directory without being recorded, is repaired by ``up`` and ``down``.
 
@@ -305,6 +306,7 @@ class LocalBackend(ClusterBackend):
             raise ConfigError("train.output_dir", problem, "choose a writable directory with free space")
 
         run_lock = RunLock(draft.run_dir)
+        started_cluster = local.read_or_none()[0] is None
         plan = self._register(config, local, run_id, run_lock, trainer_args, progress)
         record = self._start_record(config, plan)
         events = _EventRouter(on_event, on_output)
@@ -338,6 +340,8 @@ class LocalBackend(ClusterBackend):
             with contextlib.suppress(OSError):
                 record.save()
             run_lock.release()
+            if started_cluster and outcome != "succeeded":
+                self._stop_what_the_run_started(config, progress)
         summary_path = plan.output_dir / "summary.json"
         try:
             summary = json.loads(summary_path.read_text())
@@ -355,6 +359,12 @@ class LocalBackend(ClusterBackend):
             plan.commands,
             extra={"rdzv_backend": plan.rdzv_backend, "endpoint": plan.rdzv_endpoint, "plan": plan.to_dict()},
         )
+
+    def _stop_what_the_run_started(self, config: Config, progress: ProgressCallback) -> None:
+        """After a failed or interrupted run that brought the cluster up itself: stop etcd unless another run uses it."""
+        with contextlib.suppress(BackendError):
+            self.down(config, progress=lambda line: None)
+            progress("stopped the local etcd this run had started (the next run starts it again)")
 
     def _register(
         self,
