@@ -74,9 +74,11 @@ def test_the_lock_names_its_holder_and_is_reentrant(tmp_path: Path) -> None:
         assert holder.stdout is not None and holder.stdout.readline() == "held\n"
         told: list[str] = []
         start = time.monotonic()
-        with pytest.raises(BackendError, match=rf"locked by another fsdp-sdk command \(pid {holder.pid}: "):
-            with lock_file(path, what="the local cluster", timeout=0.5, progress=told.append):
-                pass
+        with (
+            pytest.raises(BackendError, match=rf"locked by another fsdp-sdk command \(pid {holder.pid}: "),
+            lock_file(path, what="the local cluster", timeout=0.5, progress=told.append),
+        ):
+            pass
         assert time.monotonic() - start < 5
         assert told and told[0].startswith(f"waiting for another fsdp-sdk command (pid {holder.pid}")
     finally:
