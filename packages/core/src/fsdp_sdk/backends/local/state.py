@@ -68,7 +68,7 @@ _held_guard = threading.RLock()
 def lock_file(
     path: Path, *, what: str, timeout: float = 300.0, progress: Callable[[str], None] | None = None
 ) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``path`` (re-entrant within this process).
+    """Hold an exclusive ``flock`` on ``path`` (re-entrant within a thread; other threads and processes wait).
 
     :param path: the lock file (created).
     :param what: what the lock protects, for messages.
@@ -76,7 +76,7 @@ def lock_file(
     :param progress: told once when this call has to wait, naming the holder.
     :raises BackendError: another process held it for ``timeout`` seconds.
     """
-    key = str(path)
+    key = f"{path}#{threading.get_ident()}"
     with _held_guard:
         if key in _held:
             fd, depth = _held[key]
