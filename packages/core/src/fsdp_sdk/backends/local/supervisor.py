@@ -148,6 +148,7 @@ class Supervisor:
         self.last_progress: float | None = None
         self.last_step = 0
         self.finished_at: float | None = None
+        self.done = False
 
     # ------------------------------------------------------------------ output
 
@@ -267,7 +268,7 @@ class Supervisor:
 
     def _follow(self) -> None:
         open_streams = len(self.processes)
-        while open_streams or any(p.poll() is None for p in self.processes):
+        while not self.done and (open_streams or any(p.poll() is None for p in self.processes)):
             try:
                 index, line, at = self.lines.get(timeout=self.poll_s)
             except queue.Empty:
@@ -293,6 +294,7 @@ class Supervisor:
             if time.monotonic() - self.finished_at > FINISH_GRACE_S:
                 self._emit("warning", f"agents still running {FINISH_GRACE_S:.0f} s after training finished: stopped")
                 self.stop()
+                self.done = True
 
     def _drain(self, seconds: float) -> None:
         """Read what the agents printed while dying (their last error lines) for up to ``seconds``."""
