@@ -80,10 +80,15 @@ def describe(item: pytest.Item) -> dict[str, str]:
     return {"id": item.nodeid.split("::", 1)[1], "file": Path(str(item.fspath)).name, "area": area, "fault": doc}
 
 
+_COLLECTED = pytest.StashKey[list[dict[str, str]]]()
+
+
+@pytest.hookimpl(tryfirst=True)  # before -k/-m deselect: the rows of every collected test, run or not
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    rows = [describe(item) for item in items if _is_reliability(item)]
+    config.stash[_COLLECTED] = rows
     path = config.getoption("--reliability-catalogue")
     if path:
-        rows = [describe(item) for item in items if _is_reliability(item)]
         Path(path).write_text(json.dumps(rows, indent=1))
 
 
@@ -146,42 +151,83 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     path = session.config.getoption("--reliability-report")
-    results = session.config.stash.get(_RESULTS, {})
-    if not path or not results:
+    collected = session.config.stash.get(_COLLECTED, [])
+    if not path or not collected:
         return
-    Path(path).write_text(render_report(list(results.values())))
+    results = {(r["file"], r["id"]): r for r in session.config.stash.get(_RESULTS, {}).values()}
+    report = Path(path)
+    existing = {(r["file"], r["id"]): r for r in parse_report(report.read_text())} if report.exists() else {}
+    files = {row["file"] for row in collected}
+    rows = [r for key, r in existing.items() if key[0] not in files]  # other files' rows: as they were
+    for row in collected:
+        key = (row["file"], row["id"])
+        old = existing.get(key)
+        if key in results:
+            rows.append(results[key])
+        elif old is not None and old["fault"] == row["fault"]:
+            rows.append(old)  # collected but not run this time (-k, -m): its last result stays
+        else:
+            rows.append({**row, "result": "not run", "seconds": 0.0, "happened": "not run yet"})
+    report.write_text(render_report(rows))
+
+
+_SECTION = re.compile(r"^## (?P<area>.+) \(`(?P<file>[^`]+)`\)$")
+_ROW = re.compile(
+    r"^\| (?P<fault>.+?) <br>`(?P<id>[^`]+)` \| (?P<happened>.*) \| (?P<result>[a-z ]+) \| (?P<seconds>\d+) \|$"
+)
+
+
+def parse_report(text: str) -> list[dict[str, Any]]:
+    """The rows of a report :func:`render_report` wrote."""
+    rows: list[dict[str, Any]] = []
+    area = file = ""
+    for line in text.splitlines():
+        if section := _SECTION.match(line):
+            area, file = section.group("area"), section.group("file")
+        elif row := _ROW.match(line):
+            rows.append(
+                {
+                    "id": row.group("id"),
+                    "file": file,
+                    "area": area,
+                    "fault": row.group("fault").replace("\\|", "|"),
+                    "happened": row.group("happened").replace("\\|", "|"),
+                    "result": row.group("result"),
+                    "seconds": float(row.group("seconds")),
+                }
+            )
+    return rows
 
 
 def render_report(rows: list[dict[str, Any]]) -> str:
-    """The markdown of docs/RELIABILITY.md."""
+    """The markdown of docs/RELIABILITY.md: one section per test file, one row per test."""
     lines = [
         "# Reliability: every fault and bad input tried, and what happened",
         "",
         "Generated from the suite's own results by "
-        "`.venv/bin/python -m pytest tests/reliability --reliability-report docs/RELIABILITY.md`;",
-        "`tests/reliability/test_report.py` fails when a test of the suite is missing here or described differently.",
-        "How to add rows: `tests/reliability/conftest.py`. Local faults run with real etcd and real torchrun",
-        "(gloo on CPU, the tiny preset).",
+        "`.venv/bin/python -m pytest tests/reliability --reliability-report docs/RELIABILITY.md`",
+        "(a run of some files rewrites only their rows); `tests/reliability/test_report.py` fails when a test of the",
+        "suite is missing here or described differently. How to add rows: `tests/reliability/conftest.py`. Local",
+        "faults run with real etcd and real torchrun (gloo on CPU, the tiny preset).",
         "",
     ]
     total = sum(r["seconds"] for r in rows)
-    by_area: dict[str, list[dict[str, Any]]] = {}
+    by_file: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
-        by_area.setdefault(row["area"], []).append(row)
-    for area, area_rows in by_area.items():
+        by_file.setdefault(row["file"], []).append(row)
+    for file, file_rows in sorted(by_file.items()):
         lines += [
-            f"## {area} (`{area_rows[0]['file']}`)",
+            f"## {file_rows[0]['area']} (`{file}`)",
             "",
             "| fault or input | what happened | result | s |",
             "|---|---|---|---|",
         ]
-        for row in area_rows:
-            happened = row["happened"] or row["result"]
-            cell = happened.replace("|", "\\|")
+        for row in file_rows:
+            happened = (row["happened"] or row["result"]).replace("|", "\\|")
             fault = row["fault"].replace("|", "\\|")
-            lines.append(f"| {fault} <br>`{row['id']}` | {cell} | {row['result']} | {row['seconds']:.0f} |")
+            lines.append(f"| {fault} <br>`{row['id']}` | {happened} | {row['result']} | {row['seconds']:.0f} |")
         lines.append("")
-    lines.append(f"{len(rows)} tests, {total / 60:.1f} minutes on the machine that wrote this report.")
+    lines.append(f"{len(rows)} tests, {total / 60:.1f} minutes of test time on the machines that wrote these rows.")
     return "\n".join(lines) + "\n"
 
 

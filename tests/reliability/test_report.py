@@ -3,21 +3,19 @@
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 from pathlib import Path
 
-from .conftest import ROOT, render_report
+from .conftest import ROOT, parse_report, render_report
 
 HERE = Path(__file__).parent
 REPORT = ROOT / "docs" / "RELIABILITY.md"
-ROW = re.compile(r"^\| (?P<fault>.+?) <br>`(?P<id>[^`]+)` \|", re.M)
 REGENERATE = ".venv/bin/python -m pytest tests/reliability --reliability-report docs/RELIABILITY.md"
 
 
 def _documented(text: str) -> dict[str, str]:
-    return {m.group("id"): m.group("fault").replace("\\|", "|") for m in ROW.finditer(text)}
+    return {f"{row['file']}::{row['id']}": row["fault"] for row in parse_report(text)}
 
 
 def test_the_committed_report_lists_every_test_with_its_description(tmp_path: Path) -> None:
@@ -43,7 +41,7 @@ def test_the_committed_report_lists_every_test_with_its_description(tmp_path: Pa
         timeout=120,
     )
     assert collected.returncode == 0, collected.stdout[-3000:] + collected.stderr[-3000:]
-    expected = {row["id"]: row["fault"] for row in json.loads(catalogue.read_text())}
+    expected = {f"{row['file']}::{row['id']}": row["fault"] for row in json.loads(catalogue.read_text())}
     assert expected, "no reliability test was collected"
     documented = _documented(REPORT.read_text())
     missing = sorted(set(expected) - set(documented))
@@ -78,6 +76,12 @@ def test_the_report_renders_one_row_per_test_grouped_by_area() -> None:
     ]
     text = render_report(rows)
     assert "## Faults (`test_f.py`)" in text
-    assert _documented(text) == {"test_a[x]": "a | b [x]", "test_b": "b"}
+    assert _documented(text) == {"test_f.py::test_a[x]": "a | b [x]", "test_f.py::test_b": "b"}
     assert "| `Error: one line`; detected in 1.0 s | passed | 3 |" in text
-    assert text.rstrip().endswith("2 tests, 0.1 minutes on the machine that wrote this report.")
+    assert text.rstrip().endswith("2 tests, 0.1 minutes of test time on the machines that wrote these rows.")
+    parsed = parse_report(text)
+    assert [(r["happened"], r["result"], r["seconds"]) for r in parsed] == [
+        ("`Error: one line`; detected in 1.0 s", "passed", 3.0),
+        ("skipped: no etcd", "skipped", 0.0),
+    ]
+    assert render_report(parsed) == text, "a report read back renders the same"
