@@ -10,7 +10,7 @@ from fsdp_sdk.cli.output import table
 from fsdp_sdk.cli.run_display import format_duration
 
 
-@click.command(short_help="List the local runs: state, steps, loss, tokens/s, duration, directory.")
+@click.command(short_help="List the local runs: state, steps, loss, tokens/s, duration.")
 @common_options
 @json_option
 @click.pass_obj
