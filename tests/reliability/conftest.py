@@ -112,9 +112,12 @@ class Outcome:
         self.parts.append(f"{what} in {seconds:.1f} s")
 
 
-def _shorten(text: str, limit: int = 220) -> str:
+def _shorten(text: str, limit: int = 300) -> str:
+    """The line with what changes from run to run (temporary paths, pids, ports, generated run ids) replaced."""
     text = re.sub(r"/tmp/pytest-of-[^/]+/pytest-\d+/[^/ ]+", "<tmp>", text)
     text = re.sub(r"\b(pid|port) \d+", r"\1 N", text)
+    text = re.sub(r"127\.0\.0\.1:\d+", "127.0.0.1:<port>", text)
+    text = re.sub(r"\b[\w.-]+-\d{8}-\d{6}-[0-9a-f]{4}\b", "<run id>", text)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
