@@ -187,3 +187,32 @@ def test_starting_etcd_without_a_binary_says_how_to_get_one(monkeypatch: pytest.
     with pytest.raises(local_backend.BackendError, match="etcd: not found on PATH; install etcd"):
         etcd.start_etcd(tmp_path / "data", tmp_path / "etcd.log")
     assert not (tmp_path / "data").exists()
+
+
+def test_rendering_a_run_is_pure_and_says_everything(tmp_path: Path) -> None:
+    """configuration + cluster state -> the run's plan, with no process, file or network touched."""
+    from fsdp_sdk.backends.local.plan import ClusterSnapshot, render_run
+
+    config = Client.from_sources(
+        overrides={"job.num_workers": 2, "job.max_restarts": 1, "job.env": {"A": "1"}, "job.hf_token": "hf_canary"}
+    ).config
+    plan = render_run(
+        config,
+        run_id="exp",
+        rdzv_id="exp-0001",
+        root=tmp_path / "local",
+        cluster=ClusterSnapshot("etcd-v2", etcd_port=4321, nodes=2),
+        base_env={"OMP_NUM_THREADS": "3"},
+        cpu_count=8,
+        python="/py",
+    )
+    assert plan.rdzv_endpoint == "127.0.0.1:4321" and plan.max_restarts == 1 and plan.world_size == 2
+    assert plan.commands[0][:3] == ("/py", "-m", "fsdp_sdk.backends.local.agent")
+    assert "read_timeout=5" in plan.commands[0][plan.commands[0].index("--rdzv-conf") + 1]
+    assert plan.run_dir == plan.output_dir == tmp_path / "local" / "runs" / "exp"
+    assert plan.checkpoint_dir == plan.output_dir / "checkpoints" and plan.total_steps == 100
+    assert plan.env == {"PYTHONUNBUFFERED": "1", "A": "1", "HF_TOKEN": "hf_canary"}, "OMP_NUM_THREADS was set already"
+    shown = json.dumps(plan.to_dict())
+    assert "hf_canary" not in shown and '"HF_TOKEN": "**********"' in shown
+    assert "hf_canary" not in " ".join(plan.commands[0]), "secrets travel in the environment, not in arguments"
+    assert not (tmp_path / "local").exists()
