@@ -514,6 +514,8 @@ class Client:
         job = jobs.submit(config, run_id=run_id, dry_run=dry_run)
         if dry_run:
             return RunResult(job, {}, dry_run=True)
+        if on_started is not None:
+            on_started(job)
         hooks.job_submitted(config, job)
         try:
             summary = jobs.wait(job, on_output=on_output)
