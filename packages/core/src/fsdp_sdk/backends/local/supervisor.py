@@ -6,7 +6,8 @@ agent's output to ``logs/agent-<i>.log``, streams the leader's (the agent whose 
 ``master_addr=``) as :class:`~fsdp_sdk.runs.RunEvent` s, and watches:
 
 * the agents: one that exits with an error, or is killed, ends the run at once (every other agent
-  and rank is stopped) with the root cause (:mod:`~fsdp_sdk.backends.local.cause`) in one line;
+  and rank is stopped) with the root cause (:mod:`~fsdp_sdk.backends.local.cause`) in one line; so
+  does a rank that exits 2 (the trainer refused its settings: a restart would fail the same way);
 * progress: a run that finishes no step for ``stall_timeout_s`` (counted from the trainers' start)
   is stuck; the rank that stopped is named (a stopped process, one busy while the others wait);
 * etcd (:class:`EtcdGuard`): dead or not answering for ``local.etcd_unhealthy_s``, it is restarted
@@ -149,6 +150,7 @@ class Supervisor:
         self.last_step = 0
         self.finished_at: float | None = None
         self.done = False
+        self.refused: int | None = None  # agent whose rank exited 2: the trainer refused its settings
 
     # ------------------------------------------------------------------ output
 
@@ -178,6 +180,8 @@ class Supervisor:
             code = int(data.get("exitcode") or 0)
             how = f"was killed by {_signal_name(code)}" if code < 0 else f"exited with code {code}"
             self.last_failure = f"agent {index}'s local rank {data.get('local_rank')} (pid {data.get('pid')}) {how}"
+            if code == 2:  # the trainer's exit code for settings it refuses: a restart would fail the same way
+                self.refused = index
         elif event == "restart":
             self.restarts += 1
             self.rendezvous_joined = 0
@@ -279,6 +283,8 @@ class Supervisor:
                 else:
                     self._handle(index, line, at)
                     continue  # drain the queue before judging the processes
+            if self.refused is not None:
+                self._fail(self.refused, 2)
             self._check_agents()
             self._check_progress()
 
