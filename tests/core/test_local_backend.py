@@ -85,7 +85,8 @@ def test_the_run_command_line(state_dir: Path) -> None:
     assert command[1:3] == ["-m", "fsdp_sdk.backends.local.agent"]
     flags = dict(itertools.pairwise(command[3:]))
     assert flags["--nnodes"] == "3" and flags["--nproc-per-node"] == "2"
-    assert flags["--max-restarts"] == "3", "job.max_restarts: a failed rank is restarted from the latest checkpoint"
+    assert flags["--max-restarts"] == "0", "restarts are the supervisor's: every agent launched again together"
+    assert first.extra["plan"]["max_restarts"] == 3, "job.max_restarts"
     assert flags["--rdzv-id"].startswith(first.run_id + "-"), "a fresh rendezvous id per launch"
     assert flags["--local-addr"] == "127.0.0.1"
     assert "--node-rank" not in command

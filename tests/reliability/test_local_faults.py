@@ -99,11 +99,11 @@ def test_rank_sigkilled_mid_run_restarts_and_resumes(baseline: dict, outcome: Ou
     rank_process("killed-rank", 1).kill()
     line = run.wait_for(r"^restart: .*").group(0)
     outcome.saw(line)
-    outcome.timed("workers restarted", time.monotonic() - killed)
+    outcome.timed("run launched again", time.monotonic() - killed)
     code, out, err = run.finish()
     assert code == 0, err[-3000:]
     summary = json.loads(out)
-    assert "was killed by SIGKILL" in line and "restarts left" in line
+    assert "was killed by SIGKILL" in line and "launching the run again from its latest checkpoint" in line
     assert summary["steps"] == STEPS and summary["steps_run"] < STEPS, "resumed from a checkpoint, not from step 0"
     assert summary["final_loss"] == pytest.approx(baseline["final_loss"], abs=1e-6)
     outcome.note(f"ended at step {STEPS} with the uninterrupted run's final loss ({summary['final_loss']:.6f})")

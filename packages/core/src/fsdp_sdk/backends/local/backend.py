@@ -318,10 +318,22 @@ class LocalBackend(ClusterBackend):
         )
         guard = self._guard(config, local, plan, events)
         outcome, error = "failed", None
+        supervisor = None
         try:
             from fsdp_sdk.backends.local.supervisor import Supervisor
 
-            supervisor = Supervisor(plan, {**os.environ, **plan.env}, events)
+            launches = [plan]
+
+            def relaunch() -> RunPlan:
+                self._clear_keys(local, launches[-1])
+                state, _ = local.read_or_none()
+                launches.append(self.render(config, run_id=run_id, state=state, trainer_args=trainer_args))
+                record.settings["rdzv_ids"] = [*record.settings.get("rdzv_ids", []), launches[-1].rdzv_id][-20:]
+                with contextlib.suppress(OSError):
+                    record.save()
+                return launches[-1]
+
+            supervisor = Supervisor(plan, {**os.environ, **plan.env}, events, relaunch=relaunch)
             if guard is not None:
                 guard.start()
             supervisor.run(on_started=lambda: on_started(job) if on_started is not None else None)
@@ -335,7 +347,7 @@ class LocalBackend(ClusterBackend):
         finally:
             if guard is not None:
                 guard.stop()
-            self._clear_keys(local, plan)
+            self._clear_keys(local, supervisor.plan if supervisor is not None else plan)
             record.state, record.ended_at, record.error = outcome, time.time(), error
             with contextlib.suppress(OSError):
                 record.save()

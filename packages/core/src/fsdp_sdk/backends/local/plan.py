@@ -63,7 +63,8 @@ class RunPlan:
     :param nproc_per_node: trainer processes per agent.
     :param rdzv_backend: ``etcd-v2`` or ``c10d``.
     :param rdzv_endpoint: ``127.0.0.1:<port>``.
-    :param max_restarts: worker-group restarts torchrun may do after a rank fails (``job.max_restarts``).
+    :param max_restarts: launches of the run again after a rank fails (``job.max_restarts``; the supervisor's,
+        torchrun itself gets 0).
     :param commands: one argument list per agent.
     :param env: variables added to this process's environment for the agents.
     :param run_dir: the run's directory (record, logs).
@@ -217,7 +218,7 @@ def render_run(
         "--rdzv-conf",
         rdzv_conf,
         "--max-restarts",
-        str(config.job.max_restarts),
+        "0",  # restarts are the supervisor's: all agents launched again together (supervisor.py)
         "--local-addr",
         "127.0.0.1",
         "-m",

@@ -15,8 +15,11 @@ agent's output to ``logs/agent-<i>.log``, streams the leader's (the agent whose 
 * the end: once the leader has written its summary and every rank has exited, agents still
   running after :data:`FINISH_GRACE_S` are stopped (the run succeeded).
 
-Ranks that fail are restarted by torchrun within ``job.max_restarts``; they resume from the latest
-checkpoint. Ctrl-C and SIGTERM stop everything (``KeyboardInterrupt``).
+A rank that fails (other than by refusing its settings) makes its agent exit; every process of the
+run is stopped and the run is launched again (a fresh rendezvous id, all agents together) up to
+``job.max_restarts`` times, resuming from the latest checkpoint. Restarting here rather than in
+torchrun keeps the agents in step: torchrun's own restarts race each other's rendezvous rounds.
+Ctrl-C and SIGTERM stop everything (``KeyboardInterrupt``).
 """
 
 from __future__ import annotations
@@ -124,17 +127,41 @@ class EtcdGuard:
             self.report(f"{what}; restarted it (pid {new.pid}, same port and data); training went on meanwhile")
 
 
+class _RankFailed(RunError):
+    """A rank failed (not refused its settings, not killed with its agent): the run may be launched again."""
+
+    def __init__(self, message: str, cause: str) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
 class Supervisor:
     """Runs the agents of one plan to their end (see the module docstring).
 
     :param plan: the run's plan.
     :param env: the agents' full environment.
     :param on_event: receives :class:`~fsdp_sdk.runs.RunEvent` s.
+    :param relaunch: returns the plan of the next launch (a fresh rendezvous id) after a rank failed; the run is
+        launched again, resuming from its latest checkpoint, up to ``plan.max_restarts`` times.
     :param poll_s: how often processes are checked.
     """
 
-    def __init__(self, plan: RunPlan, env: dict[str, str], on_event: EventSink, *, poll_s: float = 0.2) -> None:
-        self.plan, self.env, self.on_event, self.poll_s = plan, env, on_event, poll_s
+    def __init__(
+        self,
+        plan: RunPlan,
+        env: dict[str, str],
+        on_event: EventSink,
+        *,
+        relaunch: Callable[[], RunPlan] | None = None,
+        poll_s: float = 0.2,
+    ) -> None:
+        self.plan, self.env, self.on_event, self.poll_s, self.relaunch = plan, env, on_event, poll_s, relaunch
+        self.restarts = 0
+        self._reset()
+
+    def _reset(self) -> None:
+        """Forget the previous launch's processes and what they printed."""
+        plan = self.plan
         self.processes: list[subprocess.Popen[bytes]] = []
         self.lines: queue.Queue[tuple[int, str | None, float]] = queue.Queue()
         self.tails: list[deque[str]] = [deque(maxlen=80) for _ in plan.commands]
@@ -143,8 +170,8 @@ class Supervisor:
         self.pending: list[list[str]] = [[] for _ in plan.commands]
         self.summary_seen = False
         self.rendezvous_joined = 0
-        self.restarts = 0
         self.last_failure: str | None = None
+        self._failure_was_signal = False
         self.trainers_started_at: float | None = None
         self.last_progress: float | None = None
         self.last_step = 0
@@ -157,15 +184,15 @@ class Supervisor:
     def _emit(self, kind: str, message: str = "", record: dict[str, Any] | None = None) -> None:
         self.on_event(RunEvent(kind, message, record, self.plan.total_steps))
 
-    def _pump(self, index: int, process: subprocess.Popen[bytes]) -> None:
+    def _pump(self, index: int, process: subprocess.Popen[bytes], lines: queue.Queue[Any]) -> None:
         assert process.stdout is not None
         with open(self.plan.log_dir / f"agent-{index}.log", "a", encoding="utf-8") as log:
             for raw in process.stdout:
                 line = raw.decode("utf-8", errors="replace").rstrip("\n")
                 log.write(line + "\n")
                 log.flush()
-                self.lines.put((index, line, time.monotonic()))
-        self.lines.put((index, None, time.monotonic()))
+                lines.put((index, line, time.monotonic()))
+        lines.put((index, None, time.monotonic()))
 
     def _agent_event(self, index: int, data: dict[str, Any]) -> None:
         event = data.get("event")
@@ -179,7 +206,10 @@ class Supervisor:
         elif event == "worker_failed":
             code = int(data.get("exitcode") or 0)
             how = f"was killed by {_signal_name(code)}" if code < 0 else f"exited with code {code}"
-            self.last_failure = f"agent {index}'s local rank {data.get('local_rank')} (pid {data.get('pid')}) {how}"
+            failure = f"agent {index}'s local rank {data.get('local_rank')} (pid {data.get('pid')}) {how}"
+            # A rank killed by a signal is the cause; its peers exit 1 moments later, having lost it.
+            if self.last_failure is None or (code < 0 and not self._failure_was_signal):
+                self.last_failure, self._failure_was_signal = failure, code < 0
             if code == 2:  # the trainer's exit code for settings it refuses: a restart would fail the same way
                 self.refused = index
         elif event == "restart":
@@ -247,28 +277,48 @@ class Supervisor:
         previous = None
         if threading.current_thread() is threading.main_thread():
             previous = signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM stops the agents too, like Ctrl-C
-        self.plan.log_dir.mkdir(parents=True, exist_ok=True)
         try:
-            for index, command in enumerate(self.plan.commands):
-                process = subprocess.Popen(
-                    list(command),
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                    env=self.env,
-                    start_new_session=True,  # Ctrl-C reaches this process only; it stops the agents itself
-                    preexec_fn=die_with_parent,
-                )
-                self.processes.append(process)
-                threading.Thread(target=self._pump, args=(index, process), daemon=True).start()
-            self._emit("phase", f"waiting for {self.plan.nodes} agents at the {self.plan.rdzv_backend} rendezvous")
-            if on_started is not None:
-                on_started()
-            self._follow()
+            while True:
+                self._launch()
+                if on_started is not None:
+                    on_started()
+                    on_started = None
+                try:
+                    self._follow()
+                    return
+                except _RankFailed as failure:
+                    if self.relaunch is None or self.restarts >= self.plan.max_restarts:
+                        raise RunError(str(failure)) from None
+                    self.stop()
+                    self.restarts += 1
+                    left = self.plan.max_restarts - self.restarts
+                    self._emit(
+                        "restart",
+                        f"{failure.cause}; launching the run again from its latest checkpoint "
+                        f"(restart {self.restarts} of {self.plan.max_restarts}, {left} left)",
+                    )
+                    self.plan = self.relaunch()
+                    self._reset()
         finally:
             self.stop()
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
+
+    def _launch(self) -> None:
+        self.plan.log_dir.mkdir(parents=True, exist_ok=True)
+        for index, command in enumerate(self.plan.commands):
+            process = subprocess.Popen(
+                list(command),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                start_new_session=True,  # Ctrl-C reaches this process only; it stops the agents itself
+                preexec_fn=die_with_parent,
+            )
+            self.processes.append(process)
+            threading.Thread(target=self._pump, args=(index, process, self.lines), daemon=True).start()
+        self._emit("phase", f"waiting for {self.plan.nodes} agents at the {self.plan.rdzv_backend} rendezvous")
 
     def _follow(self) -> None:
         open_streams = len(self.processes)
@@ -293,7 +343,9 @@ class Supervisor:
         failed = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
         if failed:
             self._drain(1.0)
-            index, code = failed[0]
+            codes = [p.poll() for p in self.processes]
+            failed = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
+            index, code = min(failed, key=lambda f: (f[1] >= 0, f[0]))  # an agent killed by a signal first
             self._fail(index, code)
         if self.summary_seen and any(c == 0 for c in codes) and any(c is None for c in codes):
             self.finished_at = self.finished_at or time.monotonic()
@@ -336,9 +388,13 @@ class Supervisor:
         else:
             tail = [line for line in self.tails[index] if line.strip() and not line.startswith(EVENT_PREFIX)]
             cause = f"agent {index} exited with code {code}: {tail[-1].strip()[:300] if tail else 'no output'}"
+        restartable = code > 0 and code != 2 and self.last_failure is not None and not self.summary_seen
         if self.restarts:
             cause += f" (after {self.restarts} restart{'s' if self.restarts > 1 else ''})"
-        raise RunError(f"run {self.plan.run_id} failed: {cause}; logs in {self.plan.log_dir}")
+        message = f"run {self.plan.run_id} failed: {cause}; logs in {self.plan.log_dir}"
+        if restartable:
+            raise _RankFailed(message, cause)
+        raise RunError(message)
 
     def _check_progress(self) -> None:
         if self.last_progress is None or self.summary_seen:
