@@ -132,7 +132,8 @@ def test_sigkill_during_a_checkpoint_save(baseline: dict, outcome: Outcome, clea
 @pytest.mark.parametrize("fault", ["killed", "frozen"])
 def test_etcd_fails_mid_run(fault: str, outcome: Outcome, cleanup: list[Run]) -> None:
     """etcd SIGKILLed, or frozen with SIGSTOP (alive, not answering), in the middle of a run."""
-    run = Run(*TINY, "--steps", "10", "--name", f"etcd-{fault}", "--", "--checkpoint.every_steps", "5")
+    # long enough that etcd is restarted while the ranks still train (a few seconds on an idle machine)
+    run = Run(*TINY, "--steps", "40", "--name", f"etcd-{fault}", "--", "--checkpoint.every_steps", "20")
     cleanup.append(run)
     run.wait_for(r'^\{"step": 2,')
     pid = _etcd_pid()
@@ -147,7 +148,7 @@ def test_etcd_fails_mid_run(fault: str, outcome: Outcome, cleanup: list[Run]) ->
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGCONT)
     assert code == 0, err[-3000:]
-    assert json.loads(out)["steps"] == 10
+    assert json.loads(out)["steps"] == 40
     outcome.note("the run finished all its steps")
     from fsdp_sdk import etcd
 
