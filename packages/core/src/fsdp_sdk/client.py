@@ -38,7 +38,7 @@ from fsdp_sdk.config import Config, Setting, load_config, parse_trainer_args
 from fsdp_sdk.errors import BackendError, ConfigError, RunError
 from fsdp_sdk.plugins import PluginInfo, Plugins, get_plugins
 from fsdp_sdk.preflight import PreflightResult, raise_for_failures
-from fsdp_sdk.runs import JobRef, RunResult
+from fsdp_sdk.runs import JobRef, RunEvent, RunResult
 
 if TYPE_CHECKING:
     from fsdp_sdk.aws.pricing import Price
@@ -641,6 +641,9 @@ class Client:
         dry_run: bool = False,
         on_output: Callable[[str], None] | None = None,
         force: bool = False,
+        on_event: Callable[[RunEvent], None] | None = None,
+        on_started: Callable[[JobRef], None] | None = None,
+        resume: str | None = None,
     ) -> RunResult:
         """Run the trainer to completion on this cluster and return its summary.
 
@@ -650,11 +653,17 @@ class Client:
 
         :param trainer_overrides: trainer settings by dotted name, e.g. ``{"model.preset": "tiny", "train.steps": 20}``.
         :param trainer_args: trainer options as on its command line, e.g. ``["--train.steps", "20"]``.
-        :param run_id: the run (rendezvous) id; a fresh one by default. Never reuse one.
+        :param run_id: the run's id (a name); a fresh one by default. Locally, an id used before continues that
+            run from its latest checkpoint (its directory is reused; each launch gets a fresh rendezvous id).
         :param dry_run: return the commands or objects that would run; start nothing.
         :param on_output: receives each line of the leader's output.
         :param force: run even when the estimate says the job will not fit in the GPUs' memory.
-        :raises ConfigError: a trainer setting is invalid, or the job will not fit (see :meth:`check_fits`).
+        :param on_event: receives :class:`~fsdp_sdk.runs.RunEvent` s (phases, steps, restarts; backends that run
+            jobs themselves).
+        :param on_started: called with the job once its processes are started (before the hooks hear of it).
+        :param resume: continue the local run of that id with its recorded settings; settings given here win.
+        :raises ConfigError: a trainer setting is invalid, ``resume`` names no run, or the job will not fit (see
+            :meth:`check_fits`).
         :raises RunError: the run failed.
         """
         settings = [
@@ -663,7 +672,16 @@ class Client:
         ]
         settings += parse_trainer_args(trainer_args)
         config = self.config.with_overrides(settings).resolved(self.loaded_plugins) if settings else self.config
-        run_id = run_id or uuid.uuid4().hex[:12]
+        if resume is not None and not self.backend.runs_jobs:
+            raise ConfigError(
+                "--resume", f"backend {self.backend.name!r} does not keep run records", "re-submit the job instead"
+            )
+        if self.backend.runs_jobs:
+            from fsdp_sdk.backends.local.backend import new_run_id
+
+            run_id = resume if resume is not None else run_id if run_id is not None else new_run_id(config.job.name)
+        else:
+            run_id = run_id or uuid.uuid4().hex[:12]
         hooks = self.loaded_plugins.hooks
         if not self.backend.runs_jobs and not force:
             self.check_fits(config)
@@ -675,6 +693,8 @@ class Client:
 
             def started(job: JobRef) -> None:
                 job_ref.append(job)
+                if on_started is not None:
+                    on_started(job)
                 hooks.job_submitted(config, job)
 
             try:
@@ -685,6 +705,8 @@ class Client:
                     on_output=on_output,
                     on_started=started,
                     progress=self.progress,
+                    on_event=on_event,
+                    resume=resume is not None,
                 )
             except BaseException:
                 if job_ref:
@@ -698,6 +720,8 @@ class Client:
         job = jobs.submit(config, run_id=run_id, dry_run=dry_run)
         if dry_run:
             return RunResult(job, {}, dry_run=True)
+        if on_started is not None:
+            on_started(job)
         hooks.job_submitted(config, job)
         try:
             summary = jobs.wait(job, on_output=on_output)
@@ -836,6 +860,19 @@ class Client:
         except EstimateUnavailable as exc:
             self.progress(f"estimate skipped: {exc}")
             return None
+
+    def runs(self) -> list[Any]:
+        """The runs of this cluster's backend that it keeps records of, oldest first (the local backend's).
+
+        :raises ConfigError: the backend keeps no run records (Kubernetes jobs: ``jobs.list()``).
+        """
+        if not self.backend.runs_jobs:
+            raise ConfigError(
+                "cluster.backend",
+                f"backend {self.backend.name!r} keeps no run records",
+                "list its jobs with 'fsdp-sdk job list'",
+            )
+        return self.backend.runs(self.config)
 
     # ------------------------------------------------------------------ catalogue
 

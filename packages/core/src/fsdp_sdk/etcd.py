@@ -18,15 +18,19 @@ import subprocess
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from fsdp_sdk.errors import BackendError
+from fsdp_sdk.processes import ProcessIdentity, find_processes
 
 __all__ = [
     "EtcdServer",
     "etcd_binary",
+    "find_etcd_serving",
     "find_free_port",
     "is_healthy",
     "pid_alive",
+    "port_in_use",
     "start_etcd",
     "stop_process",
 ]
@@ -44,6 +48,8 @@ class EtcdServer:
     :param data_dir: its data directory.
     :param log_path: where its output goes.
     :param started_at: Unix time of the start.
+    :param create_time: the process's creation time (with ``pid`` and ``cmdline``: its identity).
+    :param cmdline: its arguments.
     """
 
     pid: int
@@ -52,6 +58,33 @@ class EtcdServer:
     data_dir: str
     log_path: str
     started_at: float
+    create_time: float = 0.0
+    cmdline: tuple[str, ...] = ()
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EtcdServer:
+        """Read what :meth:`to_dict` wrote.
+
+        :raises ValueError: a field is missing or has the wrong type.
+        """
+        try:
+            return cls(
+                int(data["pid"]),
+                int(data["client_port"]),
+                int(data["peer_port"]),
+                str(data["data_dir"]),
+                str(data["log_path"]),
+                float(data["started_at"]),
+                float(data.get("create_time", 0.0)),
+                tuple(str(a) for a in data.get("cmdline", ())),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"not an etcd server record ({exc!r})") from exc
+
+    @property
+    def identity(self) -> ProcessIdentity:
+        """The process's identity: a recorded pid is signalled only when it still matches."""
+        return ProcessIdentity(self.pid, self.create_time, self.cmdline)
 
     @property
     def endpoint(self) -> str:
@@ -60,7 +93,9 @@ class EtcdServer:
 
     def to_dict(self) -> dict[str, object]:
         """A JSON-ready dict (what the local backend stores in ``state.json``)."""
-        return asdict(self)
+        data = asdict(self)
+        data["cmdline"] = list(self.cmdline)
+        return data
 
 
 def etcd_binary() -> str | None:
@@ -73,6 +108,23 @@ def find_free_port(host: str = HOST) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def port_in_use(port: int, host: str = HOST) -> bool:
+    """Whether something listens on ``host:port`` (binding it fails; connections of a dead server in TIME_WAIT
+    do not count, as etcd itself binds with ``SO_REUSEADDR``)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def find_etcd_serving(data_dir: Path) -> list[ProcessIdentity]:
+    """Running etcd processes whose ``--data-dir`` is ``data_dir`` (found by their arguments, not a state file)."""
+    return [p for p in find_processes("--data-dir", str(data_dir)) if Path(p.cmdline[0]).name.startswith("etcd")]
 
 
 def _request(port: int, method: str, path: str, timeout: float) -> tuple[int, bytes]:
@@ -133,6 +185,7 @@ def start_etcd(
     name: str = "fsdp-sdk",
     timeout: float = 20.0,
     attempts: int = 3,
+    ports: tuple[int, int] | None = None,
 ) -> EtcdServer:
     """Start etcd as a daemon (its own session, outliving this process) on free ports and wait until it is healthy.
 
@@ -142,7 +195,9 @@ def start_etcd(
     :param name: etcd member name.
     :param timeout: seconds to wait for health per attempt.
     :param attempts: tries with fresh ports (another process may grab a port between choice and bind).
-    :raises BackendError: etcd is not installed or did not become healthy.
+    :param ports: (client, peer) ports to use instead of free ones (a restart keeps the endpoint agents know);
+        one try only.
+    :raises BackendError: etcd is not installed, a given port is taken, or etcd did not become healthy.
     """
     binary = binary or etcd_binary()
     if binary is None:
@@ -152,8 +207,16 @@ def start_etcd(
     data_dir.mkdir(parents=True, exist_ok=True)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     last_error = ""
+    if ports is not None:
+        taken = [port for port in ports if port_in_use(port)]
+        if taken:
+            raise BackendError(
+                f"etcd: port {taken[0]} on {HOST} is taken by another process; "
+                "stop it, or run 'fsdp-sdk down' then 'fsdp-sdk up' to move etcd to free ports"
+            )
+        attempts = 1
     for _ in range(attempts):
-        client_port, peer_port = find_free_port(), find_free_port()
+        client_port, peer_port = ports or (find_free_port(), find_free_port())
         if client_port == peer_port:
             continue
         client_url, peer_url = f"http://{HOST}:{client_port}", f"http://{HOST}:{peer_port}"
@@ -184,7 +247,17 @@ def start_etcd(
             if process.poll() is not None:
                 break
             if is_healthy(client_port, timeout=0.5):
-                return EtcdServer(process.pid, client_port, peer_port, str(data_dir), str(log_path), time.time())
+                identity = ProcessIdentity.of(process.pid)
+                return EtcdServer(
+                    process.pid,
+                    client_port,
+                    peer_port,
+                    str(data_dir),
+                    str(log_path),
+                    time.time(),
+                    identity.create_time if identity else 0.0,
+                    tuple(command),
+                )
             time.sleep(0.1)
         if process.poll() is None:
             stop_process(process.pid)

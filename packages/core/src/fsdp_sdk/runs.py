@@ -1,4 +1,5 @@
-"""Records that describe training jobs: :class:`JobRef` (what identifies one) and :class:`RunResult` (how it ended)."""
+"""Records that describe training jobs: :class:`JobRef` (what identifies one), :class:`RunEvent` (what happens
+while it runs) and :class:`RunResult` (how it ended)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["JobRef", "RunResult"]
+__all__ = ["JobRef", "RunEvent", "RunResult"]
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,30 @@ class JobRef:
     backend: str
     run_id: str
     namespace: str | None = None
+
+
+@dataclass(frozen=True)
+class RunEvent:
+    """Something that happened during a run, for a progress display.
+
+    Kinds:
+
+    * ``phase``: what the run is doing now (``message``: "waiting for 2 agents at the rendezvous", ...);
+    * ``step``: the leader finished a step (``record``: the trainer's metrics line, parsed; ``message``: the line);
+    * ``output``: a line of the leader's log (``message``), without its step and summary lines;
+    * ``restart``: the workers are restarted after a failure (``message`` says why and what is left);
+    * ``warning``: something went wrong and was handled (etcd restarted, ...).
+
+    :param kind: one of the kinds above.
+    :param message: the line to show.
+    :param record: the step's metrics (``step`` only).
+    :param total_steps: the run's ``train.steps``, when known.
+    """
+
+    kind: str
+    message: str = ""
+    record: dict[str, Any] | None = None
+    total_steps: int | None = None
 
 
 @dataclass(frozen=True)
@@ -59,6 +84,7 @@ class RunResult:
                 "run_id": self.job.run_id,
                 "namespace": self.job.namespace,
             },
+            "run_id": self.job.run_id,
             "summary": self.summary,
             "output_dir": str(self.output_dir) if self.output_dir else None,
             "log_dir": str(self.log_dir) if self.log_dir else None,

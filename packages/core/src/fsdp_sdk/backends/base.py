@@ -23,7 +23,7 @@ from fsdp_sdk.registry import NamedRegistry
 if TYPE_CHECKING:
     from fsdp_sdk.config import Config
     from fsdp_sdk.preflight import PreflightResult
-    from fsdp_sdk.runs import JobRef, RunResult
+    from fsdp_sdk.runs import JobRef, RunEvent, RunResult
 
 __all__ = [
     "BackendRegistry",
@@ -284,18 +284,30 @@ class ClusterBackend(ABC):
         on_output: Callable[[str], None] | None = None,
         on_started: Callable[[JobRef], None] | None = None,
         progress: ProgressCallback = no_progress,
+        on_event: Callable[[RunEvent], None] | None = None,
+        resume: bool = False,
     ) -> RunResult:
         """Run a training job to completion; only for backends with :attr:`runs_jobs`.
 
         :param config: the resolved configuration (``trainer`` holds the trainer settings).
-        :param run_id: a fresh identifier for this run.
+        :param run_id: the run's id; a run id used before continues that run (from its latest checkpoint).
         :param trainer_args: extra ``--section.field value`` arguments for the trainer.
         :param dry_run: print what would run, start nothing.
         :param on_output: receives each line of the leader's output.
         :param on_started: called once the job's processes are started.
         :param progress: receives a line per step.
+        :param on_event: receives :class:`~fsdp_sdk.runs.RunEvent` s (phases, steps, restarts) for a display.
+        :param resume: continue the existing run ``run_id`` with its recorded settings (what this call sets wins).
         """
         raise NotImplementedError(f"backend {self.name!r} runs jobs through Kubernetes, not run_job()")
+
+    def runs(self, config: Config) -> list[Any]:
+        """The runs this backend keeps records of, oldest first; only for backends with :attr:`runs_jobs`.
+
+        Each has ``to_dict()`` with at least ``run_id``, ``state``, ``steps``, ``final_loss``,
+        ``tokens_per_s``, ``duration_s`` and ``output_dir``.
+        """
+        raise NotImplementedError(f"backend {self.name!r} keeps no run records; use 'fsdp-sdk job list'")
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"

@@ -1,4 +1,4 @@
-"""The default plugin that registers the built-in backends (today: ``local``).
+"""The default plugin that registers the built-in backends (today: ``local``) and their settings sections.
 
 It imports each backend only when a hook needs it, so building the plugin
 manager (which every ``fsdp-sdk`` start does) stays cheap.
@@ -12,14 +12,14 @@ from fsdp_sdk.hookspecs import hookimpl
 
 if TYPE_CHECKING:
     from fsdp_sdk.backends.base import BackendRegistry
-    from fsdp_sdk.config import Config
+    from fsdp_sdk.config import Config, SettingsRegistry
     from fsdp_sdk.preflight import PreflightResult
 
 
 @hookimpl
 def fsdp_sdk_register_backends(registry: BackendRegistry) -> None:
     """Register the local backend (by import path: ``config show`` and ``--help`` never import it)."""
-    registry.add_lazy("local", "fsdp_sdk.backends.local:LocalBackend")
+    registry.add_lazy("local", "fsdp_sdk.backends.local.backend:LocalBackend")
 
 
 @hookimpl
@@ -30,3 +30,11 @@ def fsdp_sdk_preflight(config: Config, action: str) -> list[PreflightResult]:
     from fsdp_sdk.backends.local import local_preflight
 
     return local_preflight(config)
+
+
+@hookimpl
+def fsdp_sdk_register_settings(registry: SettingsRegistry) -> None:
+    """The ``local`` section (:class:`~fsdp_sdk.backends.local.settings.LocalSettings`)."""
+    from fsdp_sdk.backends.local.settings import LocalSettings
+
+    registry.add("local", LocalSettings)

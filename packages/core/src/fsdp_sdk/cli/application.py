@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -30,6 +31,8 @@ class Application:
         self.debug = False
         #: (dotted path, value, name as typed, source) from command-line flags, in the order click processed them.
         self.settings: list[tuple[str, Any, str, str]] = []
+        #: Where progress lines go instead of stderr while a command shows a live display.
+        self.progress_sink: Callable[[str], None] | None = None
         self._client: Client | None = None
 
     def set(self, path: str, value: Any, name: str, source: str = "command line") -> None:
@@ -79,10 +82,12 @@ class Application:
         """The resolved configuration (the client's)."""
         return self.client.config
 
-    @staticmethod
-    def progress(message: str) -> None:
-        """Print a progress line on stderr."""
-        click.echo(message, err=True)
+    def progress(self, message: str) -> None:
+        """Print a progress line on stderr (or hand it to :attr:`progress_sink`)."""
+        if self.progress_sink is not None:
+            self.progress_sink(message)
+        else:
+            click.echo(message, err=True)
 
     @staticmethod
     def echo_json(data: Any) -> None:

@@ -1,0 +1,568 @@
+""":class:`LocalBackend`: the local cluster (an etcd on 127.0.0.1) and runs on it (see the package docstring).
+
+``up`` starts etcd as a daemon on free ports; ``run`` starts it too when needed and leaves it
+running; ``down`` stops it (refusing while a run is going on) and removes everything but
+``runs/``; a run that started etcd itself and then fails or is interrupted stops it again (unless
+another run uses it). A pid in ``state.json`` is signalled only when the process still has the recorded
+creation time and command line; a damaged state file, or an etcd that serves the data
+directory without being recorded, is repaired by ``up`` and ``down``.
+
+When ``etcd`` is not on PATH, or the ``python-etcd`` package that torch's etcd-v2 rendezvous
+imports is missing, or ``job.rdzv_backend`` is ``c10d``, runs use torch's c10d rendezvous (a
+TCPStore hosted by the first agent) on a fresh port instead, and ``up`` says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import importlib.util
+import json
+import os
+import secrets
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fsdp_sdk import etcd
+from fsdp_sdk.backends.base import ClusterBackend, ClusterStatus, Plan, ProgressCallback, no_progress
+from fsdp_sdk.backends.local.plan import ClusterSnapshot, RunPlan, render_run
+from fsdp_sdk.backends.local.records import RunLock, RunRecord, list_runs, require_existing, validate_run_id
+from fsdp_sdk.backends.local.state import LocalState, StateDamaged
+from fsdp_sdk.errors import BackendError, ConfigError, RunError
+from fsdp_sdk.preflight import PreflightResult
+from fsdp_sdk.processes import stop_identified
+from fsdp_sdk.runs import JobRef, RunEvent, RunResult
+
+if TYPE_CHECKING:
+    from fsdp_sdk.config import Config
+
+__all__ = ["LocalBackend", "StateDamaged", "local_preflight", "new_run_id"]
+
+
+def new_run_id(job_name: str) -> str:
+    """A fresh, readable run id: ``<job name>-<yyyymmdd-hhmmss>-<4 hex>``."""
+    prefix = "".join(c if c.isalnum() or c in "_.-" else "-" for c in job_name)[:30].strip("-.") or "run"
+    return f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+
+
+class LocalBackend(ClusterBackend):
+    """Runs the trainer on this machine under torchrun, one agent per simulated node, with an etcd rendezvous."""
+
+    name = "local"
+    description = "this machine: a local etcd and one torchrun agent per simulated node"
+    runs_jobs = True
+
+    # ------------------------------------------------------------------ state
+
+    @staticmethod
+    def root(config: Config) -> Path:
+        """``<cluster.state_dir>/local``: everything this backend writes."""
+        return Path(config.cluster.state_dir) / "local"
+
+    def state(self, config: Config) -> LocalState:
+        """The state directory of ``config``'s local cluster."""
+        return LocalState(self.root(config))
+
+    @staticmethod
+    def _rdzv_backend(config: Config) -> tuple[str, str | None]:
+        """The rendezvous backend local runs will use, and why it differs from the configured one."""
+        if config.job.rdzv_backend == "c10d":
+            return "c10d", None
+        if etcd.etcd_binary() is None:
+            return "c10d", "etcd is not on PATH"
+        if importlib.util.find_spec("etcd") is None:
+            return "c10d", "the python-etcd package (needed by torch's etcd-v2 rendezvous) is not installed"
+        return "etcd-v2", None
+
+    @staticmethod
+    def _server(state: dict[str, Any] | None) -> etcd.EtcdServer | None:
+        data = (state or {}).get("etcd")
+        if not data:
+            return None
+        try:
+            return etcd.EtcdServer.from_dict(data)
+        except ValueError:
+            return None
+
+    def _stop_etcd(self, local: LocalState, state: dict[str, Any] | None, progress: ProgressCallback) -> None:
+        """Stop the recorded etcd when it is still that process, and any other etcd serving our data directory."""
+        server = self._server(state)
+        if server is not None:
+            mismatch = server.identity.mismatch()
+            if mismatch is None:
+                stop_identified(server.identity)
+                progress(f"stopped etcd (pid {server.pid})")
+            elif "no process" not in mismatch:
+                progress(f"state.json names etcd pid {server.pid}, but {mismatch}: left alone")
+        for orphan in etcd.find_etcd_serving(local.etcd_dir):
+            if server is not None and orphan.pid == server.pid and server.identity.is_running():
+                continue
+            stop_identified(orphan)
+            progress(f"stopped etcd (pid {orphan.pid}) serving {local.etcd_dir}, which state.json did not record")
+
+    # ------------------------------------------------------------------ ClusterBackend
+
+    def plan(self, config: Config) -> Plan:
+        rdzv, why = self._rdzv_backend(config)
+        root = self.root(config)
+        if rdzv == "etcd-v2":
+            steps = [f"start etcd ({etcd.etcd_binary()}) on free 127.0.0.1 ports, data in {root / 'etcd'}"]
+        else:
+            steps = [f"use torch's c10d rendezvous, no etcd ({why or 'job.rdzv_backend is c10d'})"]
+        steps += [
+            f"record the state in {root / 'state.json'}",
+            f"runs: {config.job.num_workers} torchrun agents x {config.job.nproc_per_node or 1} processes, "
+            f"outputs in {root / 'runs'}",
+        ]
+        details = {"rdzv_backend": rdzv, "rdzv_reason": why, "root": str(root), "nodes": max(config.cluster.nodes, 1)}
+        return Plan(backend=self.name, cluster=config.cluster.name, steps=steps, hourly_cost_usd=0.0, details=details)
+
+    def apply(self, config: Config, plan: Plan, *, progress: ProgressCallback = no_progress) -> ClusterStatus:
+        local = LocalState(Path(plan.details["root"]))
+        with local.locked(progress=progress):
+            current = self.status(config)
+            if current.ready:
+                progress(f"local cluster already up ({current.endpoint or 'c10d rendezvous'})")
+                return current
+            state, damage = local.read_or_none()
+            if damage is not None:
+                progress(f"{local.path} is damaged ({damage.problem}): repairing it")
+            elif current.state == "degraded":
+                progress("local state found but etcd is not running; starting it again")
+            self._stop_etcd(local, state, progress)
+            rdzv, why = plan.details["rdzv_backend"], plan.details["rdzv_reason"]
+            new: dict[str, Any] = {
+                "cluster": plan.cluster,
+                "rdzv_backend": rdzv,
+                "nodes": int(plan.details["nodes"]),
+                "etcd": None,
+            }
+            if rdzv == "etcd-v2":
+                progress("starting etcd on 127.0.0.1 (free ports)")
+                server = etcd.start_etcd(local.etcd_dir, local.etcd_log, name=plan.cluster)
+                new["etcd"] = server.to_dict()
+                progress(f"etcd is healthy at {server.endpoint} (pid {server.pid}, log {local.etcd_log})")
+            else:
+                local.root.mkdir(parents=True, exist_ok=True)
+                progress(
+                    f"{why}: local runs will use torch's c10d rendezvous instead of etcd"
+                    if why
+                    else "job.rdzv_backend is c10d: no etcd needed"
+                )
+            local.write(new)
+            return self.status(config)
+
+    def down(self, config: Config, *, dry_run: bool = False, progress: ProgressCallback = no_progress) -> ClusterStatus:
+        local = self.state(config)
+        current = self.status(config)
+        orphans = etcd.find_etcd_serving(local.etcd_dir) if current.state == "absent" else []
+        if dry_run or (current.state == "absent" and not orphans):
+            if current.state == "absent" and not dry_run:
+                progress("no local cluster to stop")
+            return current
+        with local.locked(progress=progress):
+            running = [r for r in list_runs(local.runs_dir) if r.state == "running"]
+            if running:
+                names = ", ".join(r.run_id for r in running)
+                raise BackendError(
+                    f"local: {len(running)} run(s) in progress ({names}); stopping etcd now would end them. "
+                    "Wait for them to finish or stop them (Ctrl-C), then run 'fsdp-sdk down' again"
+                )
+            state, damage = local.read_or_none()
+            if damage is not None:
+                progress(f"{local.path} is damaged ({damage.problem}): removing it")
+            self._stop_etcd(local, state, progress)
+            local.remove()
+            progress(f"removed the local state in {local.root} (run outputs in {local.runs_dir} are kept)")
+        return self.status(config)
+
+    def scale(
+        self, config: Config, nodes: int, *, dry_run: bool = False, progress: ProgressCallback = no_progress
+    ) -> ClusterStatus:
+        # Simulated nodes have no node-group bounds: any number from 1 up.
+        if nodes < 1:
+            raise ConfigError("nodes", f"{nodes} simulated nodes", "the local backend needs at least 1 node")
+        local = self.state(config)
+        with contextlib.nullcontext() if dry_run else local.locked(progress=progress):
+            state = local.read()
+            if state is None:
+                raise BackendError("local: no local cluster to scale; run 'fsdp-sdk up --backend local' first")
+            if not dry_run:
+                state["nodes"] = nodes
+                local.write(state)
+                progress(f"local cluster now simulates {nodes} nodes")
+        return self.status(config)
+
+    def status(self, config: Config) -> ClusterStatus:
+        local = self.state(config)
+        state, damage = local.read_or_none()
+        if damage is not None:
+            details = {
+                "state_file": str(local.path),
+                "problem": damage.problem,
+                "fix": "fsdp-sdk down (or up) repairs it",
+            }
+            return ClusterStatus(self.name, config.cluster.name, "degraded", 0, None, details)
+        if state is None:
+            return ClusterStatus(self.name, config.cluster.name, "absent")
+        details: dict[str, Any] = {
+            "state_file": str(local.path),
+            "rdzv_backend": state.get("rdzv_backend"),
+            "runs_dir": str(local.runs_dir),
+        }
+        nodes = int(state.get("nodes", 1))
+        cluster = state.get("cluster", config.cluster.name)
+        if not state.get("etcd"):
+            return ClusterStatus(self.name, cluster, "ready", nodes, None, details)
+        server = self._server(state)
+        if server is None:
+            details["problem"] = "the etcd record in state.json is damaged"
+            return ClusterStatus(self.name, cluster, "degraded", nodes, None, details)
+        details.update(etcd_pid=server.pid, etcd_log=server.log_path)
+        mismatch = server.identity.mismatch() if server.create_time else None
+        if mismatch is not None:
+            details["problem"] = f"etcd is not running ({mismatch})"
+        healthy = mismatch is None and etcd.pid_alive(server.pid) and etcd.is_healthy(server.client_port)
+        return ClusterStatus(self.name, cluster, "ready" if healthy else "degraded", nodes, server.endpoint, details)
+
+    def kubeconfig(self, config: Config) -> Path | None:
+        return None
+
+    # ------------------------------------------------------------------ runs
+
+    def runs(self, config: Config) -> list[RunRecord]:
+        """Every local run with a record, oldest first (see :mod:`~fsdp_sdk.backends.local.records`)."""
+        return list_runs(self.state(config).runs_dir)
+
+    def _resumed_config(self, config: Config, run_id: str) -> Config:
+        """``config`` with the recorded settings of run ``run_id`` under what this command sets explicitly."""
+        record = require_existing(self.state(config).runs_dir, run_id)
+        settings = record.settings
+        new = copy.deepcopy(config)
+        new.trainer = _deep_merge(settings.get("trainer", {}), config.trainer)
+        for path, key in (("job.num_workers", "num_workers"), ("job.nproc_per_node", "nproc_per_node")):
+            if path not in config.origins and key in settings:
+                setattr(new.job, path.split(".")[1], settings[key])
+        return new
+
+    def render(
+        self,
+        config: Config,
+        *,
+        run_id: str,
+        state: dict[str, Any] | None,
+        trainer_args: Sequence[str] = (),
+    ) -> RunPlan:
+        """The plan of a run of ``config`` on the cluster ``state`` describes (pure but for choosing a c10d port)."""
+        rdzv = (state or {}).get("rdzv_backend") or self._rdzv_backend(config)[0]
+        server = self._server(state)
+        snapshot = ClusterSnapshot(rdzv, server.client_port if server else None, (state or {}).get("nodes"))
+        return render_run(
+            config,
+            run_id=run_id,
+            rdzv_id=f"{run_id}-{secrets.token_hex(4)}",
+            root=self.root(config),
+            cluster=snapshot,
+            trainer_args=trainer_args,
+            c10d_port=etcd.find_free_port() if rdzv == "c10d" and state is not None else None,
+            base_env=os.environ,
+            cpu_count=os.cpu_count() or 1,
+        )
+
+    def run_job(
+        self,
+        config: Config,
+        *,
+        run_id: str,
+        trainer_args: Sequence[str] = (),
+        dry_run: bool = False,
+        on_output: Callable[[str], None] | None = None,
+        on_started: Callable[[JobRef], None] | None = None,
+        progress: ProgressCallback = no_progress,
+        on_event: Callable[[RunEvent], None] | None = None,
+        resume: bool = False,
+    ) -> RunResult:
+        validate_run_id(run_id, "--resume" if resume else "--name")
+        if resume:
+            config = self._resumed_config(config, run_id)
+        if not dry_run and importlib.util.find_spec("fsdp_trainer") is None:
+            raise BackendError(
+                "local: the trainer is not installed (no module fsdp_trainer); pip install -e packages/trainer"
+            )
+        local = self.state(config)
+        state, _ = local.read_or_none()
+        draft = self.render(config, run_id=run_id, state=state, trainer_args=trainer_args)
+        job = JobRef(name=f"{config.job.name}-{run_id}", backend=self.name, run_id=run_id)
+        if dry_run:
+            return RunResult(
+                job, {}, draft.output_dir, draft.log_dir, draft.commands, dry_run=True, extra={"plan": draft.to_dict()}
+            )
+        from fsdp_sdk.backends.local.supervisor import disk_check
+
+        problem = disk_check([draft.run_dir, draft.output_dir, *(d for d in [draft.checkpoint_dir] if d)])
+        if problem:
+            raise ConfigError("train.output_dir", problem, "choose a writable directory with free space")
+
+        run_lock = RunLock(draft.run_dir)
+        started_cluster = local.read_or_none()[0] is None
+        plan = self._register(config, local, run_id, run_lock, trainer_args, progress)
+        record = self._start_record(config, plan)
+        events = _EventRouter(on_event, on_output)
+        for note in plan.notes:
+            progress(note)
+        progress(
+            f"run {run_id}: {plan.nodes} agents x {plan.nproc_per_node} processes, {plan.rdzv_backend} rendezvous at "
+            f"{plan.rdzv_endpoint}, outputs in {plan.output_dir}"
+        )
+        guard = self._guard(config, local, plan, events)
+        outcome, error = "failed", None
+        supervisor = None
+        try:
+            from fsdp_sdk.backends.local.supervisor import Supervisor
+
+            launches = [plan]
+
+            def relaunch() -> RunPlan:
+                self._clear_keys(local, launches[-1])
+                state, _ = local.read_or_none()
+                launches.append(self.render(config, run_id=run_id, state=state, trainer_args=trainer_args))
+                record.settings["rdzv_ids"] = [*record.settings.get("rdzv_ids", []), launches[-1].rdzv_id][-20:]
+                with contextlib.suppress(OSError):
+                    record.save()
+                return launches[-1]
+
+            supervisor = Supervisor(plan, {**os.environ, **plan.env}, events, relaunch=relaunch)
+            if guard is not None:
+                guard.start()
+            supervisor.run(on_started=lambda: on_started(job) if on_started is not None else None)
+            outcome = "succeeded"
+        except KeyboardInterrupt:
+            outcome = "interrupted"
+            raise
+        except RunError as exc:
+            error = str(exc)
+            raise
+        finally:
+            if guard is not None:
+                guard.stop()
+            self._clear_keys(local, supervisor.plan if supervisor is not None else plan)
+            record.state, record.ended_at, record.error = outcome, time.time(), error
+            with contextlib.suppress(OSError):
+                record.save()
+            run_lock.release()
+            if started_cluster and outcome != "succeeded":
+                self._stop_what_the_run_started(config, progress)
+        summary_path = plan.output_dir / "summary.json"
+        try:
+            summary = json.loads(summary_path.read_text())
+        except (OSError, ValueError) as exc:
+            record.state, record.error = "failed", f"{summary_path} is missing or invalid"
+            record.save()
+            raise RunError(
+                f"run {run_id}: the trainer exited successfully but {summary_path} is missing or invalid ({exc})"
+            ) from exc
+        return RunResult(
+            job,
+            summary,
+            plan.output_dir,
+            plan.log_dir,
+            plan.commands,
+            extra={"rdzv_backend": plan.rdzv_backend, "endpoint": plan.rdzv_endpoint, "plan": plan.to_dict()},
+        )
+
+    def _stop_what_the_run_started(self, config: Config, progress: ProgressCallback) -> None:
+        """After a failed or interrupted run that brought the cluster up itself: stop etcd unless another run uses it."""
+        with contextlib.suppress(BackendError):
+            self.down(config, progress=lambda line: None)
+            progress("stopped the local etcd this run had started (the next run starts it again)")
+
+    def _register(
+        self,
+        config: Config,
+        local: LocalState,
+        run_id: str,
+        run_lock: RunLock,
+        trainer_args: Sequence[str],
+        progress: ProgressCallback,
+    ) -> RunPlan:
+        """Under the state lock: bring the cluster up when needed, take the run's lock, and render the final plan."""
+        with local.locked(progress=progress):
+            if not self.status(config).ready:
+                progress(
+                    "the local cluster is not up: starting it now (it stays up for later runs; 'fsdp-sdk down' stops it)"
+                )
+                self.up(_with_nodes(config, config.job.num_workers), progress=progress)
+            state = local.read() or {}
+            nodes = config.job.num_workers
+            if nodes > int(state.get("nodes", nodes)):
+                raise ConfigError(
+                    "job.num_workers",
+                    f"{nodes} workers but the local cluster simulates {state['nodes']} nodes",
+                    f"run 'fsdp-sdk scale {nodes} --backend local' or use fewer workers",
+                )
+            self._forget_lost_runs(local, state)
+            run_lock.acquire(run_id)
+            return self.render(config, run_id=run_id, state=state, trainer_args=trainer_args)
+
+    def _forget_lost_runs(self, local: LocalState, state: dict[str, Any]) -> None:
+        """Clear the rendezvous keys of runs whose ``fsdp-sdk`` process died without cleaning up."""
+        server = self._server(state)
+        for record in list_runs(local.runs_dir):
+            if record.state != "lost":
+                continue
+            if server is not None:
+                for rdzv_id in record.settings.get("rdzv_ids", []):
+                    with contextlib.suppress(BackendError, ValueError):
+                        _clear_rendezvous(server.client_port, rdzv_id)
+            record.ended_at = record.ended_at or time.time()
+            with contextlib.suppress(OSError):
+                record.save()
+
+    def _start_record(self, config: Config, plan: RunPlan) -> RunRecord:
+        previous = None
+        with contextlib.suppress(OSError, ValueError):
+            previous = json.loads((plan.run_dir / "run.json").read_text())
+        attempts = int(previous.get("attempts", 0)) + 1 if isinstance(previous, dict) else 1
+        rdzv_ids = [*(previous or {}).get("settings", {}).get("rdzv_ids", []), plan.rdzv_id][-20:]
+        trainer = copy.deepcopy(dict(config.trainer))
+        record = RunRecord(
+            run_id=plan.run_id,
+            state="running",
+            job_name=plan.job_name,
+            run_dir=str(plan.run_dir),
+            output_dir=str(plan.output_dir),
+            nodes=plan.nodes,
+            nproc_per_node=plan.nproc_per_node,
+            total_steps=plan.total_steps,
+            started_at=time.time(),
+            attempts=attempts,
+            settings={
+                "trainer": trainer,
+                "num_workers": plan.nodes,
+                "nproc_per_node": plan.nproc_per_node,
+                "rdzv_ids": rdzv_ids,
+            },
+        )
+        record.save()
+        return record
+
+    def _guard(self, config: Config, local: LocalState, plan: RunPlan, events: Callable[[RunEvent], None]) -> Any:
+        from fsdp_sdk.backends.local.settings import LocalSettings
+        from fsdp_sdk.backends.local.supervisor import EtcdGuard
+
+        settings = config.sections.get("local") or LocalSettings()
+        if plan.rdzv_backend != "etcd-v2" or not settings.etcd_restart:
+            return None
+
+        def read_server() -> etcd.EtcdServer | None:
+            state, _ = local.read_or_none()
+            return self._server(state)
+
+        def restart(dead: etcd.EtcdServer) -> etcd.EtcdServer:
+            with local.locked(timeout=30):
+                state = local.read() or {}
+                current = self._server(state)
+                if current is not None and current.pid != dead.pid and etcd.is_healthy(current.client_port):
+                    return current  # another run restarted it already
+                stop_identified(dead.identity, timeout=2)
+                server = etcd.start_etcd(
+                    Path(dead.data_dir),
+                    Path(dead.log_path),
+                    name=state.get("cluster", config.cluster.name),
+                    ports=(dead.client_port, dead.peer_port),
+                )
+                state["etcd"] = server.to_dict()
+                local.write(state)
+                return server
+
+        return EtcdGuard(
+            read_server,
+            restart,
+            unhealthy_s=settings.etcd_unhealthy_s,
+            report=lambda line: events(RunEvent("warning", line, None, plan.total_steps)),
+        )
+
+    def _clear_keys(self, local: LocalState, plan: RunPlan) -> None:
+        if plan.rdzv_backend != "etcd-v2":
+            return
+        state, _ = local.read_or_none()
+        server = self._server(state)
+        if server is not None and etcd.is_healthy(server.client_port, timeout=1.0):
+            with contextlib.suppress(BackendError):
+                _clear_rendezvous(server.client_port, plan.rdzv_id)
+
+
+class _EventRouter:
+    """Sends run events to ``on_event`` and the leader's lines (steps included, as printed) to ``on_output``."""
+
+    def __init__(self, on_event: Callable[[RunEvent], None] | None, on_output: Callable[[str], None] | None) -> None:
+        self.on_event, self.on_output = on_event, on_output
+
+    def __call__(self, event: RunEvent) -> None:
+        if self.on_event is not None:
+            self.on_event(event)
+        if self.on_output is not None and event.kind in ("output", "step"):
+            self.on_output(event.message)
+
+
+def _deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in top.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def _with_nodes(config: Config, nodes: int) -> Config:
+    new = copy.deepcopy(config)
+    new.cluster.nodes = max(new.cluster.nodes, nodes)
+    return new
+
+
+def local_preflight(config: Config) -> list[PreflightResult]:
+    """Check what local runs need: a writable state directory, etcd and python-etcd (else c10d), torch, the trainer."""
+    results = []
+    state_dir = Path(config.cluster.state_dir)
+    existing = next((p for p in (state_dir, *state_dir.parents) if p.exists()), None)
+    writable = existing is not None and os.access(existing, os.W_OK)
+    results.append(
+        PreflightResult(
+            "state-dir",
+            writable,
+            f"{state_dir} is {'writable' if writable else 'not writable'}",
+            "set cluster.state_dir (or FSDP_SDK_STATE_DIR) to a writable directory",
+        )
+    )
+    rdzv, why = LocalBackend._rdzv_backend(config)
+    results.append(
+        PreflightResult(
+            "rendezvous",
+            rdzv == config.job.rdzv_backend,
+            f"local runs use the {rdzv} rendezvous" + (f" ({why})" if why else ""),
+            "install etcd and python-etcd for the etcd-v2 rendezvous",
+            severity="warning",
+        )
+    )
+    for module, what in (("torch", "PyTorch"), ("fsdp_trainer", "the fsdp-trainer package")):
+        found = importlib.util.find_spec(module) is not None
+        results.append(
+            PreflightResult(
+                module,
+                found,
+                f"{what} is {'installed' if found else 'not installed'}",
+                f"install {what} to run jobs locally",
+                severity="warning",
+            )
+        )
+    return results
+
+
+def _clear_rendezvous(client_port: int, rdzv_id: str) -> list[str]:
+    """Delete the etcd-v2 rendezvous keys of ``rdzv_id`` from the local etcd; returns the keys deleted."""
+    from fsdp_sdk.rendezvous import EtcdV2, clear_rendezvous
+
+    return clear_rendezvous(EtcdV2.direct(f"http://{etcd.HOST}:{client_port}", timeout=5), "etcd-v2", rdzv_id)

@@ -1,0 +1,250 @@
+"""The record of each local run (``runs/<run id>/run.json``) and what ``fsdp-sdk runs`` lists.
+
+A run's directory holds ``run.json`` (written atomically when the run starts and when it ends),
+``.lock`` (held by the ``fsdp-sdk run`` process for as long as the run goes on: the kernel
+releases it however that process ends) and the trainer's outputs. A record that says
+``running`` while nobody holds the lock belongs to a run whose ``fsdp-sdk`` process was killed:
+it is listed as ``lost``. Steps, loss and throughput come from ``summary.json`` once the run has
+one, else from the last line of ``metrics.jsonl``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fsdp_sdk.backends.local.state import atomic_write_json
+from fsdp_sdk.errors import BackendError, ConfigError
+
+__all__ = [
+    "RUN_ID",
+    "STATES",
+    "RunLock",
+    "RunRecord",
+    "active_runs",
+    "list_runs",
+    "read_record",
+    "require_existing",
+    "validate_run_id",
+]
+
+#: What a run id (or name) may look like: it names a directory and appears in process arguments.
+RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+#: States a run can be in.
+STATES = ("running", "succeeded", "failed", "interrupted", "lost")
+
+
+def validate_run_id(run_id: str, flag: str = "--name") -> str:
+    """Return ``run_id`` when it can name a run.
+
+    :raises ConfigError: it is empty, too long, or has characters other than letters, digits, ``_ . -``.
+    """
+    if not RUN_ID.match(run_id) or run_id in (".", ".."):
+        raise ConfigError(
+            flag,
+            f"{run_id!r} cannot name a run",
+            "use 1-63 letters, digits, '_', '.' or '-', starting with a letter or digit",
+        )
+    return run_id
+
+
+@dataclass
+class RunRecord:
+    """What ``run.json`` holds about one run.
+
+    :param run_id: the run's id (its directory name).
+    :param state: ``running``, ``succeeded``, ``failed``, ``interrupted`` or ``lost``.
+    :param job_name: ``job.name`` of the run.
+    :param run_dir: the run's directory (logs, record).
+    :param output_dir: the trainer's output directory (summary, metrics, checkpoints).
+    :param nodes: simulated nodes (agents).
+    :param nproc_per_node: trainer processes per agent.
+    :param total_steps: ``train.steps``.
+    :param started_at: Unix time of the (latest) start.
+    :param ended_at: Unix time of the end, once ended.
+    :param attempts: how many times the run was started (re-running it by name continues it).
+    :param error: the one-line cause of a failure.
+    :param settings: what ``fsdp-sdk run --resume`` reuses: trainer settings, trainer arguments, worker counts.
+    :param steps: the last finished step (from the outputs).
+    :param final_loss: the loss of that step.
+    :param tokens_per_s: the summary's tokens/s per process, or the last step's.
+    """
+
+    run_id: str
+    state: str
+    job_name: str
+    run_dir: str
+    output_dir: str
+    nodes: int
+    nproc_per_node: int
+    total_steps: int | None
+    started_at: float
+    ended_at: float | None = None
+    attempts: int = 1
+    error: str | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+    steps: int | None = None
+    final_loss: float | None = None
+    tokens_per_s: float | None = None
+
+    @property
+    def duration_s(self) -> float:
+        """Seconds from the latest start to the end (or to now while running)."""
+        return (self.ended_at or time.time()) - self.started_at
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict, with ``duration_s``."""
+        return {**asdict(self), "duration_s": round(self.duration_s, 1)}
+
+    def save(self) -> None:
+        """Write ``run.json`` atomically (without the figures read from the outputs)."""
+        data = asdict(self)
+        for key in ("steps", "final_loss", "tokens_per_s"):
+            data.pop(key)
+        atomic_write_json(Path(self.run_dir) / "run.json", data)
+
+
+def read_record(run_dir: Path) -> RunRecord | None:
+    """The record of the run in ``run_dir`` with its figures filled from the outputs; ``None`` without one.
+
+    A ``running`` record whose lock nobody holds is reported ``lost``.
+    """
+    try:
+        data = json.loads((run_dir / "run.json").read_text())
+        record = RunRecord(**{k: v for k, v in data.items() if k in RunRecord.__dataclass_fields__})
+    except (OSError, ValueError, TypeError):
+        return None
+    if record.state == "running" and not RunLock(run_dir).held_elsewhere():
+        record.state = "lost"
+    _fill_figures(record)
+    return record
+
+
+def _fill_figures(record: RunRecord) -> None:
+    out = Path(record.output_dir)
+    try:
+        summary = json.loads((out / "summary.json").read_text())
+    except (OSError, ValueError):
+        summary = None
+    if isinstance(summary, dict) and record.state != "running":
+        record.steps = summary.get("steps")
+        record.final_loss = summary.get("final_loss")
+        record.tokens_per_s = summary.get("tokens_per_s_per_gpu")
+        return
+    last = _last_json_line(out / "metrics.jsonl")
+    if last:
+        record.steps = last.get("step")
+        record.final_loss = last.get("loss")
+        record.tokens_per_s = last.get("tokens_per_s_per_gpu")
+
+
+def _last_json_line(path: Path) -> dict[str, Any] | None:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 8192))
+            lines = f.read().decode(errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        with contextlib.suppress(ValueError):
+            data = json.loads(line)
+            if isinstance(data, dict) and "step" in data:
+                return data
+    return None
+
+
+def list_runs(runs_dir: Path) -> list[RunRecord]:
+    """Every run under ``runs_dir`` that has a record, oldest first."""
+    if not runs_dir.is_dir():
+        return []
+    records = [r for d in runs_dir.iterdir() if d.is_dir() and (r := read_record(d)) is not None]
+    return sorted(records, key=lambda r: r.started_at)
+
+
+class RunLock:
+    """The lock a running run holds on ``<run dir>/.lock`` for as long as its ``fsdp-sdk`` process lives.
+
+    :param run_dir: the run's directory.
+    """
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = run_dir / ".lock"
+        self._fd: int | None = None
+
+    def acquire(self, run_id: str) -> None:
+        """Take the lock.
+
+        :raises BackendError: another process runs this run now.
+        """
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = self.path.read_text(errors="replace").strip() or "?"
+            os.close(fd)
+            raise BackendError(
+                f"run {run_id} is already running (fsdp-sdk pid {holder}); wait for it to end, or stop it "
+                "(Ctrl-C in its terminal), then run it again to continue it"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self._fd = fd
+
+    def release(self) -> None:
+        """Release the lock (closing the descriptor)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def held_elsewhere(self) -> bool:
+        """Whether another process holds the lock now (its run is going on)."""
+        if self._fd is not None:
+            return False
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+        return False
+
+    @contextlib.contextmanager
+    def held(self, run_id: str) -> Iterator[None]:
+        """Hold the lock for a block."""
+        self.acquire(run_id)
+        try:
+            yield
+        finally:
+            self.release()
+
+
+def active_runs(runs_dir: Path) -> list[RunRecord]:
+    """Runs going on now (their ``fsdp-sdk run`` process holds their lock)."""
+    return [r for r in list_runs(runs_dir) if r.state == "running"]
+
+
+def require_existing(runs_dir: Path, run_id: str) -> RunRecord:
+    """The record of run ``run_id``.
+
+    :raises ConfigError: there is no such run (the message lists the latest ones).
+    """
+    record = read_record(runs_dir / validate_run_id(run_id, "--resume"))
+    if record is None:
+        latest = [r.run_id for r in list_runs(runs_dir)][-5:]
+        known = ", ".join(latest) if latest else "none yet"
+        raise ConfigError("--resume", f"no local run {run_id!r} in {runs_dir}", f"'fsdp-sdk runs' lists them ({known})")
+    return record

@@ -1,0 +1,165 @@
+"""How ``fsdp-sdk run`` shows a run: a live display on a terminal, raw lines for pipes and ``--json``.
+
+On a terminal (:class:`TerminalDisplay`, with ``rich``, imported only then): what the run is doing
+(starting etcd, waiting for the agents at the rendezvous, loading the model), one formatted line
+per step (step n/N, loss, tokens/s, elapsed, ETA) under a progress bar, the leader's log dimmed,
+restarts and warnings in colour. Elsewhere (:class:`PlainDisplay`): progress lines on stderr and
+the leader's lines as the trainer printed them (per-step JSON included) on stdout, or on stderr
+with ``--json``. Either way the summary is printed once, by the command, from :func:`summary_lines`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import click
+
+from fsdp_sdk.runs import RunEvent
+
+__all__ = ["PlainDisplay", "TerminalDisplay", "format_duration", "format_step", "summary_lines"]
+
+
+def format_duration(seconds: float | None) -> str:
+    """``1:02:03`` or ``2:03``; ``-`` when unknown."""
+    if seconds is None or seconds != seconds or seconds < 0:
+        return "-"
+    s = round(seconds)
+    hours, rest = divmod(s, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def _number(value: Any, digits: int = 0) -> str:
+    if not isinstance(value, (int, float)):
+        return "-"
+    return f"{value:,.{digits}f}"
+
+
+def format_step(record: Mapping[str, Any], total: int | None, elapsed: float, eta: float | None) -> str:
+    """One step as a line: ``step  3/20  loss 10.2734  tokens/s 1,234  elapsed 0:04  ETA 0:23``."""
+    step = record.get("step", "?")
+    width = len(str(total)) if total else 1
+    of = f"{step:>{width}}/{total}" if total else f"{step}"
+    loss = record.get("loss")
+    loss_text = f"{loss:.4f}" if isinstance(loss, (int, float)) else "-"
+    return (
+        f"step {of}  loss {loss_text}  tokens/s {_number(record.get('tokens_per_s_per_gpu'))}  "
+        f"elapsed {format_duration(elapsed)}  ETA {format_duration(eta)}"
+    )
+
+
+def summary_lines(run_id: str, summary: Mapping[str, Any], output_dir: Any, wall_s: float) -> list[str]:
+    """The summary a person reads (the full one stays in ``summary.json``)."""
+    steps, run_now = summary.get("steps"), summary.get("steps_run")
+    resumed = f" ({run_now} in this launch)" if isinstance(run_now, int) and run_now != steps else ""
+    loss = summary.get("final_loss")
+    lines = [
+        f"Run {run_id} finished in {format_duration(wall_s)}: {steps} steps{resumed}, final loss "
+        + (f"{loss:.4f}" if isinstance(loss, (int, float)) else "-"),
+        f"  throughput   {_number(summary.get('tokens_per_s_per_gpu'))} tokens/s and "
+        f"{_number(summary.get('tflops_per_gpu'), 2)} TFLOP/s per process"
+        + (f", MFU {summary['mfu'] * 100:.1f}%" if isinstance(summary.get("mfu"), (int, float)) else ""),
+        f"  processes    {summary.get('world_size', '-')} on {summary.get('gpu_name') or summary.get('device', '-')}"
+        + (
+            f", peak memory {summary['peak_mem_gib']:.1f} GiB"
+            if isinstance(summary.get("peak_mem_gib"), (int, float))
+            else ""
+        ),
+        f"  outputs      {output_dir} (summary.json holds the full summary and configuration)",
+    ]
+    return lines
+
+
+class PlainDisplay:
+    """Lines for pipes and ``--json``: progress on stderr, the leader's output as printed.
+
+    :param output_to_stderr: print the leader's lines on stderr (``--json``: stdout carries only the summary).
+    """
+
+    def __init__(self, *, output_to_stderr: bool = False) -> None:
+        self.output_to_stderr = output_to_stderr
+
+    def progress(self, message: str) -> None:
+        """A progress line (stderr)."""
+        click.echo(message, err=True)
+
+    def event(self, event: RunEvent) -> None:
+        """Show one run event."""
+        if event.kind in ("output", "step"):
+            click.echo(event.message, err=self.output_to_stderr)
+        elif event.kind == "restart":
+            click.echo(f"restart: {event.message}", err=True)
+        elif event.kind == "warning":
+            click.echo(f"warning: {event.message}", err=True)
+        else:
+            click.echo(event.message, err=True)
+
+    def close(self) -> None:
+        """Nothing to tear down."""
+
+
+class TerminalDisplay:
+    """A live display on a terminal (``rich``): phases, formatted steps under a progress bar, the log dimmed."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn
+
+        self.console = Console(highlight=False, soft_wrap=True)  # long paths stay whole (copy and paste)
+        self.started = time.monotonic()
+        self.first_step: tuple[int, float] | None = None
+        self.bar = Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(bar_width=30),
+            TextColumn("{task.fields[detail]}"),
+            console=self.console,
+            transient=True,
+        )
+        self.task = self.bar.add_task("starting", total=None, detail="")
+        self.bar.start()
+
+    def progress(self, message: str) -> None:
+        """A progress line: printed, and shown as what the run is doing."""
+        self.console.print(f"[bold cyan]>[/] {message}", markup=True, highlight=False)
+        self.bar.update(self.task, description=message[:60])
+
+    def _eta(self, step: int, total: int | None) -> float | None:
+        now = time.monotonic()
+        if self.first_step is None:
+            self.first_step = (step, now)
+            return None
+        first, at = self.first_step
+        if total is None or step <= first or now <= at:
+            return None
+        return (total - step) * (now - at) / (step - first)
+
+    def event(self, event: RunEvent) -> None:
+        """Show one run event."""
+        if event.kind == "step" and event.record is not None:
+            step = int(event.record.get("step", 0))
+            eta = self._eta(step, event.total_steps)
+            elapsed = time.monotonic() - self.started
+            self.console.print(format_step(event.record, event.total_steps, elapsed, eta), markup=False)
+            loss = event.record.get("loss")
+            self.bar.update(
+                self.task,
+                description=f"step {step}/{event.total_steps or '?'}",
+                total=event.total_steps,
+                completed=step,
+                detail=(f"loss {loss:.4f}  " if isinstance(loss, (int, float)) else "") + f"ETA {format_duration(eta)}",
+            )
+        elif event.kind == "output":
+            self.console.print(event.message, style="dim", markup=False)
+        elif event.kind == "restart":
+            self.console.print(f"restart: {event.message}", style="yellow", markup=False)
+        elif event.kind == "warning":
+            self.console.print(f"warning: {event.message}", style="yellow", markup=False)
+        else:
+            self.progress(event.message)
+
+    def close(self) -> None:
+        """Remove the live bar (the printed lines stay)."""
+        self.bar.stop()

@@ -1,0 +1,45 @@
+"""``fsdp-sdk runs``: the runs of the local backend, with their state and figures."""
+
+from __future__ import annotations
+
+import click
+
+from fsdp_sdk.cli.application import Application
+from fsdp_sdk.cli.options import common_options, json_option
+from fsdp_sdk.cli.output import table
+from fsdp_sdk.cli.run_display import format_duration
+
+
+@click.command(short_help="List the local runs: state, steps, loss, tokens/s, duration.")
+@common_options
+@json_option
+@click.pass_obj
+def runs(app: Application, as_json: bool) -> None:
+    """List the runs of the local backend, oldest first.
+
+    \b
+    STATE is running, succeeded, failed, interrupted (Ctrl-C or SIGTERM), or lost
+    (its fsdp-sdk process was killed). 'fsdp-sdk run --resume ID' continues a run
+    from its latest checkpoint. With --json, a list of objects (run_id, state,
+    steps, total_steps, final_loss, tokens_per_s, duration_s, output_dir, error...).
+    """
+    records = app.client.runs()
+    if as_json:
+        app.echo_json([r.to_dict() for r in records])
+        return
+    if not records:
+        click.echo("no runs yet ('fsdp-sdk run' starts one)")
+        return
+    rows = [
+        (
+            r.run_id,
+            r.state,
+            f"{r.steps if r.steps is not None else '-'}/{r.total_steps if r.total_steps is not None else '?'}",
+            f"{r.final_loss:.4f}" if isinstance(r.final_loss, (int, float)) else None,
+            f"{r.tokens_per_s:,.0f}" if isinstance(r.tokens_per_s, (int, float)) else None,
+            format_duration(r.duration_s),
+            r.output_dir,
+        )
+        for r in records
+    ]
+    click.echo(table(["id", "state", "steps", "loss", "tokens/s", "duration", "directory"], rows))
