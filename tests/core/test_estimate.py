@@ -417,6 +417,13 @@ def test_up_dry_run_shows_the_estimate_when_a_model_is_given(invoke):
     plan = json.loads(invoke(*args, "--json").stdout)["plan"]
     assert plan["estimate"]["nodes"] == 4 and plan["estimate"]["memory"]["fits"] is True
     hub = invoke(
-        "up", "--dry-run", "--set", "job.rdzv_backend=c10d", "--set", "model.name_or_path=meta-llama/Llama-2-7b-hf"
+        "up",
+        "--dry-run",
+        "--set",
+        "job.rdzv_backend=c10d",
+        "--set",
+        "model.name_or_path=meta-llama/Llama-2-7b-hf",
+        "--set",
+        "data.source=synthetic",
     )
     assert hub.exit_code == 0 and "estimate skipped" in hub.stderr and "Estimate for" not in hub.stdout

@@ -356,7 +356,7 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setenv("FSDP_SDK_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setenv("FSDP_SDK_DISABLE_PLUGIN_AUTOLOAD", "1")
     work = tmp_path / "work"
-    work.mkdir()
+    work.mkdir(exist_ok=True)
     monkeypatch.chdir(work)
     reset_plugins()
     cli._plugin_commands = None

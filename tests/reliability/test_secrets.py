@@ -32,7 +32,7 @@ def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", AWS_KEY_ID)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", AWS_SECRET)
     work = tmp_path / "work"
-    work.mkdir()
+    work.mkdir(exist_ok=True)
     monkeypatch.chdir(work)
     reset_plugins()
     secrets.forget_all()

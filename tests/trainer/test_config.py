@@ -137,9 +137,13 @@ def test_derived_defaults():
     assert big.data.source == "synthetic" and big.model.tokenizer is None
     assert big.checkpoint.dir == "/x/checkpoints" and big.parallel.reshard_after_forward is False
     hf = load_config(
-        None, ["--model.name_or_path", "/models/llama", "--precision.mode", "fp16", "--precision.reduce_dtype", "fp16"]
+        None,
+        ["--model.name_or_path", "/models/llama", "--data.path", "d/x.jsonl"]
+        + ["--precision.mode", "fp16", "--precision.reduce_dtype", "fp16"],
     )
-    assert hf.model.init == "pretrained" and hf.model.tokenizer == "/models/llama" and hf.data.source == "synthetic"
+    assert hf.model.init == "pretrained" and hf.model.tokenizer == "/models/llama" and hf.data.source == "jsonl"
+    bench = load_config(None, ["--model.name_or_path", "/models/llama", "--data.source", "synthetic"])
+    assert bench.model.init == "pretrained" and bench.model.tokenizer is None
     assert hf.precision.param_dtype == "fp16" and hf.precision.reduce_dtype == "fp16"
     assert (
         load_config(

@@ -66,7 +66,7 @@ def test_fsdp2_init_with_cpu_offload_builds(init, world_of_one, monkeypatch, tmp
         LlamaForCausalLM(LlamaConfig(**PRESETS["tiny"]())).save_pretrained(tmp_path / "hf")
         model_flags = {"name_or_path": str(tmp_path / "hf"), "tokenizer": "bytes"}
 
-    cfg = _cfg(parallel={"api": "fsdp2", "cpu_offload": True}, model=model_flags)
+    cfg = _cfg(parallel={"api": "fsdp2", "cpu_offload": True}, model=model_flags, data={"source": "synthetic"})
     built = build_model(cfg, world_of_one, build_mesh(cfg.parallel, world_of_one))
     params = list(built.model.parameters())
     assert all(p.device.type == "cpu" and torch.isfinite(p.full_tensor()).all() for p in params)

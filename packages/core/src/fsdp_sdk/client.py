@@ -38,7 +38,7 @@ from fsdp_sdk.config import Config, Setting, load_config, parse_trainer_args
 from fsdp_sdk.errors import BackendError, ConfigError, RunError
 from fsdp_sdk.plugins import PluginInfo, Plugins, get_plugins
 from fsdp_sdk.preflight import PreflightResult, raise_for_failures
-from fsdp_sdk.runs import JobRef, RunEvent, RunResult
+from fsdp_sdk.runs import JobRef, RunEvent, RunResult, leader_line_event
 
 if TYPE_CHECKING:
     from fsdp_sdk.aws.pricing import Price
@@ -658,8 +658,8 @@ class Client:
         :param dry_run: return the commands or objects that would run; start nothing.
         :param on_output: receives each line of the leader's output.
         :param force: run even when the estimate says the job will not fit in the GPUs' memory.
-        :param on_event: receives :class:`~fsdp_sdk.runs.RunEvent` s (phases, steps, restarts; backends that run
-            jobs themselves).
+        :param on_event: receives :class:`~fsdp_sdk.runs.RunEvent` s: phases, steps and restarts from backends
+            that run jobs themselves; the leader's steps and lines from a Kubernetes job (unless ``on_output``).
         :param on_started: called with the job once its processes are started (before the hooks hear of it).
         :param resume: continue the local run of that id with its recorded settings; settings given here win.
         :raises ConfigError: a trainer setting is invalid, ``resume`` names no run, or the job will not fit (see
@@ -723,6 +723,8 @@ class Client:
         if on_started is not None:
             on_started(job)
         hooks.job_submitted(config, job)
+        if on_output is None and on_event is not None:
+            on_output = _events_from_lines(on_event, config)
         try:
             summary = jobs.wait(job, on_output=on_output)
         except BaseException:
@@ -883,3 +885,16 @@ class Client:
     def plugins(self) -> list[PluginInfo]:
         """Every plugin, the built-in ones first, then the broken ones."""
         return self.loaded_plugins.infos()
+
+
+def _events_from_lines(on_event: Callable[[RunEvent], None], config: Config) -> Callable[[str], None]:
+    """Turn the leader's log lines of a Kubernetes job into the run events a local run gives."""
+    steps = (config.trainer.get("train") or {}).get("steps")
+    total = steps if isinstance(steps, int) else None
+
+    def line(text: str) -> None:
+        event = leader_line_event(text, total)
+        if event is not None:
+            on_event(event)
+
+    return line

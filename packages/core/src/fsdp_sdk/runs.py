@@ -3,11 +3,12 @@ while it runs) and :class:`RunResult` (how it ended)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["JobRef", "RunEvent", "RunResult"]
+__all__ = ["JobRef", "RunEvent", "RunResult", "leader_line_event"]
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,22 @@ class RunEvent:
     message: str = ""
     record: dict[str, Any] | None = None
     total_steps: int | None = None
+
+
+def leader_line_event(line: str, total_steps: int | None = None) -> RunEvent | None:
+    """The event for one line of the leader's output: ``step`` for a metrics line, ``output`` otherwise, and
+    ``None`` for the trainer's summary line (a run returns the summary rather than showing it)."""
+    text = line.strip()
+    if text.startswith("{"):
+        try:
+            record = json.loads(text)
+        except ValueError:
+            record = None
+        if isinstance(record, dict) and "steps_run" in record:
+            return None
+        if isinstance(record, dict) and isinstance(record.get("step"), int):
+            return RunEvent("step", line, record, total_steps)
+    return RunEvent("output", line, None, total_steps)
 
 
 @dataclass(frozen=True)

@@ -324,7 +324,7 @@ class TrainerConfig:
         if d.source is None:
             if d.path:
                 d.source = "jsonl" if d.path.endswith(".jsonl") else "text"
-            elif m.init == "pretrained":
+            elif m.init == "pretrained" and m.name_or_path:
                 # Fine-tuning real weights on random tokens only ever makes sense as a benchmark: say so, loudly.
                 raise ConfigError(
                     "--data.source: the pretrained weights of --model.name_or_path would train on synthetic tokens; "

@@ -42,7 +42,7 @@ from fsdp_sdk.backends.local.cause import ErrorLine, classify, describe, root_ca
 from fsdp_sdk.backends.local.plan import RANK_MODULE, RunPlan
 from fsdp_sdk.errors import BackendError, RunError
 from fsdp_sdk.processes import die_with_parent, stop_tree
-from fsdp_sdk.runs import RunEvent
+from fsdp_sdk.runs import RunEvent, leader_line_event
 
 __all__ = ["FINISH_GRACE_S", "LEADER_MARKER", "EtcdGuard", "Supervisor", "disk_check"]
 
@@ -252,19 +252,14 @@ class Supervisor:
         return str(model.get("name_or_path") or model.get("preset") or "default preset")
 
     def _leader_line(self, line: str, at: float) -> None:
-        text = line.strip()
-        if text.startswith("{"):
-            with contextlib.suppress(ValueError):
-                record = json.loads(text)
-                if isinstance(record, dict) and "steps_run" in record:
-                    self.summary_seen = True  # the summary: returned by run_job, not streamed
-                    return
-                if isinstance(record, dict) and isinstance(record.get("step"), int):
-                    self.last_step = record["step"]
-                    self.last_progress = at
-                    self._emit("step", line, record)
-                    return
-        self._emit("output", line)
+        event = leader_line_event(line, self.plan.total_steps)
+        if event is None:
+            self.summary_seen = True  # the summary: returned by run_job, not streamed
+            return
+        if event.kind == "step" and event.record is not None:
+            self.last_step = event.record["step"]
+            self.last_progress = at
+        self.on_event(event)
 
     # ------------------------------------------------------------------ run
 
