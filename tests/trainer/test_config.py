@@ -138,8 +138,10 @@ def test_derived_defaults():
     assert big.checkpoint.dir == "/x/checkpoints" and big.parallel.reshard_after_forward is False
     hf = load_config(
         None,
-        ["--model.name_or_path", "/models/llama", "--data.path", "d/x.jsonl"]
-        + ["--precision.mode", "fp16", "--precision.reduce_dtype", "fp16"],
+        [
+            *("--model.name_or_path", "/models/llama", "--data.path", "d/x.jsonl"),
+            *("--precision.mode", "fp16", "--precision.reduce_dtype", "fp16"),
+        ],
     )
     assert hf.model.init == "pretrained" and hf.model.tokenizer == "/models/llama" and hf.data.source == "jsonl"
     bench = load_config(None, ["--model.name_or_path", "/models/llama", "--data.source", "synthetic"])
