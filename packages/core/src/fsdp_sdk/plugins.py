@@ -556,7 +556,7 @@ class Plugins:
             except Exception as exc:
                 self._mark_broken(ep.name, ep.value, distribution, exc)
                 continue
-            self._distributions[ep.name] = distribution  # type: ignore[assignment]
+            self._distributions[ep.name] = distribution
 
     def _check_pending(self) -> None:
         """Unregister, one by one, plugins implementing hooks that have no specification (misspelled names)
