@@ -87,6 +87,15 @@ def test_invalid_object_is_refused_with_422(apiserver: FakeApiServer, kubeconfig
     assert apiserver.objects() == []
 
 
+def test_unique_submit_without_a_plugin_set_uses_the_process_one(apiserver: FakeApiServer, kubeconfig: Path) -> None:
+    # JobClient(config) as the module docstring shows it: no plugins given, so the process-wide set resolves
+    # the renamed configuration.
+    config = Config.from_dict({"job": {"registry": REGISTRY}, "trainer": {"model": {"preset": "tiny"}}})
+    ref = JobClient(config, kubeconfig=kubeconfig).submit(unique=True)
+    assert ref.name.startswith("fsdp-") and ref.name != "fsdp"
+    assert apiserver.get("kubeflow.org/v1", "PyTorchJob", ref.name)["metadata"]["name"] == ref.name
+
+
 def _conditions(*types: str) -> list[dict]:
     return [{"type": t, "status": "True", "reason": t, "message": f"job is {t.lower()}"} for t in types]
 

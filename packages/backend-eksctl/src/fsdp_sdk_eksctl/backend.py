@@ -22,7 +22,7 @@ Ctrl-C stops eksctl and leaves a state from which ``up`` continues or ``down`` c
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -375,7 +375,7 @@ class EksctlBackend(ClusterBackend):
             raise BackendError(f"{error}; {hint}") from error
 
 
-def _yaml(document: dict[str, Any]) -> str:
+def _yaml(document: Mapping[str, Any]) -> str:
     import yaml  # imported here: the CLI starts without it
 
     header = "# Written by fsdp-sdk (backend eksctl): the ClusterConfig of the applied plan.\n"

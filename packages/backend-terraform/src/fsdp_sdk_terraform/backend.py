@@ -366,7 +366,7 @@ class TerraformBackend(ClusterBackend):
         backend = backend_block(config, settings)
         if not workdir.has_configuration():
             if settings.remote_state:  # the cluster may have been made from another machine: ask EKS
-                details = {"workdir": str(workdir.path), "state": state_location(workdir.path, backend)}
+                details: dict[str, Any] = {"workdir": str(workdir.path), "state": state_location(workdir.path, backend)}
                 found = self._from_eks(config, _DEFAULT_OUTPUTS | {"cluster_name": config.cluster.name}, details)
                 if found.state != "degraded" or "cluster_status" in found.details:
                     return found
@@ -378,7 +378,7 @@ class TerraformBackend(ClusterBackend):
         if not workdir.initialised():
             runner.init()  # S3 state read from another machine, or an up interrupted before init
         outputs = runner.outputs()
-        details: dict[str, Any] = {
+        details = {
             "workdir": str(workdir.path),
             "state": state_location(workdir.path, backend),
             "outputs": {key: outputs[key] for key in _STATUS_OUTPUTS if key in outputs},

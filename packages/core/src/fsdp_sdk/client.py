@@ -38,7 +38,7 @@ from fsdp_sdk.config import Config, Setting, load_config, parse_trainer_args
 from fsdp_sdk.errors import BackendError, ConfigError, RunError
 from fsdp_sdk.plugins import PluginInfo, Plugins, get_plugins
 from fsdp_sdk.preflight import PreflightResult, raise_for_failures
-from fsdp_sdk.runs import JobRef, RunEvent, RunResult, leader_line_event
+from fsdp_sdk.runs import JobRef, RecordedRun, RunEvent, RunResult, leader_line_event
 
 if TYPE_CHECKING:
     from fsdp_sdk.aws.pricing import Price
@@ -71,7 +71,7 @@ class JobLayer(Protocol):
         """
         ...
 
-    def stop(self, job: JobRef) -> Any:
+    def stop(self, job: JobRef) -> object:
         """Delete the job and its pods."""
         ...
 
@@ -269,7 +269,7 @@ class Client:
             # The backend priced the GPU nodes from the table (us-east-1, dated); AWS answers for this region.
             price = self.hourly_price(config)
             table = self.config.instance(self.loaded_plugins).on_demand_usd_per_hour
-            if price.source == "price-list-api" and cost is not None and table:
+            if price.source == "price-list-api" and price.usd_per_hour is not None and cost is not None and table:
                 cost = cost - table * config.cluster.nodes + price.usd_per_hour * config.cluster.nodes
                 details["price"] = price.describe()
         estimate = self._side_estimate(config)
@@ -863,7 +863,7 @@ class Client:
             self.progress(f"estimate skipped: {exc}")
             return None
 
-    def runs(self) -> list[Any]:
+    def runs(self) -> Sequence[RecordedRun]:
         """The runs of this cluster's backend that it keeps records of, oldest first (the local backend's).
 
         :raises ConfigError: the backend keeps no run records (Kubernetes jobs: ``jobs.list()``).

@@ -67,7 +67,7 @@ def _parse(text: str) -> Iterator[tuple[str, str, bool, int, str]]:
         name, start, first = match.group("name"), position + match.end(), line
         quote = text[start] if start < len(text) else ""
         if quote in ("'", '"'):
-            value, cursor = [], start + 1
+            chars, cursor = [], start + 1
             while True:
                 if cursor >= len(text):
                     raise _LineError(first, f"has a {quote} quote that is never closed", stripped)
@@ -77,23 +77,23 @@ def _parse(text: str) -> Iterator[tuple[str, str, bool, int, str]]:
                 if char == "\\" and cursor + 1 < len(text):
                     following = text[cursor + 1]
                     if quote == "'" and following in "\\'":
-                        value.append(following)
+                        chars.append(following)
                         cursor += 2
                         continue
                     if quote == '"' and following in _DOUBLE_ESCAPES:
-                        value.append(_DOUBLE_ESCAPES[following])
+                        chars.append(_DOUBLE_ESCAPES[following])
                         cursor += 2
                         continue
                 if char == "\n":
                     line += 1
-                value.append(char)
+                chars.append(char)
                 cursor += 1
             end = text.find("\n", cursor)
             end = len(text) if end < 0 else end
             rest = text[cursor + 1 : end].strip()
             if rest and not rest.startswith("#"):
                 raise _LineError(first, f"has text after the closing {quote} quote", stripped)
-            yield name, "".join(value), quote == "'", first, text[position:end]
+            yield name, "".join(chars), quote == "'", first, text[position:end]
         else:
             raw = text[start:end]
             comment = re.search(r"[ \t]#", raw)

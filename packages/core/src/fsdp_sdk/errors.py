@@ -11,6 +11,8 @@ CLI at start-up and by every plugin.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 __all__ = [
     "BackendError",
     "ConfigError",
@@ -61,7 +63,8 @@ class ConfigError(FsdpSdkError):
             message += f"; {fix}"
         super().__init__(" ".join(message.split()))  # always one line
 
-    def __reduce__(self):  # keep pickling (multiprocessing, pytest-xdist) working
+    def __reduce__(self) -> tuple[Callable[..., ConfigError], tuple[str, str, str | None, str | None]]:
+        # keep pickling (multiprocessing, pytest-xdist) working
         return (_rebuild_config_error, (self.field, self.problem, self.fix, self.source))
 
 

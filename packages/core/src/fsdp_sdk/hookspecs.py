@@ -162,7 +162,7 @@ def fsdp_sdk_job_image(config: Config) -> str | None:
 
 
 @hookspec
-def fsdp_sdk_monitoring_components(config: Config) -> list[MonitoringComponent]:
+def fsdp_sdk_monitoring_components(config: Config) -> list[MonitoringComponent] | None:
     """Describe monitoring components to install on a cluster.
 
     Each :class:`~fsdp_sdk.monitoring.MonitoringComponent` carries the plain
@@ -170,12 +170,12 @@ def fsdp_sdk_monitoring_components(config: Config) -> list[MonitoringComponent]:
     Components are applied when ``observability.enabled`` is true.
 
     :param config: the resolved configuration.
-    :return: the components this plugin contributes (an empty list for none).
+    :return: the components this plugin contributes (an empty list, or ``None``, for none).
     """
 
 
 @hookspec
-def fsdp_sdk_preflight(config: Config, action: str) -> list[PreflightResult]:
+def fsdp_sdk_preflight(config: Config, action: str) -> list[PreflightResult] | None:
     """Check that what an action needs is in place before it starts.
 
     Called before ``up`` (and ``up --dry-run``, ``Client.plan()``), ``run`` and

@@ -21,6 +21,7 @@ import dataclasses
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TypedDict
 
 from fsdp_sdk.errors import PluginError
 from fsdp_sdk.hookspecs import hookimpl
@@ -170,10 +171,17 @@ class InstanceTypeRegistry(NamedRegistry[InstanceType]):
         return iter(sorted(self._entries.values(), key=lambda t: t.name))
 
 
-_NVLINK3 = {"intra_node_link": "NVLink 3", "intra_node_gbytes_per_s": 300.0}
-_NVLINK4 = {"intra_node_link": "NVLink 4", "intra_node_gbytes_per_s": 450.0}
-_PCIE4 = {"intra_node_link": "PCIe Gen4", "intra_node_gbytes_per_s": 25.0}
-_PCIE3 = {"intra_node_link": "PCIe Gen3", "intra_node_gbytes_per_s": 12.0}
+class _IntraNodeLink(TypedDict):
+    """The two :class:`InstanceType` fields that describe the GPUs' link inside a node."""
+
+    intra_node_link: str
+    intra_node_gbytes_per_s: float
+
+
+_NVLINK3: _IntraNodeLink = {"intra_node_link": "NVLink 3", "intra_node_gbytes_per_s": 300.0}
+_NVLINK4: _IntraNodeLink = {"intra_node_link": "NVLink 4", "intra_node_gbytes_per_s": 450.0}
+_PCIE4: _IntraNodeLink = {"intra_node_link": "PCIe Gen4", "intra_node_gbytes_per_s": 25.0}
+_PCIE3: _IntraNodeLink = {"intra_node_link": "PCIe Gen3", "intra_node_gbytes_per_s": 12.0}
 
 BUILTIN_INSTANCE_TYPES: tuple[InstanceType, ...] = (
     InstanceType(

@@ -54,6 +54,8 @@ if TYPE_CHECKING:
 
     R = TypeVar("R", bound=NamedRegistry[Any])
 
+_Item = TypeVar("_Item")
+
 __all__ = [
     "DEFAULT_PLUGINS",
     "DISABLE_AUTOLOAD_ENV",
@@ -313,9 +315,9 @@ class PluginHooks:
 
         return self._collect("fsdp_sdk_preflight", PreflightResult, config=config, action=action)
 
-    def _collect(self, hook_name: str, item_type: type[Any], **kwargs: Any) -> list[Any]:
+    def _collect(self, hook_name: str, item_type: type[_Item], **kwargs: Any) -> list[_Item]:
         """Every implementation's list of ``item_type`` records, in registration order (None counts as none)."""
-        items: list[Any] = []
+        items: list[_Item] = []
         for impl in self._impls(hook_name):
             result = self._call(impl, hook_name, **kwargs)
             if result is None:
@@ -556,7 +558,7 @@ class Plugins:
             except Exception as exc:
                 self._mark_broken(ep.name, ep.value, distribution, exc)
                 continue
-            self._distributions[ep.name] = distribution  # type: ignore[assignment]
+            self._distributions[ep.name] = distribution
 
     def _check_pending(self) -> None:
         """Unregister, one by one, plugins implementing hooks that have no specification (misspelled names)

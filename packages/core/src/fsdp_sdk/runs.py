@@ -1,14 +1,15 @@
 """Records that describe training jobs: :class:`JobRef` (what identifies one), :class:`RunEvent` (what happens
-while it runs) and :class:`RunResult` (how it ended)."""
+while it runs), :class:`RunResult` (how it ended) and :class:`RecordedRun` (what a backend that keeps run records
+lists)."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-__all__ = ["JobRef", "RunEvent", "RunResult", "leader_line_event"]
+__all__ = ["JobRef", "RecordedRun", "RunEvent", "RunResult", "leader_line_event"]
 
 
 @dataclass(frozen=True)
@@ -109,3 +110,55 @@ class RunResult:
             "dry_run": self.dry_run,
             **({"extra": self.extra} if self.extra else {}),
         }
+
+
+class RecordedRun(Protocol):
+    """One run that a backend keeps a record of (:meth:`fsdp_sdk.backends.base.ClusterBackend.runs`,
+    :meth:`fsdp_sdk.Client.runs`): the fields ``fsdp-sdk runs`` lists.
+
+    The local backend's :class:`~fsdp_sdk.backends.local.records.RunRecord` is one.
+    """
+
+    @property
+    def run_id(self) -> str:
+        """The run's id."""
+        ...
+
+    @property
+    def state(self) -> str:
+        """``running``, ``succeeded``, ``failed``, ``interrupted`` or ``lost``."""
+        ...
+
+    @property
+    def steps(self) -> int | None:
+        """The last finished step."""
+        ...
+
+    @property
+    def total_steps(self) -> int | None:
+        """``train.steps``."""
+        ...
+
+    @property
+    def final_loss(self) -> float | None:
+        """The loss of the last finished step."""
+        ...
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        """Training throughput."""
+        ...
+
+    @property
+    def duration_s(self) -> float:
+        """Seconds from the latest start to the end (or to now while running)."""
+        ...
+
+    @property
+    def output_dir(self) -> str:
+        """The trainer's output directory."""
+        ...
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict with at least the fields above."""
+        ...

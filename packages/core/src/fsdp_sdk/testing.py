@@ -33,20 +33,20 @@ import contextlib
 import dataclasses
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import pytest
 
-from fsdp_sdk.backends.base import ClusterBackend, ClusterStatus, Plan
+from fsdp_sdk.backends.base import BackendRegistry, ClusterBackend, ClusterStatus, Plan
 from fsdp_sdk.config import Config
 from fsdp_sdk.errors import BackendError, ConfigError
 from fsdp_sdk.hookspecs import hookimpl
 from fsdp_sdk.instance_types import InstanceType, InstanceTypeRegistry
 from fsdp_sdk.plugins import DEFAULT_PLUGINS, ENTRY_POINT_GROUP, Plugins, build_plugins
 
-__all__ = ["BackendConformance", "InstanceTypePluginConformance", "snapshot"]
+__all__ = ["BackendConformance", "InstanceTypePlugin", "InstanceTypePluginConformance", "snapshot"]
 
 _STATES = {"absent", "pending", "ready", "degraded"}
 
@@ -77,7 +77,7 @@ class BackendConformance:
     #: The plugin (usually a module) that registers :attr:`backend_class`; None when it is a default plugin.
     plugin: ClassVar[object | None] = None
     #: Settings on top of the defaults, by dotted path (``cluster.backend`` and ``cluster.state_dir`` are set for you).
-    config_overrides: ClassVar[dict[str, Any]] = {}
+    config_overrides: ClassVar[Mapping[str, Any]] = {}
     #: Run the real lifecycle test (up, status, scale, down).
     lifecycle: ClassVar[bool] = False
     #: Nodes to scale to in the lifecycle test.
@@ -96,7 +96,7 @@ class BackendConformance:
 
             class _Register:
                 @hookimpl
-                def fsdp_sdk_register_backends(self, registry: Any) -> None:
+                def fsdp_sdk_register_backends(self, registry: BackendRegistry) -> None:
                     registry.add(backend_class)
 
             plugins.register(_Register(), name=f"conformance-{backend_class.name}")
@@ -202,6 +202,14 @@ class BackendConformance:
         assert backend.down(config).state == "absent", "down() on an absent cluster is not an error"
 
 
+class InstanceTypePlugin(Protocol):
+    """A plugin that registers instance types: a module (or object) with this hook implementation."""
+
+    def fsdp_sdk_register_instance_types(self, registry: InstanceTypeRegistry) -> None:
+        """Add the plugin's instance types to ``registry``."""
+        ...
+
+
 class InstanceTypePluginConformance:
     """What every plugin implementing ``fsdp_sdk_register_instance_types`` must do.
 
@@ -211,7 +219,7 @@ class InstanceTypePluginConformance:
     """
 
     #: The plugin under test.
-    plugin: ClassVar[object]
+    plugin: ClassVar[InstanceTypePlugin]
     #: Names the plugin must register.
     expected_names: ClassVar[tuple[str, ...]] = ()
     #: The plugin's entry-point name; when set, the installed entry point must load :attr:`plugin`.
@@ -220,7 +228,7 @@ class InstanceTypePluginConformance:
     def registered(self) -> list[InstanceType]:
         """The types the plugin registers into an empty registry."""
         registry = InstanceTypeRegistry()
-        self.plugin.fsdp_sdk_register_instance_types(registry=registry)  # type: ignore[attr-defined]
+        self.plugin.fsdp_sdk_register_instance_types(registry=registry)
         return list(registry)
 
     def test_registers_instance_types(self) -> None:
@@ -232,6 +240,7 @@ class InstanceTypePluginConformance:
     def test_instance_types_are_frozen(self) -> None:
         for instance_type in self.registered():
             with pytest.raises(dataclasses.FrozenInstanceError):
+                # writing a frozen field on purpose: the test expects the refusal mypy also sees
                 instance_type.gpu_count = 0  # type: ignore[misc]
 
     def test_figures_are_plausible(self) -> None:

@@ -94,7 +94,7 @@ def grafana_objects(config: Config) -> list[dict[str, Any]]:
                 "type": "Opaque",
             }
         )
-        user = {"name": "GF_SECURITY_ADMIN_USER", "value": settings.grafana_admin_user}
+        user: dict[str, Any] = {"name": "GF_SECURITY_ADMIN_USER", "value": settings.grafana_admin_user}
     else:
         user = {
             "name": "GF_SECURITY_ADMIN_USER",

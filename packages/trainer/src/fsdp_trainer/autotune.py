@@ -132,7 +132,7 @@ class Shape:
             "head_dim",
             "tie_word_embeddings",
         )
-        spec = {k: (hf.get(k) if isinstance(hf, dict) else getattr(hf, k, None)) for k in keys}
+        spec: dict[str, Any] = {k: (hf.get(k) if isinstance(hf, dict) else getattr(hf, k, None)) for k in keys}
         return cls(
             vocab=spec["vocab_size"],
             hidden=spec["hidden_size"],

@@ -354,7 +354,7 @@ class TrainerConfig:
 
     def _validate(self) -> None:
         m, d, t, par = self.model, self.data, self.train, self.parallel
-        positive = {
+        positive: dict[str, float] = {
             "--data.seq_len": d.seq_len,
             "--train.steps": t.steps,
             "--train.micro_batch_size": t.micro_batch_size,
@@ -368,7 +368,7 @@ class TrainerConfig:
         for flag, value in positive.items():
             if value <= 0:
                 raise ConfigError(f"{flag}: must be positive (got {value})")
-        non_negative = {
+        non_negative: dict[str, float] = {
             "--train.warmup_steps": t.warmup_steps,
             "--train.weight_decay": t.weight_decay,
             "--train.max_grad_norm": t.max_grad_norm,
@@ -577,11 +577,10 @@ def load_config(path: str | None, overrides: list[str]) -> TrainerConfig:
 def help_text() -> str:
     """The option reference shown by ``fsdp-train --help`` (also the README's config reference)."""
     lines = []
-    defaults = TrainerConfig.__dataclass_fields__
     for name, sec in options.sections(TrainerConfig):
         lines.append(f"\n{flag_prefix(name)}: {options.field_docs(TrainerConfig)[name]}")
         hints = options.field_types(sec)
-        default_obj = defaults[name].default_factory()  # type: ignore[misc]
+        default_obj = sec()  # each section field is field(default_factory=<its section class>)
         for f in dataclasses.fields(sec):
             default = getattr(default_obj, f.name)
             lines.append(f"  --{flag_prefix(name)}.{f.name} {options.type_label(hints[f.name])} (default: {default})")

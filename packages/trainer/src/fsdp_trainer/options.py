@@ -33,7 +33,8 @@ def field_docs(cls: type) -> dict[str, str]:
     import textwrap
 
     source = textwrap.dedent(inspect.getsource(cls))
-    body = ast.parse(source).body[0].body  # type: ignore[attr-defined]
+    node = ast.parse(source).body[0]
+    body = node.body if isinstance(node, ast.ClassDef) else []
     docs: dict[str, str] = {}
     for node, nxt in zip(body, [*body[1:], None], strict=True):
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):

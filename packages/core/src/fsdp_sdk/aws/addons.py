@@ -58,7 +58,8 @@ def _clients(region: str, clients: Mapping[str, Any] | None) -> tuple[Any, Any]:
 def _describe(eks: Any, cluster: str, name: str) -> dict[str, Any] | None:
     try:
         with aws_errors("eks", f"describe the {name} add-on"):
-            return eks.describe_addon(clusterName=cluster, addonName=name)["addon"]
+            addon: dict[str, Any] = eks.describe_addon(clusterName=cluster, addonName=name)["addon"]
+            return addon
     except BackendError as error:
         if getattr(error, "code", "") == "ResourceNotFoundException":
             return None

@@ -21,9 +21,12 @@ import functools
 import os
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fsdp_sdk.errors import BackendError, ConfigError, FsdpSdkError
+
+if TYPE_CHECKING:
+    from boto3.session import Session
 
 __all__ = ["AwsError", "aws_client", "aws_errors", "aws_session", "error_code", "reset_sessions", "translate"]
 
@@ -69,13 +72,13 @@ class AwsError(BackendError):
 
 
 @functools.cache
-def _session(region: str, profile: str | None) -> Any:
+def _session(region: str, profile: str | None) -> Session:
     import boto3  # imported on first use: the CLI starts without it
 
     return boto3.session.Session(region_name=region, profile_name=profile)
 
 
-def aws_session(region: str) -> Any:
+def aws_session(region: str) -> Session:
     """The boto3 session for ``region`` (and ``$AWS_PROFILE``), created on first use.
 
     :raises ConfigError: the profile named by ``AWS_PROFILE`` does not exist.
@@ -96,8 +99,10 @@ def aws_session(region: str) -> Any:
 def _client(service: str, region: str, profile: str | None) -> Any:
     from botocore.config import Config
 
-    retries = {"max_attempts": 6, "mode": "adaptive"}
-    return _session(region, profile).client(service, config=Config(retries=retries, user_agent_extra="fsdp-sdk"))
+    config = Config(retries={"max_attempts": 6, "mode": "adaptive"}, user_agent_extra="fsdp-sdk")
+    # boto3-stubs types client() per literal service name (client classes we do not install); here it is a string
+    session: Any = _session(region, profile)
+    return session.client(service, config=config)
 
 
 def aws_client(service: str, region: str) -> Any:

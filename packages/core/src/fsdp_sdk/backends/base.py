@@ -23,7 +23,7 @@ from fsdp_sdk.registry import NamedRegistry
 if TYPE_CHECKING:
     from fsdp_sdk.config import Config
     from fsdp_sdk.preflight import PreflightResult
-    from fsdp_sdk.runs import JobRef, RunEvent, RunResult
+    from fsdp_sdk.runs import JobRef, RecordedRun, RunEvent, RunResult
 
 __all__ = [
     "BackendRegistry",
@@ -301,11 +301,11 @@ class ClusterBackend(ABC):
         """
         raise NotImplementedError(f"backend {self.name!r} runs jobs through Kubernetes, not run_job()")
 
-    def runs(self, config: Config) -> list[Any]:
+    def runs(self, config: Config) -> Sequence[RecordedRun]:
         """The runs this backend keeps records of, oldest first; only for backends with :attr:`runs_jobs`.
 
-        Each has ``to_dict()`` with at least ``run_id``, ``state``, ``steps``, ``final_loss``,
-        ``tokens_per_s``, ``duration_s`` and ``output_dir``.
+        Each has ``run_id``, ``state``, ``steps``, ``total_steps``, ``final_loss``, ``tokens_per_s``,
+        ``duration_s`` and ``output_dir``, and ``to_dict()`` with at least those.
         """
         raise NotImplementedError(f"backend {self.name!r} keeps no run records; use 'fsdp-sdk job list'")
 
@@ -366,7 +366,7 @@ class BackendRegistry(NamedRegistry["type[ClusterBackend] | str"]):
         who = self._owners[name]
         module_name, _, attr = target.partition(":")
         try:
-            cls = getattr(importlib.import_module(module_name), attr)
+            cls: type[ClusterBackend] = getattr(importlib.import_module(module_name), attr)  # checked below
         except (ImportError, AttributeError) as exc:
             raise PluginError(f"plugin {who}: backend {name!r}: cannot import {target} ({exc})") from exc
         if self._check_class(cls, who) != name:

@@ -114,6 +114,7 @@ class LazyGroup(click.Group):
         self.commands[name] = command
         return command
 
+    # click overloads main() on standalone_mode (returns or exits); this one ignores standalone_mode and always exits
     def main(self, args: Sequence[str] | None = None, prog_name: str | None = None, **extra: Any) -> Any:  # type: ignore[override]
         """Run the command line and exit: one-line errors on stderr, exit 1 for failures and 2 for usage or
         configuration errors, the traceback only with ``--debug`` (or ``FSDP_SDK_DEBUG=1``).

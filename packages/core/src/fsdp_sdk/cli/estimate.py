@@ -305,7 +305,7 @@ def _echo_estimate(est: Estimate) -> None:
         click.echo(line)
     if len(est.scaling) > 1:
         click.echo()
-        rows = [
+        scaling_rows = [
             (
                 p.nodes,
                 p.gpus,
@@ -320,7 +320,7 @@ def _echo_estimate(est: Estimate) -> None:
         ]
         headers = ["nodes", "gpus", "fits", "peak GiB", "tokens/s", "per GPU", "efficiency", "$/B tokens"]
         click.echo("weak scaling (the same per-GPU batch):")
-        click.echo(table(headers, rows))
+        click.echo(table(headers, scaling_rows))
     click.echo()
     click.echo("assumptions:")
     for line in est.assumptions:

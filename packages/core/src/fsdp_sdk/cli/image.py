@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from fsdp_sdk.cli.application import Application
-from fsdp_sdk.cli.options import common_options, setting
+from fsdp_sdk.cli.options import F, common_options, setting
 
 __all__ = ["image"]
 
@@ -20,7 +20,8 @@ _TOOL = click.option(
 )
 
 
-def _image_options(function):  # type: ignore[no-untyped-def]
+def _image_options(function: F) -> F:
+    """Add ``--tag`` and ``--image`` (``job.tag``, ``job.image``) to a command."""
     function = click.option(
         "--tag", metavar="TAG", expose_value=False, callback=setting("job.tag"), help="Image tag (job.tag)."
     )(function)

@@ -28,7 +28,8 @@ def format_global_options_apart(command: click.Command) -> None:
     after the command's own options, so the options that matter for the command come first."""
 
     def format_options(self: click.Command, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        own, shared = [], []
+        own: list[tuple[str, str]] = []
+        shared: list[tuple[str, str]] = []
         for param in self.get_params(ctx):
             record = param.get_help_record(ctx)
             if record is not None:
@@ -42,6 +43,7 @@ def format_global_options_apart(command: click.Command) -> None:
         if isinstance(self, click.Group):
             self.format_commands(ctx, formatter)
 
+    # one command object's help layout, not its class's: mypy refuses assigning to a method, on purpose here
     command.format_options = types.MethodType(format_options, command)  # type: ignore[method-assign]
     if isinstance(command, click.Group):
         for sub in command.commands.values():

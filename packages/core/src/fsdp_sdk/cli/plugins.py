@@ -69,7 +69,7 @@ def plugins(app: Application, as_json: bool) -> None:
                 )
             )
         if conflicts:
-            rows = [
+            conflict_rows = [
                 (
                     f"{c.kind} {c.name}",
                     " and ".join(loaded.describe(p) for p in sorted(set(c.plugins))),
@@ -78,7 +78,7 @@ def plugins(app: Application, as_json: bool) -> None:
                 for c in conflicts
             ]
             click.echo()
-            click.echo(table(["conflict", "registered by", "outcome"], rows))
+            click.echo(table(["conflict", "registered by", "outcome"], conflict_rows))
     for problem in problems:
         click.echo(f"Error: {problem}", err=True)
     broken = [i.name for i in infos if i.broken]

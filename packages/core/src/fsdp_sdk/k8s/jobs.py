@@ -31,6 +31,7 @@ when the timeout passed.
 
 from __future__ import annotations
 
+import builtins
 import copy
 import json
 import os
@@ -314,13 +315,14 @@ class JobClient:
             refused an object.
         """
         from fsdp_sdk.config import Setting
+        from fsdp_sdk.plugins import get_plugins
         from fsdp_sdk.runs import JobRef
 
         if unique:
             suffix = "".join(secrets.choice(_SUFFIX_ALPHABET) for _ in range(5))
             name = f"{(config or self.config).job.name}-{suffix}"
             renamed = (config or self.config).with_overrides([Setting("job.name", name, "--unique", "command line")])
-            config = renamed.resolved(self.plugins, validate_trainer=False)
+            config = renamed.resolved(self.plugins or get_plugins(), validate_trainer=False)
         if config is not None and config is not self.config:
             other = self._with(config)
             ref = other.submit(run_id=run_id, create_secret=create_secret, api=api, dry_run=dry_run, replace=replace)
@@ -568,7 +570,7 @@ class JobClient:
             raise RunError(f"job {name} succeeded but its leader printed no JSON summary line")
         return summary
 
-    def pods(self, job: JobRef | str | None = None, *, api: str | None = None) -> list[dict[str, Any]]:
+    def pods(self, job: JobRef | str | None = None, *, api: str | None = None) -> builtins.list[dict[str, Any]]:
         """The job's pods, by the operator's job-name label."""
         _, _, label = self._api(api)
         return self.kube.list("v1", "Pod", self.namespace, label_selector=f"{label}={self._name(job)}")
@@ -657,7 +659,7 @@ class JobClient:
             result.rendezvous_keys, result.rendezvous_error = self._clear_rendezvous(obj, status)
         return result
 
-    def _clear_rendezvous(self, obj: dict[str, Any], status: JobStatus) -> tuple[list[str], str | None]:
+    def _clear_rendezvous(self, obj: dict[str, Any], status: JobStatus) -> tuple[builtins.list[str], str | None]:
         """Delete the job's rendezvous keys in etcd: ``(keys deleted, problem)``."""
         from fsdp_sdk.rendezvous import EtcdV2, clear_rendezvous
 

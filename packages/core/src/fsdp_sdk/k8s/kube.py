@@ -24,6 +24,7 @@ built from the API server's ``Status`` object.
 from __future__ import annotations
 
 import base64
+import builtins
 import json
 import os
 import tempfile
@@ -484,7 +485,7 @@ class Kube:
         namespace: str | None = None,
         *,
         label_selector: str | None = None,
-    ) -> tuple[list[dict[str, Any]], str | None]:
+    ) -> tuple[builtins.list[dict[str, Any]], str | None]:
         """Like :meth:`list`, with the list's ``resourceVersion`` (where a :meth:`watch` of the same objects starts)."""
         res, dynamic_res = self._resource(api_version, kind)
         namespace = namespace if res.namespaced else None
@@ -732,7 +733,7 @@ def _transport_detail(error: BaseException) -> str:
     detail: BaseException = error
     for _ in range(5):
         reason = getattr(detail, "reason", None)
-        args = getattr(detail, "args", ())
+        args: tuple[object, ...] = getattr(detail, "args", ())
         if isinstance(reason, BaseException):
             detail = reason
         elif len(args) >= 2 and isinstance(args[1], BaseException):
@@ -757,7 +758,7 @@ def _dynamic_client(api_client: Any, policy: RetryPolicy) -> Any:
 
     timeout = (min(CONNECT_TIMEOUT_S, policy.request_timeout), policy.request_timeout)
 
-    class MemoryDiscoverer(LazyDiscoverer):  # type: ignore[misc]
+    class MemoryDiscoverer(LazyDiscoverer):
         """Discovery for the life of this connection: read from the server, never from or to a file."""
 
         def __init__(self, client: Any, cache_file: Any) -> None:
@@ -767,7 +768,7 @@ def _dynamic_client(api_client: Any, policy: RetryPolicy) -> Any:
         def _write_cache(self) -> None:
             pass
 
-    class TimedDynamicClient(DynamicClient):  # type: ignore[misc]
+    class TimedDynamicClient(DynamicClient):
         """Every request gets a timeout unless it brings its own (discovery calls bring none)."""
 
         def request(self, method: str, path: str, body: Any = None, **params: Any) -> Any:

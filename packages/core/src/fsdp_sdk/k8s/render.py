@@ -321,8 +321,9 @@ def _command(config: Config) -> tuple[list[str], list[str]]:
 
 def _resources(config: Config, instance: InstanceType) -> dict[str, dict[str, int]]:
     amounts = {instance.accelerator_resource: config.job.gpu_per_worker or 0}
-    if (config.job.efa_per_worker or 0) > 0:
-        amounts["vpc.amazonaws.com/efa"] = config.job.efa_per_worker
+    efa = config.job.efa_per_worker or 0
+    if efa > 0:
+        amounts["vpc.amazonaws.com/efa"] = efa
     return {"limits": dict(amounts), "requests": dict(amounts)}
 
 

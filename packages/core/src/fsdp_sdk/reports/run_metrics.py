@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,7 +38,7 @@ GPU_FIELDS = {
 }
 
 
-def _mean(values: list[float]) -> float | None:
+def _mean(values: Iterable[float | None]) -> float | None:
     finite = [v for v in values if v is not None and math.isfinite(v)]
     return statistics.fmean(finite) if finite else None
 

@@ -199,7 +199,7 @@ class LocalBackend(ClusterBackend):
         local = self.state(config)
         state, damage = local.read_or_none()
         if damage is not None:
-            details = {
+            details: dict[str, Any] = {
                 "state_file": str(local.path),
                 "problem": damage.problem,
                 "fix": "fsdp-sdk down (or up) repairs it",
@@ -207,7 +207,7 @@ class LocalBackend(ClusterBackend):
             return ClusterStatus(self.name, config.cluster.name, "degraded", 0, None, details)
         if state is None:
             return ClusterStatus(self.name, config.cluster.name, "absent")
-        details: dict[str, Any] = {
+        details = {
             "state_file": str(local.path),
             "rdzv_backend": state.get("rdzv_backend"),
             "runs_dir": str(local.runs_dir),
