@@ -187,7 +187,7 @@ def test_the_cli_names_the_distribution_of_a_failing_render_hook(tmp_path: Path)
         "launcher",
     )
     result = run_cli("job", "render", "--set", "job.registry=r.example.com/t", env={"PYTHONPATH": str(site)})
-    assert (result.returncode, result.stdout) == (1, "")
+    assert (result.returncode, result.stdout) == (2, "")  # PluginError: fix what is installed
     assert result.stderr.strip() == (
         "Error: plugin 'launcher' (from launcher_plugin 1.0): fsdp_sdk_render_job failed: KeyError: 'Launcher' "
         "(a bug in the plugin: report it to its author, or uninstall the plugin)"

@@ -35,7 +35,7 @@ def eksctl_env(aws: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Ite
     from fsdp_sdk_eksctl import plugin
 
     work = tmp_path / "work"
-    work.mkdir()
+    work.mkdir(exist_ok=True)  # tests/reliability makes it too
     monkeypatch.chdir(work)
     for name in list(os.environ):
         if name.startswith("FSDP_SDK_") or name == "KUBECONFIG":

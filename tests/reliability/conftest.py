@@ -41,6 +41,11 @@ from typing import Any
 
 import pytest
 
+# The cluster backends' fault tests (test_eksctl_faults.py, test_terraform_faults.py) belong to this suite; their
+# fixtures stay beside the rest of each backend's tests.
+from eksctl.conftest import answers, apiserver, eksctl_env, tools  # noqa: F401
+from terraform.conftest import local_config, local_configuration, plugins, terraform_env  # noqa: F401
+
 ROOT = Path(__file__).resolve().parents[2]
 #: The console script installed next to this interpreter.
 FSDP_SDK = str(Path(sys.executable).with_name("fsdp-sdk"))

@@ -7,16 +7,81 @@ the working directory holds only the files the case wrote, and no process was st
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
 from fsdp_sdk.cli import cli
-from fsdp_sdk.plugins import reset_plugins
+from fsdp_sdk.hookspecs import hookimpl
+from fsdp_sdk.instance_types import InstanceType
+from fsdp_sdk.monitoring import MonitoringComponent
+from fsdp_sdk.plugins import get_plugins, reset_plugins
+
+
+# Misbehaving plugins, registered as "misbehaving" for the cases that name them.
+class BackendsHookRaises:
+    @hookimpl
+    def fsdp_sdk_register_backends(self, registry: Any) -> None:
+        raise RuntimeError("cannot import the cloud's SDK")
+
+
+class RegistersAnInvalidInstanceType:
+    @hookimpl
+    def fsdp_sdk_register_instance_types(self, registry: Any) -> None:
+        registry.add(
+            InstanceType(
+                name="x9.big",
+                gpu_count=0,
+                gpu_model="X",
+                gpu_memory_gib=80,
+                efa_interfaces=0,
+                vcpus=8,
+                memory_gib=64,
+                bf16_tflops_per_gpu=100,
+                on_demand_usd_per_hour=1.0,
+            )
+        )
+
+
+class SettingsWithoutDefaults:
+    @hookimpl
+    def fsdp_sdk_register_settings(self, registry: Any) -> None:
+        @dataclasses.dataclass
+        class Section:
+            endpoint: str
+
+        registry.add("misbehaving", Section)
+
+
+class RenderHookRaises:
+    @hookimpl
+    def fsdp_sdk_render_job(self, config: Any, objects: list[dict[str, Any]]) -> None:
+        raise KeyError("spec")
+
+
+class RendersAnObjectWithoutKind:
+    @hookimpl
+    def fsdp_sdk_render_job(self, config: Any, objects: list[dict[str, Any]]) -> None:
+        objects.append({"metadata": {"name": "x"}})
+
+
+class PreflightHookRaises:
+    @hookimpl
+    def fsdp_sdk_preflight(self, config: Any, action: str) -> None:
+        raise RuntimeError("the quota API is down")
+
+
+class MonitoringComponentWithoutName:
+    @hookimpl
+    def fsdp_sdk_monitoring_components(self, config: Any) -> list[MonitoringComponent]:
+        objects = [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {}}]
+        return [MonitoringComponent(name="exporter", description="an exporter", objects=objects)]
 
 
 @dataclass(frozen=True)
@@ -28,6 +93,9 @@ class Case:
     expected: str
     files: dict[str, str] = field(default_factory=dict)
     environ: dict[str, str] = field(default_factory=dict)
+    plugin: type | None = None
+    #: warning lines about the misbehaving plugin allowed before the error line
+    warnings: int = 0
 
 
 YAML = "c.yaml"
@@ -324,9 +392,59 @@ CASES = [
         'job.command (from --set): "torchrun \'x" cannot be split into words',
     ),
     Case(
-        "flag-state-dir-nul",
+        "flag-kubernetes-version",
         ("config", "show", "--set", "cluster.kubernetes_version=latest"),
         "cluster.kubernetes_version (from --set): 'latest' is not a Kubernetes minor version",
+    ),
+    # misbehaving plugins
+    Case(
+        "plugin-backends-hook-raises",
+        ("up", "--backend", "broken", "--dry-run"),
+        "--backend (from command line): unknown backend 'broken'; use one of: local (fsdp-sdk plugins lists them); "
+        "plugin misbehaving failed to register its backends (fsdp-sdk plugins says why)",
+        plugin=BackendsHookRaises,
+        warnings=1,
+    ),
+    Case(
+        "plugin-invalid-instance-type",
+        ("up", "--dry-run", "--set", "cluster.instance_type=x9.big"),
+        "cluster.instance_type (from --set): unknown instance type 'x9.big'",
+        plugin=RegistersAnInvalidInstanceType,
+        warnings=1,
+    ),
+    Case(
+        "plugin-settings-without-defaults",
+        ("config", "show", "-c", YAML),
+        "misbehaving (from c.yaml): unknown setting",
+        {YAML: "misbehaving:\n  endpoint: x\n"},
+        plugin=SettingsWithoutDefaults,
+        warnings=1,
+    ),
+    Case(
+        "plugin-render-hook-raises",
+        ("job", "render"),
+        "plugin 'misbehaving': fsdp_sdk_render_job failed: KeyError: 'spec' (a bug in the plugin: report it to its "
+        "author, or uninstall the plugin)",
+        plugin=RenderHookRaises,
+    ),
+    Case(
+        "plugin-renders-object-without-kind",
+        ("job", "render"),
+        "plugin 'misbehaving': fsdp_sdk_render_job left objects[1] without apiVersion or kind",
+        plugin=RendersAnObjectWithoutKind,
+    ),
+    Case(
+        "plugin-preflight-hook-raises",
+        ("up", "--dry-run"),
+        "plugin 'misbehaving': fsdp_sdk_preflight failed: RuntimeError: the quota API is down",
+        plugin=PreflightHookRaises,
+    ),
+    Case(
+        "plugin-monitoring-component-without-name",
+        ("monitor", "install", "--dry-run"),
+        "plugin 'misbehaving': fsdp_sdk_monitoring_components: monitoring component 'exporter': a ConfigMap has no "
+        "metadata.name",
+        plugin=MonitoringComponentWithoutName,
     ),
     # trainer flags (after --)
     Case(
@@ -390,11 +508,14 @@ def test_bad_input_is_one_line_exit_2_and_creates_nothing(
         (isolated / name).write_text(text)
     for name, value in case.environ.items():
         monkeypatch.setenv(name, value)
+    if case.plugin is not None:
+        get_plugins().register(case.plugin(), name="misbehaving")
     before = _children()
     result = CliRunner().invoke(cli, list(case.args), prog_name="fsdp-sdk")
     lines = result.stderr.strip().splitlines()
     assert result.exit_code == 2, (result.exit_code, result.output)
-    assert len(lines) == 1 and lines[0].startswith(f"Error: {case.expected}"), result.stderr
+    assert len(lines) == 1 + case.warnings and lines[-1].startswith(f"Error: {case.expected}"), result.stderr
+    assert all(line.startswith("fsdp-sdk: warning: plugin 'misbehaving': ") for line in lines[:-1]), result.stderr
     assert not (tmp_path / "state").exists(), "a refused input must not create the state directory"
     assert sorted(p.name for p in isolated.iterdir()) == sorted(case.files), "a refused input must not write files"
     assert _children() <= before, "a refused input must not start processes"
@@ -402,4 +523,4 @@ def test_bad_input_is_one_line_exit_2_and_creates_nothing(
 
 def test_there_are_at_least_fifty_cases_from_every_source() -> None:
     prefixes = {c.id.split("-", 1)[0] for c in CASES}
-    assert len(CASES) >= 50 and {"yaml", "env", "environ", "flag", "trainer"} <= prefixes
+    assert len(CASES) >= 50 and {"yaml", "env", "environ", "flag", "trainer", "plugin"} <= prefixes

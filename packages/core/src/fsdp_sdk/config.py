@@ -574,12 +574,7 @@ class Config:
                 raise self._error("cluster.instance_type", *plugins.explain(conflict))
             close = difflib.get_close_matches(name, registry.names(), n=1)
             hint = f"did you mean {close[0]}? " if close else ""
-            failed = plugins.registration_failures("fsdp_sdk_register_instance_types")
-            also = (
-                f"; plugin {', '.join(failed)} failed to register its types (fsdp-sdk plugins says why)"
-                if failed
-                else ""
-            )
+            also = plugins.failed_registrations_note("fsdp_sdk_register_instance_types", "types")
             raise self._error(
                 "cluster.instance_type",
                 f"unknown instance type {name!r}",
@@ -610,7 +605,9 @@ class Config:
             conflict = plugins.backends.conflict(cluster.backend)
             if conflict is not None:
                 raise new._error("cluster.backend", *plugins.explain(conflict))
-            raise new._error("cluster.backend", *plugins.backends.unknown(cluster.backend))
+            problem, fix = plugins.backends.unknown(cluster.backend)
+            fix += plugins.failed_registrations_note("fsdp_sdk_register_backends", "backends")
+            raise new._error("cluster.backend", problem, fix)
         instance = new.instance(plugins)
 
         if job.gpu_per_worker is None:

@@ -76,8 +76,12 @@ class PluginError(FsdpSdkError, ValueError):
     """A plugin could not be loaded or registered something invalid (a duplicate name, a bad class).
 
     It is also a :class:`ValueError`, the conventional error of registries that
-    refuse a duplicate name.
+    refuse a duplicate name. Exit status 2, like a configuration error: the way out
+    is a change to what is installed (update, disable or uninstall the plugin), not
+    running the same command again.
     """
+
+    exit_code = 2
 
 
 class BackendError(FsdpSdkError):

@@ -158,6 +158,11 @@ class PluginHooks:
         """Call one implementation with the arguments it asks for; an unexpected exception names the plugin."""
         try:
             return impl.function(**{name: kwargs[name] for name in impl.argnames})
+        except PluginError as exc:
+            if str(exc).startswith("plugin "):
+                raise
+            # something the plugin built refused it (a MonitoringComponent, an InstanceType...): say whose it is
+            raise PluginError(f"plugin {self._describe(impl.plugin_name)}: {hook_name}: {exc}") from exc
         except FsdpSdkError:
             raise
         except Exception as exc:
@@ -451,6 +456,14 @@ class Plugins:
             for plugin, messages in self._failures.items()
             if hook_name is None or any(m.startswith(f"{hook_name} ") for m in messages)
         }
+
+    def failed_registrations_note(self, hook_name: str, what: str) -> str:
+        """``"; plugin X failed to register its <what> (...)"`` when a plugin's ``hook_name`` failed, else ``""``: the
+        end of an "unknown backend / instance type" error, which may be the one that plugin would have added."""
+        failed = self.registration_failures(hook_name)
+        if not failed:
+            return ""
+        return f"; plugin {', '.join(failed)} failed to register its {what} (fsdp-sdk plugins says why)"
 
     def _registration_failed(self, plugin: str, hook_name: str, error: BaseException) -> None:
         reason = " ".join(str(error).split())

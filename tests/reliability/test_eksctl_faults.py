@@ -12,11 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from eksctl.helpers import AwsAnswers, Tools, aws_resources
 from fsdp_sdk_eksctl.state import StateDir
 from k8s.fake_apiserver import FakeApiServer
 from k8s.tools import cli
-
-from .helpers import AwsAnswers, Tools, aws_resources
 
 pytestmark = pytest.mark.usefixtures("eksctl_env", "answers")
 
