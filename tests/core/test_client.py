@@ -45,8 +45,10 @@ def test_the_kubernetes_seam_is_not_for_the_local_backend() -> None:
 
 def test_trainer_arguments_must_look_like_trainer_options() -> None:
     client = Client.from_sources()
-    with pytest.raises(ConfigError, match=r"^--train\.steps: is not a trainer option"):
+    with pytest.raises(ConfigError, match=r"^--train\.steps: needs a value; give one: --train\.steps VALUE"):
         client.run(trainer_args=["--train.steps"], dry_run=True)
+    with pytest.raises(ConfigError, match=r"^steps: is not a trainer option"):
+        client.run(trainer_args=["steps", "3"], dry_run=True)
 
 
 def test_the_trainers_auto_shorthand_passes_through() -> None:

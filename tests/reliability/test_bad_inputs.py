@@ -450,7 +450,7 @@ CASES = [
     Case(
         "trainer-flag-missing-value",
         ("run", "--dry-run", "--", "--train.steps"),
-        "--train.steps: is not a trainer option",
+        "--train.steps: needs a value; give one: --train.steps VALUE (or --train.steps=VALUE)",
     ),
     Case("trainer-flag-not-an-option", ("run", "--dry-run", "--", "steps", "3"), "steps: is not a trainer option"),
     Case(

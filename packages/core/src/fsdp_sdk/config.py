@@ -816,6 +816,8 @@ def parse_trainer_args(args: Sequence[str]) -> list[Setting]:
         elif key and i + 1 < len(args):
             value = args[i + 1]
             i += 2
+        elif key.count(".") >= 1 and all(key.split(".")):
+            raise ConfigError(arg, "needs a value", f"give one: {arg} VALUE (or {arg}=VALUE)")
         else:
             raise ConfigError(arg, "is not a trainer option", "pass trainer options as --section.field VALUE after --")
         if key.count(".") < 1 or not all(key.split(".")):
