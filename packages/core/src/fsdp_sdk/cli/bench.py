@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from fsdp_sdk.cli.application import Application
-from fsdp_sdk.cli.options import common_options, json_option, setting
+from fsdp_sdk.cli.options import common_options, json_option, trainer_options
 
 __all__ = ["bench"]
 
@@ -24,27 +24,7 @@ def bench() -> None:
     type=click.Path(file_okay=False),
     help="Directory of the results (scaling.json, scaling.csv, scaling.png); a sweep recorded there is continued.",
 )
-@click.option(
-    "--nproc-per-node",
-    type=click.IntRange(min=1),
-    expose_value=False,
-    callback=setting("job.nproc_per_node"),
-    help="Trainer processes per node (job.nproc_per_node; default: GPUs per node, 1 locally).",
-)
-@click.option(
-    "--preset",
-    metavar="NAME",
-    expose_value=False,
-    callback=setting("trainer.model.preset"),
-    help="Model preset (trainer.model.preset).",
-)
-@click.option(
-    "--steps",
-    type=click.IntRange(min=1),
-    expose_value=False,
-    callback=setting("trainer.train.steps"),
-    help="Optimizer steps per point (trainer.train.steps).",
-)
+@trainer_options("Optimizer steps per point (trainer.train.steps).")
 @click.option("--restart", is_flag=True, help="Discard the points recorded in --out and measure every count again.")
 @click.option("--retry-failed", is_flag=True, help="Run the recorded failed points again.")
 @click.option("--force", is_flag=True, help="Run points the estimate says will not fit in the GPUs' memory.")

@@ -184,6 +184,42 @@ def debug_option(function: F) -> F:
     )(function)
 
 
+def trainer_options(steps_help: str = "Optimizer steps (trainer.train.steps).") -> Callable[[F], F]:
+    """``--nproc-per-node``, ``--preset`` and ``--steps``: the trainer settings ``run`` and ``bench scale`` take
+    as flags (each one a ``--set`` of its setting)."""
+
+    def decorate(function: F) -> F:
+        options = [
+            click.option(
+                "--nproc-per-node",
+                type=click.IntRange(min=1),
+                expose_value=False,
+                callback=setting("job.nproc_per_node"),
+                help="Trainer processes per node (job.nproc_per_node; default: GPUs per node, 1 locally).",
+            ),
+            click.option(
+                "--preset",
+                shell_complete=complete_presets,
+                metavar="NAME",
+                expose_value=False,
+                callback=setting("trainer.model.preset"),
+                help="Model preset (trainer.model.preset), e.g. tiny.",
+            ),
+            click.option(
+                "--steps",
+                type=click.IntRange(min=1),
+                expose_value=False,
+                callback=setting("trainer.train.steps"),
+                help=steps_help,
+            ),
+        ]
+        for option in reversed(options):
+            function = option(function)
+        return function
+
+    return decorate
+
+
 def json_option(function: F) -> F:
     """``--json``: print the result as JSON on stdout."""
     return click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")(function)

@@ -10,7 +10,7 @@ import time
 import click
 
 from fsdp_sdk.cli.application import Application
-from fsdp_sdk.cli.options import common_options, complete_presets, dry_run_option, json_option, setting
+from fsdp_sdk.cli.options import common_options, dry_run_option, json_option, setting, trainer_options
 
 
 @click.command(short_help="Run the FSDP trainer and print its summary.")
@@ -22,28 +22,7 @@ from fsdp_sdk.cli.options import common_options, complete_presets, dry_run_optio
     callback=setting("job.num_workers"),
     help="Workers (nodes; locally, simulated nodes) for this run (job.num_workers).",
 )
-@click.option(
-    "--nproc-per-node",
-    type=click.IntRange(min=1),
-    expose_value=False,
-    callback=setting("job.nproc_per_node"),
-    help="Trainer processes per node (job.nproc_per_node; default: GPUs per node, 1 locally).",
-)
-@click.option(
-    "--preset",
-    shell_complete=complete_presets,
-    metavar="NAME",
-    expose_value=False,
-    callback=setting("trainer.model.preset"),
-    help="Model preset (trainer.model.preset), e.g. tiny.",
-)
-@click.option(
-    "--steps",
-    type=click.IntRange(min=1),
-    expose_value=False,
-    callback=setting("trainer.train.steps"),
-    help="Optimizer steps (trainer.train.steps).",
-)
+@trainer_options()
 @click.option(
     "--name",
     "--run-id",
