@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from fsdp_sdk.cli.application import Application
-from fsdp_sdk.cli.options import common_options, json_option, setting
+from fsdp_sdk.cli.options import common_options, json_option, setting, setting_option
 
 if TYPE_CHECKING:
     from fsdp_sdk.estimate import Estimate
@@ -36,88 +36,76 @@ def _job_options(function: F) -> F:
             help="Preset (llama2-70b...) or a Hugging Face config.json / "
             "model directory; default: trainer.model.preset or trainer.model.name_or_path.",
         ),
-        click.option(
+        setting_option(
             "--instance-type",
             metavar="TYPE",
-            expose_value=False,
-            callback=setting("cluster.instance_type"),
+            path="cluster.instance_type",
             help="Instance type of the nodes (cluster.instance_type); any registered one.",
         ),
-        click.option(
+        setting_option(
             "--nodes",
             type=click.IntRange(min=1),
-            expose_value=False,
-            callback=setting("job.num_workers"),
+            path="job.num_workers",
             help="Nodes of the job (job.num_workers).",
         ),
-        click.option(
+        setting_option(
             "--gpus-per-node",
             type=click.IntRange(min=1),
-            expose_value=False,
-            callback=setting("job.nproc_per_node"),
+            path="job.nproc_per_node",
             help="GPUs (trainer processes) per node (job.nproc_per_node; default: all of the type's).",
         ),
-        click.option(
+        setting_option(
             "--api",
             type=click.Choice(["fsdp2", "fsdp1"]),
-            expose_value=False,
-            callback=setting("trainer.parallel.api"),
+            path="trainer.parallel.api",
             help="FSDP API (trainer parallel.api).",
         ),
-        click.option(
+        setting_option(
             "--sharding",
             type=click.Choice(["full_shard", "hybrid_shard", "shard_grad_op", "no_shard"], case_sensitive=False),
-            expose_value=False,
-            callback=setting("trainer.parallel.sharding"),
+            path="trainer.parallel.sharding",
             help="Sharding strategy (trainer parallel.sharding).",
         ),
-        click.option(
+        setting_option(
             "--precision",
             type=click.Choice(["bf16", "fp16", "fp32"]),
-            expose_value=False,
-            callback=setting("trainer.precision.mode"),
+            path="trainer.precision.mode",
             help="Training precision (trainer precision.mode).",
         ),
-        click.option(
+        setting_option(
             "--reduce-dtype",
             type=click.Choice(["bf16", "fp32"]),
-            expose_value=False,
-            callback=setting("trainer.precision.reduce_dtype"),
+            path="trainer.precision.reduce_dtype",
             help="Gradient reduction dtype (trainer precision.reduce_dtype; default fp32).",
         ),
-        click.option(
+        setting_option(
             "--ac",
             type=click.Choice(["none", "selective", "full"]),
-            expose_value=False,
-            callback=setting("trainer.ac.mode"),
+            path="trainer.ac.mode",
             help="Activation checkpointing (trainer ac.mode).",
         ),
-        click.option(
+        setting_option(
             "--ac-every",
             type=click.IntRange(min=1),
-            expose_value=False,
-            callback=setting("trainer.ac.every"),
+            path="trainer.ac.every",
             help="selective: one block in N is checkpointed (trainer ac.every).",
         ),
-        click.option(
+        setting_option(
             "--micro-batch",
             type=click.IntRange(min=1),
-            expose_value=False,
-            callback=setting("trainer.train.micro_batch_size"),
+            path="trainer.train.micro_batch_size",
             help="Sequences per GPU per forward (trainer train.micro_batch_size).",
         ),
-        click.option(
+        setting_option(
             "--grad-accum",
             type=click.IntRange(min=1),
-            expose_value=False,
-            callback=setting("trainer.train.grad_accum_steps"),
+            path="trainer.train.grad_accum_steps",
             help="Micro-batches per optimizer step (trainer train.grad_accum_steps).",
         ),
-        click.option(
+        setting_option(
             "--seq-len",
             type=click.IntRange(min=1),
-            expose_value=False,
-            callback=setting("trainer.data.seq_len"),
+            path="trainer.data.seq_len",
             help="Tokens per sequence (trainer data.seq_len).",
         ),
         click.option(
@@ -127,20 +115,18 @@ def _job_options(function: F) -> F:
             callback=_both("trainer.compile.enabled", "trainer.compile.loss"),
             help="Compiled blocks and loss (trainer compile.enabled and compile.loss).",
         ),
-        click.option(
+        setting_option(
             "--fp8/--no-fp8",
             default=None,
-            expose_value=False,
-            callback=setting("trainer.fp8.enabled"),
+            path="trainer.fp8.enabled",
             help="Float8 linears (trainer fp8.enabled; Hopper-class GPUs).",
         ),
-        click.option(
+        setting_option(
             "--auto",
             "auto",
             is_flag=True,
             default=None,
-            expose_value=False,
-            callback=setting("trainer.auto.enabled"),
+            path="trainer.auto.enabled",
             help="Let the trainer's --auto choose micro-batch, checkpointing and compile, as it would here.",
         ),
         click.option(

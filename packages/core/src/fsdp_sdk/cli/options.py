@@ -136,13 +136,12 @@ def common_options(function: F) -> F:
             callback=_store("env_file"),
             help="A .env file with the original scripts' variables (NUM_WORKERS, INSTANCE_TYPE...). Default: ./.env if present.",
         ),
-        click.option(
+        setting_option(
             "--backend",
             cls=GlobalOption,
             metavar="NAME",
             shell_complete=complete_backends,
-            expose_value=False,
-            callback=setting("cluster.backend"),
+            path="cluster.backend",
             help="Cluster backend (cluster.backend; default: local). 'fsdp-sdk plugins' lists them.",
         ),
         click.option(
@@ -184,32 +183,34 @@ def debug_option(function: F) -> F:
     )(function)
 
 
+def setting_option(*flags: str, path: str, help: str, **kwargs: Any) -> Callable[[F], F]:
+    """A flag that is a ``--set`` of one configuration setting (``path``): no parameter of its own."""
+    return click.option(*flags, expose_value=False, callback=setting(path), help=help, **kwargs)
+
+
 def trainer_options(steps_help: str = "Optimizer steps (trainer.train.steps).") -> Callable[[F], F]:
     """``--nproc-per-node``, ``--preset`` and ``--steps``: the trainer settings ``run`` and ``bench scale`` take
     as flags (each one a ``--set`` of its setting)."""
 
     def decorate(function: F) -> F:
         options = [
-            click.option(
+            setting_option(
                 "--nproc-per-node",
                 type=click.IntRange(min=1),
-                expose_value=False,
-                callback=setting("job.nproc_per_node"),
+                path="job.nproc_per_node",
                 help="Trainer processes per node (job.nproc_per_node; default: GPUs per node, 1 locally).",
             ),
-            click.option(
+            setting_option(
                 "--preset",
                 shell_complete=complete_presets,
                 metavar="NAME",
-                expose_value=False,
-                callback=setting("trainer.model.preset"),
+                path="trainer.model.preset",
                 help="Model preset (trainer.model.preset), e.g. tiny.",
             ),
-            click.option(
+            setting_option(
                 "--steps",
                 type=click.IntRange(min=1),
-                expose_value=False,
-                callback=setting("trainer.train.steps"),
+                path="trainer.train.steps",
                 help=steps_help,
             ),
         ]
@@ -242,12 +243,11 @@ def kube_options(function: F) -> F:
             callback=_store("kube_context"),
             help="kubeconfig context (default: the current one).",
         ),
-        click.option(
+        setting_option(
             "-n",
             "--namespace",
             metavar="NS",
-            expose_value=False,
-            callback=setting("job.namespace"),
+            path="job.namespace",
             help="Kubernetes namespace (job.namespace; default: default).",
         ),
     ]
