@@ -38,7 +38,6 @@ from fsdp_sdk.config import Config, Setting, load_config, parse_trainer_args
 from fsdp_sdk.errors import BackendError, ConfigError, RunError
 from fsdp_sdk.plugins import PluginInfo, Plugins, get_plugins
 from fsdp_sdk.preflight import PreflightResult, raise_for_failures
-from fsdp_sdk.runs import JobRef, RecordedRun, RunEvent, RunResult, leader_line_event
 
 if TYPE_CHECKING:
     from fsdp_sdk.aws.pricing import Price
@@ -49,6 +48,7 @@ if TYPE_CHECKING:
     from fsdp_sdk.k8s.monitoring import Monitoring
     from fsdp_sdk.k8s.prereqs import Prereqs, PrereqStatus
     from fsdp_sdk.monitoring import MonitoringComponent
+    from fsdp_sdk.runs import JobRef, RecordedRun, RunEvent, RunResult
 
 __all__ = ["Client", "JobLayer", "parse_trainer_args"]
 
@@ -719,6 +719,8 @@ class Client:
         jobs = self.jobs
         job = jobs.submit(config, run_id=run_id, dry_run=dry_run)
         if dry_run:
+            from fsdp_sdk.runs import RunResult
+
             return RunResult(job, {}, dry_run=True)
         if on_started is not None:
             on_started(job)
@@ -733,6 +735,8 @@ class Client:
         if not isinstance(summary, dict):
             raise RunError(f"job {job.name}: finished without a trainer summary")
         hooks.job_finished(config, job, True, summary)
+        from fsdp_sdk.runs import RunResult
+
         return RunResult(job, summary)
 
     # ------------------------------------------------------------------ estimates
@@ -889,6 +893,8 @@ class Client:
 
 def _events_from_lines(on_event: Callable[[RunEvent], None], config: Config) -> Callable[[str], None]:
     """Turn the leader's log lines of a Kubernetes job into the run events a local run gives."""
+    from fsdp_sdk.runs import leader_line_event
+
     steps = (config.trainer.get("train") or {}).get("steps")
     total = steps if isinstance(steps, int) else None
 
