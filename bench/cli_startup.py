@@ -61,17 +61,27 @@ def console_script() -> list[str]:
     return [str(script)]
 
 
-def time_command(command: list[str], runs: int, env: dict[str, str], cwd: str) -> list[float]:
-    """Wall-clock seconds of ``runs`` executions (after one unmeasured warm-up run)."""
-    timings = []
-    for i in range(runs + 1):
-        start = time.perf_counter()
-        result = subprocess.run(command, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        elapsed = time.perf_counter() - start
-        if result.returncode != 0:
-            sys.exit(f"{' '.join(command)} failed ({result.returncode}): {result.stderr.decode()[-500:]}")
-        if i:
-            timings.append(elapsed)
+def run_once(command: list[str], env: dict[str, str], cwd: str) -> float:
+    """Wall-clock seconds of one execution."""
+    start = time.perf_counter()
+    result = subprocess.run(command, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    elapsed = time.perf_counter() - start
+    if result.returncode != 0:
+        sys.exit(f"{' '.join(command)} failed ({result.returncode}): {result.stderr.decode()[-500:]}")
+    return elapsed
+
+
+def time_commands(
+    cases: dict[str, list[str]], where: dict[str, str], runs: int, env: dict[str, str]
+) -> dict[str, list[float]]:
+    """``runs`` timings of each case after one unmeasured warm-up, taken in turn (one run of each case, then
+    the next round) so that a slow spell of a shared machine falls on every case alike."""
+    timings: dict[str, list[float]] = {name: [] for name in cases}
+    for round_ in range(runs + 1):
+        for name, command in cases.items():
+            elapsed = run_once(command, env, where[name])
+            if round_:
+                timings[name].append(elapsed)
     return timings
 
 
@@ -97,9 +107,8 @@ def main() -> None:
         where = {name: cwd for name in cases}
         cases["fsdp-sdk config show (seed .env)"] = [*script, "config", "show"]
         where["fsdp-sdk config show (seed .env)"] = seed
-        medians = {
-            name: statistics.median(time_command(cmd, args.runs, env, where[name])) for name, cmd in cases.items()
-        }
+        timings = time_commands(cases, where, args.runs, env)
+        medians = {name: statistics.median(values) for name, values in timings.items()}
 
     floor = medians["python -c 'import click, pluggy'"]
     ratios = {name: value / floor for name, value in medians.items()}

@@ -5,8 +5,11 @@ from __future__ import annotations
 import importlib.metadata
 import inspect
 import json
+import os
 import re
+import shutil
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -20,7 +23,7 @@ from fsdp_sdk.instance_types import InstanceType
 from fsdp_sdk.plugins import DEFAULT_PLUGINS, build_plugins, get_plugins
 from fsdp_sdk.testing import InstanceTypePluginConformance
 
-from .conftest import run_cli
+from .conftest import install_distribution, run_cli
 
 LOOKUP_HOOKS = {"fsdp_sdk_job_image"}
 
@@ -121,6 +124,58 @@ def test_entry_point_scan_agrees_with_importlib_metadata(example_plugin: Path) -
         ours = {(ep.name, ep.value) for ep in entry_points(group)}
         reference = {(ep.name, ep.value) for ep in importlib.metadata.entry_points(group=group)}
         assert ours == reference, group
+
+
+def _settle(directory: Path, age_s: float) -> None:
+    """Date the directory back (each call to a new time), as if its last change were ``age_s`` seconds ago."""
+    then = time.time_ns() - int(age_s * 1e9)
+    os.utime(directory, ns=(then, then))
+
+
+def test_entry_points_are_cached_until_a_distribution_comes_or_goes(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("FSDP_SDK_NO_CACHE", raising=False)
+    site = tmp_path / "site"
+    site.mkdir()
+
+    def names() -> set[str]:
+        return {ep.name for ep in entry_points("fsdp_sdk", [str(site)])}
+
+    install_distribution(site, "first-plugin", "first_plugin", "", "first")
+    _settle(site, 60)
+    assert names() == {"first"}
+    cache = json.loads((tmp_path / "cache" / "fsdp-sdk" / "entry-points.json").read_text())
+    assert [row[1] for row in cache["dirs"][str(site)]["listing"]] == ["first_plugin"]
+    # an edit inside a distribution's metadata leaves the directory's time alone: the cache answers
+    (site / "first_plugin-1.0.dist-info" / "entry_points.txt").write_text("[fsdp_sdk]\nrenamed = first_plugin\n")
+    assert names() == {"first"}
+    # an install or a removal changes the directory: it is read again
+    install_distribution(site, "second-plugin", "second_plugin", "", "second")
+    _settle(site, 50)
+    assert names() == {"renamed", "second"}
+    shutil.rmtree(site / "second_plugin-1.0.dist-info")
+    _settle(site, 40)
+    assert names() == {"renamed"}
+    # a directory changed a moment ago is read, not cached: it may change again within its clock tick
+    install_distribution(site, "third-plugin", "third_plugin", "", "third")
+    assert names() == {"renamed", "third"}
+    (site / "third_plugin-1.0.dist-info" / "entry_points.txt").write_text("[fsdp_sdk]\nthird-renamed = x\n")
+    assert names() == {"renamed", "third-renamed"}
+
+
+def test_entry_points_without_a_usable_cache(tmp_path: Path, monkeypatch) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    install_distribution(site, "first-plugin", "first_plugin", "", "first")
+    _settle(site, 60)
+    blocked = tmp_path / "not-a-directory"
+    blocked.write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))  # the cache cannot be written: only slower
+    assert [ep.name for ep in entry_points("fsdp_sdk", [str(site)])] == ["first"]
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("FSDP_SDK_NO_CACHE", "1")
+    assert [ep.name for ep in entry_points("fsdp_sdk", [str(site)])] == ["first"]
+    assert not (tmp_path / "cache").exists()
 
 
 def test_example_plugin_is_loaded_through_its_entry_point(example_plugin: Path) -> None:

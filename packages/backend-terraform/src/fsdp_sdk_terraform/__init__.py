@@ -18,11 +18,24 @@ cluster under ``<cluster.state_dir>/terraform/<cluster>/``.
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    #: The EKS configuration shipped with the package.
+    CONFIGURATION_DIR: Path
 
 __version__ = "0.1.0"
 
-#: The EKS configuration shipped with the package.
-CONFIGURATION_DIR = Path(__file__).with_name("configuration")
-
 __all__ = ["CONFIGURATION_DIR", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    # CONFIGURATION_DIR is computed on first use: the entry point imports this package on every start of the
+    # CLI (--help included), and pathlib is not otherwise needed there.
+    if name == "CONFIGURATION_DIR":
+        from pathlib import Path
+
+        return Path(__file__).with_name("configuration")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -179,8 +179,38 @@ _K8S_NAME = _check(
 )
 
 
-@dataclass
-class ClusterConfig:
+class _Fields:
+    """Base of the settings dataclasses (``@dataclass(eq=False, repr=False)``): ``==`` and ``repr`` from the fields,
+    defined once rather than generated per class, which every start of the CLI would pay for."""
+
+    __slots__ = ()
+
+    def _compared(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, f.name) for f in dataclasses.fields(self) if f.compare)  # type: ignore[arg-type]
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._compared() == other._compared()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        parts = [f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self) if f.repr]  # type: ignore[arg-type]
+        return type(self).__qualname__ + "(" + ", ".join(parts) + ")"
+
+
+class _FrozenFields(_Fields):
+    """:class:`_Fields` for frozen dataclasses: hashable by their fields."""
+
+    __slots__ = ()
+
+    def __hash__(self) -> int:  # type: ignore[override]  # _Fields: unhashable, as mutable dataclasses are
+        return hash(self._compared())
+
+
+@dataclass(eq=False, repr=False)
+class ClusterConfig(_Fields):
     """Where jobs run: the cluster a backend creates and manages."""
 
     name: str = field(
@@ -273,8 +303,8 @@ class ClusterConfig:
     """Where backends keep local state (``$FSDP_SDK_STATE_DIR`` or ``~/.local/state/fsdp-sdk``)."""
 
 
-@dataclass
-class JobConfig:
+@dataclass(eq=False, repr=False)
+class JobConfig(_Fields):
     """How a training job runs: image, workers, rendezvous, environment."""
 
     name: str = field(default="fsdp", metadata={**_dotenv("JOB_NAME"), **_K8S_NAME})
@@ -351,8 +381,8 @@ class JobConfig:
     (``/local``), which keeps them across restarts on the same node."""
 
 
-@dataclass
-class ObservabilityConfig:
+@dataclass(eq=False, repr=False)
+class ObservabilityConfig(_Fields):
     """Monitoring installed on the cluster."""
 
     enabled: bool = False
@@ -367,8 +397,8 @@ class ObservabilityConfig:
     cluster when it installs the components (false when it cannot ask)."""
 
 
-@dataclass(frozen=True)
-class Origin:
+@dataclass(frozen=True, eq=False, repr=False)
+class Origin(_FrozenFields):
     """Where a setting's value came from.
 
     :param name: the setting as the user wrote it (``NUM_WORKERS``, ``job.num_workers``, ``--nodes``).
@@ -379,8 +409,8 @@ class Origin:
     source: str
 
 
-@dataclass(frozen=True)
-class Setting:
+@dataclass(frozen=True, eq=False, repr=False)
+class Setting(_FrozenFields):
     """One value from one source, before conversion.
 
     :param path: dotted configuration path, e.g. ``job.num_workers`` or ``trainer.model.preset``.
@@ -474,8 +504,8 @@ DOTENV_NAMES: dict[str, str] = {
 DOTENV_NAMES["MODEL_NAME"] = "trainer.model.name_or_path"
 
 
-@dataclass
-class Config:
+@dataclass(eq=False, repr=False)
+class Config(_Fields):
     """The whole configuration: cluster, job, trainer and observability settings.
 
     Build one with :func:`load_config` (all sources) or directly; call

@@ -7,14 +7,24 @@ parser), as much as starting click itself, so this module reads the
 directories on ``sys.path`` directly. The semantics follow
 :func:`importlib.metadata.entry_points`: the first distribution of a given
 (normalised) name on the path wins; tests check both agree.
+
+Reading those files costs a few milliseconds per start on a full environment
+(one ``open`` per installed distribution), so what a directory holds is cached
+in ``$XDG_CACHE_HOME/fsdp-sdk/entry-points.json`` (``~/.cache`` by default),
+keyed by the directory's modification time: installing or removing a
+distribution adds or deletes its metadata directory, which changes that time,
+and the directory is read again. ``FSDP_SDK_NO_CACHE=1`` reads every time. An
+unwritable cache directory only costs the reading.
 """
 
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import re
 import sys
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -76,31 +86,101 @@ def _parse(text: str, group: str) -> list[tuple[str, str]]:
     return pairs
 
 
+#: A directory's distributions, in path order: (normalised name, name, version, entry_points.txt or None).
+_Listing = list[tuple[str, str, str, str | None]]
+_CACHE_VERSION = 1
+#: Directories the cache remembers (``sys.path`` differs between environments and, with ``python -c``, by
+#: working directory): the most recently read ones are kept.
+_CACHE_DIRECTORIES = 64
+_SETTLED_NS = 2_000_000_000
+
+
+def _cache_file() -> str | None:
+    if os.environ.get("FSDP_SDK_NO_CACHE", "") not in ("", "0"):
+        return None
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "fsdp-sdk", "entry-points.json")
+
+
+def _read_cache(path: str | None) -> dict[str, Any]:
+    if path is None:
+        return {}
+    try:
+        with open(path, encoding="utf-8") as file:
+            data = json.load(file)
+    except (OSError, ValueError):
+        return {}
+    return data["dirs"] if isinstance(data, dict) and data.get("version") == _CACHE_VERSION else {}
+
+
+def _write_cache(path: str, dirs: dict[str, Any]) -> None:
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        temporary = f"{path}.{os.getpid()}.tmp"
+        with open(temporary, "w", encoding="utf-8") as file:
+            json.dump({"version": _CACHE_VERSION, "dirs": dirs}, file)
+        os.replace(temporary, path)  # atomic: a concurrent start reads the old cache or the new one
+    except OSError:
+        pass
+
+
+def _list_directory(directory: str) -> _Listing:
+    """Every distribution whose metadata directory is in ``directory``, in name order, with its entry points."""
+    try:
+        entries = sorted(os.scandir(directory or "."), key=lambda e: e.name)
+    except OSError:
+        return []
+    listing: _Listing = []
+    for entry in entries:
+        if not entry.name.endswith(_SUFFIXES):
+            continue
+        name, version = _split_dir_name(entry.name.rsplit(".", 1)[0])
+        try:
+            with open(os.path.join(entry.path, "entry_points.txt"), encoding="utf-8") as file:
+                text: str | None = file.read()
+        except OSError:  # no entry points, or an egg-info file rather than a directory
+            text = None
+        listing.append((_normalise(name), name, version, text))
+    return listing
+
+
 def entry_points(group: str, path: Iterable[str] | None = None) -> list[EntryPoint]:
     """Every entry point of ``group`` declared by the distributions on ``path``.
 
     :param group: the entry-point group, e.g. ``fsdp_sdk``.
     :param path: directories to search; defaults to ``sys.path``.
     """
+    cache_file = _cache_file()
+    cached = _read_cache(cache_file)
+    fresh: dict[str, Any] = {}
+    changed = False
     seen: set[str] = set()
     found: list[EntryPoint] = []
     for directory in sys.path if path is None else path:
+        key = os.path.abspath(directory or ".")
         try:
-            entries = sorted(os.scandir(directory or "."), key=lambda e: e.name)
+            mtime = os.stat(key).st_mtime_ns
         except OSError:
             continue
-        for entry in entries:
-            if not entry.name.endswith(_SUFFIXES):
+        hit = cached.get(key)
+        if isinstance(hit, dict) and hit.get("mtime_ns") == mtime:
+            listing = [(row[0], row[1], row[2], row[3]) for row in hit["listing"]]
+            fresh[key] = hit
+        else:
+            listing = _list_directory(key)
+            # A directory changed in the last seconds may change again within its timestamp's granularity
+            # (file times tick with the kernel's clock): read it again next time rather than trust the time.
+            if time.time_ns() - mtime > _SETTLED_NS:
+                fresh[key] = {"mtime_ns": mtime, "listing": listing}
+                changed = True
+        for normalised, name, version, text in listing:
+            if normalised in seen:
                 continue
-            name, version = _split_dir_name(entry.name.rsplit(".", 1)[0])
-            key = _normalise(name)
-            if key in seen:
-                continue
-            seen.add(key)
-            try:
-                with open(os.path.join(entry.path, "entry_points.txt"), encoding="utf-8") as file:
-                    text = file.read()
-            except OSError:  # no entry points, or an egg-info file rather than a directory
-                continue
-            found += [EntryPoint(n, v, group, name, version) for n, v in _parse(text, group)]
+            seen.add(normalised)
+            if text is not None:
+                found += [EntryPoint(n, v, group, name, version) for n, v in _parse(text, group)]
+    if cache_file is not None and changed:
+        kept = {k: v for k, v in cached.items() if k not in fresh}
+        kept.update(fresh)
+        _write_cache(cache_file, dict(list(kept.items())[-_CACHE_DIRECTORIES:]))
     return found

@@ -7,8 +7,6 @@ are derived in ``__post_init__`` (the rule is in each docstring), so ``to_dict()
 returns the resolved config that a run actually used.
 """
 
-from __future__ import annotations
-
 import dataclasses
 import json
 from dataclasses import dataclass, field
@@ -24,8 +22,8 @@ __all__ = ["ConfigError", "TrainerConfig", "load_config"]
 Dtype = Literal["bf16", "fp16", "fp32"]
 
 
-@dataclass
-class ModelConfig:
+@dataclass(eq=False, repr=False)
+class ModelConfig(options.Section):
     preset: str = "tiny"
     """Architecture: tiny, tiny-gqa, llama2-7b, llama2-13b, llama2-70b, llama3.1-8b or llama3.1-70b (ignored when model.name_or_path is set)."""
     name_or_path: str | None = None
@@ -44,8 +42,8 @@ class ModelConfig:
     """Tokenizer directory or Hub id, or 'bytes' for the builtin byte-level tokenizer (256 bytes + BOS/EOS/PAD). Default: model.name_or_path when set, 'bytes' for tiny presets, none otherwise (synthetic data needs none)."""
 
 
-@dataclass
-class DataConfig:
+@dataclass(eq=False, repr=False)
+class DataConfig(options.Section):
     source: Literal["synthetic", "text", "jsonl", "hf"] | None = None
     """synthetic: seeded random tokens (benchmarks); text: .txt files, documents split on blank lines; jsonl: one JSON object per line (data.text_field); hf: a Hugging Face dataset (pip install fsdp-trainer[hub]). Default: jsonl when data.path ends in .jsonl, text when data.path is any other path; without data.path, text (the builtin corpus) for tiny presets without model.name_or_path, synthetic otherwise."""
     path: str | None = None
@@ -62,8 +60,8 @@ class DataConfig:
     """Seed of the sample order and of synthetic tokens. Default: train.seed."""
 
 
-@dataclass
-class TrainConfig:
+@dataclass(eq=False, repr=False)
+class TrainConfig(options.Section):
     steps: int = 100
     """Optimizer steps to run (in total, counting steps done before a resume)."""
     micro_batch_size: int = 1
@@ -96,8 +94,8 @@ class TrainConfig:
     """Print a metrics line every N steps (every step is still written to the metrics file)."""
 
 
-@dataclass
-class ParallelConfig:
+@dataclass(eq=False, repr=False)
+class ParallelConfig(options.Section):
     api: Literal["fsdp2", "fsdp1", "none"] = "fsdp2"
     """fsdp2: torch fully_shard (DTensor); fsdp1: FullyShardedDataParallel; none: a plain single-process model (a reference for parity checks; world size must be 1)."""
     sharding: Literal["full_shard", "hybrid_shard", "shard_grad_op", "no_shard"] = "full_shard"
@@ -118,8 +116,8 @@ class ParallelConfig:
     """fsdp1: rate-limit all-gathers to bound memory (fsdp2 always does)."""
 
 
-@dataclass
-class PrecisionConfig:
+@dataclass(eq=False, repr=False)
+class PrecisionConfig(options.Section):
     mode: Dtype = "bf16"
     """Training precision. bf16/fp16: parameters cast for compute, fp32 master weights and optimizer; fp16 adds a gradient scaler."""
     param_dtype: Dtype | None = None
@@ -130,8 +128,8 @@ class PrecisionConfig:
     """Where the fp32 weights live. params: the parameters are fp32 and FSDP casts them to precision.param_dtype for each all-gather; optimizer: the parameters are bf16 and the optimizer keeps the other 16 bits of each fp32 value, read and written by the Triton AdamW in the same pass (FSDP2 then skips the cast, and gradients stay bf16: less memory traffic, and the same memory as fp32 parameters; converters/master_weights.py, bench/reports/2026-11-30-llama3.1-8b-h200x2-master-weights.md). Checkpoints are the same either way. optimizer needs fsdp2, bf16, the Triton AdamW and no gradient accumulation (bf16 gradients would accumulate in bf16). auto: optimizer where those hold (GPU runs with Triton), params otherwise."""
 
 
-@dataclass
-class ActivationCheckpointConfig:
+@dataclass(eq=False, repr=False)
+class ActivationCheckpointConfig(options.Section):
     mode: Literal["none", "full", "selective"] = "none"
     """Recompute decoder blocks in backward to save activation memory: none, full (every block) or selective (every ac.every-th block)."""
     every: int = 2
@@ -140,8 +138,8 @@ class ActivationCheckpointConfig:
     """Decoder blocks, from the first, whose saved activations are copied to pinned host memory during forward and back ahead of their backward (side stream, copy engines over PCIe; converters/activation_offload.py). Frees about one block's activations each, at a small cost in speed: use it when a run does not fit otherwise (bench/reports/2026-11-30-llama3.1-8b-h200x2-activation-offload.md). CUDA only; 0: off."""
 
 
-@dataclass
-class CompileConfig:
+@dataclass(eq=False, repr=False)
+class CompileConfig(options.Section):
     enabled: bool = False
     """torch.compile each decoder block (before FSDP wraps it; FSDP1 keeps use_orig_params=True for it)."""
     loss: bool = False
@@ -150,8 +148,8 @@ class CompileConfig:
     """Activation memory what the trainer compiles keeps for backward (the blocks; also the loss with compile.loss and train.fused_loss false), as a fraction of what the compiler keeps by default (torch._functorch.config.activation_memory_budget, set for the process); below 1 it recomputes the cheapest operations in backward instead. 0.7 on Llama blocks: the RMSNorms and SiLU(gate)*up are recomputed, a third less memory per token. Use it to make room for a larger micro-batch, which pays more than the recompute costs (bench/reports/2026-11-30-llama3.1-8b-h200x2-memory-budget.md); --auto weighs it. 0 is the whole block recomputed."""
 
 
-@dataclass
-class Fp8Config:
+@dataclass(eq=False, repr=False)
+class Fp8Config(options.Section):
     enabled: bool = False
     """Float8 training of the decoder's linear layers with torchao (pip install fsdp-trainer[fp8]; converters/float8.py); needs a Hopper-class GPU (sm_89 or newer). Faster than bf16 with the loss within 1% of it (bench/reports/2026-12-01-llama2-7b-h200x2-bf16-and-fp8-throughput.md, bench/reports/2026-11-30-llama2-7b-h200-fp8-loss.md)."""
     recipe: Literal["tensorwise", "rowwise"] = "tensorwise"
@@ -160,16 +158,16 @@ class Fp8Config:
     """fsdp2 + tensorwise: all-gather weights in float8 (halves all-gather traffic; part of the fastest FP8 configuration)."""
 
 
-@dataclass
-class AutoConfig:
+@dataclass(eq=False, repr=False)
+class AutoConfig(options.Section):
     enabled: bool = False
     """Pick the fastest settings that fit in memory (--auto for short): micro-batch (keeping micro_batch_size x grad_accum_steps when either is given), activation checkpointing, compile and its memory budget, from a memory model of the architecture (bench/reports/2026-12-01-h200x2-auto.md); settings given explicitly are kept, and nothing that changes the numerics (reduce dtype, FP8) or is experimental is chosen. The choice is logged and recorded in summary.json."""
     memory_fraction: float = 0.85
     """Share of each device's memory the estimated peak may fill (the rest: CUDA context, communication buffers, allocator slack)."""
 
 
-@dataclass
-class CheckpointConfig:
+@dataclass(eq=False, repr=False)
+class CheckpointConfig(options.Section):
     enabled: bool = True
     """Save checkpoints (sharded, with torch.distributed.checkpoint). Off: no save, no resume."""
     dir: str | None = None
@@ -186,8 +184,8 @@ class CheckpointConfig:
     """Dtype of the exported weights. Default: precision.param_dtype."""
 
 
-@dataclass
-class MetricsConfig:
+@dataclass(eq=False, repr=False)
+class MetricsConfig(options.Section):
     file: str | None = None
     """Per-step JSON lines. Default: <train.output_dir>/metrics.jsonl."""
     peak_tflops: float | None = None
@@ -218,8 +216,8 @@ class MetricsConfig:
         return a, b
 
 
-@dataclass
-class RuntimeConfig:
+@dataclass(eq=False, repr=False)
+class RuntimeConfig(options.Section):
     device: Literal["auto", "cuda", "cpu"] = "auto"
     """auto: CUDA when a GPU is visible, else CPU."""
     backend: Literal["auto", "nccl", "gloo"] = "auto"
@@ -232,8 +230,8 @@ class RuntimeConfig:
     """Collective timeout in seconds (rank 0 loading a 70B checkpoint keeps the others waiting)."""
 
 
-@dataclass
-class ExperimentalConfig:
+@dataclass(eq=False, repr=False)
+class ExperimentalConfig(options.Section):
     symmetric_memory: bool = False
     """fsdp2 on GPUs: every unit's all-gathers and reduce-scatters in NCCL symmetric memory; on one node the all-gathers then run on the copy engines and leave every SM to compute (the trainer sets NCCL_CTA_POLICY=2 unless it is set). Use it for FSDP2 over several GPUs of one node: faster, numerics unchanged (bench/reports/2026-11-30-llama3.1-8b-h200x2-symmetric-memory.md). Experimental: private torch modules (experimental/symmetric_memory.py)."""
     flat_shards: bool = False
@@ -270,8 +268,8 @@ REMOVED_CHOICES = {
 FLAG_PREFIX = {"activation_checkpointing": "ac"}
 
 
-@dataclass
-class TrainerConfig:
+@dataclass(eq=False, repr=False)
+class TrainerConfig(options.Section):
     model: ModelConfig = field(default_factory=ModelConfig)
     """Which Llama and how its weights start."""
     data: DataConfig = field(default_factory=DataConfig)
@@ -471,7 +469,7 @@ class TrainerConfig:
         return None
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> TrainerConfig:
+    def from_dict(cls, d: dict[str, Any]) -> "TrainerConfig":
         """Build and validate a config from nested dicts (YAML/JSON shape); unknown keys raise ConfigError."""
         if not isinstance(d, dict):
             raise ConfigError(f"config: expected a mapping of sections, got {type(d).__name__}")

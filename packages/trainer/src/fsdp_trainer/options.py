@@ -45,6 +45,26 @@ def field_docs(cls: type) -> dict[str, str]:
     return docs
 
 
+class Section:
+    """Base of the trainer's configuration dataclasses (``@dataclass(eq=False, repr=False)``): ``==`` and ``repr``
+    from the fields, written once here rather than generated for each class. ``fsdp-sdk`` imports the trainer's
+    configuration to check its settings on every command that has some, and generating those methods for each
+    of its classes is a measurable part of that start-up."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return all(getattr(self, f.name) == getattr(other, f.name) for f in dataclasses.fields(self) if f.compare)  # type: ignore[arg-type]
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like a dataclass with eq=True
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self) if f.repr)  # type: ignore[arg-type]
+        return f"{type(self).__qualname__}({shown})"
+
+
 @functools.cache
 def field_types(cls: type) -> dict[str, Any]:
     """Resolved type hints of a dataclass's fields."""

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
-from pathlib import Path
-
 import click
 
 from fsdp_sdk.cli.application import Application
@@ -46,14 +43,14 @@ def image() -> None:
 @click.option(
     "--context",
     "context_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path(".fsdp-sdk/image"),
+    type=click.Path(file_okay=False),
+    default=".fsdp-sdk/image",
     show_default=True,
     help="Build context directory to write.",
 )
 @click.option(
     "--trainer-src",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=click.Path(file_okay=False),
     default=None,
     help="The trainer package directory (default: the installed fsdp_trainer's, or ./packages/trainer).",
 )
@@ -69,13 +66,15 @@ def image() -> None:
 def build(
     app: Application,
     tool: str | None,
-    context_dir: Path,
-    trainer_src: Path | None,
+    context_dir: str,
+    trainer_src: str | None,
     build_args: tuple[str, ...],
     dry_run: bool,
 ) -> None:
     """Write a Dockerfile and a copy of the trainer package into the build context, and build
     <job.image>:<job.tag> with docker, finch or buildah."""
+    from pathlib import Path  # imported here: --help does not need it
+
     args = {}
     for item in build_args:
         name, sep, value = item.partition("=")
@@ -83,10 +82,16 @@ def build(
             raise click.BadParameter(f"{item!r} is not NAME=VALUE", param_hint="--build-arg")
         args[name] = value
     result = app.client.build_image(
-        context=context_dir, trainer_src=trainer_src, tool=tool, build_args=args, dry_run=dry_run
+        context=Path(context_dir),
+        trainer_src=Path(trainer_src) if trainer_src else None,
+        tool=tool,
+        build_args=args,
+        dry_run=dry_run,
     )
     if dry_run:
         click.echo(result.dockerfile, nl=False)
+        import shlex
+
         click.echo(f"# would run: {shlex.join(result.command)}")
         return
     click.echo(f"built {result.image} with {result.tool} (context {result.context})")
@@ -112,6 +117,8 @@ def push(app: Application, tool: str | None, dry_run: bool) -> None:
             click.echo(f"# would create ECR repository {result.repository} (scan on push)")
         for command in result.commands:
             stdin = " (password on stdin)" if "--password-stdin" in command else ""
+            import shlex
+
             click.echo(f"# would run: {shlex.join(command)}{stdin}")
         return
     created = " (repository created)" if result.created_repository else ""

@@ -7,9 +7,7 @@ them (server-side apply), read them back, and open what they serve.
 
 from __future__ import annotations
 
-import socket
 import sys
-from pathlib import Path
 
 import click
 
@@ -20,6 +18,8 @@ __all__ = ["monitor"]
 
 
 def _free_port() -> int:
+    import socket
+
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
@@ -256,6 +256,8 @@ def export(app: Application, out: str, as_json: bool) -> None:
         raise ConfigError(
             "dashboard", "no monitoring component provisions a dashboard", "pip install fsdp-sdk-observability"
         )
+    from pathlib import Path
+
     target = Path(out)
     if target.suffix == ".json":
         if len(dashboards) > 1:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shlex
 import sys
 import time
 
@@ -110,6 +109,8 @@ def run(
             app.echo_json(result.to_dict())
             return
         click.echo(f"Would run {result.job.name} (run id {result.run_id}) on backend {result.job.backend}:")
+        import shlex
+
         for command in result.commands:
             click.echo("  " + shlex.join(command))
         for note in (result.extra.get("plan") or {}).get("notes", []):

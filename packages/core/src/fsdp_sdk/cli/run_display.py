@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from fsdp_sdk.runs import RunEvent
+if TYPE_CHECKING:
+    from fsdp_sdk.runs import RunEvent
 
 __all__ = ["PlainDisplay", "TerminalDisplay", "format_duration", "format_step", "summary_lines"]
 
