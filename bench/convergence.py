@@ -644,14 +644,20 @@ def rerun_noise(
         base = first.get((rerun["config"], rerun["seed"]))
         if base is None:
             continue
-        steps, rolling = grad_norm_departures(rerun, base, warmup)
-        noise[f"{rerun['config']}-seed{rerun['seed']}"] = {
-            "max_step_departure": max(steps, default=0.0),
-            "steps_over_tolerance": sum(1 for d in steps if d > GRAD_NORM_TOLERANCE),
-            "median_step_departure": statistics.median(steps) if steps else 0.0,
-            "max_rolling_departure": max(rolling, default=0.0),
-        }
+        noise[f"{rerun['config']}-seed{rerun['seed']}"] = departure_stats(rerun, base, warmup)
     return noise
+
+
+def departure_stats(mine: dict[str, Any], theirs: dict[str, Any], warmup: int) -> dict[str, float | int]:
+    """How far ``mine``'s gradient norms depart from ``theirs`` after the warm-up: the largest and median step
+    departures, the steps over the tolerance, and the largest departure of ``ROLLING``-step means."""
+    steps, rolling = grad_norm_departures(mine, theirs, warmup)
+    return {
+        "max_step_departure": max(steps, default=0.0),
+        "steps_over_tolerance": sum(1 for d in steps if d > GRAD_NORM_TOLERANCE),
+        "median_step_departure": statistics.median(steps) if steps else 0.0,
+        "max_rolling_departure": max(rolling, default=0.0),
+    }
 
 
 def analyze(records: list[dict[str, Any]], window: int, reruns: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -703,6 +709,15 @@ def analyze(records: list[dict[str, Any]], window: int, reruns: list[dict[str, A
             else {"departure": worst[0], "step": worst[1], "seed": worst[2]},
         }
     result["reference"] = {"mean": ref_mean, "seed_spread": spread, "warmup_steps": warmup}
+    # every run against the reference of its seed, by the measures of the rerun noise: the ablations' rows show
+    # whether turning one option off brings the step-by-step departure down to the reference's own
+    result["departures"] = {
+        f"{config}-seed{seed}": departure_stats(r, ref[seed], warmup)
+        for config, seeds in sorted(by_config.items())
+        if config != "reference"
+        for seed, r in sorted(seeds.items())
+        if seed in ref
+    }
     result["checks"].append(
         {
             "check": "every run started from the same text, tokenizer and weights, with the same hyperparameters",
@@ -890,6 +905,24 @@ def report(records: list[dict[str, Any]], result: dict[str, Any], report_path: P
             "The step-by-step gradient-norm check cannot be met by the reference against itself when the rerun's "
             "largest step departure is over 10%; the noise-aware checks above compare 10-step means, bounded by the "
             "reference rerun's own departure.",
+        ]
+    departures = result.get("departures")
+    if departures:
+        lines += [
+            "",
+            "## Gradient norms against the reference, run by run",
+            "",
+            "Each run against the reference run of its seed, by the same measures (the ablations are `fast` with one "
+            "option turned off; a component behind the step-by-step departures would show as an ablation that "
+            "departs much less than `fast`):",
+            "",
+            "| run | largest step departure | steps over 10% | median step departure | largest 10-step-mean departure |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        lines += [
+            f"| {name} | {n['max_step_departure']:.1%} | {n['steps_over_tolerance']} | "
+            f"{n['median_step_departure']:.1%} | {n['max_rolling_departure']:.1%} |"
+            for name, n in departures.items()
         ]
     lines += [
         "",

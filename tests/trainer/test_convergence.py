@@ -156,6 +156,9 @@ def test_a_same_seed_rerun_measures_the_noise_the_gradient_check_allows():
     assert [c["passed"] for c in aware] == [True] and aware[0]["check"].endswith("(10.0%)")
     literal = next(c for c in result["checks"] if "at every step" in c["check"])
     assert not literal["passed"]  # the step-by-step check fails on the noise the rerun shows the reference has too
+    # every run against the reference of its seed, by the rerun's measures (where an ablation would stand out)
+    assert result["departures"]["fast-seed1"] == noise and result["departures"]["fast-seed2"]["max_step_departure"] == 0
+    assert set(result["departures"]) == {"fast-seed1", "fast-seed2"}
     drift = [_fake("fast", 1, [2.0] * steps, [1.5] * steps), fast[1]]  # a steady 50% departure is not noise
     assert not next(c for c in convergence.analyze(ref + drift, 3, [rerun])["checks"] if c.get("noise_aware"))["passed"]
 
