@@ -73,16 +73,29 @@ def _is_reliability(item: pytest.Item) -> bool:
     return path.parent == Path(__file__).parent and path.name != "test_report.py"
 
 
+def _first_sentence(text: str) -> str:
+    paragraph = " ".join(text.strip().split("\n\n")[0].split())
+    sentence = re.split(r"(?<=[.:;])\s", paragraph, maxsplit=1)[0]
+    return sentence.rstrip(".:;").replace("``", "`")
+
+
 def describe(item: pytest.Item) -> dict[str, str]:
-    """The row key of a test: its id, area (module docstring) and fault (docstring first line + param id)."""
+    """The row key of a test: its id, area (the module docstring's first sentence) and fault.
+
+    The fault is the ``report_fault`` of a parameter that has one (a bad-input case says what it gives), else the
+    docstring's first line, else the test's name as a sentence; a parameter id is added to tell cases apart.
+    """
     function = getattr(item, "function", None)
-    doc = (getattr(function, "__doc__", None) or item.name).strip().splitlines()[0].strip()
+    name = getattr(item, "originalname", item.name).removeprefix("test_").replace("_", " ")
+    doc = (getattr(function, "__doc__", None) or "").strip().splitlines()
+    fault = doc[0].strip() if doc else name[:1].upper() + name[1:]
     callspec = getattr(item, "callspec", None)
     if callspec is not None:
-        doc += f" [{callspec.id}]"
-    module_doc = (getattr(getattr(item, "module", None), "__doc__", None) or "").strip().splitlines()
-    area = module_doc[0].rstrip(".") if module_doc else Path(str(item.fspath)).stem
-    return {"id": item.nodeid.split("::", 1)[1], "file": Path(str(item.fspath)).name, "area": area, "fault": doc}
+        described = [p.report_fault for p in callspec.params.values() if hasattr(p, "report_fault")]
+        fault = described[0] if described else f"{fault} [{callspec.id}]"
+    module_doc = getattr(getattr(item, "module", None), "__doc__", None) or ""
+    area = _first_sentence(module_doc) if module_doc.strip() else Path(str(item.fspath)).stem
+    return {"id": item.nodeid.split("::", 1)[1], "file": Path(str(item.fspath)).name, "area": area, "fault": fault}
 
 
 _COLLECTED = pytest.StashKey[list[dict[str, str]]]()
@@ -207,6 +220,10 @@ def parse_report(text: str) -> list[dict[str, Any]]:
     return rows
 
 
+#: "What happened" of a test that recorded nothing: its name or docstring says what it checks.
+_UNRECORDED = {"passed": "as stated: every check held", "failed": "FAILED: see the test's output"}
+
+
 def render_report(rows: list[dict[str, Any]]) -> str:
     """The markdown of docs/RELIABILITY.md: one section per test file, one row per test."""
     lines = [
@@ -231,7 +248,7 @@ def render_report(rows: list[dict[str, Any]]) -> str:
             "|---|---|---|---|",
         ]
         for row in file_rows:
-            happened = (row["happened"] or row["result"]).replace("|", "\\|")
+            happened = (row["happened"] or _UNRECORDED.get(row["result"], row["result"])).replace("|", "\\|")
             fault = row["fault"].replace("|", "\\|")
             lines.append(f"| {fault} <br>`{row['id']}` | {happened} | {row['result']} | {row['seconds']:.0f} |")
         lines.append("")

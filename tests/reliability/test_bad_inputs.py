@@ -23,6 +23,8 @@ from fsdp_sdk.instance_types import InstanceType
 from fsdp_sdk.monitoring import MonitoringComponent
 from fsdp_sdk.plugins import get_plugins, reset_plugins
 
+from .conftest import Outcome
+
 
 # Misbehaving plugins, registered as "misbehaving" for the cases that name them.
 class BackendsHookRaises:
@@ -96,6 +98,16 @@ class Case:
     plugin: type | None = None
     #: warning lines about the misbehaving plugin allowed before the error line
     warnings: int = 0
+
+    @property
+    def report_fault(self) -> str:
+        """The case as docs/RELIABILITY.md lists it: the input and the command."""
+        given = [f"{name}: {' '.join(text.split())}" for name, text in self.files.items()]
+        given += [f"{name}={value}" for name, value in self.environ.items()]
+        if self.plugin is not None:
+            given.append(f"plugin {self.plugin.__name__}")
+        command = " ".join(self.args)
+        return f"{self.id}: `{command}`" + (f" with `{'; '.join(given)}`" if given else "")
 
 
 YAML = "c.yaml"
@@ -502,7 +514,7 @@ def _children() -> set[int]:
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_bad_input_is_one_line_exit_2_and_creates_nothing(
-    case: Case, isolated: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    case: Case, isolated: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, outcome: Outcome
 ) -> None:
     for name, text in case.files.items():
         (isolated / name).write_text(text)
@@ -519,6 +531,8 @@ def test_bad_input_is_one_line_exit_2_and_creates_nothing(
     assert not (tmp_path / "state").exists(), "a refused input must not create the state directory"
     assert sorted(p.name for p in isolated.iterdir()) == sorted(case.files), "a refused input must not write files"
     assert _children() <= before, "a refused input must not start processes"
+    outcome.saw(lines[-1])
+    outcome.note("exit 2; no state directory, file or process")
 
 
 def test_there_are_at_least_fifty_cases_from_every_source() -> None:

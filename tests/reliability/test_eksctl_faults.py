@@ -1,4 +1,4 @@
-"""Faults of the eksctl backend against moto (issue 25, point 6): ``up`` twice, ``down`` twice, ``down`` after a failed
+"""Faults of the eksctl backend against moto: ``up`` twice, ``down`` twice, ``down`` after a failed
 ``up``, ``up`` interrupted by SIGINT; each leaves no stray resource and a state from which ``up`` or ``down``
 continues. Also: two commands on one cluster at once are refused, not interleaved."""
 

@@ -1,4 +1,4 @@
-"""Faults of the terraform backend, run for real on the local-only configuration against moto (issue 25, point 6):
+"""Faults of the terraform backend, run for real on the local-only configuration against moto:
 a failed ``up``, ``up`` interrupted by SIGINT, a state lock held by another terraform; each leaves no stray resource
 and a state from which ``up`` or ``down`` continues."""
 
