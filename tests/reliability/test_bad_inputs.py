@@ -103,10 +103,10 @@ class Case:
     def report_fault(self) -> str:
         """The case as docs/RELIABILITY.md lists it: the input and the command."""
         given = [f"{name}: {' '.join(text.split())}" for name, text in self.files.items()]
-        given += [f"{name}={value}" for name, value in self.environ.items()]
+        given += [f"{name}={value}".encode("unicode_escape").decode() for name, value in self.environ.items()]
         if self.plugin is not None:
             given.append(f"plugin {self.plugin.__name__}")
-        command = " ".join(self.args)
+        command = " ".join(self.args).encode("unicode_escape").decode()  # a newline in a value stays on the row
         return f"{self.id}: `{command}`" + (f" with `{'; '.join(given)}`" if given else "")
 
 
