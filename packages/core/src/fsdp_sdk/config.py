@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from fsdp_sdk import grammar, secrets
+from fsdp_sdk._fields import Fields, FrozenFields
 from fsdp_sdk.errors import ConfigError, FsdpSdkError
 from fsdp_sdk.registry import NamedRegistry
 
@@ -179,38 +180,8 @@ _K8S_NAME = _check(
 )
 
 
-class _Fields:
-    """Base of the settings dataclasses (``@dataclass(eq=False, repr=False)``): ``==`` and ``repr`` from the fields,
-    defined once rather than generated per class, which every start of the CLI would pay for."""
-
-    __slots__ = ()
-
-    def _compared(self) -> tuple[Any, ...]:
-        return tuple(getattr(self, f.name) for f in dataclasses.fields(self) if f.compare)  # type: ignore[arg-type]
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return self._compared() == other._compared()
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        parts = [f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self) if f.repr]  # type: ignore[arg-type]
-        return type(self).__qualname__ + "(" + ", ".join(parts) + ")"
-
-
-class _FrozenFields(_Fields):
-    """:class:`_Fields` for frozen dataclasses: hashable by their fields."""
-
-    __slots__ = ()
-
-    def __hash__(self) -> int:  # type: ignore[override]  # _Fields: unhashable, as mutable dataclasses are
-        return hash(self._compared())
-
-
 @dataclass(eq=False, repr=False)
-class ClusterConfig(_Fields):
+class ClusterConfig(Fields):
     """Where jobs run: the cluster a backend creates and manages."""
 
     name: str = field(
@@ -304,7 +275,7 @@ class ClusterConfig(_Fields):
 
 
 @dataclass(eq=False, repr=False)
-class JobConfig(_Fields):
+class JobConfig(Fields):
     """How a training job runs: image, workers, rendezvous, environment."""
 
     name: str = field(default="fsdp", metadata={**_dotenv("JOB_NAME"), **_K8S_NAME})
@@ -382,7 +353,7 @@ class JobConfig(_Fields):
 
 
 @dataclass(eq=False, repr=False)
-class ObservabilityConfig(_Fields):
+class ObservabilityConfig(Fields):
     """Monitoring installed on the cluster."""
 
     enabled: bool = False
@@ -398,7 +369,7 @@ class ObservabilityConfig(_Fields):
 
 
 @dataclass(frozen=True, eq=False, repr=False)
-class Origin(_FrozenFields):
+class Origin(FrozenFields):
     """Where a setting's value came from.
 
     :param name: the setting as the user wrote it (``NUM_WORKERS``, ``job.num_workers``, ``--nodes``).
@@ -410,7 +381,7 @@ class Origin(_FrozenFields):
 
 
 @dataclass(frozen=True, eq=False, repr=False)
-class Setting(_FrozenFields):
+class Setting(FrozenFields):
     """One value from one source, before conversion.
 
     :param path: dotted configuration path, e.g. ``job.num_workers`` or ``trainer.model.preset``.
@@ -505,7 +476,7 @@ DOTENV_NAMES["MODEL_NAME"] = "trainer.model.name_or_path"
 
 
 @dataclass(eq=False, repr=False)
-class Config(_Fields):
+class Config(Fields):
     """The whole configuration: cluster, job, trainer and observability settings.
 
     Build one with :func:`load_config` (all sources) or directly; call

@@ -29,13 +29,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from fsdp_sdk._fields import FrozenFields
+
 __all__ = ["EntryPoint", "entry_points"]
 
 _SUFFIXES = (".dist-info", ".egg-info")
 
 
-@dataclass(frozen=True)
-class EntryPoint:
+@dataclass(frozen=True, eq=False, repr=False)
+class EntryPoint(FrozenFields):
     """One entry point: ``name = module:attribute`` in ``group``, declared by a distribution.
 
     :param name: the entry point's name.

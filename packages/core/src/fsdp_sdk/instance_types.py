@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TypedDict
 
+from fsdp_sdk._fields import FrozenFields
 from fsdp_sdk.errors import PluginError
 from fsdp_sdk.hookspecs import hookimpl
 from fsdp_sdk.registry import NamedRegistry
@@ -38,8 +39,8 @@ _ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _RESOURCE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$")
 
 
-@dataclass(frozen=True)
-class InstanceType:
+@dataclass(frozen=True, eq=False, repr=False)
+class InstanceType(FrozenFields):
     """One accelerated instance type, with the figures planning, estimating and rendering need.
 
     Capabilities live here, not in name patterns, so a plugin's type gets the same treatment

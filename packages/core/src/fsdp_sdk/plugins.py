@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import pluggy
 
 from fsdp_sdk import __version__, hookspecs
+from fsdp_sdk._fields import FrozenFields
 from fsdp_sdk.errors import FsdpSdkError, PluginError
 
 if TYPE_CHECKING:
@@ -80,8 +81,8 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
 )
 
 
-@dataclass(frozen=True)
-class PluginInfo:
+@dataclass(frozen=True, eq=False, repr=False)
+class PluginInfo(FrozenFields):
     """What ``fsdp-sdk plugins`` shows about one plugin.
 
     :param name: the name it is registered under (the entry-point name for third-party plugins).

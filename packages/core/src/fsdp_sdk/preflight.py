@@ -11,13 +11,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from fsdp_sdk._fields import FrozenFields
 from fsdp_sdk.errors import PreflightError
 
 __all__ = ["PreflightResult", "raise_for_failures"]
 
 
-@dataclass(frozen=True)
-class PreflightResult:
+@dataclass(frozen=True, eq=False, repr=False)
+class PreflightResult(FrozenFields):
     """The outcome of one preflight check.
 
     :param check: short name of the check (``etcd``, ``aws-credentials``...).

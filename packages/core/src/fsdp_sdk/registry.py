@@ -16,6 +16,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
+from fsdp_sdk._fields import FrozenFields
 from fsdp_sdk.errors import PluginError
 
 __all__ = ["Conflict", "NamedRegistry"]
@@ -23,8 +24,8 @@ __all__ = ["Conflict", "NamedRegistry"]
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class Conflict:
+@dataclass(frozen=True, eq=False, repr=False)
+class Conflict(FrozenFields):
     """A name that more than one plugin registered.
 
     :param kind: what the name names: ``backend``, ``instance type``, ``settings section``.

@@ -24,6 +24,8 @@ Dtype = Literal["bf16", "fp16", "fp32"]
 
 @dataclass(eq=False, repr=False)
 class ModelConfig(options.Section):
+    """The ``--model.*`` options: which Llama, and how its weights start."""
+
     preset: str = "tiny"
     """Architecture: tiny, tiny-gqa, llama2-7b, llama2-13b, llama2-70b, llama3.1-8b or llama3.1-70b (ignored when model.name_or_path is set)."""
     name_or_path: str | None = None
@@ -44,6 +46,8 @@ class ModelConfig(options.Section):
 
 @dataclass(eq=False, repr=False)
 class DataConfig(options.Section):
+    """The ``--data.*`` options: where the tokens come from, how they are cut and in what order."""
+
     source: Literal["synthetic", "text", "jsonl", "hf"] | None = None
     """synthetic: seeded random tokens (benchmarks); text: .txt files, documents split on blank lines; jsonl: one JSON object per line (data.text_field); hf: a Hugging Face dataset (pip install fsdp-trainer[hub]). Default: jsonl when data.path ends in .jsonl, text when data.path is any other path; without data.path, text (the builtin corpus) for tiny presets without model.name_or_path, synthetic otherwise."""
     path: str | None = None
@@ -62,6 +66,8 @@ class DataConfig(options.Section):
 
 @dataclass(eq=False, repr=False)
 class TrainConfig(options.Section):
+    """The ``--train.*`` options: steps, batch, optimizer and schedule."""
+
     steps: int = 100
     """Optimizer steps to run (in total, counting steps done before a resume)."""
     micro_batch_size: int = 1
@@ -96,6 +102,8 @@ class TrainConfig(options.Section):
 
 @dataclass(eq=False, repr=False)
 class ParallelConfig(options.Section):
+    """The ``--parallel.*`` options: the FSDP API, sharding and what FSDP overlaps."""
+
     api: Literal["fsdp2", "fsdp1", "none"] = "fsdp2"
     """fsdp2: torch fully_shard (DTensor); fsdp1: FullyShardedDataParallel; none: a plain single-process model (a reference for parity checks; world size must be 1)."""
     sharding: Literal["full_shard", "hybrid_shard", "shard_grad_op", "no_shard"] = "full_shard"
@@ -118,6 +126,8 @@ class ParallelConfig(options.Section):
 
 @dataclass(eq=False, repr=False)
 class PrecisionConfig(options.Section):
+    """The ``--precision.*`` options: compute, reduction and master-weight dtypes."""
+
     mode: Dtype = "bf16"
     """Training precision. bf16/fp16: parameters cast for compute, fp32 master weights and optimizer; fp16 adds a gradient scaler."""
     param_dtype: Dtype | None = None
@@ -130,6 +140,8 @@ class PrecisionConfig(options.Section):
 
 @dataclass(eq=False, repr=False)
 class ActivationCheckpointConfig(options.Section):
+    """The ``--ac.*`` options: activation checkpointing."""
+
     mode: Literal["none", "full", "selective"] = "none"
     """Recompute decoder blocks in backward to save activation memory: none, full (every block) or selective (every ac.every-th block)."""
     every: int = 2
@@ -140,6 +152,8 @@ class ActivationCheckpointConfig(options.Section):
 
 @dataclass(eq=False, repr=False)
 class CompileConfig(options.Section):
+    """The ``--compile.*`` options: torch.compile of the blocks and the loss."""
+
     enabled: bool = False
     """torch.compile each decoder block (before FSDP wraps it; FSDP1 keeps use_orig_params=True for it)."""
     loss: bool = False
@@ -150,6 +164,8 @@ class CompileConfig(options.Section):
 
 @dataclass(eq=False, repr=False)
 class Fp8Config(options.Section):
+    """The ``--fp8.*`` options: float8 linear layers."""
+
     enabled: bool = False
     """Float8 training of the decoder's linear layers with torchao (pip install fsdp-trainer[fp8]; converters/float8.py); needs a Hopper-class GPU (sm_89 or newer). Faster than bf16 with the loss within 1% of it (bench/reports/2026-12-01-llama2-7b-h200x2-bf16-and-fp8-throughput.md, bench/reports/2026-11-30-llama2-7b-h200-fp8-loss.md)."""
     recipe: Literal["tensorwise", "rowwise"] = "tensorwise"
@@ -160,6 +176,8 @@ class Fp8Config(options.Section):
 
 @dataclass(eq=False, repr=False)
 class AutoConfig(options.Section):
+    """The ``--auto.*`` options: settings chosen from the memory model."""
+
     enabled: bool = False
     """Pick the fastest settings that fit in memory (--auto for short): micro-batch (keeping micro_batch_size x grad_accum_steps when either is given), activation checkpointing, compile and its memory budget, from a memory model of the architecture (bench/reports/2026-12-01-h200x2-auto.md); settings given explicitly are kept, and nothing that changes the numerics (reduce dtype, FP8) or is experimental is chosen. The choice is logged and recorded in summary.json."""
     memory_fraction: float = 0.85
@@ -168,6 +186,8 @@ class AutoConfig(options.Section):
 
 @dataclass(eq=False, repr=False)
 class CheckpointConfig(options.Section):
+    """The ``--checkpoint.*`` options: saving, resuming and exporting."""
+
     enabled: bool = True
     """Save checkpoints (sharded, with torch.distributed.checkpoint). Off: no save, no resume."""
     dir: str | None = None
@@ -186,6 +206,8 @@ class CheckpointConfig(options.Section):
 
 @dataclass(eq=False, repr=False)
 class MetricsConfig(options.Section):
+    """The ``--metrics.*`` options: what is measured and where it goes."""
+
     file: str | None = None
     """Per-step JSON lines. Default: <train.output_dir>/metrics.jsonl."""
     peak_tflops: float | None = None
@@ -218,6 +240,8 @@ class MetricsConfig(options.Section):
 
 @dataclass(eq=False, repr=False)
 class RuntimeConfig(options.Section):
+    """The ``--runtime.*`` options: device, process group and logging."""
+
     device: Literal["auto", "cuda", "cpu"] = "auto"
     """auto: CUDA when a GPU is visible, else CPU."""
     backend: Literal["auto", "nccl", "gloo"] = "auto"
@@ -232,6 +256,8 @@ class RuntimeConfig(options.Section):
 
 @dataclass(eq=False, repr=False)
 class ExperimentalConfig(options.Section):
+    """The ``--experimental.*`` options: speed-ups that rely on private torch internals; off by default."""
+
     symmetric_memory: bool = False
     """fsdp2 on GPUs: every unit's all-gathers and reduce-scatters in NCCL symmetric memory; on one node the all-gathers then run on the copy engines and leave every SM to compute (the trainer sets NCCL_CTA_POLICY=2 unless it is set). Use it for FSDP2 over several GPUs of one node: faster, numerics unchanged (bench/reports/2026-11-30-llama3.1-8b-h200x2-symmetric-memory.md). Experimental: private torch modules (experimental/symmetric_memory.py)."""
     flat_shards: bool = False
@@ -270,6 +296,9 @@ FLAG_PREFIX = {"activation_checkpointing": "ac"}
 
 @dataclass(eq=False, repr=False)
 class TrainerConfig(options.Section):
+    """Every trainer option, by section: ``--<section>.<field> VALUE`` on the command line, ``<section>:`` in a
+    YAML file. Built with :meth:`from_dict` or :func:`load_config`, which check each value and every rule between them."""
+
     model: ModelConfig = field(default_factory=ModelConfig)
     """Which Llama and how its weights start."""
     data: DataConfig = field(default_factory=DataConfig)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
+from fsdp_sdk._fields import FrozenFields
 from fsdp_sdk.errors import ConfigError, PluginError
 from fsdp_sdk.registry import NamedRegistry
 
@@ -50,8 +51,8 @@ def no_progress(message: str) -> None:
     """A :data:`ProgressCallback` that discards every message."""
 
 
-@dataclass(frozen=True)
-class Plan:
+@dataclass(frozen=True, eq=False, repr=False)
+class Plan(FrozenFields):
     """What ``up`` will do, computed without side effects; ``apply`` acts on exactly this.
 
     A backend's :meth:`ClusterBackend.plan` fills ``backend``, ``cluster``, ``steps``,
@@ -100,8 +101,8 @@ class Plan:
         }
 
 
-@dataclass(frozen=True)
-class ClusterStatus:
+@dataclass(frozen=True, eq=False, repr=False)
+class ClusterStatus(FrozenFields):
     """The observed state of a cluster.
 
     :param backend: name of the backend that reported it.
