@@ -113,7 +113,17 @@ def main() -> None:
     floor = medians["python -c 'import click, pluggy'"]
     ratios = {name: value / floor for name, value in medians.items()}
     if args.json:
-        print(json.dumps({"runs": args.runs, "median_s": medians, "ratio": ratios, "target_ratio": TARGET_RATIO}))
+        record = {
+            "date": time.strftime("%Y-%m-%d"),
+            "python": sys.version.split()[0],
+            "cpus": os.cpu_count(),
+            "runs": args.runs,
+            "median_s": medians,
+            "ratio": ratios,
+            "target_ratio": TARGET_RATIO,
+            "timings_s": timings,
+        }
+        print(json.dumps(record))
     else:
         print(f"median of {args.runs} runs each ({os.cpu_count()} CPUs, {sys.version.split()[0]})")
         for name in cases:
