@@ -10,12 +10,12 @@ runs, and the cluster's kubeconfig. Every file the SDK writes is written atomica
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from fsdp_sdk.files import write_atomic
 
 if TYPE_CHECKING:
     from fsdp_sdk.config import Config
@@ -73,20 +73,6 @@ def state_location(workdir: Path, backend: Mapping[str, Any]) -> str:
     return f"s3://{s3['bucket']}/{s3['key']} ({s3['region']}{lock})"
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _json(data: Any) -> str:
     return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
@@ -139,9 +125,9 @@ class Workdir:
                 shutil.copytree(entry, target, dirs_exist_ok=True)
             else:
                 shutil.copy2(entry, target)
-        _write_atomic(self.path / _MANIFEST, _json({"source": str(Path(source).resolve()), "files": names}))
+        write_atomic(self.path / _MANIFEST, _json({"source": str(Path(source).resolve()), "files": names}))
         self.write_inputs(inputs)
-        _write_atomic(self.path / BACKEND_FILE, _json(backend))
+        write_atomic(self.path / BACKEND_FILE, _json(backend))
 
     def _copied(self) -> list[str]:
         try:
@@ -151,7 +137,7 @@ class Workdir:
 
     def write_inputs(self, inputs: Mapping[str, Any]) -> None:
         """Write ``terraform.tfvars.json``."""
-        _write_atomic(self.path / INPUTS_FILE, _json(dict(inputs)))
+        write_atomic(self.path / INPUTS_FILE, _json(dict(inputs)))
 
     def read_inputs(self) -> dict[str, Any] | None:
         """The inputs last written, or ``None``."""

@@ -20,7 +20,6 @@ import csv
 import io
 import json
 import os
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -30,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from fsdp_sdk.config import Setting
 from fsdp_sdk.errors import BackendError, ConfigError, FsdpSdkError
+from fsdp_sdk.files import write_atomic
 
 if TYPE_CHECKING:
     from fsdp_sdk.client import Client
@@ -74,17 +74,6 @@ def parse_node_counts(text: str | Iterable[int]) -> list[int]:
     if not counts:
         raise ConfigError("--nodes", "no node counts given", "give node counts like 1,2,4,8")
     return sorted(set(counts))
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 @dataclass
@@ -168,13 +157,13 @@ class ScalingSweep:
     def write(self, chart: bool = True) -> list[str]:
         """Write ``scaling.json``, ``scaling.csv`` and (with matplotlib) ``scaling.png``; returns warnings."""
         self.out.mkdir(parents=True, exist_ok=True)
-        _atomic_write(self.json_path, (json.dumps(self.to_dict(), indent=1, default=str) + "\n").encode())
+        write_atomic(self.json_path, (json.dumps(self.to_dict(), indent=1, default=str) + "\n").encode())
         buffer = io.StringIO()
         writer = csv.DictWriter(buffer, fieldnames=CSV_COLUMNS, extrasaction="ignore", lineterminator="\n")
         writer.writeheader()
         for p in self.points:
             writer.writerow({k: ("" if p.get(k) is None else p.get(k)) for k in CSV_COLUMNS})
-        _atomic_write(self.csv_path, buffer.getvalue().encode())
+        write_atomic(self.csv_path, buffer.getvalue().encode())
         self.warnings = []
         if chart:
             from fsdp_sdk.scaling_chart import write_chart

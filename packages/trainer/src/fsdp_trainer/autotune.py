@@ -311,58 +311,18 @@ def memory_breakdown(
     )
 
 
-def estimate_peak_bytes(
-    shape: Shape,
-    seq_len: int,
-    micro_batch: int,
-    *,
-    shard_degree: int,
-    compiled: bool,
-    ac_mode: str,
-    ac_every: int = 2,
-    loss_chunk_tokens: int = 4096,
-    fused_loss: bool = True,
-    cpu_offload: bool = False,
-    param_bytes: int = 2,
-    grad_accum_steps: int = 1,
-    reshard_after_forward: bool = True,
-    reduce_bytes: int = 4,
-    fused_kernels: bool = True,
-    master_weights: bool = False,
-    memory_budget: float = 1.0,
-    fp8: bool = False,
-    master_bytes: int = 2,
-) -> int:
-    """Estimated peak of allocated bytes (``torch.cuda.max_memory_allocated``) on one GPU in a training step.
+def estimate_peak_bytes(shape: Shape, seq_len: int, micro_batch: int, **settings: Any) -> int:
+    """Estimated peak of allocated bytes (``torch.cuda.max_memory_allocated``) on one GPU in a training step: the
+    ``peak`` of :func:`memory_breakdown`, which takes the same arguments and says where the memory goes.
 
     ``grad_accum_steps`` > 1: between micro-steps FSDP keeps every gradient unsharded, in the
     reduce dtype (the price of skipping the reduce-scatter). ``reshard_after_forward`` False
     (shard_grad_op): every block stays gathered from its forward to its backward. ``master_weights``: the run keeps
     bf16 parameters and their masters when it does not accumulate (``precision.master_weights``), ``master_bytes``
     per parameter beside the bf16 one (2: the remainder the Triton AdamW keeps; 4: a whole fp32 copy).
-    ``fp8``: float8 linears (``fp8.enabled``), which keep less per token. ``memory_breakdown`` says where it goes.
+    ``fp8``: float8 linears (``fp8.enabled``), which keep less per token.
     """
-    return memory_breakdown(
-        shape,
-        seq_len,
-        micro_batch,
-        shard_degree=shard_degree,
-        compiled=compiled,
-        ac_mode=ac_mode,
-        ac_every=ac_every,
-        loss_chunk_tokens=loss_chunk_tokens,
-        fused_loss=fused_loss,
-        cpu_offload=cpu_offload,
-        param_bytes=param_bytes,
-        grad_accum_steps=grad_accum_steps,
-        reshard_after_forward=reshard_after_forward,
-        reduce_bytes=reduce_bytes,
-        fused_kernels=fused_kernels,
-        master_weights=master_weights,
-        memory_budget=memory_budget,
-        fp8=fp8,
-        master_bytes=master_bytes,
-    ).peak
+    return memory_breakdown(shape, seq_len, micro_batch, **settings).peak
 
 
 def relative_speed(

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -71,20 +70,10 @@ def render_kubeconfig(
 
 
 def write_private(path: Path, text: str) -> Path:
-    """Write ``text`` to ``path`` atomically (a temporary file in the same directory, then a rename), mode 0600."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    """Write ``text`` to ``path`` atomically (:func:`fsdp_sdk.files.write_atomic`), readable by its owner only."""
+    from fsdp_sdk.files import write_atomic
+
+    return write_atomic(path, text, mode=0o600)
 
 
 def eks_kubeconfig(config: Config, path: Path, *, eks: Any = None) -> Path:
