@@ -160,3 +160,37 @@ def test_a_step_line_and_the_summary() -> None:
         "  processes    8 on NVIDIA H200, peak memory 70.3 GiB",
         "  outputs      /out (summary.json holds the full summary and configuration)",
     ]
+
+
+def test_a_cluster_operation_on_a_terminal_shows_its_step_and_time_and_dims_the_tools_lines() -> None:
+    import io
+
+    from rich.console import Console
+
+    from fsdp_sdk.cli.run_display import OperationDisplay
+
+    screen = io.StringIO()
+    display = OperationDisplay("creating the cluster", console=Console(file=screen, force_terminal=True, width=100))
+    display.progress("preflight: 5 checks passed")
+    display.progress('[eksctl 02:31] creating nodegroup "gpu"')
+    display.progress("waiting for the GPU nodes")
+    display.close()
+    lines = [_screen_line(line) for line in screen.getvalue().split("\n")]
+    assert "> preflight: 5 checks passed" in lines and "> waiting for the GPU nodes" in lines
+    assert '[eksctl 02:31] creating nodegroup "gpu"' in lines, "a tool's line is printed as it came, not as a step"
+    assert "\x1b[2m[eksctl 02:31]" in screen.getvalue(), "dimmed"
+    assert any(re.fullmatch(r"\S waiting for the GPU nodes 0:00:0\d", line) for line in lines), "step, spinner, time"
+
+
+def test_up_and_down_on_a_terminal_show_their_steps_live(state_dir: Path) -> None:
+    etcd_or_skip()
+    code, text = _run_in_a_pty(["up", "--backend", "local"], timeout=60)
+    try:
+        assert code == 0, text[-3000:]
+        plain = [_screen_line(line) for line in text.replace("\r\n", "\n").split("\n")]
+        assert "> starting etcd on 127.0.0.1 (free ports)" in plain
+        assert any(line.startswith("> etcd is healthy at 127.0.0.1:") for line in plain)
+        assert "state: ready" in plain, "the status, after the live line"
+    finally:
+        down_code, down_text = _run_in_a_pty(["down", "--backend", "local"], timeout=60)
+    assert down_code == 0 and "state: absent" in [_screen_line(line) for line in down_text.split("\n")], down_text

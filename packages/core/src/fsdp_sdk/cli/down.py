@@ -37,4 +37,8 @@ def down(app: Application, yes: bool, dry_run: bool, as_json: bool) -> None:
                     "pass --yes to delete without a prompt",
                 )
             click.confirm(f"Delete cluster {current.cluster!r} ({backend.name})?", abort=True, err=True)
-    echo_status(client.down(dry_run=dry_run), as_json=as_json, dry_run=dry_run)
+    from fsdp_sdk.cli.run_display import live_progress
+
+    with live_progress(app, "deleting the cluster", enabled=not (dry_run or as_json)):
+        status = client.down(dry_run=dry_run)
+    echo_status(status, as_json=as_json, dry_run=dry_run)

@@ -51,7 +51,7 @@ def echo_status(status: Any, *, as_json: bool = False, dry_run: bool = False) ->
     if as_json:
         click.echo(json.dumps(data, indent=2, default=str))
         return
-    click.echo(key_values(data))
+    click.echo(key_values({k: v for k, v in data.items() if v or k != "details"}))  # no empty "details:" line
     if dry_run:
         click.echo("dry run: nothing changed")
 

@@ -1,4 +1,4 @@
-"""How ``fsdp-sdk run`` shows a run: a live display on a terminal, raw lines for pipes and ``--json``.
+"""How long commands show their progress: a live display on a terminal, raw lines for pipes and ``--json``.
 
 On a terminal (:class:`TerminalDisplay`, with ``rich``, imported only then): what the run is doing
 (starting etcd, waiting for the agents at the rendezvous, loading the model), one formatted line
@@ -6,20 +6,38 @@ per step (step n/N, loss, tokens/s, elapsed, ETA) under a progress bar, the lead
 restarts and warnings in colour. Elsewhere (:class:`PlainDisplay`): progress lines on stderr and
 the leader's lines as the trainer printed them (per-step JSON included) on stdout, or on stderr
 with ``--json``. Either way the summary is printed once, by the command, from :func:`summary_lines`.
+
+Cluster operations (``up``, ``down``, ``scale``: minutes of eksctl or Terraform) get :func:`live_progress`: on a
+terminal, the current step with a spinner and the time since the start, each step printed once, the tools' own
+lines dimmed above it; elsewhere the same lines, plain, on stderr.
 """
 
 from __future__ import annotations
 
+import contextlib
+import re
+import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import click
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
+    from fsdp_sdk.cli.application import Application
     from fsdp_sdk.runs import RunEvent
 
-__all__ = ["PlainDisplay", "TerminalDisplay", "format_duration", "format_step", "summary_lines"]
+__all__ = [
+    "OperationDisplay",
+    "PlainDisplay",
+    "TerminalDisplay",
+    "format_duration",
+    "format_step",
+    "live_progress",
+    "summary_lines",
+]
 
 
 def format_duration(seconds: float | None) -> str:
@@ -164,3 +182,55 @@ class TerminalDisplay:
     def close(self) -> None:
         """Remove the live bar (the printed lines stay)."""
         self.bar.stop()
+
+
+#: A line of an external tool, as :mod:`fsdp_sdk.tools` passes it on: ``[eksctl 02:31] creating nodegroup "gpu"``.
+_TOOL_LINE = re.compile(r"^\[[\w.-]+ \d+:\d\d(:\d\d)?\] ")
+
+
+class OperationDisplay:
+    """A live display of a long cluster operation on a terminal (``rich``), on stderr: the current step with a
+    spinner and the time since the start; each step printed once (``> ...``), the tools' lines dimmed.
+
+    :param what: the first step shown, e.g. ``up``.
+    :param console: where to draw (default: a console on stderr).
+    """
+
+    def __init__(self, what: str, console: Console | None = None) -> None:
+        from rich.console import Console
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        self.console = console or Console(stderr=True, highlight=False, soft_wrap=True)
+        self.bar = Progress(
+            SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=self.console, transient=True
+        )
+        self.task = self.bar.add_task(what, total=None)
+        self.bar.start()
+
+    def progress(self, message: str) -> None:
+        """Show one progress line: a tool's line dimmed; any other is the step now under way."""
+        if _TOOL_LINE.match(message):
+            self.console.print(message, style="dim", markup=False, highlight=False)
+            return
+        self.console.print(f"[bold cyan]>[/] {message}", markup=True, highlight=False)
+        self.bar.update(self.task, description=message[:70])
+
+    def close(self) -> None:
+        """Remove the live line (the printed lines stay)."""
+        self.bar.stop()
+
+
+@contextlib.contextmanager
+def live_progress(app: Application, what: str, *, enabled: bool = True) -> Iterator[None]:
+    """Within the block, the command's progress lines go to an :class:`OperationDisplay` when ``enabled`` and
+    stderr is a terminal; otherwise they stay plain lines on stderr."""
+    if not (enabled and sys.stderr.isatty()):
+        yield
+        return
+    display = OperationDisplay(what)
+    app.progress_sink = display.progress
+    try:
+        yield
+    finally:
+        display.close()
+        app.progress_sink = None

@@ -20,4 +20,8 @@ def scale(app: Application, nodes: int, dry_run: bool, as_json: bool) -> None:
 
     On the local backend this sets the number of simulated nodes runs may use.
     """
-    echo_status(app.client.scale(nodes, dry_run=dry_run), as_json=as_json, dry_run=dry_run)
+    from fsdp_sdk.cli.run_display import live_progress
+
+    with live_progress(app, f"scaling to {nodes} nodes", enabled=not (dry_run or as_json)):
+        status = app.client.scale(nodes, dry_run=dry_run)
+    echo_status(status, as_json=as_json, dry_run=dry_run)

@@ -83,9 +83,12 @@ def up(app: Application, update_kubeconfig: bool, dry_run: bool, as_json: bool) 
         _echo_plan(plan)
         click.echo(f"Current state: {status.state} (dry run: nothing changed)")
         return
+    from fsdp_sdk.cli.run_display import live_progress
+
     _echo_plan(plan, app.progress)
-    status = client.up(plan)
-    if update_kubeconfig:
-        path = client.merge_kubeconfig()
-        app.progress(f"added the cluster to {path} as the current context")
+    with live_progress(app, "creating the cluster", enabled=not as_json):
+        status = client.up(plan)
+        if update_kubeconfig:
+            path = client.merge_kubeconfig()
+            app.progress(f"added the cluster to {path} as the current context")
     echo_status(status, as_json=as_json)
