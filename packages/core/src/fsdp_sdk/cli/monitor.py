@@ -70,7 +70,6 @@ def install(app: Application, components: tuple[str, ...], dry_run: bool, as_jso
 
 
 def _print_plan(app: Application, components: tuple[str, ...], as_json: bool) -> None:
-    import yaml
 
     monitoring = app.client.monitoring(connect=False)
     selected = monitoring.select(components) if components else monitoring.defaults()
@@ -96,7 +95,9 @@ def _print_plan(app: Application, components: tuple[str, ...], as_json: bool) ->
             f"{addon.namespace}/{addon.service_account} through EKS Pod Identity"
         )
     if objects:
-        click.echo(yaml.safe_dump_all(objects, sort_keys=False), nl=False)
+        from fsdp_sdk.cli.output import to_yaml_documents
+
+        click.echo(to_yaml_documents(objects), nl=False)
 
 
 @monitor.command(short_help="Remove monitoring components.")
