@@ -716,11 +716,11 @@ class Client:
                 hooks.job_finished(config, result.job, True, result.summary)
             return result
 
+        from fsdp_sdk.runs import RunResult
+
         jobs = self.jobs
         job = jobs.submit(config, run_id=run_id, dry_run=dry_run)
         if dry_run:
-            from fsdp_sdk.runs import RunResult
-
             return RunResult(job, {}, dry_run=True)
         if on_started is not None:
             on_started(job)
@@ -735,8 +735,6 @@ class Client:
         if not isinstance(summary, dict):
             raise RunError(f"job {job.name}: finished without a trainer summary")
         hooks.job_finished(config, job, True, summary)
-        from fsdp_sdk.runs import RunResult
-
         return RunResult(job, summary)
 
     # ------------------------------------------------------------------ estimates
