@@ -345,15 +345,22 @@ class Run:
             self.process.wait()
 
 
+def _of_this_test(cmdline: list[str], run_id: str) -> bool:
+    """Whether a process's arguments are of run ``run_id`` of this test: the run id, and a path under the test's
+    own temporary directory (another test, or another checkout's suite, may run a job of the same name)."""
+    root = str(Path(os.environ["FSDP_SDK_STATE_DIR"]).parent)
+    return any(run_id in arg for arg in cmdline) and any(root in arg for arg in cmdline)
+
+
 def processes_of(run_id: str) -> list[int]:
-    """Pids of live processes whose arguments mention ``run_id`` (agents and ranks carry it in paths and ids)."""
+    """Pids of live processes of run ``run_id`` (agents and ranks carry it in paths and ids)."""
     import psutil
 
     found = []
     for process in psutil.process_iter(["pid", "cmdline", "status"]):
         if process.info["status"] == psutil.STATUS_ZOMBIE or process.pid == os.getpid():
             continue
-        if any(run_id in arg for arg in process.info["cmdline"] or []):
+        if _of_this_test(process.info["cmdline"] or [], run_id):
             found.append(process.pid)
     return found
 
@@ -374,7 +381,7 @@ def rank_process(run_id: str, rank: int) -> Any:
 
     for process in psutil.process_iter(["pid", "cmdline"]):
         cmdline = process.info["cmdline"] or []
-        if "fsdp_sdk.backends.local.rank" in cmdline and any(run_id in a for a in cmdline):
+        if "fsdp_sdk.backends.local.rank" in cmdline and _of_this_test(cmdline, run_id):
             try:
                 if process.environ().get("RANK") == str(rank):
                     return process
@@ -390,8 +397,7 @@ def agent_processes(run_id: str) -> list[Any]:
     agents = [
         p
         for p in psutil.process_iter(["pid", "cmdline", "create_time"])
-        if "fsdp_sdk.backends.local.agent" in (p.info["cmdline"] or [])
-        and any(run_id in a for a in p.info["cmdline"] or [])
+        if "fsdp_sdk.backends.local.agent" in (p.info["cmdline"] or []) and _of_this_test(p.info["cmdline"], run_id)
     ]
     return sorted(agents, key=lambda p: (p.info["create_time"], p.pid))
 
