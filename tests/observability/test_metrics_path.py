@@ -32,7 +32,9 @@ PROMETHEUS = shutil.which("prometheus")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 RUN_ID = "e2e0run1"
 JOB = "fsdp"
-STEPS = 30
+#: Steps of the trainer run: about 4 s on CPU, so Prometheus (scraping every 500 ms) keeps several samples of each
+#: GPU series within the run, which the report's GPU plot draws as lines (30 steps left it one sample at times).
+STEPS = 100
 HOSTNAME = "ip-10-0-1-17"
 # gpu -> DCGM field -> value, as the exporter would serve them for the job's pod
 GPUS = {
