@@ -8,6 +8,7 @@ release seen on that date (``latest``), so ``fsdp-sdk versions`` can say which p
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import functools
 import json
 from importlib import resources
@@ -15,7 +16,16 @@ from typing import Any
 
 from fsdp_sdk._fields import FrozenFields
 
-__all__ = ["Pin", "pin", "pins", "table"]
+__all__ = [
+    "KubernetesRelease",
+    "Pin",
+    "control_plane_usd_per_hour",
+    "kubernetes_release",
+    "kubernetes_releases",
+    "pin",
+    "pins",
+    "table",
+]
 
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)
@@ -66,3 +76,45 @@ def pin(name: str) -> Pin:
         return pins()[name]
     except KeyError:
         raise KeyError(f"no pin {name!r} in fsdp_sdk/data/pins.json (known: {', '.join(sorted(pins()))})") from None
+
+
+@dataclasses.dataclass(frozen=True, eq=False, repr=False)
+class KubernetesRelease(FrozenFields):
+    """One Kubernetes minor version on EKS: when EKS released it and when its standard and extended support end."""
+
+    version: str
+    released: str
+    end_of_standard: str
+    end_of_extended: str
+    checked: str
+    source: str
+
+    def state(self, on: datetime.date) -> str:
+        """``standard``, ``extended`` or ``ended`` (past extended support: EKS creates no cluster of it) on ``on``."""
+        if on <= datetime.date.fromisoformat(self.end_of_standard):
+            return "standard"
+        if on <= datetime.date.fromisoformat(self.end_of_extended):
+            return "extended"
+        return "ended"
+
+
+def kubernetes_releases() -> list[KubernetesRelease]:
+    """The EKS Kubernetes calendar of the table, oldest first."""
+    return [KubernetesRelease(**entry) for entry in table()["kubernetes"]]
+
+
+def kubernetes_release(version: str) -> KubernetesRelease | None:
+    """The calendar entry of ``version`` (``"1.35"``), or None when the table does not list it."""
+    return next((r for r in kubernetes_releases() if r.version == version), None)
+
+
+def control_plane_usd_per_hour(version: str, on: datetime.date) -> float:
+    """The EKS control plane's price per cluster-hour for ``version`` on ``on``: standard or extended support.
+
+    A version the table does not list, or one past extended support, is priced at the standard rate: refusing it
+    is the configuration's business, not the price's.
+    """
+    prices = table()["eks_control_plane_usd_per_hour"]
+    release = kubernetes_release(version)
+    state = release.state(on) if release else "standard"
+    return float(prices["extended"] if state == "extended" else prices["standard"])
