@@ -42,7 +42,6 @@ KNOWN_TYPE_CYCLES = {
         "fsdp_sdk.config",
         "fsdp_sdk.config.conversions",
         "fsdp_sdk.config.model",
-        "fsdp_sdk.config.resolution",
         "fsdp_sdk.config.sources",
         "fsdp_sdk.hookspecs",
         "fsdp_sdk.instance_types",
