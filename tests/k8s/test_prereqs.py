@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from fsdp_sdk.config import Config
-from fsdp_sdk.k8s.prereqs import render_etcd
+from fsdp_sdk.k8s.cluster_objects import cluster_prerequisites, render_etcd
+from fsdp_sdk.monitoring import EksAddon, MonitoringComponent
 
 from .conftest import free_port
 from .fake_apiserver import FakeApiServer
@@ -172,3 +173,35 @@ def test_the_rendered_etcd_command_serves_the_v2_api(tmp_path: Path) -> None:
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+def test_cluster_prerequisites_render_what_up_applies_in_order() -> None:
+    """Pure: the backend's objects, etcd, the operator's overlay, monitoring objects, then EKS add-ons."""
+    config = Config().with_overrides({"job.namespace": "training"})
+    plugin = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "gpu-plugin", "namespace": "x"}}
+    probe = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "probe", "namespace": "monitoring"}}
+    addon = EksAddon("amazon-cloudwatch-observability", "cloudwatch-agent", "amazon-cloudwatch", ["arn:p"], "role")
+    components = [
+        MonitoringComponent("probe", "a probe", objects=[probe]),
+        MonitoringComponent("cloudwatch", "CloudWatch", objects=[], eks_addon=addon),
+    ]
+    found = cluster_prerequisites(config, [plugin], components)
+    assert [p.name for p in found] == ["device-plugins", "etcd", "training-operator", "monitoring", "eks-addons"]
+    assert [s for p in found for s in p.steps] == [
+        "apply etcd (v2 API) for the rendezvous in namespace training",
+        "install the Kubeflow Training Operator v1.9.2",
+        "apply monitoring: probe, cloudwatch",
+        "enable the EKS add-on amazon-cloudwatch-observability",
+    ]
+    assert [(o["kind"], o["metadata"]["name"]) for p in found for o in p.objects] == [
+        ("DaemonSet", "gpu-plugin"),
+        ("Namespace", "training"),
+        ("Service", "etcd"),
+        ("Deployment", "etcd"),
+        ("ConfigMap", "probe"),
+    ]
+    assert [c for p in found for c in p.commands(kubeconfig="/k", context="c")] == [
+        ["kubectl", "apply", "--server-side", "-k", OPERATOR_URL, "--kubeconfig", "/k", "--context", "c"]
+    ]
+    assert found[-1].eks_addons == (addon,)
+    assert cluster_prerequisites(config) == found[1:3]  # no backend objects, no monitoring: etcd and the operator

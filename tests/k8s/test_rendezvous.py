@@ -12,6 +12,7 @@ import uuid
 import pytest
 
 from fsdp_sdk.k8s.kube import Kube
+from fsdp_sdk.k8s.rendezvous import etcd_via_service_proxy
 from fsdp_sdk.rendezvous import EtcdV2, clear_rendezvous, rendezvous_keys
 
 from .fake_apiserver import FakeApiServer
@@ -91,7 +92,7 @@ def test_clear_through_the_api_server_service_proxy(etcd_endpoint: str, apiserve
     run_id = f"proxy-{uuid.uuid4().hex[:8]}"
     _torch_writes_rendezvous(etcd_endpoint, run_id)
     apiserver.proxy_service("default", "etcd", "2379", etcd_endpoint)
-    etcd = EtcdV2.via_service_proxy(Kube.from_kubeconfig(kubeconfig), namespace="default")
+    etcd = etcd_via_service_proxy(Kube.from_kubeconfig(kubeconfig), namespace="default")
     deleted = clear_rendezvous(etcd, "etcd-v2", run_id)
     assert f"/torch/elastic/rendezvous/{run_id}" in deleted and len(deleted) == 3
     assert not _exists(etcd_endpoint, f"/torch/elastic/rendezvous/{run_id}")

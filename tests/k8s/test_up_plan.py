@@ -14,6 +14,7 @@ from fsdp_sdk import Client, hookimpl
 from fsdp_sdk.backends.base import ClusterBackend, ClusterStatus, Plan
 from fsdp_sdk.config import Config
 from fsdp_sdk.errors import ConfigError
+from fsdp_sdk.monitoring import MonitoringComponent
 from fsdp_sdk.plugins import build_plugins, get_plugins
 from fsdp_sdk.preflight import PreflightResult
 
@@ -30,6 +31,8 @@ class RecordingBackend(ClusterBackend):
     kubeconfig_file: ClassVar[Path]
     applied: ClassVar[list[tuple[Config, Plan]]] = []
 
+    device_plugins: ClassVar[list[dict[str, Any]]] = []
+
     def plan(self, config: Config) -> Plan:
         zones = list(config.cluster.availability_zones)
         return Plan(
@@ -39,6 +42,7 @@ class RecordingBackend(ClusterBackend):
             resources=[{"kind": "Cluster", "zones": zones}],
             hourly_cost_usd=1.5,
             details={"zones": zones},
+            kubernetes=self.device_plugins,
         )
 
     def apply(self, config: Config, plan: Plan, *, progress=lambda line: None) -> ClusterStatus:
@@ -78,6 +82,11 @@ class Plugin:
         ]
 
     @hookimpl
+    def fsdp_sdk_monitoring_components(self, config: Config) -> list[MonitoringComponent]:
+        probe = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "probe", "namespace": "default"}}
+        return [MonitoringComponent("probe", "a probe", objects=[probe])]
+
+    @hookimpl
     def fsdp_sdk_cluster_created(self, config: Config, status: ClusterStatus) -> None:
         self.created.append(status)
 
@@ -95,6 +104,7 @@ def recording(apiserver: FakeApiServer, tmp_path: Path) -> Path:
     path = apiserver.write_kubeconfig(tmp_path / "kubeconfig")
     RecordingBackend.kubeconfig_file = path
     RecordingBackend.applied = []
+    RecordingBackend.device_plugins = []
     Plugin.created = []
     return path
 
@@ -168,3 +178,30 @@ def test_dry_run_prints_the_plan_as_json_and_writes_nothing(
     assert plan["hourly_cost_usd"] == 1.5 and plan["preflight"][0]["check"] == "zones"
     assert [o["kind"] for o in plan["kubernetes"]] == ["Service", "Deployment"]
     assert apiserver.writes() == [] and recorded(kubectl) == [] and RecordingBackend.applied == []
+
+
+def test_up_applies_the_backends_objects_and_monitoring_it_showed(
+    apiserver: FakeApiServer, recording: Path, kubectl: Path
+) -> None:
+    """The backend's device plugins and the monitoring components go into the plan's objects, and are applied."""
+    RecordingBackend.device_plugins = [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "gpu-plugin", "namespace": "default"}}
+    ]
+    client = _client(**{"observability.enabled": True})
+    plan = client.plan()
+    assert plan.steps[-1] == "apply monitoring: probe"
+    shown = [(o["kind"], o["metadata"]["name"]) for o in plan.kubernetes]
+    assert shown == [
+        ("ServiceAccount", "gpu-plugin"),
+        ("Service", "etcd"),
+        ("Deployment", "etcd"),
+        ("ConfigMap", "probe"),
+    ]
+    client.up(plan)
+    assert [w.path for w in apiserver.writes()] == [  # in apply order: accounts, configuration, services, workloads
+        "/api/v1/namespaces/default/serviceaccounts/gpu-plugin",
+        "/api/v1/namespaces/default/configmaps/probe",
+        "/api/v1/namespaces/default/services/etcd",
+        "/apis/apps/v1/namespaces/default/deployments/etcd",
+    ]
+    assert len(recorded(kubectl)) == 1

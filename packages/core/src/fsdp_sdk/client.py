@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from fsdp_sdk.aws.pricing import Price
     from fsdp_sdk.estimate import Estimate
     from fsdp_sdk.instance_types import InstanceType
+    from fsdp_sdk.k8s.cluster_objects import Prerequisite
     from fsdp_sdk.k8s.image import ImageBuild, ImagePush
     from fsdp_sdk.k8s.jobs import JobClient
     from fsdp_sdk.k8s.monitoring import Monitoring
@@ -250,20 +251,10 @@ class Client:
             plan = self.backend.preview(config, plan, progress=self.progress)
         steps, objects = list(plan.steps), list(plan.kubernetes)
         if not self.backend.runs_jobs:
-            from fsdp_sdk.k8s.prereqs import TRAINING_OPERATOR_VERSION, render_etcd
-
-            objects += render_etcd(config)
-            steps += [
-                f"write the cluster's kubeconfig under {config.cluster.state_dir}",
-                f"apply etcd (v2 API) for the rendezvous in namespace {config.job.namespace}",
-                f"install the Kubeflow Training Operator {TRAINING_OPERATOR_VERSION}",
-            ]
-            components = self.monitoring_components(config)
-            for component in components:
-                objects += [dict(o) for o in component.objects]
-            if components:
-                steps.append("apply monitoring: " + ", ".join(c.name for c in components))
-            steps += [f"enable the EKS add-on {c.eks_addon.name}" for c in components if c.eks_addon is not None]
+            prerequisites = self._prerequisites(config, plan.kubernetes)
+            steps.append(f"write the cluster's kubeconfig under {config.cluster.state_dir}")
+            steps += [step for p in prerequisites for step in p.steps]
+            objects = [dict(o) for p in prerequisites for o in p.objects]
         cost, details = plan.hourly_cost_usd, dict(plan.details)
         if any(r.check == "aws-credentials" and r.ok for r in results):
             # The backend priced the GPU nodes from the table (us-east-1, dated); AWS answers for this region.
@@ -310,23 +301,32 @@ class Client:
         self.loaded_plugins.hooks.cluster_created(config, status)
         return status
 
+    def _prerequisites(self, config: Config, backend_objects: Sequence[Mapping[str, Any]] = ()) -> list[Prerequisite]:
+        """What core applies to a new Kubernetes cluster (pure): the backend's objects, etcd, the Training
+        Operator, monitoring (:func:`fsdp_sdk.k8s.cluster_objects.cluster_prerequisites`)."""
+        from fsdp_sdk.k8s.cluster_objects import cluster_prerequisites
+
+        return cluster_prerequisites(config, backend_objects, self.monitoring_components(config))
+
     def _prepare(self, config: Config, plan: Plan) -> None:
-        """Make a new Kubernetes cluster ready for jobs: the plan's objects, then the Training Operator."""
+        """Make a new Kubernetes cluster ready for jobs: the plan's objects, as shown, then the rest of the
+        prerequisites rendered from the same configuration (the Training Operator, EKS add-ons)."""
         from fsdp_sdk.k8s.kube import Kube
-        from fsdp_sdk.k8s.prereqs import Prereqs
+        from fsdp_sdk.k8s.prereqs import install_prerequisites
 
         path = self._kubeconfig or config.cluster.kubeconfig or self.backend.kubeconfig(config)
         if path is None:
             return
-        from fsdp_sdk.k8s.monitoring import Monitoring, apply_objects
-
         kube = Kube.from_kubeconfig(path, context=self.kube_context, progress=self.progress)
-        prereqs = Prereqs(config, kube, kubeconfig=str(path), context=self.kube_context)
-        apply_objects(kube, plan.kubernetes, progress=self.progress)  # generated Secret keys filled on the way
-        prereqs.install_operator(progress=self.progress)
-        addons = [c for c in self.monitoring_components(config) if c.eks_addon is not None]
-        if addons:
-            Monitoring(config, addons, kube).install(progress=self.progress)
+        install_prerequisites(
+            self._prerequisites(config),
+            kube,
+            objects=plan.kubernetes,
+            kubeconfig=str(path),
+            context=self.kube_context,
+            eks_cluster=(config.cluster.name, config.cluster.region),
+            progress=self.progress,
+        )
 
     def down(self, *, dry_run: bool = False) -> ClusterStatus:
         """Delete the cluster and the state kept for it; deleting an absent cluster is not an error.

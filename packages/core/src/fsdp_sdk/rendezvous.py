@@ -16,10 +16,10 @@ after) deletes exactly the keys that belong to that run's rendezvous id. Where t
 The operator passes the PyTorchJob's ``elasticPolicy.rdzvId`` to torchrun as the
 run id (``PET_RDZV_ID``), so the rendezvous id of the job is the run id here.
 
-In a cluster, etcd is reached from outside through the API server's service proxy
-(``/api/v1/namespaces/<ns>/services/etcd:2379/proxy/v2/keys/...``): it needs no
-extra process or open port, only the ``services/proxy`` RBAC verb that cluster
-admins have. The local backend talks to its own etcd directly (:meth:`EtcdV2.direct`).
+This module is what both paths share: the keys of a rendezvous id, a minimal etcd v2 client over a
+pluggable transport, and the clearing. The local backend talks to its own etcd directly
+(:meth:`EtcdV2.direct`); in a cluster, etcd is reached through the API server's service proxy
+(:func:`fsdp_sdk.k8s.rendezvous.etcd_via_service_proxy`).
 """
 
 from __future__ import annotations
@@ -32,12 +32,9 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fsdp_sdk.errors import BackendError
-
-if TYPE_CHECKING:
-    from fsdp_sdk.k8s.kube import Kube
 
 __all__ = ["EtcdV2", "RendezvousKeys", "clear_rendezvous", "rendezvous_keys"]
 
@@ -110,23 +107,6 @@ class EtcdV2:
                 ) from error
 
         return cls(send, where=base)
-
-    @classmethod
-    def via_service_proxy(cls, kube: Kube, *, namespace: str, service: str = "etcd", port: int = 2379) -> EtcdV2:
-        """Talk to etcd through the API server's service proxy."""
-        from fsdp_sdk.k8s.kube import ApiStatusError
-
-        prefix = f"/api/v1/namespaces/{namespace}/services/{service}:{port}/proxy"
-
-        def send(method: str, path: str, query: dict[str, str]) -> tuple[int, Any]:
-            try:
-                return 200, kube.request(method, prefix + urllib.parse.quote(path), query=query)
-            except ApiStatusError as error:
-                if error.status == 404 and "Key not found" in str(error):
-                    return 404, {"errorCode": 100}
-                raise
-
-        return cls(send, where=f"service {namespace}/{service}:{port} via {kube.host}")
 
     def leaves(self, key: str) -> list[str]:
         """Every non-directory key under directory ``key`` (recursively); empty when it does not exist."""

@@ -46,9 +46,11 @@ def install(
 
     if dry_run:
         setup = app.client.prereqs(connect=False)
-        if not skip_operator:
-            click.echo(f"# would run: {shlex.join(setup.operator_command(operator_version))}")
-        click.echo(to_yaml_documents(setup.objects()), nl=False)
+        prerequisites = setup.prerequisites(operator=not skip_operator, operator_version=operator_version)
+        for prerequisite in prerequisites:
+            for command in prerequisite.commands(kubeconfig=setup.kubeconfig, context=setup.context):
+                click.echo(f"# would run: {shlex.join(command)}")
+        click.echo(to_yaml_documents([dict(o) for p in prerequisites for o in p.objects]), nl=False)
         return
     app.client.install_prereqs(operator=not skip_operator, operator_version=operator_version)
     click.echo("prerequisites installed; 'fsdp-sdk prereqs status' shows when they are ready")

@@ -20,18 +20,19 @@ import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fsdp_sdk.errors import KubernetesError
+from fsdp_sdk.k8s.job_pods import LOG_DRAIN_S, find_leader, job_api, job_pods
 from fsdp_sdk.k8s.retry import FailureStreak, TransientError, reason
 
 if TYPE_CHECKING:
-    from fsdp_sdk.k8s.jobs import JobClient
     from fsdp_sdk.k8s.kube import Kube
 
 __all__ = [
     "RESUME_MARGIN_S",
     "WATCH_WINDOW_S",
+    "FollowedJobs",
     "LogCursor",
     "LogFollower",
     "follow_log",
@@ -207,6 +208,19 @@ def follow_log(
             kube.retry.sleep(wait)
 
 
+class FollowedJobs(Protocol):
+    """What :class:`LogFollower` needs of the job client (:class:`~fsdp_sdk.k8s.jobs.JobClient` has it)."""
+
+    progress: Callable[[str], None] | None
+    leader_recheck_s: float
+
+    @property
+    def kube(self) -> Kube: ...
+
+    @property
+    def namespace(self) -> str: ...
+
+
 class LogFollower:
     """Writes a job's leader log (or every worker's) as it is written, until the job has ended.
 
@@ -217,7 +231,7 @@ class LogFollower:
     and, when the leader's container ends before the job does (a restart), finds the leader
     again and goes on with its new lines.
 
-    :param jobs: the job client (its connection, namespace and leader lookup).
+    :param jobs: the job client (its connection, namespace, progress and leader recheck period).
     :param name: the job's name.
     :param out: receives each line (from this thread; with all workers, from one thread per pod).
     :param finished: set once the job has ended.
@@ -227,13 +241,13 @@ class LogFollower:
 
     def __init__(
         self,
-        jobs: JobClient,
+        jobs: FollowedJobs,
         name: str,
         *,
         out: Callable[[str], None],
         finished: threading.Event,
         deadline: float | None = None,
-        api: str | None = None,
+        api: str = "pytorchjob",
     ) -> None:
         self.jobs = jobs
         self.name = name
@@ -272,7 +286,9 @@ class LogFollower:
         cursors: dict[str, LogCursor] = {}
         waited = False
         while True:
-            leader = self._looked_up(lambda: self.jobs._find_leader(self.name, self.api), "the leader")
+            leader = self._looked_up(
+                lambda: find_leader(self.kube, self.jobs.namespace, self.name, self.api), "the leader"
+            )
             if leader is False:
                 return
             if leader is None:
@@ -303,12 +319,10 @@ class LogFollower:
             self._wait_for_pods()  # the leader's container ended before the job: it restarts
 
     def _all_workers(self) -> None:
-        from fsdp_sdk.k8s.jobs import LOG_DRAIN_S
-
         threads: dict[str, threading.Thread] = {}
         waited = False
         while True:
-            pods = self._looked_up(lambda: self.jobs.pods(self.name, api=self.api), "the pods")
+            pods = self._looked_up(lambda: job_pods(self.kube, self.jobs.namespace, self.name, self.api), "the pods")
             if pods is False:
                 break
             running = [p["metadata"]["name"] for p in pods or [] if (p.get("status") or {}).get("phase") != "Pending"]
@@ -358,7 +372,7 @@ class LogFollower:
         """Return at the next change of the job's pods, or after ``jobs.leader_recheck_s`` seconds."""
         from fsdp_sdk.k8s.kube import WatchExpired
 
-        _, _, label = self.jobs._api(self.api)
+        _, _, label = job_api(self.api)
         selector = f"{label}={self.name}"
         timeout = self.jobs.leader_recheck_s
         try:

@@ -43,7 +43,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fsdp_sdk.errors import BackendError, ConfigError, KubernetesError, RunError
-from fsdp_sdk.k8s.render import HF_TOKEN_KEY, JOB_NAME_LABEL, RUN_ID_LABEL, render_job
+from fsdp_sdk.k8s.job_pods import LOG_DRAIN_S, find_leader, job_api, job_pods
+from fsdp_sdk.k8s.render import HF_TOKEN_KEY, RUN_ID_LABEL, render_job
 
 if TYPE_CHECKING:
     from fsdp_sdk.config import Config
@@ -56,17 +57,8 @@ __all__ = ["EXIT_TIMEOUT", "FollowResult", "JobClient", "JobStatus", "StopResult
 
 #: Exit status of ``fsdp-sdk job wait`` when the timeout passes before the job ends.
 EXIT_TIMEOUT = 3
-#: How many bytes of each pod's log are read to find the ``master_addr=`` line.
-LOG_HEAD_BYTES = 64 * 1024
 #: Seconds ``--replace`` waits for the old job and its pods to be gone.
 REPLACE_TIMEOUT_S = 600.0
-#: Seconds the log follower may take to write the last lines once the job has ended.
-LOG_DRAIN_S = 30.0
-
-_APIS = {
-    "pytorchjob": ("kubeflow.org/v1", "PyTorchJob", JOB_NAME_LABEL),
-    "trainjob": ("trainer.kubeflow.org/v1alpha1", "TrainJob", "jobset.sigs.k8s.io/jobset-name"),
-}
 # When several conditions are true, the one that says the most wins.
 _PHASE_ORDER = ("Failed", "Succeeded", "Suspended", "Restarting", "Running", "Created")
 _CONDITION_PHASE = {"Complete": "Succeeded", "JobSucceeded": "Succeeded", "JobFailed": "Failed"}
@@ -240,7 +232,7 @@ class JobClient:
             self.progress(line)
 
     def _api(self, api: str | None = None) -> tuple[str, str, str]:
-        return _APIS[api or self.config.job.api]
+        return job_api(api or self.config.job.api)
 
     def _name(self, job: JobRef | str | None) -> str:
         if job is None:
@@ -523,7 +515,9 @@ class JobClient:
             if on_output is not None:
                 on_output(line)
 
-        follower = LogFollower(self, name, out=out, finished=finished, deadline=deadline, api=api)
+        follower = LogFollower(
+            self, name, out=out, finished=finished, deadline=deadline, api=api or self.config.job.api
+        )
         thread = threading.Thread(target=follower.run, args=(all_workers,), name=f"fsdp-sdk-logs-{name}", daemon=True)
         thread.start()
         try:
@@ -562,7 +556,7 @@ class JobClient:
             raise RunError(f"job {name} failed: {status.message or 'see fsdp-sdk job logs --all'}")
         summary = result.summary
         if summary is None:
-            leader = self._find_leader(name)
+            leader = find_leader(self.kube, self.namespace, name, self.config.job.api)
             if leader is not None:
                 for line in self.kube.pod_log(leader, self.namespace, tail_lines=20).splitlines():
                     summary = _summary_line(line) or summary
@@ -572,18 +566,7 @@ class JobClient:
 
     def pods(self, job: JobRef | str | None = None, *, api: str | None = None) -> builtins.list[dict[str, Any]]:
         """The job's pods, by the operator's job-name label."""
-        _, _, label = self._api(api)
-        return self.kube.list("v1", "Pod", self.namespace, label_selector=f"{label}={self._name(job)}")
-
-    def _find_leader(self, name: str, api: str | None = None) -> str | None:
-        for pod in self.pods(name, api=api):
-            pod_name = pod["metadata"]["name"]
-            if (pod.get("status") or {}).get("phase") == "Pending":
-                continue
-            head = self.kube.pod_log(pod_name, self.namespace, limit_bytes=LOG_HEAD_BYTES)
-            if any(line.startswith("master_addr=") or " master_addr=" in line for line in head.splitlines()):
-                return pod_name
-        return None
+        return job_pods(self.kube, self.namespace, self._name(job), api or self.config.job.api)
 
     def leader_pod(self, job: JobRef | str | None = None, *, api: str | None = None) -> str:
         """The name of the pod whose log head has the trainer's ``master_addr=`` line.
@@ -591,7 +574,7 @@ class JobClient:
         :raises KubernetesError: the job has no pods, or none has printed the line yet.
         """
         name = self._name(job)
-        leader = self._find_leader(name, api)
+        leader = find_leader(self.kube, self.namespace, name, api or self.config.job.api)
         if leader is None:
             raise KubernetesError(
                 f"no pod of job {self.namespace}/{name} has printed master_addr= yet; "
@@ -661,7 +644,8 @@ class JobClient:
 
     def _clear_rendezvous(self, obj: dict[str, Any], status: JobStatus) -> tuple[builtins.list[str], str | None]:
         """Delete the job's rendezvous keys in etcd: ``(keys deleted, problem)``."""
-        from fsdp_sdk.rendezvous import EtcdV2, clear_rendezvous
+        from fsdp_sdk.k8s.rendezvous import etcd_via_service_proxy
+        from fsdp_sdk.rendezvous import clear_rendezvous
 
         if not status.rdzv_id or status.rdzv_backend not in ("etcd-v2", "etcd"):
             return [], None
@@ -669,7 +653,7 @@ class JobClient:
         host = str(elastic.get("rdzvHost") or "etcd").split(".")
         namespace = host[1] if len(host) > 1 and host[1] != "svc" else self.namespace
         try:
-            etcd = EtcdV2.via_service_proxy(
+            etcd = etcd_via_service_proxy(
                 self.kube, namespace=namespace, service=host[0], port=int(elastic.get("rdzvPort") or 2379)
             )
             return clear_rendezvous(etcd, status.rdzv_backend, status.rdzv_id), None

@@ -1,15 +1,14 @@
-"""Cluster prerequisites of a training job: etcd for the rendezvous and the Kubeflow Training Operator.
+"""Putting the prerequisites on a cluster, and reading them back.
 
-* etcd is rendered here (a ``Deployment`` and a ``Service`` named after
-  ``job.rdzv_host`` in ``job.namespace``, v2 API on) and applied with server-side apply;
-* the Training Operator is installed from its real upstream kustomize overlay at a
-  pinned version with the tool its project documents::
+:mod:`fsdp_sdk.k8s.cluster_objects` renders what ``up`` and ``prereqs install`` apply (pure);
+this module acts on those lists:
 
-      kubectl apply --server-side -k "github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=v1.9.2"
-
-  (server-side because the PyTorchJob CRD is too large for the client-side
-  ``last-applied-configuration`` annotation). The SDK does not re-implement
-  kustomize: it runs that command.
+* :func:`install_prerequisites` server-side applies their objects (through
+  :class:`~fsdp_sdk.k8s.kube.Kube`, generated Secret keys filled on the way), runs
+  ``kubectl apply --server-side -k`` for their kustomize overlays (through the tool runner,
+  its output streamed as progress) and enables their EKS add-ons;
+* :class:`Prereqs` is ``prereqs install`` / ``prereqs status`` on one cluster: etcd and the
+  Training Operator.
 
 Both steps are idempotent: applying again changes nothing.
 """
@@ -20,8 +19,20 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from fsdp_sdk.errors import ConfigError, KubernetesError
-from fsdp_sdk.k8s.render import job_labels
+from fsdp_sdk.errors import KubernetesError
+from fsdp_sdk.k8s.cluster_objects import (
+    ETCD_IMAGE,
+    PYTORCHJOB_CRD,
+    TRAINING_OPERATOR_DEPLOYMENT,
+    TRAINING_OPERATOR_NAMESPACE,
+    TRAINING_OPERATOR_VERSION,
+    Prerequisite,
+    etcd_name,
+    job_prerequisites,
+    render_etcd,
+    training_operator_command,
+    training_operator_kustomize_url,
+)
 from fsdp_sdk.tools import run_tool
 
 if TYPE_CHECKING:
@@ -34,130 +45,64 @@ __all__ = [
     "TRAINING_OPERATOR_VERSION",
     "PrereqStatus",
     "Prereqs",
+    "install_prerequisites",
     "render_etcd",
     "training_operator_command",
     "training_operator_kustomize_url",
 ]
 
-#: etcd 3.5 is the last minor release that still serves the v2 API torch's etcd-v2 rendezvous uses.
-ETCD_IMAGE = "quay.io/coreos/etcd:v3.5.17"
-#: The Training Operator release installed by ``prereqs install``.
-TRAINING_OPERATOR_VERSION = "v1.9.2"
-#: Namespace of the standalone Training Operator overlay.
-TRAINING_OPERATOR_NAMESPACE = "kubeflow"
-TRAINING_OPERATOR_DEPLOYMENT = "training-operator"
-PYTORCHJOB_CRD = "pytorchjobs.kubeflow.org"
+Progress = Callable[[str], None]
 
 
-def _etcd_name(config: Config) -> str:
-    host = config.job.rdzv_host
-    name = host.split(".", 1)[0]
-    if "." in host and not host.startswith(f"{name}.{config.job.namespace}"):
-        raise ConfigError(
-            "job.rdzv_host",
-            f"{host!r} points outside the job's namespace {config.job.namespace!r}",
-            f"use the bare service name 'etcd' or etcd.{config.job.namespace}",
-        )
-    return name
+def _no_progress(line: str) -> None:
+    pass
 
 
-def render_etcd(config: Config, *, image: str = ETCD_IMAGE) -> list[dict[str, Any]]:
-    """The etcd ``Service`` and ``Deployment`` of the rendezvous (pure), preceded by the
-    ``Namespace`` when it is not ``default`` (applied with only its name, so an existing
-    namespace is left as it is).
-
-    :param config: the configuration (``job.namespace``, ``job.rdzv_host``, ``job.rdzv_port``).
-    :param image: the etcd image, pinned by default.
-    """
-    name, namespace, port = _etcd_name(config), config.job.namespace, config.job.rdzv_port
-    labels = {**job_labels(config, "rendezvous"), "app.kubernetes.io/name": "etcd", "app.kubernetes.io/instance": name}
-    selector = {"app.kubernetes.io/name": "etcd", "app.kubernetes.io/instance": name}
-    probe = {"httpGet": {"path": "/health", "port": port}}
-    service = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels},
-        "spec": {
-            "selector": selector,
-            "ports": [{"name": "client", "port": port, "targetPort": port, "protocol": "TCP"}],
-        },
-    }
-    deployment = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels},
-        "spec": {
-            "replicas": 1,
-            "strategy": {"type": "Recreate"},  # one member with its own data dir: never two at once
-            "selector": {"matchLabels": selector},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "containers": [
-                        {
-                            "name": "etcd",
-                            "image": image,
-                            "command": [
-                                "/usr/local/bin/etcd",
-                                "--name=etcd",
-                                "--data-dir=/var/lib/etcd",
-                                "--enable-v2=true",
-                                f"--listen-client-urls=http://0.0.0.0:{port}",
-                                f"--advertise-client-urls=http://{name}:{port}",
-                                "--listen-peer-urls=http://127.0.0.1:2380",
-                                "--initial-advertise-peer-urls=http://127.0.0.1:2380",
-                                "--initial-cluster=etcd=http://127.0.0.1:2380",
-                                "--initial-cluster-state=new",
-                            ],
-                            "ports": [{"name": "client", "containerPort": port, "protocol": "TCP"}],
-                            "resources": {
-                                "requests": {"cpu": "100m", "memory": "256Mi"},
-                                "limits": {"cpu": "1", "memory": "1Gi"},
-                            },
-                            "readinessProbe": {**probe, "initialDelaySeconds": 2, "periodSeconds": 5},
-                            "livenessProbe": {
-                                **probe,
-                                "initialDelaySeconds": 10,
-                                "periodSeconds": 10,
-                                "failureThreshold": 3,
-                            },
-                            "volumeMounts": [{"name": "data", "mountPath": "/var/lib/etcd"}],
-                        }
-                    ],
-                    "volumes": [{"name": "data", "emptyDir": {}}],
-                },
-            },
-        },
-    }
-    namespace_obj = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
-    return ([namespace_obj] if namespace != "default" else []) + [service, deployment]
-
-
-def training_operator_kustomize_url(version: str = TRAINING_OPERATOR_VERSION) -> str:
-    """The upstream kustomize overlay of the standalone Training Operator at ``version``."""
-    return f"github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref={version}"
-
-
-def training_operator_command(
-    version: str = TRAINING_OPERATOR_VERSION,
+def install_prerequisites(
+    prerequisites: Sequence[Prerequisite],
+    kube: Kube | None,
     *,
+    objects: Sequence[Mapping[str, Any]] | None = None,
     kubeconfig: str | None = None,
     context: str | None = None,
-    dry_run: bool = False,
-    kubectl: str = "kubectl",
-) -> list[str]:
-    """The exact ``kubectl`` command that installs the Training Operator.
+    eks_cluster: tuple[str, str] | None = None,
+    aws_clients: Mapping[str, Any] | None = None,
+    progress: Progress = _no_progress,
+) -> list[dict[str, Any]]:
+    """Apply ``prerequisites``: every object first (server-side, in apply order), then each kustomize overlay
+    with ``kubectl``, then the EKS add-ons.
 
-    :param dry_run: add ``--dry-run=server`` (validate on the server, change nothing).
+    :param objects: the objects to apply instead of the prerequisites' own (``up`` applies those its plan showed).
+    :param kubeconfig: passed on to ``kubectl``.
+    :param context: passed on to ``kubectl``.
+    :param eks_cluster: ``(cluster name, region)`` of the EKS cluster the add-ons are enabled on.
+    :param aws_clients: boto3 clients by service (``eks``, ``iam``) instead of the cached ones.
+    :returns: the objects as the server returned them.
+    :raises KubernetesError: no connection, or the API server refused an object.
+    :raises ToolError: ``kubectl`` failed (the message holds its last lines).
+    :raises AwsError: enabling an EKS add-on failed.
     """
-    command = [kubectl, "apply", "--server-side", "-k", training_operator_kustomize_url(version)]
-    if dry_run:
-        command.append("--dry-run=server")
-    if kubeconfig:
-        command += ["--kubeconfig", str(kubeconfig)]
-    if context:
-        command += ["--context", context]
-    return command
+    from fsdp_sdk.k8s.monitoring import apply_objects
+
+    wanted = [o for p in prerequisites for o in p.objects] if objects is None else list(objects)
+    applied: list[dict[str, Any]] = []
+    if wanted:
+        if kube is None:
+            raise KubernetesError("prereqs: no cluster connection; pass --kubeconfig or set KUBECONFIG")
+        applied = apply_objects(kube, wanted, progress=progress)  # generated Secret keys filled on the way
+    for prerequisite in prerequisites:
+        for command in prerequisite.commands(kubeconfig=kubeconfig, context=context):
+            progress(f"installing {prerequisite.what}: " + " ".join(command))
+            run_tool(command, step=f"install {prerequisite.what}", progress=progress)
+    addons = [a for p in prerequisites for a in p.eks_addons]
+    if addons:
+        from fsdp_sdk.aws.addons import enable_addon
+
+        if eks_cluster is None:
+            raise KubernetesError("prereqs: EKS add-ons need the cluster's name and region")
+        for addon in addons:
+            enable_addon(*eks_cluster, addon, clients=aws_clients, progress=progress)
+    return applied
 
 
 @dataclass
@@ -222,45 +167,19 @@ class Prereqs:
         self.kubeconfig = kubeconfig
         self.context = context
 
+    def prerequisites(self, *, operator: bool = True, operator_version: str | None = None) -> list[Prerequisite]:
+        """What ``prereqs install`` applies: etcd, then the Training Operator (pure)."""
+        return job_prerequisites(self.config, operator=operator, operator_version=operator_version)
+
     def objects(self) -> list[dict[str, Any]]:
         """The objects the SDK applies itself (etcd)."""
         return render_etcd(self.config)
-
-    def apply(
-        self, objects: Sequence[Mapping[str, Any]], *, progress: Callable[[str], None] = lambda line: None
-    ) -> list[dict[str, Any]]:
-        """Server-side apply ``objects`` in order (what a plan's ``kubernetes`` holds).
-
-        :returns: the objects as the server returned them.
-        :raises KubernetesError: no connection, or the API server refused an object.
-        """
-        if self.kube is None:
-            raise KubernetesError("prereqs: no cluster connection; pass --kubeconfig or set KUBECONFIG")
-        applied = []
-        for obj in objects:
-            applied.append(self.kube.apply(obj))
-            meta = obj["metadata"]
-            where = f" in {meta['namespace']}" if "namespace" in meta else ""
-            progress(f"applied {obj['kind']}/{meta['name']}{where}")
-        return applied
 
     def operator_command(self, version: str | None = None, *, dry_run: bool = False) -> list[str]:
         """The ``kubectl`` command that installs the Training Operator on this cluster."""
         return training_operator_command(
             version or TRAINING_OPERATOR_VERSION, kubeconfig=self.kubeconfig, context=self.context, dry_run=dry_run
         )
-
-    def install_operator(
-        self, version: str | None = None, *, progress: Callable[[str], None] = lambda line: None
-    ) -> None:
-        """Install the Training Operator with ``kubectl apply --server-side -k`` (its output streams to ``progress``).
-
-        :raises ToolNotFoundError: kubectl is not installed.
-        :raises ToolError: kubectl failed (the message holds its last lines).
-        """
-        command = self.operator_command(version)
-        progress("installing the Training Operator: " + " ".join(command))
-        run_tool(command, step="install the Kubeflow Training Operator", progress=progress)
 
     def install(
         self,
@@ -276,20 +195,19 @@ class Prereqs:
         :raises KubernetesError: the API server refused an object.
         :raises ToolError: ``kubectl`` failed.
         """
-        objects = self.objects()
+        prerequisites = self.prerequisites(operator=operator, operator_version=operator_version)
         if dry_run:
-            return objects
-        applied = self.apply(objects, progress=progress)
-        if operator:
-            self.install_operator(operator_version, progress=progress)
-        return applied
+            return [dict(o) for p in prerequisites for o in p.objects]
+        return install_prerequisites(
+            prerequisites, self.kube, kubeconfig=self.kubeconfig, context=self.context, progress=progress
+        )
 
     def status(self) -> PrereqStatus:
         """Read what is installed; changes nothing."""
         if self.kube is None:
             raise KubernetesError("prereqs status: no cluster connection; pass --kubeconfig or set KUBECONFIG")
         status = PrereqStatus()
-        name, namespace = _etcd_name(self.config), self.config.job.namespace
+        name, namespace = etcd_name(self.config), self.config.job.namespace
         etcd = self.kube.get("apps/v1", "Deployment", name, namespace)
         if etcd is None:
             status.problems.append(f"etcd deployment {namespace}/{name} is missing: run 'fsdp-sdk prereqs install'")

@@ -1,0 +1,310 @@
+"""What core puts on a Kubernetes cluster once it exists, rendered without touching it.
+
+``up`` (after the backend made the cluster) and ``prereqs install`` apply lists of
+:class:`Prerequisite`; :func:`cluster_prerequisites` and :func:`job_prerequisites` render them
+from the configuration, the backend's plan and the monitoring components, so ``up --dry-run``
+and ``prereqs install --dry-run`` show exactly what is applied. Each prerequisite is
+
+* Kubernetes objects core server-side applies: the backend's device plugins (its plan's
+  ``kubernetes``), etcd (a ``Deployment`` and a ``Service`` named after ``job.rdzv_host`` in
+  ``job.namespace``, v2 API on), the monitoring components' objects;
+* upstream kustomize overlays applied with the tool their projects document, e.g. the
+  Training Operator at a pinned version::
+
+      kubectl apply --server-side -k "github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=v1.9.2"
+
+  (server-side because the PyTorchJob CRD is too large for the client-side
+  ``last-applied-configuration`` annotation; the SDK does not re-implement kustomize);
+* EKS add-ons that monitoring components are.
+
+Nothing here connects anywhere: :mod:`fsdp_sdk.k8s.prereqs` acts on these lists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from fsdp_sdk.errors import ConfigError
+from fsdp_sdk.k8s.render import job_labels
+
+if TYPE_CHECKING:
+    from fsdp_sdk.config import Config
+    from fsdp_sdk.monitoring import EksAddon, MonitoringComponent
+
+__all__ = [
+    "ETCD_IMAGE",
+    "PYTORCHJOB_CRD",
+    "TRAINING_OPERATOR_DEPLOYMENT",
+    "TRAINING_OPERATOR_NAMESPACE",
+    "TRAINING_OPERATOR_VERSION",
+    "Prerequisite",
+    "cluster_prerequisites",
+    "etcd",
+    "etcd_name",
+    "job_prerequisites",
+    "kustomize_command",
+    "monitoring",
+    "render_etcd",
+    "training_operator",
+    "training_operator_command",
+    "training_operator_kustomize_url",
+]
+
+#: etcd 3.5 is the last minor release that still serves the v2 API torch's etcd-v2 rendezvous uses.
+ETCD_IMAGE = "quay.io/coreos/etcd:v3.5.17"
+#: The Training Operator release installed by ``prereqs install``.
+TRAINING_OPERATOR_VERSION = "v1.9.2"
+#: Namespace of the standalone Training Operator overlay.
+TRAINING_OPERATOR_NAMESPACE = "kubeflow"
+TRAINING_OPERATOR_DEPLOYMENT = "training-operator"
+PYTORCHJOB_CRD = "pytorchjobs.kubeflow.org"
+
+
+def etcd_name(config: Config) -> str:
+    """The name of the etcd ``Service`` and ``Deployment``: ``job.rdzv_host`` without its domain.
+
+    :raises ConfigError: ``job.rdzv_host`` names a service in another namespace.
+    """
+    host = config.job.rdzv_host
+    name = host.split(".", 1)[0]
+    if "." in host and not host.startswith(f"{name}.{config.job.namespace}"):
+        raise ConfigError(
+            "job.rdzv_host",
+            f"{host!r} points outside the job's namespace {config.job.namespace!r}",
+            f"use the bare service name 'etcd' or etcd.{config.job.namespace}",
+        )
+    return name
+
+
+def render_etcd(config: Config, *, image: str = ETCD_IMAGE) -> list[dict[str, Any]]:
+    """The etcd ``Service`` and ``Deployment`` of the rendezvous (pure), preceded by the
+    ``Namespace`` when it is not ``default`` (applied with only its name, so an existing
+    namespace is left as it is).
+
+    :param config: the configuration (``job.namespace``, ``job.rdzv_host``, ``job.rdzv_port``).
+    :param image: the etcd image, pinned by default.
+    """
+    name, namespace, port = etcd_name(config), config.job.namespace, config.job.rdzv_port
+    labels = {**job_labels(config, "rendezvous"), "app.kubernetes.io/name": "etcd", "app.kubernetes.io/instance": name}
+    selector = {"app.kubernetes.io/name": "etcd", "app.kubernetes.io/instance": name}
+    probe = {"httpGet": {"path": "/health", "port": port}}
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {
+            "selector": selector,
+            "ports": [{"name": "client", "port": port, "targetPort": port, "protocol": "TCP"}],
+        },
+    }
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {
+            "replicas": 1,
+            "strategy": {"type": "Recreate"},  # one member with its own data dir: never two at once
+            "selector": {"matchLabels": selector},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "etcd",
+                            "image": image,
+                            "command": [
+                                "/usr/local/bin/etcd",
+                                "--name=etcd",
+                                "--data-dir=/var/lib/etcd",
+                                "--enable-v2=true",
+                                f"--listen-client-urls=http://0.0.0.0:{port}",
+                                f"--advertise-client-urls=http://{name}:{port}",
+                                "--listen-peer-urls=http://127.0.0.1:2380",
+                                "--initial-advertise-peer-urls=http://127.0.0.1:2380",
+                                "--initial-cluster=etcd=http://127.0.0.1:2380",
+                                "--initial-cluster-state=new",
+                            ],
+                            "ports": [{"name": "client", "containerPort": port, "protocol": "TCP"}],
+                            "resources": {
+                                "requests": {"cpu": "100m", "memory": "256Mi"},
+                                "limits": {"cpu": "1", "memory": "1Gi"},
+                            },
+                            "readinessProbe": {**probe, "initialDelaySeconds": 2, "periodSeconds": 5},
+                            "livenessProbe": {
+                                **probe,
+                                "initialDelaySeconds": 10,
+                                "periodSeconds": 10,
+                                "failureThreshold": 3,
+                            },
+                            "volumeMounts": [{"name": "data", "mountPath": "/var/lib/etcd"}],
+                        }
+                    ],
+                    "volumes": [{"name": "data", "emptyDir": {}}],
+                },
+            },
+        },
+    }
+    namespace_obj = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
+    return ([namespace_obj] if namespace != "default" else []) + [service, deployment]
+
+
+def training_operator_kustomize_url(version: str = TRAINING_OPERATOR_VERSION) -> str:
+    """The upstream kustomize overlay of the standalone Training Operator at ``version``."""
+    return f"github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref={version}"
+
+
+def kustomize_command(
+    url: str,
+    *,
+    kubeconfig: str | None = None,
+    context: str | None = None,
+    dry_run: bool = False,
+    kubectl: str = "kubectl",
+) -> list[str]:
+    """The exact ``kubectl apply --server-side -k URL`` command that applies a kustomize overlay.
+
+    :param dry_run: add ``--dry-run=server`` (validate on the server, change nothing).
+    """
+    command = [kubectl, "apply", "--server-side", "-k", url]
+    if dry_run:
+        command.append("--dry-run=server")
+    if kubeconfig:
+        command += ["--kubeconfig", str(kubeconfig)]
+    if context:
+        command += ["--context", context]
+    return command
+
+
+def training_operator_command(
+    version: str = TRAINING_OPERATOR_VERSION,
+    *,
+    kubeconfig: str | None = None,
+    context: str | None = None,
+    dry_run: bool = False,
+    kubectl: str = "kubectl",
+) -> list[str]:
+    """The exact ``kubectl`` command that installs the Training Operator.
+
+    :param dry_run: add ``--dry-run=server`` (validate on the server, change nothing).
+    """
+    return kustomize_command(
+        training_operator_kustomize_url(version),
+        kubeconfig=kubeconfig,
+        context=context,
+        dry_run=dry_run,
+        kubectl=kubectl,
+    )
+
+
+@dataclass(frozen=True)
+class Prerequisite:
+    """One thing core puts on a cluster, as rendered: what the plan says, and what is applied.
+
+    :param name: a short id (``device-plugins``, ``etcd``, ``training-operator``, ``monitoring``, ``eks-addons``).
+    :param what: what it installs, for progress lines and errors (``the Kubeflow Training Operator``).
+    :param steps: the plan's sentences for it (empty when the backend's own steps already say it).
+    :param objects: Kubernetes objects, server-side applied (in :data:`~fsdp_sdk.k8s.monitoring.APPLY_ORDER`).
+    :param kustomize: upstream kustomize overlays applied with ``kubectl apply --server-side -k``, in order,
+        after the objects.
+    :param eks_addons: EKS add-ons enabled through the EKS API, last.
+    """
+
+    name: str
+    what: str
+    steps: tuple[str, ...] = ()
+    objects: tuple[Mapping[str, Any], ...] = ()
+    kustomize: tuple[str, ...] = ()
+    eks_addons: tuple[EksAddon, ...] = ()
+
+    def commands(
+        self, *, kubeconfig: str | None = None, context: str | None = None, dry_run: bool = False
+    ) -> list[list[str]]:
+        """The ``kubectl`` commands that apply its kustomize overlays (what ``--dry-run`` prints)."""
+        return [
+            kustomize_command(url, kubeconfig=kubeconfig, context=context, dry_run=dry_run) for url in self.kustomize
+        ]
+
+
+def backend_objects(objects: Sequence[Mapping[str, Any]]) -> Prerequisite:
+    """The objects a cluster backend returned in its plan (the device plugins of its node groups).
+
+    The backend's own steps describe them, so this adds none.
+    """
+    return Prerequisite("device-plugins", "the device plugins", objects=tuple(dict(o) for o in objects))
+
+
+def etcd(config: Config) -> Prerequisite:
+    """etcd (v2 API) for the rendezvous of the jobs in ``job.namespace`` (:func:`render_etcd`)."""
+    return Prerequisite(
+        "etcd",
+        "etcd",
+        steps=(f"apply etcd (v2 API) for the rendezvous in namespace {config.job.namespace}",),
+        objects=tuple(render_etcd(config)),
+    )
+
+
+def training_operator(version: str | None = None) -> Prerequisite:
+    """The Kubeflow Training Operator (PyTorchJob), from its upstream standalone overlay.
+
+    :param version: its release tag (default: :data:`TRAINING_OPERATOR_VERSION`).
+    """
+    version = version or TRAINING_OPERATOR_VERSION
+    return Prerequisite(
+        "training-operator",
+        "the Kubeflow Training Operator",
+        steps=(f"install the Kubeflow Training Operator {version}",),
+        kustomize=(training_operator_kustomize_url(version),),
+    )
+
+
+def monitoring(components: Sequence[MonitoringComponent]) -> list[Prerequisite]:
+    """The monitoring components' objects, then the EKS add-ons some of them are (none without components)."""
+    found: list[Prerequisite] = []
+    if components:
+        found.append(
+            Prerequisite(
+                "monitoring",
+                "monitoring",
+                steps=("apply monitoring: " + ", ".join(c.name for c in components),),
+                objects=tuple(dict(o) for c in components for o in c.objects),
+            )
+        )
+    addons = tuple(c.eks_addon for c in components if c.eks_addon is not None)
+    if addons:
+        found.append(
+            Prerequisite(
+                "eks-addons",
+                "the EKS add-ons",
+                steps=tuple(f"enable the EKS add-on {a.name}" for a in addons),
+                eks_addons=addons,
+            )
+        )
+    return found
+
+
+def job_prerequisites(
+    config: Config, *, operator: bool = True, operator_version: str | None = None
+) -> list[Prerequisite]:
+    """What training jobs need on a cluster (``prereqs install``): etcd, then the Training Operator.
+
+    :param operator: include the Training Operator.
+    :param operator_version: its release tag (default: the pinned one).
+    """
+    return [etcd(config)] + ([training_operator(operator_version)] if operator else [])
+
+
+def cluster_prerequisites(
+    config: Config,
+    backend_plan_objects: Sequence[Mapping[str, Any]] = (),
+    components: Sequence[MonitoringComponent] = (),
+) -> list[Prerequisite]:
+    """Everything ``up`` applies once the backend has made the cluster, in order.
+
+    :param config: the configuration the plan was made with.
+    :param backend_plan_objects: the Kubernetes objects of the backend's plan (its device plugins).
+    :param components: the monitoring components to install (none unless ``observability.enabled``).
+    """
+    found = [backend_objects(backend_plan_objects)] if backend_plan_objects else []
+    return found + job_prerequisites(config) + monitoring(components)

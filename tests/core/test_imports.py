@@ -1,0 +1,180 @@
+"""Import rules: no import cycle among the modules of each package.
+
+The imports are read from the source with ``ast`` (nothing is imported). What counts:
+
+* **run-time imports**: every import executed when a module is imported, i.e. at the top level,
+  including inside top-level ``if``/``try`` blocks and class bodies. No cycle is allowed here, in any package.
+* **type-only imports** (inside ``if TYPE_CHECKING:``): added to the graph above, they may only close the
+  cycles listed in :data:`KNOWN_TYPE_CYCLES` (the configuration and the plugin set name each other's
+  types); a module that joins a type-level cycle fails the test.
+* **imports inside functions** are not counted: they are how the CLI keeps its start-up budget (the
+  layers are imported when a command needs them) and how :class:`~fsdp_sdk.config.Config`'s
+  constructors reach the modules that do the work. The two pairs that used to reach into each other
+  (the log follower and the job client; the shared rendezvous clearing and the Kubernetes layer) are
+  checked with function-level imports counted.
+
+An import of a module's own ancestor package (``from fsdp_sdk import __version__``) is not an edge:
+Python has always imported the ancestors first, so it cannot take part in an import-order problem.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = {
+    "fsdp_sdk": ROOT / "packages/core/src/fsdp_sdk",
+    "fsdp_sdk_eksctl": ROOT / "packages/backend-eksctl/src/fsdp_sdk_eksctl",
+    "fsdp_sdk_terraform": ROOT / "packages/backend-terraform/src/fsdp_sdk_terraform",
+    "fsdp_sdk_observability": ROOT / "packages/observability/src/fsdp_sdk_observability",
+    "fsdp_trainer": ROOT / "packages/trainer/src/fsdp_trainer",
+}
+#: Modules allowed in a cycle closed by ``if TYPE_CHECKING:`` imports: ``Config.resolved(plugins)`` takes the
+#: plugin set and the plugin set's hooks take a ``Config``; the instance-type registry and the hook specs likewise.
+KNOWN_TYPE_CYCLES = {
+    "fsdp_sdk": {
+        "fsdp_sdk.backends.base",
+        "fsdp_sdk.config",
+        "fsdp_sdk.config.conversions",
+        "fsdp_sdk.config.model",
+        "fsdp_sdk.config.sources",
+        "fsdp_sdk.hookspecs",
+        "fsdp_sdk.instance_types",
+        "fsdp_sdk.plugins",
+    }
+}
+
+
+def _modules(package: str) -> dict[str, Path]:
+    root = PACKAGES[package]
+    found = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = list(path.relative_to(root.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    return "TYPE_CHECKING" in ast.unparse(node.test)
+
+
+def _imports(nodes: list[ast.stmt], *, type_checking: bool, functions: bool) -> Iterator[ast.Import | ast.ImportFrom]:
+    for node in nodes:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if functions:
+                yield from _imports(node.body, type_checking=type_checking, functions=functions)
+        elif isinstance(node, ast.If) and _is_type_checking(node):
+            if type_checking:
+                yield from _imports(node.body, type_checking=type_checking, functions=functions)
+            yield from _imports(node.orelse, type_checking=type_checking, functions=functions)
+        else:
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                children = getattr(node, field, None)
+                if isinstance(children, list):
+                    yield from _imports(children, type_checking=type_checking, functions=functions)
+
+
+def import_graph(package: str, *, type_checking: bool = False, functions: bool = False) -> dict[str, set[str]]:
+    """Module -> the modules of the same package it imports."""
+    modules = _modules(package)
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        ancestors = {".".join(name.split(".")[:i]) for i in range(1, len(name.split(".")))}
+        edges: set[str] = set()
+        for node in _imports(_tree(path).body, type_checking=type_checking, functions=functions):
+            if isinstance(node, ast.Import):
+                edges.update(alias.name for alias in node.names if alias.name in modules)
+                continue
+            base = node.module or ""
+            if node.level:
+                parent = here[: len(here) - node.level + 1]
+                base = ".".join(parent + ([node.module] if node.module else []))
+            for alias in node.names:
+                if f"{base}.{alias.name}" in modules:
+                    edges.add(f"{base}.{alias.name}")
+                elif base in modules:
+                    edges.add(base)
+        graph[name] = edges - ancestors - {name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+@pytest.mark.parametrize("package", sorted(PACKAGES))
+def test_no_run_time_import_cycle(package: str) -> None:
+    assert cycles(import_graph(package)) == []
+
+
+@pytest.mark.parametrize("package", sorted(PACKAGES))
+def test_type_only_imports_close_no_new_cycle(package: str) -> None:
+    known = KNOWN_TYPE_CYCLES.get(package, set())
+    joined = sorted({m for component in cycles(import_graph(package, type_checking=True)) for m in component} - known)
+    assert joined == [], f"in an import cycle through 'if TYPE_CHECKING:' imports: {joined}"
+
+
+def test_the_follower_and_the_shared_rendezvous_reach_back_into_nothing() -> None:
+    """Counting imports inside functions too: the log follower does not import the job client, and the
+    rendezvous clearing shared with the local backend does not import the Kubernetes layer."""
+    graph = import_graph("fsdp_sdk", type_checking=True, functions=True)
+    assert "fsdp_sdk.k8s.jobs" not in graph["fsdp_sdk.k8s.follow"]
+    assert not {m for m in graph["fsdp_sdk.rendezvous"] if m.startswith("fsdp_sdk.k8s")}
+
+
+def test_the_graph_sees_imports() -> None:
+    """The reader is not blind: known edges of each kind are found."""
+    runtime = import_graph("fsdp_sdk")
+    assert "fsdp_sdk.k8s.job_pods" in runtime["fsdp_sdk.k8s.follow"]
+    assert "fsdp_sdk.config.model" in runtime["fsdp_sdk.config.sources"]
+    typed = import_graph("fsdp_sdk", type_checking=True)
+    assert "fsdp_sdk.k8s.kube" in typed["fsdp_sdk.k8s.follow"] - runtime["fsdp_sdk.k8s.follow"]
+    lazy = import_graph("fsdp_sdk", functions=True)
+    assert "fsdp_sdk.k8s.follow" in lazy["fsdp_sdk.k8s.jobs"] - runtime["fsdp_sdk.k8s.jobs"]
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
