@@ -14,12 +14,13 @@ import yaml
 
 from fsdp_sdk.config import Config
 from fsdp_sdk.k8s.prereqs import render_etcd
+from fsdp_sdk.pins import pin
 
 from .conftest import free_port
 from .fake_apiserver import FakeApiServer
 from .tools import cli, install_fake_tools, recorded
 
-OPERATOR_URL = "github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=v1.9.2"
+OPERATOR_URL = f"github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref={pin('training-operator').version}"
 
 
 pytestmark = pytest.mark.usefixtures("isolated_cli")

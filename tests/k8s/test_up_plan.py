@@ -15,6 +15,7 @@ from fsdp_sdk.backends.base import ClusterBackend, ClusterStatus, Plan
 from fsdp_sdk.config import Config
 from fsdp_sdk.errors import ConfigError
 from fsdp_sdk.plugins import build_plugins, get_plugins
+from fsdp_sdk.pins import pin
 from fsdp_sdk.preflight import PreflightResult
 
 from .fake_apiserver import FakeApiServer
@@ -116,7 +117,7 @@ def test_up_applies_the_plan_it_showed_then_prepares_the_cluster(
     assert plan.steps[1:] == [
         f"write the cluster's kubeconfig under {client.config.cluster.state_dir}",
         "apply etcd (v2 API) for the rendezvous in namespace default",
-        "install the Kubeflow Training Operator v1.9.2",
+        f"install the Kubeflow Training Operator {pin('training-operator').version}",
     ]
     assert [(o["kind"], o["metadata"]["name"]) for o in plan.kubernetes] == [
         ("Service", "etcd"),
@@ -137,7 +138,7 @@ def test_up_applies_the_plan_it_showed_then_prepares_the_cluster(
         "apply",
         "--server-side",
         "-k",
-        "github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=v1.9.2",
+        f"github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref={pin('training-operator').version}",
     ]
     assert call["argv"][4:] == ["--kubeconfig", str(recording)]
     assert Plugin.created == [status] and status.ready

@@ -434,13 +434,18 @@ class Client:
         kube = Kube.from_kubeconfig(path, context=self.kube_context, progress=self.progress) if connect else None
         return Prereqs(self.config, kube, kubeconfig=str(path) if path else None, context=self.kube_context)
 
-    def install_prereqs(self, *, operator: bool = True, operator_version: str | None = None) -> list[dict[str, Any]]:
-        """Apply etcd and install the Training Operator on the cluster (idempotent).
+    def install_prereqs(
+        self, *, operator: bool = True, operator_version: str | None = None, api: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Apply etcd and install the job controller on the cluster (idempotent).
 
-        :param operator: install the Training Operator too.
+        :param operator: install the job controller too.
         :param operator_version: its release tag (default: the pinned one).
+        :param api: ``pytorchjob`` (the Training Operator) or ``trainjob`` (Kubeflow Trainer v2); default ``job.api``.
         """
-        return self.prereqs().install(operator=operator, operator_version=operator_version, progress=self.progress)
+        return self.prereqs().install(
+            operator=operator, operator_version=operator_version, api=api or self.config.job.api, progress=self.progress
+        )
 
     def prereq_status(self) -> PrereqStatus:
         """What is installed on the cluster, and what is missing."""

@@ -20,11 +20,14 @@ __all__ = [
     "KubernetesRelease",
     "Pin",
     "control_plane_usd_per_hour",
+    "default_kubernetes_version",
     "kubernetes_release",
     "kubernetes_releases",
     "pin",
     "pins",
+    "supported_kubernetes_versions",
     "table",
+    "table_date",
 ]
 
 
@@ -39,6 +42,7 @@ class Pin(FrozenFields):
     latest: str = ""
     image: str = ""
     api: str = ""
+    note: str = ""
 
     def image_ref(self, **placeholders: str) -> str:
         """``image:version``, with ``{placeholders}`` of the image filled (``eks_registry=...``)."""
@@ -50,6 +54,10 @@ class Pin(FrozenFields):
     def current(self) -> bool:
         """Whether the pin was the newest release seen when it was checked."""
         return not self.latest or self.latest == self.version
+
+    def state(self) -> str:
+        """``current``, or ``newer available`` when the table saw a newer release than the pin."""
+        return "current" if self.current else "newer available"
 
 
 @functools.cache
@@ -98,6 +106,11 @@ class KubernetesRelease(FrozenFields):
         return "ended"
 
 
+def table_date() -> datetime.date:
+    """The day the table was checked as a whole: defaults that depend on the date (the Kubernetes version) use it."""
+    return datetime.date.fromisoformat(str(table()["checked"]))
+
+
 def kubernetes_releases() -> list[KubernetesRelease]:
     """The EKS Kubernetes calendar of the table, oldest first."""
     return [KubernetesRelease(**entry) for entry in table()["kubernetes"]]
@@ -106,6 +119,20 @@ def kubernetes_releases() -> list[KubernetesRelease]:
 def kubernetes_release(version: str) -> KubernetesRelease | None:
     """The calendar entry of ``version`` (``"1.35"``), or None when the table does not list it."""
     return next((r for r in kubernetes_releases() if r.version == version), None)
+
+
+def supported_kubernetes_versions(on: datetime.date) -> list[str]:
+    """The versions EKS creates clusters of on ``on`` (standard or extended support), oldest first."""
+    return [r.version for r in kubernetes_releases() if r.state(on) != "ended"]
+
+
+def default_kubernetes_version() -> str:
+    """The newest version in EKS standard support on the table's date (:func:`table_date`)."""
+    on = table_date()
+    standard = [r for r in kubernetes_releases() if r.state(on) == "standard"]
+    if not standard:
+        raise RuntimeError(f"fsdp_sdk/data/pins.json lists no Kubernetes version in standard support on {on}")
+    return max(standard, key=lambda r: tuple(int(p) for p in r.version.split("."))).version
 
 
 def control_plane_usd_per_hour(version: str, on: datetime.date) -> float:

@@ -5,7 +5,7 @@
 * the Training Operator is installed from its real upstream kustomize overlay at a
   pinned version with the tool its project documents::
 
-      kubectl apply --server-side -k "github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=v1.9.2"
+      kubectl apply --server-side -k "github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=<pin>"
 
   (server-side because the PyTorchJob CRD is too large for the client-side
   ``last-applied-configuration`` annotation). The SDK does not re-implement
@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from fsdp_sdk.errors import ConfigError, KubernetesError
 from fsdp_sdk.k8s.render import job_labels
+from fsdp_sdk.pins import pin
 from fsdp_sdk.tools import run_tool
 
 if TYPE_CHECKING:
@@ -39,10 +40,10 @@ __all__ = [
     "training_operator_kustomize_url",
 ]
 
-#: etcd 3.5 is the last minor release that still serves the v2 API torch's etcd-v2 rendezvous uses.
-ETCD_IMAGE = "quay.io/coreos/etcd:v3.5.17"
-#: The Training Operator release installed by ``prereqs install``.
-TRAINING_OPERATOR_VERSION = "v1.9.2"
+#: etcd 3.5 is the last minor release that still serves the v2 API torch's etcd-v2 rendezvous uses (``pin("etcd")``).
+ETCD_IMAGE = pin("etcd").image_ref()
+#: The Training Operator release installed by ``prereqs install`` (``pin("training-operator")``).
+TRAINING_OPERATOR_VERSION = pin("training-operator").version
 #: Namespace of the standalone Training Operator overlay.
 TRAINING_OPERATOR_NAMESPACE = "kubeflow"
 TRAINING_OPERATOR_DEPLOYMENT = "training-operator"
@@ -268,19 +269,34 @@ class Prereqs:
         dry_run: bool = False,
         operator: bool = True,
         operator_version: str | None = None,
+        api: str = "pytorchjob",
         progress: Callable[[str], None] = lambda line: None,
     ) -> list[dict[str, Any]]:
-        """Apply etcd and install the Training Operator; with ``dry_run`` change nothing.
+        """Apply etcd and install the job controller of ``api``: the Training Operator (``pytorchjob``), or
+        Kubeflow Trainer v2 and fsdp-sdk's runtime (``trainjob``, :mod:`fsdp_sdk.k8s.trainer_v2`); with
+        ``dry_run`` change nothing.
 
-        :returns: the etcd objects (as the server returned them; as rendered on a dry run).
+        :returns: the objects applied (as the server returned them; as rendered on a dry run).
         :raises KubernetesError: the API server refused an object.
         :raises ToolError: ``kubectl`` failed.
         """
+        from fsdp_sdk.k8s import trainer_v2
+
         objects = self.objects()
         if dry_run:
-            return objects
+            return [*objects, trainer_v2.render_runtime()] if api == "trainjob" else objects
         applied = self.apply(objects, progress=progress)
-        if operator:
+        if operator and api == "trainjob":
+            applied.append(
+                trainer_v2.install_trainer(
+                    self.kube,
+                    version=operator_version,
+                    kubeconfig=self.kubeconfig,
+                    context=self.context,
+                    progress=progress,
+                )
+            )
+        elif operator:
             self.install_operator(operator_version, progress=progress)
         return applied
 
