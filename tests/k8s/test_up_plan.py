@@ -3,6 +3,7 @@ the cluster ready for jobs (etcd through server-side apply, the Training Operato
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 from pathlib import Path
@@ -10,7 +11,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from fsdp_sdk import Client, hookimpl
+from fsdp_sdk import Client, hookimpl, pins
 from fsdp_sdk.backends.base import ClusterBackend, ClusterStatus, Plan
 from fsdp_sdk.config import Config
 from fsdp_sdk.errors import ConfigError
@@ -169,3 +170,73 @@ def test_dry_run_prints_the_plan_as_json_and_writes_nothing(
     assert plan["hourly_cost_usd"] == 1.5 and plan["preflight"][0]["check"] == "zones"
     assert [o["kind"] for o in plan["kubernetes"]] == ["Service", "Deployment"]
     assert apiserver.writes() == [] and recorded(kubectl) == [] and RecordingBackend.applied == []
+
+
+# --------------------------------------------------------------------------- the Kubernetes version's support
+
+
+def _on(monkeypatch: pytest.MonkeyPatch, day: str) -> None:
+    monkeypatch.setattr(pins, "today", lambda: datetime.date.fromisoformat(day))
+
+
+def test_plan_says_the_version_support_and_warns_in_extended_support(
+    monkeypatch: pytest.MonkeyPatch, recording: Path
+) -> None:
+    said: list[str] = []
+    _on(monkeypatch, "2026-12-02")
+    client = _client(**{"cluster.kubernetes_version": "1.34"})
+    client.progress = said.append
+    kubernetes = client.plan().details["kubernetes"]
+    assert kubernetes == {
+        "version": "1.34",
+        "support": "standard",
+        "end_of_standard_support": "2026-12-02",
+        "end_of_extended_support": "2027-12-02",
+        "control_plane_usd_per_hour": 0.10,
+    }
+    assert said == []
+    _on(monkeypatch, "2026-12-03")
+    kubernetes = client.plan().details["kubernetes"]
+    assert kubernetes["support"] == "extended" and kubernetes["control_plane_usd_per_hour"] == 0.60
+    assert said == [
+        "warning: Kubernetes 1.34 is in EKS extended support until 2027-12-02: its control plane costs $0.60/h "
+        f"instead of $0.10/h; {pins.default_kubernetes_version()} is in standard support"
+    ]
+
+
+@pytest.mark.parametrize(
+    "version, day, problem",
+    [
+        ("1.31", "2026-11-27", "Kubernetes 1.31 left EKS extended support on 2026-11-26"),
+        ("1.28", "2026-12-02", "EKS offers no Kubernetes 1.28"),
+    ],
+)
+def test_up_refuses_a_version_past_extended_support_with_the_versions_that_work(
+    monkeypatch: pytest.MonkeyPatch, recording: Path, capsys: pytest.CaptureFixture[str], version: str, day: str, problem: str
+) -> None:
+    _on(monkeypatch, day)
+    with pytest.raises(ConfigError) as error:
+        _client(**{"cluster.kubernetes_version": version}).plan()
+    working = ", ".join(reversed(pins.supported_kubernetes_versions(datetime.date.fromisoformat(day))))
+    assert str(error.value) == (
+        f"cluster.kubernetes_version: {problem}; set cluster.kubernetes_version to one EKS creates clusters of on "
+        f"{day}: {working}"
+    )
+    assert "1.35, 1.34, 1.33, 1.32" in working and "1.31" not in working
+    assert RecordingBackend.applied == []
+    # the day before the end of extended support it still plans (at the extended price)
+    _on(monkeypatch, "2026-11-26")
+    assert _client(**{"cluster.kubernetes_version": "1.31"}).plan().details["kubernetes"]["support"] == "extended"
+
+
+def test_status_says_when_the_version_leaves_standard_support(monkeypatch: pytest.MonkeyPatch, recording: Path) -> None:
+    _on(monkeypatch, "2026-12-02")
+    client = _client()
+    RecordingBackend.applied = [(client.config, client.plan())]  # the cluster exists
+    support = client.status().details["kubernetes_support"]
+    release = pins.kubernetes_release(client.config.cluster.kubernetes_version)
+    assert release is not None
+    assert support == f"Kubernetes {release.version}: standard support until {release.end_of_standard}"
+    _on(monkeypatch, "2027-04-01")
+    support = _client(**{"cluster.kubernetes_version": "1.35"}).status().details["kubernetes_support"]
+    assert support == "Kubernetes 1.35: extended support ($0.60/h) since 2027-03-27, until 2028-03-27; upgrade the cluster"

@@ -19,6 +19,7 @@ from fsdp_sdk._fields import FrozenFields
 __all__ = [
     "KubernetesRelease",
     "Pin",
+    "check_kubernetes_version",
     "control_plane_usd_per_hour",
     "default_kubernetes_version",
     "kubernetes_release",
@@ -28,6 +29,7 @@ __all__ = [
     "supported_kubernetes_versions",
     "table",
     "table_date",
+    "today",
 ]
 
 
@@ -145,3 +147,37 @@ def control_plane_usd_per_hour(version: str, on: datetime.date) -> float:
     release = kubernetes_release(version)
     state = release.state(on) if release else "standard"
     return float(prices["extended"] if state == "extended" else prices["standard"])
+
+
+def today() -> datetime.date:
+    """The date support states and prices are computed for when the caller passes none (the local date)."""
+    return datetime.date.today()
+
+
+def check_kubernetes_version(version: str, on: datetime.date) -> str | None:
+    """Whether EKS creates a cluster of ``version`` on ``on``: ``None`` in standard support, a warning line in
+    extended support (it costs more), and a :class:`~fsdp_sdk.errors.ConfigError` past extended support or for a
+    version the EKS calendar does not list.
+    """
+    from fsdp_sdk.errors import ConfigError
+
+    release = kubernetes_release(version)
+    working = supported_kubernetes_versions(on)
+    fix = f"set cluster.kubernetes_version to one EKS creates clusters of on {on}: {', '.join(reversed(working))}"
+    if release is None:
+        raise ConfigError("cluster.kubernetes_version", f"EKS offers no Kubernetes {version}", fix)
+    state = release.state(on)
+    if state == "ended":
+        raise ConfigError(
+            "cluster.kubernetes_version",
+            f"Kubernetes {version} left EKS extended support on {release.end_of_extended}",
+            fix,
+        )
+    if state == "extended":
+        prices = table()["eks_control_plane_usd_per_hour"]
+        return (
+            f"Kubernetes {version} is in EKS extended support until {release.end_of_extended}: its control plane "
+            f"costs ${float(prices['extended']):.2f}/h instead of ${float(prices['standard']):.2f}/h; "
+            f"{default_kubernetes_version()} is in standard support"
+        )
+    return None
