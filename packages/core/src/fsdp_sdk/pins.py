@@ -30,6 +30,7 @@ __all__ = [
     "table",
     "table_date",
     "today",
+    "versions_report",
 ]
 
 
@@ -181,3 +182,60 @@ def check_kubernetes_version(version: str, on: datetime.date) -> str | None:
             f"{default_kubernetes_version()} is in standard support"
         )
     return None
+
+
+def versions_report(on: datetime.date) -> dict[str, Any]:
+    """Every pin and every Kubernetes version of the table with its state on ``on`` (``fsdp-sdk versions``).
+
+    A component is ``current`` or ``newer available`` (the table saw a newer release than the pin); a Kubernetes
+    version is ``current`` (the newest in standard support), ``newer available`` (in standard support, a newer one
+    too), ``in extended support`` or ``past end of life`` (EKS creates no cluster of it).
+    """
+    releases = kubernetes_releases()
+    standard = [r.version for r in releases if r.state(on) == "standard"]
+    newest = max(standard, key=lambda v: tuple(int(p) for p in v.split(".")), default=None)
+    kubernetes = []
+    for release in releases:
+        state = release.state(on)
+        said = {
+            "standard": "current" if release.version == newest else "newer available",
+            "extended": "in extended support",
+            "ended": "past end of life",
+        }[state]
+        until = release.end_of_standard if state == "standard" else release.end_of_extended
+        kubernetes.append(
+            {
+                "version": release.version,
+                "state": said,
+                "until": until if state != "ended" else None,
+                "released": release.released,
+                "end_of_standard_support": release.end_of_standard,
+                "end_of_extended_support": release.end_of_extended,
+                "control_plane_usd_per_hour": control_plane_usd_per_hour(release.version, on) if state != "ended" else None,
+                "checked": release.checked,
+                "source": release.source,
+            }
+        )
+    components = [
+        {
+            "name": p.name,
+            "version": p.version,
+            "latest": p.latest or p.version,
+            "state": p.state(),
+            "image": p.image,
+            "api": p.api,
+            "checked": p.checked,
+            "source": p.source,
+            "note": p.note,
+        }
+        for p in pins().values()
+    ]
+    return {
+        "on": on.isoformat(),
+        "table_checked": table_date().isoformat(),
+        "default_kubernetes_version": default_kubernetes_version(),
+        "components": components,
+        "kubernetes": kubernetes,
+        "kubernetes_note": str(table().get("kubernetes_note", "")),
+        "eks_control_plane_usd_per_hour": dict(table()["eks_control_plane_usd_per_hour"]),
+    }
