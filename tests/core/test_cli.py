@@ -146,7 +146,9 @@ def test_versions_lists_every_pin_and_the_kubernetes_calendar_with_their_state(i
     assert states["1.31"] == "past end of life" and states["1.33"] == "in extended support"
     assert states["1.34"] == "newer available" and states["1.35"] == "current"
     assert report["default_kubernetes_version"] == "1.35"
-    later = {k["version"]: k for k in json.loads(invoke("versions", "--json", "--on", "2026-12-03").stdout)["kubernetes"]}
+    later = {
+        k["version"]: k for k in json.loads(invoke("versions", "--json", "--on", "2026-12-03").stdout)["kubernetes"]
+    }
     assert later["1.34"]["state"] == "in extended support" and later["1.34"]["control_plane_usd_per_hour"] == 0.6
     text = invoke("versions", "--on", "2026-12-02").stdout
     assert "grafana" in text and "newer available: 13.2" in text

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import datetime
+from pathlib import Path
 
 import pytest
 
@@ -16,11 +15,11 @@ from fsdp_sdk_eksctl.render import render_cluster_config
 from .helpers import RESERVATION, ZONES, configure
 
 
-
 @pytest.fixture(autouse=True)
 def on_the_tables_date(monkeypatch: pytest.MonkeyPatch) -> None:
     """Price as of the pins table's date, whatever day the suite runs."""
     monkeypatch.setattr(pins, "today", pins.table_date)
+
 
 def test_the_plan_of_the_seed_p4de_cluster(tmp_path: Path) -> None:
     config, instance = configure(
@@ -130,4 +129,6 @@ def test_the_control_plane_is_priced_by_its_support_state_on_the_day(
     plan = EksctlBackend().plan(config)
     assert plan.details["cost"]["control_plane_usd_per_hour"] == control_plane
     cost = plan.details["cost"]
-    assert plan.hourly_cost_usd == round(cost["gpu_nodes_usd_per_hour"] + cost["system_nodes_usd_per_hour"] + control_plane, 2)
+    assert plan.hourly_cost_usd == round(
+        cost["gpu_nodes_usd_per_hour"] + cost["system_nodes_usd_per_hour"] + control_plane, 2
+    )

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
-from fsdp_sdk.pins import default_kubernetes_version
 from fsdp_sdk.errors import ConfigError
+from fsdp_sdk.pins import default_kubernetes_version
 from fsdp_sdk_eksctl.backend import _yaml
 from fsdp_sdk_eksctl.device_plugins import device_plugin_objects
 from fsdp_sdk_eksctl.render import render_cluster_config, uses_own_placement_group

@@ -1233,14 +1233,23 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def schema_validators(
-    pytorchjob_crd: Path | None, trainjob_crd: Path | None, *, version: str | None = None, runtime_crd: Path | None = None
+    pytorchjob_crd: Path | None,
+    trainjob_crd: Path | None,
+    *,
+    version: str | None = None,
+    runtime_crd: Path | None = None,
 ) -> dict:
     """Validators for the server built from ``fsdp_sdk.k8s.validate`` and the shared CRD files.
 
     A custom resource with a field its CRD would prune is refused too, as the API server does with
     strict field validation (``kubectl --validate=strict``).
     """
-    from fsdp_sdk.k8s.validate import DEFAULT_KUBERNETES_VERSION, load_crd_schema, validate_builtin, validate_pod_template
+    from fsdp_sdk.k8s.validate import (
+        DEFAULT_KUBERNETES_VERSION,
+        load_crd_schema,
+        validate_builtin,
+        validate_pod_template,
+    )
 
     version = version or DEFAULT_KUBERNETES_VERSION
 

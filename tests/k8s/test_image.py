@@ -70,9 +70,9 @@ def test_dockerfile_builds_nothing_twice_and_checks_the_plugin_nccl_finds() -> N
     runs = [block for block in text.split("\nRUN ")[1:]]
     check = next(run for run in runs if "is not on LD_LIBRARY_PATH" in run)
     # the check looks for the file NCCL opens (libnccl-net-<NCCL_NET_PLUGIN>.so) on the library path, fails otherwise
-    assert 'libnccl-net-${NCCL_NET_PLUGIN}.so' in check and "exit 1" in check and "libfabric.*not found" in check
+    assert "libnccl-net-${NCCL_NET_PLUGIN}.so" in check and "exit 1" in check and "libfabric.*not found" in check
     assert f"ENV LD_LIBRARY_PATH={NCCL_NET_PLUGIN_DIR}:" in text
-    assert text.index("--no-deps \"nvidia-nccl-cu13") > text.index("/opt/fsdp-trainer[hub,prometheus]")
+    assert text.index('--no-deps "nvidia-nccl-cu13') > text.index("/opt/fsdp-trainer[hub,prometheus]")
     assert text.index("is not on LD_LIBRARY_PATH") > text.index("--no-deps")
 
 
@@ -132,7 +132,14 @@ def test_build_dry_run_prints_and_writes_nothing(tmp_path: Path, monkeypatch: py
         assert f"ARG {name}={BUILD_ARGS[name]}" in out  # the table's versions
     assert recorded(log) == [] and not (tmp_path / ".fsdp-sdk").exists()
     code, out, err = cli(
-        capsys, "image", "build", "--dry-run", "--trainer-src", str(TRAINER_SRC), "--set", "job.image_platform=linux/arm64"
+        capsys,
+        "image",
+        "build",
+        "--dry-run",
+        "--trainer-src",
+        str(TRAINER_SRC),
+        "--set",
+        "job.image_platform=linux/arm64",
     )
     assert code == 0, err
     assert "# would run: docker build --platform linux/arm64 -t" in out
@@ -142,7 +149,14 @@ def test_buildah_and_no_tool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ca
     log = tools_on_path(tmp_path, monkeypatch, "buildah")
     code, _, err = cli(capsys, "image", "build", "--trainer-src", str(TRAINER_SRC), "--context", "c")
     assert code == 0, err
-    assert recorded(log)[0]["argv"][:6] == ["build", "--layers", "--platform", "linux/amd64", "-t", "fsdp-sdk-trainer:latest"]
+    assert recorded(log)[0]["argv"][:6] == [
+        "build",
+        "--layers",
+        "--platform",
+        "linux/amd64",
+        "-t",
+        "fsdp-sdk-trainer:latest",
+    ]
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     code, _, err = cli(capsys, "image", "build", "--trainer-src", str(TRAINER_SRC))
     assert code == 2 and err.count("\n") == 1 and "no container build tool found" in err

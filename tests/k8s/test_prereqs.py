@@ -20,7 +20,9 @@ from .conftest import free_port
 from .fake_apiserver import FakeApiServer
 from .tools import cli, install_fake_tools, recorded
 
-OPERATOR_URL = f"github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref={pin('training-operator').version}"
+OPERATOR_URL = (
+    f"github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref={pin('training-operator').version}"
+)
 
 
 pytestmark = pytest.mark.usefixtures("isolated_cli")
@@ -203,7 +205,12 @@ def test_trainjob_dry_run_lists_the_trainer_and_its_runtime(
 
 
 def test_trainjob_install_is_idempotent(
-    fake_kubectl: Path, kubeconfig: Path, clustertrainingruntime_crd: Path, pytorchjob_crd: Path, trainjob_crd: Path, capsys
+    fake_kubectl: Path,
+    kubeconfig: Path,
+    clustertrainingruntime_crd: Path,
+    pytorchjob_crd: Path,
+    trainjob_crd: Path,
+    capsys,
 ) -> None:
     from .fake_apiserver import schema_validators
 

@@ -181,7 +181,10 @@ def test_trainjob_validates(plugins: Plugins, trainjob_crd: Path) -> None:
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["spec"]["tolerations"]
     assert {"name": "shm", "emptyDir": {"medium": "Memory"}} in pod["spec"]["volumes"]
     assert pod["spec"]["containers"] == [
-        {"name": "node", "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}, {"name": "local", "mountPath": "/local"}]}
+        {
+            "name": "node",
+            "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}, {"name": "local", "mountPath": "/local"}],
+        }
     ]
     assert trainer["numNodes"] == 4 and trainer["numProcPerNode"] == 8
     assert trainer["resourcesPerNode"]["limits"]["nvidia.com/gpu"] == 8
@@ -210,7 +213,11 @@ def test_validation_catches_a_broken_object(plugins: Plugins, pytorchjob_crd: Pa
     report = validate_objects([job])
     assert report.skipped == ["PyTorchJob/fsdp"] and report.validated == []
     assert [(c.subject, c.schema, c.ok) for c in report.checks] == [
-        ("PyTorchJob/fsdp Worker pod template", f"the Kubernetes {DEFAULT_KUBERNETES_VERSION} OpenAPI (as a Pod)", False)
+        (
+            "PyTorchJob/fsdp Worker pod template",
+            f"the Kubernetes {DEFAULT_KUBERNETES_VERSION} OpenAPI (as a Pod)",
+            False,
+        )
     ]
     assert any("pod template" in e and "volumeMount" in e for e in report.errors)
     report = validate_objects([job], crd_paths=[pytorchjob_crd])
@@ -243,8 +250,7 @@ def test_render_validate_says_what_was_checked_against_what(
             f"{DEFAULT_KUBERNETES_VERSION} OpenAPI (as a Pod)",
             f"valid: Secret/hf-token, checked against the Kubernetes {DEFAULT_KUBERNETES_VERSION} OpenAPI",
             "not validated offline: PyTorchJob/fsdp itself (fsdp-sdk ships no CRD); 'fsdp-sdk job submit --dry-run' "
-            "has the cluster validate it against the CRD it runs, or pass --crd "
-            + CRD_URLS["PyTorchJob"],
+            "has the cluster validate it against the CRD it runs, or pass --crd " + CRD_URLS["PyTorchJob"],
         ]
         with pytest.raises(SystemExit) as exit_info:
             main([*base, "--crd", str(pytorchjob_crd)])

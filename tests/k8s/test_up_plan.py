@@ -15,8 +15,8 @@ from fsdp_sdk import Client, hookimpl, pins
 from fsdp_sdk.backends.base import ClusterBackend, ClusterStatus, Plan
 from fsdp_sdk.config import Config
 from fsdp_sdk.errors import ConfigError
-from fsdp_sdk.plugins import build_plugins, get_plugins
 from fsdp_sdk.pins import pin
+from fsdp_sdk.plugins import build_plugins, get_plugins
 from fsdp_sdk.preflight import PreflightResult
 
 from .fake_apiserver import FakeApiServer
@@ -212,7 +212,12 @@ def test_plan_says_the_version_support_and_warns_in_extended_support(
     ],
 )
 def test_up_refuses_a_version_past_extended_support_with_the_versions_that_work(
-    monkeypatch: pytest.MonkeyPatch, recording: Path, capsys: pytest.CaptureFixture[str], version: str, day: str, problem: str
+    monkeypatch: pytest.MonkeyPatch,
+    recording: Path,
+    capsys: pytest.CaptureFixture[str],
+    version: str,
+    day: str,
+    problem: str,
 ) -> None:
     _on(monkeypatch, day)
     with pytest.raises(ConfigError) as error:
@@ -239,4 +244,6 @@ def test_status_says_when_the_version_leaves_standard_support(monkeypatch: pytes
     assert support == f"Kubernetes {release.version}: standard support until {release.end_of_standard}"
     _on(monkeypatch, "2027-04-01")
     support = _client(**{"cluster.kubernetes_version": "1.35"}).status().details["kubernetes_support"]
-    assert support == "Kubernetes 1.35: extended support ($0.60/h) since 2027-03-27, until 2028-03-27; upgrade the cluster"
+    assert (
+        support == "Kubernetes 1.35: extended support ($0.60/h) since 2027-03-27, until 2028-03-27; upgrade the cluster"
+    )

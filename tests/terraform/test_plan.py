@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from fsdp_sdk.pins import default_kubernetes_version
 from fsdp_sdk.errors import ConfigError
+from fsdp_sdk.pins import default_kubernetes_version
 from fsdp_sdk.plugins import Plugins
 from fsdp_sdk_terraform.backend import TerraformBackend
 from fsdp_sdk_terraform.device_plugins import efa_device_plugin_image

@@ -99,4 +99,6 @@ def hourly_cost(config: Config, instance: InstanceType) -> HourlyCost:
     else:
         system = round(cluster.system_nodes * price, 4)
     notes.append(f"plus NAT gateway, EBS volumes and data transfer (not counted); prices of us-east-1, {PRICE_DATE}")
-    return HourlyCost(gpu, system, pins.control_plane_usd_per_hour(cluster.kubernetes_version, pins.today()), tuple(notes))
+    return HourlyCost(
+        gpu, system, pins.control_plane_usd_per_hour(cluster.kubernetes_version, pins.today()), tuple(notes)
+    )

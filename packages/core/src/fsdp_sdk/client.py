@@ -411,7 +411,9 @@ class Client:
                 f"since {release.end_of_standard}, until {release.end_of_extended}; upgrade the cluster"
             )
         else:
-            said = f"Kubernetes {version}: past EKS extended support since {release.end_of_extended}; upgrade the cluster"
+            said = (
+                f"Kubernetes {version}: past EKS extended support since {release.end_of_extended}; upgrade the cluster"
+            )
         return dataclasses.replace(status, details={**status.details, "kubernetes_support": said})
 
     def kubeconfig(self) -> Path | None:

@@ -41,8 +41,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from fsdp_sdk import grammar, secrets
 from fsdp_sdk._fields import Fields, FrozenFields
-from fsdp_sdk.pins import default_kubernetes_version
 from fsdp_sdk.errors import ConfigError, FsdpSdkError
+from fsdp_sdk.pins import default_kubernetes_version
 from fsdp_sdk.registry import NamedRegistry
 
 if TYPE_CHECKING:

@@ -211,7 +211,9 @@ def versions_report(on: datetime.date) -> dict[str, Any]:
                 "released": release.released,
                 "end_of_standard_support": release.end_of_standard,
                 "end_of_extended_support": release.end_of_extended,
-                "control_plane_usd_per_hour": control_plane_usd_per_hour(release.version, on) if state != "ended" else None,
+                "control_plane_usd_per_hour": control_plane_usd_per_hour(release.version, on)
+                if state != "ended"
+                else None,
                 "checked": release.checked,
                 "source": release.source,
             }

@@ -41,7 +41,7 @@ def versions(app: Application, on_day: str | None, as_json: bool) -> None:
     if as_json:
         app.echo_json(report)
         return
-    rows = [
+    components = [
         (
             c["name"],
             c["version"],
@@ -51,9 +51,9 @@ def versions(app: Application, on_day: str | None, as_json: bool) -> None:
         )
         for c in report["components"]
     ]
-    click.echo(table(["component", "version", "state", "checked", "source"], rows))
+    click.echo(table(["component", "version", "state", "checked", "source"], components))
     click.echo("")
-    rows = [
+    calendar = [
         (
             k["version"],
             _kubernetes_state(k),
@@ -65,7 +65,7 @@ def versions(app: Application, on_day: str | None, as_json: bool) -> None:
         for k in report["kubernetes"]
     ]
     headers = ["kubernetes", "state", "usd/hour", "released", "end of standard", "end of extended"]
-    click.echo(table(headers, rows))
+    click.echo(table(headers, calendar))
     click.echo(
         f"states on {report['on']}; default cluster.kubernetes_version {report['default_kubernetes_version']} "
         f"(the table was checked on {report['table_checked']}: 'fsdp-sdk versions --json' has each source's notes)"

@@ -527,7 +527,9 @@ def worker_pods(objects: Iterable[dict[str, Any]]) -> Iterator[WorkerPod]:
                 template = replica_spec.setdefault("template", {})
                 meta = template.setdefault("metadata", {})
                 labels = meta.setdefault("labels", {})
-                yield WorkerPod(obj, replica, template.setdefault("spec", {}), labels, meta.setdefault("annotations", {}))
+                yield WorkerPod(
+                    obj, replica, template.setdefault("spec", {}), labels, meta.setdefault("annotations", {})
+                )
         elif kind == "TrainJob" and group == "trainer.kubeflow.org":
             yield from _trainjob_pods(obj)
 

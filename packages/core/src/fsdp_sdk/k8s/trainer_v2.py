@@ -165,7 +165,9 @@ def check_trainer_installed(kube: Kube) -> None:
     elif kube.get("trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime", RUNTIME_NAME) is None:
         missing = f"no ClusterTrainingRuntime {RUNTIME_NAME}"
     if missing:
-        raise ConfigError("--api", f"trainjob needs Kubeflow Trainer v2 on the cluster, which has {missing}", _install_hint())
+        raise ConfigError(
+            "--api", f"trainjob needs Kubeflow Trainer v2 on the cluster, which has {missing}", _install_hint()
+        )
 
 
 def install_trainer(
