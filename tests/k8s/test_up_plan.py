@@ -247,3 +247,19 @@ def test_status_says_when_the_version_leaves_standard_support(monkeypatch: pytes
     assert (
         support == "Kubernetes 1.35: extended support ($0.60/h) since 2027-03-27, until 2028-03-27; upgrade the cluster"
     )
+
+
+def test_up_with_the_trainjob_api_installs_the_trainer_and_its_runtime(
+    apiserver: FakeApiServer, recording: Path, kubectl: Path
+) -> None:
+    client = _client(**{"job.api": "trainjob"})
+    plan = client.plan()
+    assert plan.steps[-1] == (
+        f"install Kubeflow Trainer {pin('kubeflow-trainer').version} (with JobSet {pin('jobset').version}) "
+        "and the training runtime fsdp-sdk-torch-distributed"
+    )
+    client.up(plan)
+    calls = [c["argv"] for c in recorded(kubectl)]
+    assert [argv[:2] for argv in calls] == [["apply", "--server-side"], ["wait", "--for=condition=Available"]]
+    assert calls[0][3].startswith("github.com/kubeflow/trainer.git/manifests/overlays/manager?ref=")
+    assert apiserver.get("trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime", "fsdp-sdk-torch-distributed")

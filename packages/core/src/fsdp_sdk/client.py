@@ -274,12 +274,17 @@ class Client:
         steps, objects = list(plan.steps), list(plan.kubernetes)
         if not self.backend.runs_jobs:
             from fsdp_sdk.k8s.prereqs import TRAINING_OPERATOR_VERSION, render_etcd
+            from fsdp_sdk.k8s.render import TRAINJOB_RUNTIME
+            from fsdp_sdk.pins import pin
 
             objects += render_etcd(config)
             steps += [
                 f"write the cluster's kubeconfig under {config.cluster.state_dir}",
                 f"apply etcd (v2 API) for the rendezvous in namespace {config.job.namespace}",
-                f"install the Kubeflow Training Operator {TRAINING_OPERATOR_VERSION}",
+                f"install the Kubeflow Training Operator {TRAINING_OPERATOR_VERSION}"
+                if config.job.api != "trainjob"
+                else f"install Kubeflow Trainer {pin('kubeflow-trainer').version} (with JobSet "
+                f"{pin('jobset').version}) and the training runtime {TRAINJOB_RUNTIME}",
             ]
             components = self.monitoring_components(config)
             for component in components:
@@ -336,7 +341,8 @@ class Client:
         return status
 
     def _prepare(self, config: Config, plan: Plan) -> None:
-        """Make a new Kubernetes cluster ready for jobs: the plan's objects, then the Training Operator."""
+        """Make a new Kubernetes cluster ready for jobs: the plan's objects, then the job controller of ``job.api``
+        (the Training Operator, or Kubeflow Trainer v2 and fsdp-sdk's runtime)."""
         from fsdp_sdk.k8s.kube import Kube
         from fsdp_sdk.k8s.prereqs import Prereqs
 
@@ -348,7 +354,12 @@ class Client:
         kube = Kube.from_kubeconfig(path, context=self.kube_context, progress=self.progress)
         prereqs = Prereqs(config, kube, kubeconfig=str(path), context=self.kube_context)
         apply_objects(kube, plan.kubernetes, progress=self.progress)  # generated Secret keys filled on the way
-        prereqs.install_operator(progress=self.progress)
+        if config.job.api == "trainjob":
+            from fsdp_sdk.k8s.trainer_v2 import install_trainer
+
+            install_trainer(kube, kubeconfig=str(path), context=self.kube_context, progress=self.progress)
+        else:
+            prereqs.install_operator(progress=self.progress)
         addons = [c for c in self.monitoring_components(config) if c.eks_addon is not None]
         if addons:
             Monitoring(config, addons, kube).install(progress=self.progress)
