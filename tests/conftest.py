@@ -43,8 +43,20 @@ def pytorchjob_crd() -> Path:
 
 @pytest.fixture(scope="session")
 def trainjob_crd() -> Path:
-    """Kubeflow Trainer v2's TrainJob CRD from ../shared/schemas."""
+    """Kubeflow Trainer v2.3.0's TrainJob CRD (the release ``--api trainjob`` renders for) from ../shared/schemas."""
+    return shared_schema("trainer-v2.3.0.trainer.kubeflow.org_trainjobs.yaml")
+
+
+@pytest.fixture(scope="session")
+def trainjob_v2_0_crd() -> Path:
+    """Kubeflow Trainer v2.0's TrainJob CRD (``spec.labels``, ``spec.podSpecOverrides``) from ../shared/schemas."""
     return shared_schema("trainer.kubeflow.org_trainjobs.yaml")
+
+
+@pytest.fixture(scope="session")
+def clustertrainingruntime_crd() -> Path:
+    """Kubeflow Trainer v2.3.0's ClusterTrainingRuntime CRD from ../shared/schemas."""
+    return shared_schema("trainer-v2.3.0.trainer.kubeflow.org_clustertrainingruntimes.yaml")
 
 
 @pytest.fixture(scope="session")

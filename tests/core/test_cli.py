@@ -22,6 +22,7 @@ TRAITS = {
     ("plugins",): (True, False, False),
     ("instance-types",): (True, False, False),
     ("config", "show"): (True, False, True),
+    ("versions",): (True, False, False),
 }
 
 
@@ -127,3 +128,30 @@ def test_version(invoke) -> None:
     from fsdp_sdk import __version__
 
     assert invoke("--version").stdout == f"fsdp-sdk, version {__version__}\n"
+
+
+def test_versions_lists_every_pin_and_the_kubernetes_calendar_with_their_state(invoke) -> None:
+    from fsdp_sdk import pins
+
+    report = json.loads(invoke("versions", "--json", "--on", "2026-12-02").stdout)
+    assert [c["name"] for c in report["components"]] == list(pins.pins())
+    for component in report["components"]:
+        assert component["checked"] and component["source"], component["name"]
+        expected = "current" if component["latest"] == component["version"] else "newer available"
+        assert component["state"] == expected, component["name"]
+    assert {"kubeflow-trainer", "jobset", "efa-installer", "aws-ofi-nccl", "nccl", "cuda-base", "torchao"} <= {
+        c["name"] for c in report["components"]
+    }
+    states = {k["version"]: k["state"] for k in report["kubernetes"]}
+    assert states["1.31"] == "past end of life" and states["1.33"] == "in extended support"
+    assert states["1.34"] == "newer available" and states["1.35"] == "current"
+    assert report["default_kubernetes_version"] == "1.35"
+    later = {
+        k["version"]: k for k in json.loads(invoke("versions", "--json", "--on", "2026-12-03").stdout)["kubernetes"]
+    }
+    assert later["1.34"]["state"] == "in extended support" and later["1.34"]["control_plane_usd_per_hour"] == 0.6
+    text = invoke("versions", "--on", "2026-12-02").stdout
+    assert "grafana" in text and "newer available: 13.2" in text
+    assert "1.35        current: standard support until 2027-03-27" in text
+    bad = invoke("versions", "--on", "soon")
+    assert bad.exit_code == 2 and "--on: 'soon' is not a date" in bad.stderr

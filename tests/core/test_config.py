@@ -11,6 +11,7 @@ import pytest
 
 from fsdp_sdk.config import DOTENV_NAMES, Config, Secret, Setting, load_config
 from fsdp_sdk.errors import ConfigError
+from fsdp_sdk.pins import kubernetes_release, kubernetes_releases, table_date
 from fsdp_sdk.plugins import build_plugins
 
 from .conftest import ROOT
@@ -57,9 +58,13 @@ def test_defaults_are_those_of_the_design() -> None:
         2,
         0,
         None,
-        "1.31",
+        "1.35",  # the newest version in EKS standard support on the pins table's date
         True,
     )
+    release = kubernetes_release(c.cluster.kubernetes_version)
+    assert release is not None and release.state(table_date()) == "standard"
+    newer = [r for r in kubernetes_releases() if r.released > release.released]
+    assert all(r.state(table_date()) != "standard" or r.released > table_date().isoformat() for r in newer)
     j = c.job
     assert (j.name, j.namespace, j.api, j.registry, j.image, j.tag, j.num_workers) == (
         "fsdp",

@@ -427,3 +427,23 @@ def test_up_dry_run_shows_the_estimate_when_a_model_is_given(invoke):
         "data.source=synthetic",
     )
     assert hub.exit_code == 0 and "estimate skipped" in hub.stderr and "Estimate for" not in hub.stdout
+
+
+@pytest.mark.parametrize("day, control_plane", [("2026-12-02", 0.10), ("2026-12-03", 0.60)])
+def test_an_eks_cluster_adds_its_control_plane_at_the_price_of_its_support_state(
+    monkeypatch: pytest.MonkeyPatch, day: str, control_plane: float
+) -> None:
+    import datetime
+
+    from fsdp_sdk import pins
+
+    monkeypatch.setattr(pins, "today", lambda: datetime.date.fromisoformat(day))
+    eks = Client.from_sources(
+        overrides={"cluster.backend": "eksctl", "cluster.kubernetes_version": "1.34"}, read_default_env_file=False
+    )
+    est = eks.estimate(model="llama2-7b", nodes=2, instance_type="p4de.24xlarge", scaling=False)
+    assert est.cost.usd_per_hour == pytest.approx(2 * 27.45 + control_plane)
+    assert f"the EKS control plane, ${control_plane:.2f}/h (Kubernetes 1.34" in est.cost.price_note
+    monkeypatch.setattr(pins, "today", lambda: datetime.date(2027, 12, 3))  # past extended support: refused
+    with pytest.raises(ConfigError, match=r"^cluster.kubernetes_version: Kubernetes 1.34 left EKS extended support"):
+        eks.estimate(model="llama2-7b", nodes=2, instance_type="p4de.24xlarge", scaling=False)

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow
 SCHEMAS = ROOT.parent / "shared" / "schemas"
 CRDS = {
     "pytorchjob": SCHEMAS / "kubeflow.org_pytorchjobs.yaml",
-    "trainjob": SCHEMAS / "trainer.kubeflow.org_trainjobs.yaml",
+    "trainjob": SCHEMAS / "trainer-v2.3.0.trainer.kubeflow.org_trainjobs.yaml",
 }
 REGISTRY = "123456789012.dkr.ecr.us-west-2.amazonaws.com"
 TRAINIUM = "'trainium' (from fsdp_sdk_plugin_trainium 0.1.0)"

@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import datetime
 from pathlib import Path
 
+import pytest
+
+from fsdp_sdk import pins
+from fsdp_sdk.pins import default_kubernetes_version
 from fsdp_sdk_eksctl.backend import EksctlBackend
 from fsdp_sdk_eksctl.render import render_cluster_config
 
 from .helpers import RESERVATION, ZONES, configure
+
+
+@pytest.fixture(autouse=True)
+def on_the_tables_date(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Price as of the pins table's date, whatever day the suite runs."""
+    monkeypatch.setattr(pins, "today", pins.table_date)
 
 
 def test_the_plan_of_the_seed_p4de_cluster(tmp_path: Path) -> None:
@@ -25,7 +36,8 @@ def test_the_plan_of_the_seed_p4de_cluster(tmp_path: Path) -> None:
     assert plan.resources == [render_cluster_config(config, instance)]
     assert plan.steps == [
         f"write the eksctl ClusterConfig to {root / 'cluster.yaml'}",
-        "eksctl create cluster: EKS 1.31 control plane in us-west-2 (us-west-2b, us-west-2a, us-west-2c), "
+        f"eksctl create cluster: EKS {default_kubernetes_version()} control plane in us-west-2 "
+        "(us-west-2b, us-west-2a, us-west-2c), "
         "VPC 192.168.0.0/16, IAM OIDC provider, add-ons vpc-cni latest, coredns latest, kube-proxy latest",
         "node group 'system': 2 x m5.xlarge, private subnets",
         f"node group 'gpu': 2 x p4de.24xlarge (min 0, max 2) in us-west-2b, capacity reservation {RESERVATION}, "
@@ -97,3 +109,26 @@ def test_a_plugin_instance_type_is_priced_from_its_record() -> None:
     plan = EksctlBackend().plan(config)
     assert plan.hourly_cost_usd == round(16 * 113.93 + 2 * 0.192 + 0.10, 2)
     assert [o["metadata"]["name"] for o in plan.kubernetes] == ["nvidia-device-plugin", "efa-device-plugin"]
+
+
+@pytest.mark.parametrize(
+    "version, on, control_plane",
+    [
+        ("1.34", "2026-12-02", 0.10),  # the last day of standard support
+        ("1.34", "2026-12-03", 0.60),  # the first of extended support
+        ("1.34", "2027-12-02", 0.60),  # the last of extended support
+        ("1.35", "2027-03-27", 0.10),
+        ("1.35", "2027-03-28", 0.60),
+    ],
+)
+def test_the_control_plane_is_priced_by_its_support_state_on_the_day(
+    monkeypatch: pytest.MonkeyPatch, version: str, on: str, control_plane: float
+) -> None:
+    monkeypatch.setattr(pins, "today", lambda: datetime.date.fromisoformat(on))
+    config, _ = configure(**{"cluster.kubernetes_version": version})
+    plan = EksctlBackend().plan(config)
+    assert plan.details["cost"]["control_plane_usd_per_hour"] == control_plane
+    cost = plan.details["cost"]
+    assert plan.hourly_cost_usd == round(
+        cost["gpu_nodes_usd_per_hour"] + cost["system_nodes_usd_per_hour"] + control_plane, 2
+    )

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from fsdp_sdk.errors import ConfigError
+from fsdp_sdk.pins import default_kubernetes_version
 from fsdp_sdk_eksctl.backend import _yaml
 from fsdp_sdk_eksctl.device_plugins import device_plugin_objects
 from fsdp_sdk_eksctl.render import render_cluster_config, uses_own_placement_group
@@ -75,7 +76,7 @@ def test_p4de_with_a_capacity_reservation_targets_it_in_its_zone() -> None:
     assert document["metadata"] == {
         "name": "demo",
         "region": "us-west-2",
-        "version": "1.31",
+        "version": default_kubernetes_version(),
         "tags": {"fsdp-sdk.io/cluster": "demo"},
     }
     assert document["availabilityZones"] == ["us-west-2b", "us-west-2a", "us-west-2c"]

@@ -19,7 +19,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 #: The CRDs in ../shared/schemas (the fixtures pytorchjob_crd and trainjob_crd of tests/conftest.py skip without them).
 SCHEMAS = PROJECT_ROOT.parent / "shared" / "schemas"
 PYTORCHJOB_CRD = SCHEMAS / "kubeflow.org_pytorchjobs.yaml"
-TRAINJOB_CRD = SCHEMAS / "trainer.kubeflow.org_trainjobs.yaml"
+TRAINJOB_CRD = SCHEMAS / "trainer-v2.3.0.trainer.kubeflow.org_trainjobs.yaml"
 
 
 @pytest.fixture

@@ -116,6 +116,7 @@ BUILTIN_RESOURCES = (
     ),
     Resource("kubeflow.org", "v1", "PyTorchJob", "pytorchjobs", subresources=("status", "scale")),
     Resource("trainer.kubeflow.org", "v1alpha1", "TrainJob", "trainjobs", subresources=("status",)),
+    Resource("trainer.kubeflow.org", "v1alpha1", "ClusterTrainingRuntime", "clustertrainingruntimes", namespaced=False),
 )
 
 
@@ -1231,9 +1232,26 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(payload)
 
 
-def schema_validators(pytorchjob_crd: Path | None, trainjob_crd: Path | None, *, version: str = "1.31") -> dict:
-    """Validators for the server built from ``fsdp_sdk.k8s.validate`` and the shared CRD files."""
-    from fsdp_sdk.k8s.validate import load_crd_schema, validate_builtin, validate_pod_template
+def schema_validators(
+    pytorchjob_crd: Path | None,
+    trainjob_crd: Path | None,
+    *,
+    version: str | None = None,
+    runtime_crd: Path | None = None,
+) -> dict:
+    """Validators for the server built from ``fsdp_sdk.k8s.validate`` and the shared CRD files.
+
+    A custom resource with a field its CRD would prune is refused too, as the API server does with
+    strict field validation (``kubectl --validate=strict``).
+    """
+    from fsdp_sdk.k8s.validate import (
+        DEFAULT_KUBERNETES_VERSION,
+        load_crd_schema,
+        validate_builtin,
+        validate_pod_template,
+    )
+
+    version = version or DEFAULT_KUBERNETES_VERSION
 
     def builtin(obj: dict) -> list[str]:
         return validate_builtin(obj, version=version)
@@ -1245,12 +1263,14 @@ def schema_validators(pytorchjob_crd: Path | None, trainjob_crd: Path | None, *,
         crd = load_crd_schema(pytorchjob_crd)
 
         def pytorchjob(obj: dict) -> list[str]:
-            errors = crd.errors(obj)
+            errors = crd.errors(obj) + crd.pruned(obj)
             for kind, replica in ((obj.get("spec") or {}).get("pytorchReplicaSpecs") or {}).items():
                 errors += validate_pod_template(replica.get("template") or {}, owner=kind, version=version)
             return errors
 
         validators[("kubeflow.org/v1", "PyTorchJob")] = pytorchjob
-    if trainjob_crd is not None:
-        validators[("trainer.kubeflow.org/v1alpha1", "TrainJob")] = load_crd_schema(trainjob_crd).errors
+    for path, kind in ((trainjob_crd, "TrainJob"), (runtime_crd, "ClusterTrainingRuntime")):
+        if path is not None:
+            schema = load_crd_schema(path)
+            validators[("trainer.kubeflow.org/v1alpha1", kind)] = lambda obj, s=schema: s.errors(obj) + s.pruned(obj)
     return validators

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import base64
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from fsdp_sdk.k8s.image import BUILD_ARGS, render_dockerfile
+from fsdp_sdk.k8s.image import BUILD_ARGS, NCCL_NET_PLUGIN_DIR, render_dockerfile
+from fsdp_sdk.pins import pin
 
 from .conftest import free_port
 from .tools import cli, install_fake_tools, recorded
@@ -26,23 +28,52 @@ def tools_on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *names: str) 
     return log
 
 
-def test_dockerfile_pins_every_version() -> None:
+def test_dockerfile_pins_every_version_from_the_table() -> None:
     text = render_dockerfile()
     for name, value in BUILD_ARGS.items():
         assert f"ARG {name}={value}" in text
+    table = {
+        "BASE_IMAGE": pin("cuda-base").image_ref(),
+        "EFA_INSTALLER_VERSION": pin("efa-installer").version,
+        "AWS_OFI_NCCL_VERSION": pin("aws-ofi-nccl").version,
+        "GDRCOPY_VERSION": pin("gdrcopy").version,
+        "NCCL_VERSION": pin("nccl").version,
+        "TORCH_VERSION": pin("torch").version,
+        "TORCHAO_VERSION": pin("torchao").version,
+        "PYTHON_ETCD_VERSION": pin("python-etcd").version,
+    }
+    assert {name: BUILD_ARGS[name] for name in table} == table
+    assert BUILD_ARGS["TORCH_INDEX_URL"] == "https://download.pytorch.org/whl/cu130"  # the CUDA 13.0 base's wheels
     assert text.index("ARG BASE_IMAGE=") < text.index("FROM ${BASE_IMAGE}")
     for needle in (
         "aws-efa-installer-${EFA_INSTALLER_VERSION}",
-        "aws-ofi-nccl-${AWS_OFI_NCCL_VERSION}",
-        "--with-libfabric=/opt/amazon/efa",
+        "gdrcopy/archive/refs/tags/v${GDRCOPY_VERSION}",
         '"python-etcd==${PYTHON_ETCD_VERSION}"',
         '"torch==${TORCH_VERSION}"',
+        '"torchao==${TORCHAO_VERSION}"',
+        '--no-deps "nvidia-nccl-cu13==${NCCL_VERSION}"',
+        "ENV NCCL_NET_PLUGIN=ofi",
         "COPY trainer/ /opt/fsdp-trainer/",
         'pip install --no-cache-dir "/opt/fsdp-trainer[hub,prometheus]"',
     ):
         assert needle in text
-    assert BUILD_ARGS["BASE_IMAGE"].startswith("nvidia/cuda:12.") and "devel-ubuntu22.04" in BUILD_ARGS["BASE_IMAGE"]
     assert "ARG EFA_INSTALLER_VERSION=9.9.9" in render_dockerfile({"EFA_INSTALLER_VERSION": "9.9.9"})
+
+
+def test_dockerfile_builds_nothing_twice_and_checks_the_plugin_nccl_finds() -> None:
+    text = render_dockerfile()
+    urls = re.findall(r"https://[^\s\"]+", text.split("FROM ${BASE_IMAGE}", 1)[1])
+    assert len(urls) == len(set(urls)) == 2  # the EFA installer and GDRCopy: each fetched once
+    assert "aws-ofi-nccl" not in " ".join(urls)  # the plugin is the installer's: no second OFI download ...
+    assert "./configure" not in text and "--with-libfabric" not in text  # ... and no OFI build
+    assert text.count("efa_installer.sh") == 1 and text.count("make -j") == 1  # GDRCopy's library, once
+    runs = [block for block in text.split("\nRUN ")[1:]]
+    check = next(run for run in runs if "is not on LD_LIBRARY_PATH" in run)
+    # the check looks for the file NCCL opens (libnccl-net-<NCCL_NET_PLUGIN>.so) on the library path, fails otherwise
+    assert "libnccl-net-${NCCL_NET_PLUGIN}.so" in check and "exit 1" in check and "libfabric.*not found" in check
+    assert f"ENV LD_LIBRARY_PATH={NCCL_NET_PLUGIN_DIR}:" in text
+    assert text.index('--no-deps "nvidia-nccl-cu13') > text.index("/opt/fsdp-trainer[hub,prometheus]")
+    assert text.index("is not on LD_LIBRARY_PATH") > text.index("--no-deps")
 
 
 def test_build_writes_the_context_and_runs_the_first_tool(
@@ -70,6 +101,8 @@ def test_build_writes_the_context_and_runs_the_first_tool(
             "stdin": None,
             "argv": [
                 "build",
+                "--platform",
+                "linux/amd64",
                 "-t",
                 "fsdp-sdk-trainer:v1",
                 "-f",
@@ -91,15 +124,39 @@ def test_build_dry_run_prints_and_writes_nothing(tmp_path: Path, monkeypatch: py
     code, out, err = cli(capsys, "image", "build", "--dry-run", "--trainer-src", str(TRAINER_SRC))
     assert code == 0, err
     assert out.startswith("# syntax=docker/dockerfile:1")
-    assert "# would run: docker build -t fsdp-sdk-trainer:latest -f .fsdp-sdk/image/Dockerfile .fsdp-sdk/image" in out
+    assert (
+        "# would run: docker build --platform linux/amd64 -t fsdp-sdk-trainer:latest "
+        "-f .fsdp-sdk/image/Dockerfile .fsdp-sdk/image" in out
+    )
+    for name in ("EFA_INSTALLER_VERSION", "AWS_OFI_NCCL_VERSION", "NCCL_VERSION", "TORCHAO_VERSION", "GDRCOPY_VERSION"):
+        assert f"ARG {name}={BUILD_ARGS[name]}" in out  # the table's versions
     assert recorded(log) == [] and not (tmp_path / ".fsdp-sdk").exists()
+    code, out, err = cli(
+        capsys,
+        "image",
+        "build",
+        "--dry-run",
+        "--trainer-src",
+        str(TRAINER_SRC),
+        "--set",
+        "job.image_platform=linux/arm64",
+    )
+    assert code == 0, err
+    assert "# would run: docker build --platform linux/arm64 -t" in out
 
 
 def test_buildah_and_no_tool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     log = tools_on_path(tmp_path, monkeypatch, "buildah")
     code, _, err = cli(capsys, "image", "build", "--trainer-src", str(TRAINER_SRC), "--context", "c")
     assert code == 0, err
-    assert recorded(log)[0]["argv"][:4] == ["build", "--layers", "-t", "fsdp-sdk-trainer:latest"]
+    assert recorded(log)[0]["argv"][:6] == [
+        "build",
+        "--layers",
+        "--platform",
+        "linux/amd64",
+        "-t",
+        "fsdp-sdk-trainer:latest",
+    ]
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     code, _, err = cli(capsys, "image", "build", "--trainer-src", str(TRAINER_SRC))
     assert code == 2 and err.count("\n") == 1 and "no container build tool found" in err

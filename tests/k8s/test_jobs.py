@@ -56,12 +56,48 @@ def test_submit_applies_server_side(apiserver: FakeApiServer, kubeconfig: Path, 
     assert code == 1 and "already exists" in err and len(apiserver.writes()) == 1
 
 
-def test_server_side_dry_run_stores_nothing(apiserver: FakeApiServer, kubeconfig: Path, capsys) -> None:
+def install_trainer_objects(apiserver: FakeApiServer, trainjob_crd: Path) -> list[dict]:
+    """What 'prereqs install --api trainjob' leaves on a cluster: the TrainJob CRD, the controller, our runtime."""
+    from fsdp_sdk.k8s.trainer_v2 import TRAINER_DEPLOYMENT, TRAINER_NAMESPACE, render_runtime
+
+    labels = {"app.kubernetes.io/name": "trainer"}
+    pod = {"metadata": {"labels": labels}, "spec": {"containers": [{"name": "manager", "image": "trainer:v2.3.0"}]}}
+    objects = [
+        yaml.safe_load(trainjob_crd.read_text()),
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": TRAINER_DEPLOYMENT, "namespace": TRAINER_NAMESPACE},
+            "spec": {"selector": {"matchLabels": labels}, "template": pod},
+        },
+        render_runtime(),
+    ]
+    return [apiserver.put(o) for o in objects]
+
+
+def test_server_side_dry_run_stores_nothing(
+    apiserver: FakeApiServer, kubeconfig: Path, trainjob_crd: Path, capsys
+) -> None:
+    installed = install_trainer_objects(apiserver, trainjob_crd)
     code, out, err = cli(capsys, "job", "submit", "--dry-run", "--api", "trainjob")
     assert code == 0, err
     assert "would submit" in out and "TrainJob" in out
     assert all(w.dry_run for w in apiserver.writes()) and apiserver.writes()
-    assert apiserver.objects() == []
+    assert len(apiserver.objects()) == len(installed)
+
+
+def test_trainjob_on_a_cluster_without_the_trainer_is_refused_with_the_install_command(
+    apiserver: FakeApiServer, kubeconfig: Path, trainjob_crd: Path, capsys
+) -> None:
+    code, _, err = cli(capsys, "job", "submit", "--api", "trainjob")
+    assert code == 2 and err.count("\n") == 1, err
+    assert "--api: trainjob needs Kubeflow Trainer v2 on the cluster, which has no TrainJob CRD" in err
+    assert "run 'fsdp-sdk prereqs install --api trainjob' (Kubeflow Trainer v2.3.0)" in err
+    installed = install_trainer_objects(apiserver, trainjob_crd)
+    apiserver.delete("apps/v1", "Deployment", installed[1]["metadata"]["name"], installed[1]["metadata"]["namespace"])
+    code, _, err = cli(capsys, "job", "submit", "--api", "trainjob")
+    assert code == 2 and "no Kubeflow Trainer controller (deployment kubeflow-system/" in err
+    assert apiserver.writes() == []  # nothing sent
 
 
 def test_secret_gets_its_data_only_at_apply_time(apiserver: FakeApiServer, kubeconfig: Path, capsys) -> None:

@@ -15,12 +15,15 @@ import yaml
 from fsdp_sdk.config import Config
 from fsdp_sdk.k8s.cluster_objects import cluster_prerequisites, render_etcd
 from fsdp_sdk.monitoring import EksAddon, MonitoringComponent
+from fsdp_sdk.pins import pin
 
 from .conftest import free_port
 from .fake_apiserver import FakeApiServer
 from .tools import cli, install_fake_tools, recorded
 
-OPERATOR_URL = "github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=v1.9.2"
+OPERATOR_URL = (
+    f"github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref={pin('training-operator').version}"
+)
 
 
 pytestmark = pytest.mark.usefixtures("isolated_cli")
@@ -189,7 +192,7 @@ def test_cluster_prerequisites_render_what_up_applies_in_order() -> None:
     assert [p.name for p in found] == ["device-plugins", "etcd", "training-operator", "monitoring", "eks-addons"]
     assert [s for p in found for s in p.steps] == [
         "apply etcd (v2 API) for the rendezvous in namespace training",
-        "install the Kubeflow Training Operator v1.9.2",
+        f"install the Kubeflow Training Operator {pin('training-operator').version}",
         "apply monitoring: probe, cloudwatch",
         "enable the EKS add-on amazon-cloudwatch-observability",
     ]
@@ -205,3 +208,72 @@ def test_cluster_prerequisites_render_what_up_applies_in_order() -> None:
     ]
     assert found[-1].eks_addons == (addon,)
     assert cluster_prerequisites(config) == found[1:3]  # no backend objects, no monitoring: etcd and the operator
+
+
+TRAINER_URL = f"github.com/kubeflow/trainer.git/manifests/overlays/manager?ref={pin('kubeflow-trainer').version}"
+
+
+def test_trainjob_dry_run_lists_the_trainer_and_its_runtime(
+    apiserver: FakeApiServer, kubeconfig: Path, fake_kubectl: Path, capsys
+) -> None:
+    code, out, err = cli(capsys, "prereqs", "install", "--dry-run", "--api", "trainjob")
+    assert code == 0, err
+    assert f"# would run: kubectl apply --server-side -k '{TRAINER_URL}' --kubeconfig {kubeconfig}" in out
+    assert (
+        "# would run: kubectl wait --for=condition=Available --timeout=300s -n kubeflow-system "
+        f"deployment/kubeflow-trainer-controller-manager --kubeconfig {kubeconfig}"
+    ) in out
+    assert "training-operator" not in out
+    docs = list(yaml.safe_load_all(out))
+    assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [
+        ("Service", "etcd"),
+        ("Deployment", "etcd"),
+        ("ClusterTrainingRuntime", "fsdp-sdk-torch-distributed"),
+    ]
+    (container,) = docs[2]["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"][
+        "containers"
+    ]
+    assert container["ports"] == [{"name": "fsdp-metrics", "containerPort": 9464, "protocol": "TCP"}]
+    assert apiserver.requests == [] and recorded(fake_kubectl) == []
+
+
+def test_trainjob_install_is_idempotent(
+    fake_kubectl: Path,
+    kubeconfig: Path,
+    clustertrainingruntime_crd: Path,
+    pytorchjob_crd: Path,
+    trainjob_crd: Path,
+    capsys,
+) -> None:
+    from .fake_apiserver import schema_validators
+
+    validators = schema_validators(pytorchjob_crd, trainjob_crd, runtime_crd=clustertrainingruntime_crd)
+    with FakeApiServer(validators) as server:
+        server.write_kubeconfig(kubeconfig)
+        uids = []
+        for _ in range(2):
+            code, _, err = cli(capsys, "prereqs", "install", "--api", "trainjob")
+            assert code == 0, err
+            uids.append({o["kind"]: o["metadata"]["uid"] for o in server.objects()})
+        assert uids[0] == uids[1]  # updated in place, nothing recreated
+        paths = [(w.method, w.path) for w in server.writes()]
+        runtime_path = "/apis/trainer.kubeflow.org/v1alpha1/clustertrainingruntimes/fsdp-sdk-torch-distributed"
+        assert paths == 2 * [
+            ("PATCH", "/api/v1/namespaces/default/services/etcd"),
+            ("PATCH", "/apis/apps/v1/namespaces/default/deployments/etcd"),
+            ("PATCH", runtime_path),
+        ]
+        assert len(server.objects()) == 3 and server.objects("ClusterTrainingRuntime")  # applied twice, stored once
+    calls = [c["argv"] for c in recorded(fake_kubectl)]
+    target = ["--kubeconfig", str(kubeconfig)]
+    install = ["apply", "--server-side", "-k", TRAINER_URL, *target]
+    wait = [
+        "wait",
+        "--for=condition=Available",
+        "--timeout=300s",
+        "-n",
+        "kubeflow-system",
+        "deployment/kubeflow-trainer-controller-manager",
+        *target,
+    ]
+    assert calls == [install, wait, install, wait]

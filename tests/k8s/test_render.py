@@ -12,8 +12,8 @@ from fsdp_sdk.cli import main
 from fsdp_sdk.config import Config
 from fsdp_sdk.hookspecs import hookimpl
 from fsdp_sdk.k8s.prereqs import render_etcd
-from fsdp_sdk.k8s.render import JOB_NAME_LABEL, RUN_ID_LABEL, render_job
-from fsdp_sdk.k8s.validate import validate_objects, validate_pod_template
+from fsdp_sdk.k8s.render import JOB_NAME_LABEL, RUN_ID_LABEL, render_job, worker_pods
+from fsdp_sdk.k8s.validate import CRD_URLS, DEFAULT_KUBERNETES_VERSION, validate_objects, validate_pod_template
 from fsdp_sdk.plugins import Plugins, build_plugins, reset_plugins
 
 REGISTRY = "123456789012.dkr.ecr.us-west-2.amazonaws.com"
@@ -167,7 +167,25 @@ def test_trainjob_validates(plugins: Plugins, trainjob_crd: Path) -> None:
     job = objects[0]
     assert (job["apiVersion"], job["kind"]) == ("trainer.kubeflow.org/v1alpha1", "TrainJob")
     trainer = job["spec"]["trainer"]
-    assert job["spec"]["runtimeRef"]["name"] == "torch-distributed"
+    assert job["spec"]["runtimeRef"] == {
+        "apiGroup": "trainer.kubeflow.org",
+        "kind": "ClusterTrainingRuntime",
+        "name": "fsdp-sdk-torch-distributed",
+    }
+    ((patch,),) = [job["spec"]["runtimePatches"]]
+    assert patch["manager"] == "fsdp-sdk.io/render" and "labels" not in job["spec"]
+    (node,) = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+    pod = node["template"]["spec"]["template"]
+    assert node["name"] == "node" and pod["metadata"]["labels"]["fsdp-sdk.io/run-id"] == "fsdp-t1"
+    assert pod["spec"]["nodeSelector"] == {"node.kubernetes.io/instance-type": "p5.48xlarge"}
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["spec"]["tolerations"]
+    assert {"name": "shm", "emptyDir": {"medium": "Memory"}} in pod["spec"]["volumes"]
+    assert pod["spec"]["containers"] == [
+        {
+            "name": "node",
+            "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}, {"name": "local", "mountPath": "/local"}],
+        }
+    ]
     assert trainer["numNodes"] == 4 and trainer["numProcPerNode"] == 8
     assert trainer["resourcesPerNode"]["limits"]["nvidia.com/gpu"] == 8
     assert trainer["command"] == ["torchrun", "-m", "fsdp_trainer"] and "--model.preset" in trainer["args"]
@@ -195,13 +213,17 @@ def test_validation_catches_a_broken_object(plugins: Plugins, pytorchjob_crd: Pa
     report = validate_objects([job])
     assert report.skipped == ["PyTorchJob/fsdp"] and report.validated == []
     assert [(c.subject, c.schema, c.ok) for c in report.checks] == [
-        ("PyTorchJob/fsdp Worker pod template", "the Kubernetes 1.31 OpenAPI (as a Pod)", False)
+        (
+            "PyTorchJob/fsdp Worker pod template",
+            f"the Kubernetes {DEFAULT_KUBERNETES_VERSION} OpenAPI (as a Pod)",
+            False,
+        )
     ]
     assert any("pod template" in e and "volumeMount" in e for e in report.errors)
     report = validate_objects([job], crd_paths=[pytorchjob_crd])
     assert [c.schema for c in report.checks] == [
         "the CRD kubeflow.org_pytorchjobs.yaml",
-        "the Kubernetes 1.31 OpenAPI (as a Pod)",
+        f"the Kubernetes {DEFAULT_KUBERNETES_VERSION} OpenAPI (as a Pod)",
     ]
 
 
@@ -224,12 +246,11 @@ def test_render_validate_says_what_was_checked_against_what(
             "warning: the checkpoints of the 2 workers would be split across their nodes' disks, so restarted pods "
             "start again from step 0; set job.shared_storage_claim (a ReadWriteMany claim: FSx for Lustre, EFS) "
             "to resume them",
-            "valid: PyTorchJob/fsdp Worker pod template, checked against the Kubernetes 1.31 OpenAPI (as a Pod)",
-            "valid: Secret/hf-token, checked against the Kubernetes 1.31 OpenAPI",
+            "valid: PyTorchJob/fsdp Worker pod template, checked against the Kubernetes "
+            f"{DEFAULT_KUBERNETES_VERSION} OpenAPI (as a Pod)",
+            f"valid: Secret/hf-token, checked against the Kubernetes {DEFAULT_KUBERNETES_VERSION} OpenAPI",
             "not validated offline: PyTorchJob/fsdp itself (fsdp-sdk ships no CRD); 'fsdp-sdk job submit --dry-run' "
-            "has the cluster validate it against the CRD it runs, or pass --crd "
-            "https://raw.githubusercontent.com/kubeflow/training-operator/v1.9.2/manifests/base/crds/"
-            "kubeflow.org_pytorchjobs.yaml",
+            "has the cluster validate it against the CRD it runs, or pass --crd " + CRD_URLS["PyTorchJob"],
         ]
         with pytest.raises(SystemExit) as exit_info:
             main([*base, "--crd", str(pytorchjob_crd)])
@@ -285,3 +306,118 @@ def test_a_plugin_can_choose_the_image(plugins: Plugins) -> None:
     config.job.registry = None
     job = render_job(config, plugins=plugins)[0]
     assert worker(job)["template"]["spec"]["containers"][0]["image"] == "myorg/trainer@sha256:" + "a" * 64
+
+
+# --------------------------------------------------------------------------- CRD pruning
+
+SHARED_SCHEMAS = Path(__file__).resolve().parents[2].parent / "shared" / "schemas"
+
+
+def _shared_crds() -> dict[str, Path]:
+    """kind -> CRD file of ../shared/schemas; for TrainJob the v2.3.0 file (the release rendered for)."""
+    found: dict[str, Path] = {}
+    for path in sorted(SHARED_SCHEMAS.glob("*.yaml")):
+        crd = yaml.safe_load(path.read_text())
+        if isinstance(crd, dict) and crd.get("kind") == "CustomResourceDefinition":
+            kind = crd["spec"]["names"]["kind"]
+            if kind not in found or path.name.startswith("trainer-v2.3.0."):
+                found[kind] = path
+    return found
+
+
+def test_no_rendered_custom_resource_loses_a_field_to_pruning(
+    pytorchjob_crd: Path, trainjob_crd: Path, clustertrainingruntime_crd: Path
+) -> None:
+    from fsdp_sdk.k8s.trainer_v2 import render_runtime
+    from fsdp_sdk.k8s.validate import load_crd_schema
+
+    crds = _shared_crds()
+    assert crds["PyTorchJob"] == pytorchjob_crd and crds["TrainJob"] == trainjob_crd
+    assert crds["ClusterTrainingRuntime"] == clustertrainingruntime_crd
+    all_plugins = build_plugins()  # the installed plugins' render hooks too (observability's trainer endpoint)
+    config = Config.from_dict(
+        {
+            "job": {"registry": REGISTRY, "num_workers": 2, "hf_token": TOKEN, "shared_storage_claim": "fsx"},
+            "observability": {"enabled": True},
+        }
+    )
+    objects = [render_runtime()]
+    for api in ("pytorchjob", "trainjob"):
+        objects += render_job(config, api=api, rdzv_id="fsdp-p1", plugins=all_plugins)
+    walked = set()
+    for obj in objects:
+        path = crds.get(obj["kind"])
+        if path is None:
+            continue
+        crd = load_crd_schema(path)
+        walked.add(obj["kind"])
+        assert crd.pruned(obj) == [], obj["kind"]
+        assert crd.errors(obj) == [], obj["kind"]
+    assert walked == {"PyTorchJob", "TrainJob", "ClusterTrainingRuntime"}
+    trainjob = next(o for o in objects if o["kind"] == "TrainJob")
+    (pod,) = worker_pods([trainjob])
+    assert pod.annotations["prometheus.io/port"] == "9464"  # the trainer endpoint, on the pods
+
+
+def test_the_v2_0_trainjob_passed_its_schema_but_a_v2_3_server_would_prune_its_pod_settings(
+    plugins: Plugins, trainjob_crd: Path, trainjob_v2_0_crd: Path
+) -> None:
+    from fsdp_sdk.k8s.validate import load_crd_schema, pruned_fields
+
+    job = render_job(make_config(api="trainjob"), rdzv_id="fsdp-old", plugins=plugins)[0]
+    (pod,) = worker_pods([job])
+    old = {**job, "spec": {k: v for k, v in job["spec"].items() if k != "runtimePatches"}}
+    old["spec"]["labels"] = dict(pod.labels)  # what fsdp-sdk rendered for Trainer v2.0
+    old["spec"]["podSpecOverrides"] = [{"targetJobs": [{"name": "node"}], **pod.spec}]
+    assert load_crd_schema(trainjob_v2_0_crd).errors(old) == []  # the schema check of the time passed it
+    assert load_crd_schema(trainjob_v2_0_crd).pruned(old) == []
+    v2_3 = load_crd_schema(trainjob_crd)
+    assert pruned_fields(old, v2_3.structural["v1alpha1"]) == ["spec.labels", "spec.podSpecOverrides"]
+    lines = v2_3.pruned(old)
+    assert lines[0] == (
+        "TrainJob/fsdp: spec.labels: not in the TrainJob schema of trainer.kubeflow.org/v1alpha1; "
+        "the API server would prune it"
+    )
+    report = validate_objects([old], crd_paths=[trainjob_crd])
+    assert not report.ok and any("spec.podSpecOverrides" in e and "prune" in e for e in report.errors)
+
+
+def test_pruning_follows_the_structural_schema() -> None:
+    from fsdp_sdk.k8s.validate import pruned_fields
+
+    schema = {
+        "type": "object",
+        "properties": {
+            "spec": {
+                "type": "object",
+                "properties": {
+                    "known": {"type": "string"},
+                    "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+                    "map": {"type": "object", "additionalProperties": {"type": "object", "properties": {"a": {}}}},
+                    "list": {"type": "array", "items": {"type": "object", "properties": {"name": {"type": "string"}}}},
+                    "opaque": {"type": "object"},
+                },
+            }
+        },
+    }
+    value = {
+        "apiVersion": "x/v1",
+        "kind": "X",
+        "metadata": {"name": "x", "anything": 1},
+        "spec": {
+            "known": "k",
+            "free": {"whatever": {"deep": 1}},
+            "map": {"k": {"a": 1, "b": 2}},
+            "list": [{"name": "n"}, {"name": "m", "extra": True}],
+            "opaque": {"gone": 1},
+            "unknown": 1,
+        },
+        "status": {},
+    }
+    assert pruned_fields(value, schema) == [
+        "spec.map.k.b",
+        "spec.list[1].extra",
+        "spec.opaque.gone",
+        "spec.unknown",
+        "status",
+    ]

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from fsdp_sdk.config import Config
-from fsdp_sdk.k8s.render import PLACEHOLDER_REGISTRY, RenderWarning, render_job
+from fsdp_sdk.k8s.render import PLACEHOLDER_REGISTRY, RenderWarning, render_job, worker_pods
 from fsdp_sdk.k8s.validate import validate_objects
 from fsdp_sdk.plugins import Plugins, build_plugins
 
@@ -91,9 +91,9 @@ def test_a_shared_filesystem_claim_holds_every_workers_outputs(
     assert option(container["args"], "--checkpoint.resume") is None
     assert validate_objects(objects, crd_paths=[pytorchjob_crd]).ok
     trainjob, _ = render(shared, plugins, api="trainjob")
-    override = trainjob[0]["spec"]["podSpecOverrides"][0]
-    assert {"name": "shared", "persistentVolumeClaim": {"claimName": "fsx-claim"}} in override["volumes"]
-    assert {"name": "shared", "mountPath": "/shared"} in override["containers"][0]["volumeMounts"]
+    (pod,) = worker_pods(trainjob)
+    assert {"name": "shared", "persistentVolumeClaim": {"claimName": "fsx-claim"}} in pod.spec["volumes"]
+    assert {"name": "shared", "mountPath": "/shared"} in pod.spec["containers"][0]["volumeMounts"]
     assert option(trainjob[0]["spec"]["trainer"]["args"], "--train.output_dir") == "/shared/fsdp-sdk/default/fsdp"
     assert validate_objects(trainjob, crd_paths=[trainjob_crd]).ok
 

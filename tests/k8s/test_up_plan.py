@@ -3,6 +3,7 @@ the cluster ready for jobs (etcd through server-side apply, the Training Operato
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 from pathlib import Path
@@ -10,11 +11,12 @@ from typing import Any, ClassVar
 
 import pytest
 
-from fsdp_sdk import Client, hookimpl
+from fsdp_sdk import Client, hookimpl, pins
 from fsdp_sdk.backends.base import ClusterBackend, ClusterStatus, Plan
 from fsdp_sdk.config import Config
 from fsdp_sdk.errors import ConfigError
 from fsdp_sdk.monitoring import MonitoringComponent
+from fsdp_sdk.pins import pin
 from fsdp_sdk.plugins import build_plugins, get_plugins
 from fsdp_sdk.preflight import PreflightResult
 
@@ -126,7 +128,7 @@ def test_up_applies_the_plan_it_showed_then_prepares_the_cluster(
     assert plan.steps[1:] == [
         f"write the cluster's kubeconfig under {client.config.cluster.state_dir}",
         "apply etcd (v2 API) for the rendezvous in namespace default",
-        "install the Kubeflow Training Operator v1.9.2",
+        f"install the Kubeflow Training Operator {pin('training-operator').version}",
     ]
     assert [(o["kind"], o["metadata"]["name"]) for o in plan.kubernetes] == [
         ("Service", "etcd"),
@@ -147,7 +149,7 @@ def test_up_applies_the_plan_it_showed_then_prepares_the_cluster(
         "apply",
         "--server-side",
         "-k",
-        "github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=v1.9.2",
+        f"github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref={pin('training-operator').version}",
     ]
     assert call["argv"][4:] == ["--kubeconfig", str(recording)]
     assert Plugin.created == [status] and status.ready
@@ -205,3 +207,96 @@ def test_up_applies_the_backends_objects_and_monitoring_it_showed(
         "/apis/apps/v1/namespaces/default/deployments/etcd",
     ]
     assert len(recorded(kubectl)) == 1
+
+
+# --------------------------------------------------------------------------- the Kubernetes version's support
+
+
+def _on(monkeypatch: pytest.MonkeyPatch, day: str) -> None:
+    monkeypatch.setattr(pins, "today", lambda: datetime.date.fromisoformat(day))
+
+
+def test_plan_says_the_version_support_and_warns_in_extended_support(
+    monkeypatch: pytest.MonkeyPatch, recording: Path
+) -> None:
+    said: list[str] = []
+    _on(monkeypatch, "2026-12-02")
+    client = _client(**{"cluster.kubernetes_version": "1.34"})
+    client.progress = said.append
+    kubernetes = client.plan().details["kubernetes"]
+    assert kubernetes == {
+        "version": "1.34",
+        "support": "standard",
+        "end_of_standard_support": "2026-12-02",
+        "end_of_extended_support": "2027-12-02",
+        "control_plane_usd_per_hour": 0.10,
+    }
+    assert said == []
+    _on(monkeypatch, "2026-12-03")
+    kubernetes = client.plan().details["kubernetes"]
+    assert kubernetes["support"] == "extended" and kubernetes["control_plane_usd_per_hour"] == 0.60
+    assert said == [
+        "warning: Kubernetes 1.34 is in EKS extended support until 2027-12-02: its control plane costs $0.60/h "
+        f"instead of $0.10/h; {pins.default_kubernetes_version()} is in standard support"
+    ]
+
+
+@pytest.mark.parametrize(
+    "version, day, problem",
+    [
+        ("1.31", "2026-11-27", "Kubernetes 1.31 left EKS extended support on 2026-11-26"),
+        ("1.28", "2026-12-02", "EKS offers no Kubernetes 1.28"),
+    ],
+)
+def test_up_refuses_a_version_past_extended_support_with_the_versions_that_work(
+    monkeypatch: pytest.MonkeyPatch,
+    recording: Path,
+    capsys: pytest.CaptureFixture[str],
+    version: str,
+    day: str,
+    problem: str,
+) -> None:
+    _on(monkeypatch, day)
+    with pytest.raises(ConfigError) as error:
+        _client(**{"cluster.kubernetes_version": version}).plan()
+    working = ", ".join(reversed(pins.supported_kubernetes_versions(datetime.date.fromisoformat(day))))
+    assert str(error.value) == (
+        f"cluster.kubernetes_version: {problem}; set cluster.kubernetes_version to one EKS creates clusters of on "
+        f"{day}: {working}"
+    )
+    assert "1.35, 1.34, 1.33, 1.32" in working and "1.31" not in working
+    assert RecordingBackend.applied == []
+    # the day before the end of extended support it still plans (at the extended price)
+    _on(monkeypatch, "2026-11-26")
+    assert _client(**{"cluster.kubernetes_version": "1.31"}).plan().details["kubernetes"]["support"] == "extended"
+
+
+def test_status_says_when_the_version_leaves_standard_support(monkeypatch: pytest.MonkeyPatch, recording: Path) -> None:
+    _on(monkeypatch, "2026-12-02")
+    client = _client()
+    RecordingBackend.applied = [(client.config, client.plan())]  # the cluster exists
+    support = client.status().details["kubernetes_support"]
+    release = pins.kubernetes_release(client.config.cluster.kubernetes_version)
+    assert release is not None
+    assert support == f"Kubernetes {release.version}: standard support until {release.end_of_standard}"
+    _on(monkeypatch, "2027-04-01")
+    support = _client(**{"cluster.kubernetes_version": "1.35"}).status().details["kubernetes_support"]
+    assert (
+        support == "Kubernetes 1.35: extended support ($0.60/h) since 2027-03-27, until 2028-03-27; upgrade the cluster"
+    )
+
+
+def test_up_with_the_trainjob_api_installs_the_trainer_and_its_runtime(
+    apiserver: FakeApiServer, recording: Path, kubectl: Path
+) -> None:
+    client = _client(**{"job.api": "trainjob"})
+    plan = client.plan()
+    assert plan.steps[-2:] == [
+        f"install Kubeflow Trainer {pin('kubeflow-trainer').version} (with JobSet {pin('jobset').version})",
+        "apply the ClusterTrainingRuntime fsdp-sdk-torch-distributed",
+    ]
+    client.up(plan)
+    calls = [c["argv"] for c in recorded(kubectl)]
+    assert [argv[:2] for argv in calls] == [["apply", "--server-side"], ["wait", "--for=condition=Available"]]
+    assert calls[0][3].startswith("github.com/kubeflow/trainer.git/manifests/overlays/manager?ref=")
+    assert apiserver.get("trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime", "fsdp-sdk-torch-distributed")

@@ -10,6 +10,7 @@ import yaml
 
 from fsdp_sdk.k8s.validate import validate_builtin
 from fsdp_sdk.monitoring import GENERATED_KEYS_ANNOTATION
+from fsdp_sdk.pins import pin
 
 from .schemas import structural_errors
 
@@ -82,7 +83,7 @@ def test_dcgm_exporter_facts(client: Any) -> None:
     daemonset = next(o for o in component.objects if o["kind"] == "DaemonSet")
     pod = daemonset["spec"]["template"]["spec"]
     container = pod["containers"][0]
-    assert container["image"] == "nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-ubuntu22.04"
+    assert container["image"] == pin("dcgm-exporter").image_ref()  # the table's release
     assert container["ports"] == [{"name": "metrics", "containerPort": 9400, "protocol": "TCP"}]
     assert {"name": "DCGM_EXPORTER_KUBERNETES", "value": "true"} in container["env"]
     assert container["securityContext"]["capabilities"] == {"add": ["SYS_ADMIN"], "drop": ["ALL"]}

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from fsdp_sdk.errors import ConfigError
+from fsdp_sdk.pins import default_kubernetes_version
 from fsdp_sdk.plugins import Plugins
 from fsdp_sdk_terraform.backend import TerraformBackend
 from fsdp_sdk_terraform.device_plugins import efa_device_plugin_image
@@ -28,7 +29,7 @@ def test_the_default_p5_plan(plugins: Plugins, tmp_path: Path) -> None:
     assert inputs == {
         "cluster_name": "fsdp-sdk",
         "region": "us-west-2",
-        "kubernetes_version": "1.31",
+        "kubernetes_version": default_kubernetes_version(),
         "availability_zones": ["us-west-2a", "us-west-2b"],
         "vpc_cidr": "10.0.0.0/16",
         "endpoint_public_access": True,
@@ -59,7 +60,8 @@ def test_the_default_p5_plan(plugins: Plugins, tmp_path: Path) -> None:
     assert plan.steps[2] == f"terraform init: state in {workdir / 'terraform.tfstate'}"
     assert plan.steps[3] == (
         "terraform plan -out up.tfplan: VPC 10.0.0.0/16 with private subnets and a NAT gateway in us-west-2a, us-west-2b; "
-        "EKS 1.31 cluster fsdp-sdk with its IAM roles and OIDC provider; system node group 2 x m5.xlarge; "
+        f"EKS {default_kubernetes_version()} cluster fsdp-sdk with its IAM roles and OIDC provider; "
+        "system node group 2 x m5.xlarge; "
         "GPU node group 2 x p5.48xlarge in us-west-2a (32 EFA interfaces each)"
     )
     assert [o["metadata"]["name"] for o in plan.kubernetes] == ["nvidia-device-plugin", "aws-efa-k8s-device-plugin"]

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from fsdp_sdk import pins
+
 if TYPE_CHECKING:
     from fsdp_sdk.config import Config
     from fsdp_sdk.instance_types import InstanceType
@@ -97,4 +99,6 @@ def hourly_cost(config: Config, instance: InstanceType) -> HourlyCost:
     else:
         system = round(cluster.system_nodes * price, 4)
     notes.append(f"plus NAT gateway, EBS volumes and data transfer (not counted); prices of us-east-1, {PRICE_DATE}")
-    return HourlyCost(gpu, system, EKS_CONTROL_PLANE_USD_PER_HOUR, tuple(notes))
+    return HourlyCost(
+        gpu, system, pins.control_plane_usd_per_hour(cluster.kubernetes_version, pins.today()), tuple(notes)
+    )

@@ -227,6 +227,28 @@ class Client:
         settings = [Setting(path, value, path, "preflight") for path, value in filled.items()]
         return self.config.with_overrides(settings).resolved(self.loaded_plugins, validate_trainer=False)
 
+    def _kubernetes_support(self) -> dict[str, Any]:
+        """The EKS support state of ``cluster.kubernetes_version`` today (``fsdp_sdk.pins.today``), said as a warning
+        in extended support.
+
+        :raises ConfigError: EKS creates no cluster of that version any more (or never did).
+        """
+        from fsdp_sdk import pins
+
+        version, on = self.config.cluster.kubernetes_version, pins.today()
+        warning = pins.check_kubernetes_version(version, on)
+        if warning:
+            self.progress(f"warning: {warning}")
+        release = pins.kubernetes_release(version)
+        assert release is not None  # check_kubernetes_version refused a version the calendar lacks
+        return {
+            "version": version,
+            "support": release.state(on),
+            "end_of_standard_support": release.end_of_standard,
+            "end_of_extended_support": release.end_of_extended,
+            "control_plane_usd_per_hour": pins.control_plane_usd_per_hour(version, on),
+        }
+
     def plan(self, *, preflight: bool = True, preview: bool = False) -> Plan:
         """What :meth:`up` will do; changes nothing.
 
@@ -240,6 +262,7 @@ class Client:
             (:meth:`~fsdp_sdk.backends.base.ClusterBackend.preview`: ``terraform plan``); ``up --dry-run`` does.
         :raises PreflightError: a check failed.
         """
+        support = None if self.backend.runs_jobs else self._kubernetes_support()
         results = self._checked() if preflight else []
         filled = self._filled(results)
         filled.update(self._discovered())
@@ -264,6 +287,8 @@ class Client:
                 cost = cost - table * config.cluster.nodes + price.usd_per_hour * config.cluster.nodes
                 details["price"] = price.describe()
         estimate = self._side_estimate(config)
+        if support is not None:
+            details["kubernetes"] = support
         return dataclasses.replace(
             plan,
             steps=steps,
@@ -310,7 +335,8 @@ class Client:
 
     def _prepare(self, config: Config, plan: Plan) -> None:
         """Make a new Kubernetes cluster ready for jobs: the plan's objects, as shown, then the rest of the
-        prerequisites rendered from the same configuration (the Training Operator, EKS add-ons)."""
+        prerequisites rendered from the same configuration (the job controller of ``job.api``: the Training
+        Operator, or Kubeflow Trainer v2 and fsdp-sdk's runtime; EKS add-ons)."""
         from fsdp_sdk.k8s.kube import Kube
         from fsdp_sdk.k8s.prereqs import install_prerequisites
 
@@ -367,8 +393,29 @@ class Client:
         return self.backend.scale(self.config, nodes, dry_run=dry_run, progress=self.progress)
 
     def status(self) -> ClusterStatus:
-        """The cluster's current state."""
-        return self.backend.status(self.config)
+        """The cluster's current state; for an EKS cluster, also when its Kubernetes version leaves standard
+        support (``details["kubernetes_support"]``, from the pins table's calendar)."""
+        status = self.backend.status(self.config)
+        if self.backend.runs_jobs or status.state == "absent":
+            return status
+        from fsdp_sdk import pins
+
+        version = str(status.details.get("kubernetes_version") or self.config.cluster.kubernetes_version)
+        release, on = pins.kubernetes_release(version), pins.today()
+        if release is None:
+            said = f"Kubernetes {version}: not in the EKS calendar of fsdp-sdk's pins table ({pins.table_date()})"
+        elif release.state(on) == "standard":
+            said = f"Kubernetes {version}: standard support until {release.end_of_standard}"
+        elif release.state(on) == "extended":
+            said = (
+                f"Kubernetes {version}: extended support (${pins.control_plane_usd_per_hour(version, on):.2f}/h) "
+                f"since {release.end_of_standard}, until {release.end_of_extended}; upgrade the cluster"
+            )
+        else:
+            said = (
+                f"Kubernetes {version}: past EKS extended support since {release.end_of_extended}; upgrade the cluster"
+            )
+        return dataclasses.replace(status, details={**status.details, "kubernetes_support": said})
 
     def kubeconfig(self) -> Path | None:
         """The kubeconfig jobs use: the one given to the client, else ``cluster.kubeconfig``, else the backend's (when
@@ -434,13 +481,18 @@ class Client:
         kube = Kube.from_kubeconfig(path, context=self.kube_context, progress=self.progress) if connect else None
         return Prereqs(self.config, kube, kubeconfig=str(path) if path else None, context=self.kube_context)
 
-    def install_prereqs(self, *, operator: bool = True, operator_version: str | None = None) -> list[dict[str, Any]]:
-        """Apply etcd and install the Training Operator on the cluster (idempotent).
+    def install_prereqs(
+        self, *, operator: bool = True, operator_version: str | None = None, api: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Apply etcd and install the job controller on the cluster (idempotent).
 
-        :param operator: install the Training Operator too.
+        :param operator: install the job controller too.
         :param operator_version: its release tag (default: the pinned one).
+        :param api: ``pytorchjob`` (the Training Operator) or ``trainjob`` (Kubeflow Trainer v2); default ``job.api``.
         """
-        return self.prereqs().install(operator=operator, operator_version=operator_version, progress=self.progress)
+        return self.prereqs().install(
+            operator=operator, operator_version=operator_version, api=api or self.config.job.api, progress=self.progress
+        )
 
     def prereq_status(self) -> PrereqStatus:
         """What is installed on the cluster, and what is missing."""

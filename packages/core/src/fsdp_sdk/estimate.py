@@ -238,7 +238,8 @@ class CostEstimate:
     """What the nodes cost, and what training costs at the estimated speed."""
 
     usd_per_hour: float | None
-    """On-demand price of all the job's nodes; None when the instance type has no on-demand price."""
+    """On-demand price of all the job's nodes, plus the EKS control plane by its support state today on a cluster
+    backend; None when the instance type has no on-demand price."""
     usd_per_billion_tokens: float | None
     tokens: float
     """Tokens the next two figures are for."""
@@ -544,12 +545,32 @@ def _speed(autotune: ModuleType, inputs: _Inputs, mfu: float | None) -> tuple[Sp
     return speed, "", notes
 
 
-def _cost(instance: InstanceType, nodes: int, speed: SpeedEstimate | None, tokens: float) -> CostEstimate:
+def _control_plane(config: Config) -> tuple[float, str]:
+    """The EKS control plane's price per hour today for a cluster backend (nothing for the local one), and a note."""
+    if config.cluster.backend == "local":
+        return 0.0, ""
+    from fsdp_sdk import pins
+
+    version, on = config.cluster.kubernetes_version, pins.today()
+    pins.check_kubernetes_version(version, on)  # refuses a version EKS creates no cluster of
+    price = pins.control_plane_usd_per_hour(version, on)
+    release = pins.kubernetes_release(version)
+    state = release.state(on) if release else "standard"
+    return price, f"; plus the EKS control plane, ${price:.2f}/h (Kubernetes {version}, {state} support on {on})"
+
+
+def _cost(
+    instance: InstanceType,
+    nodes: int,
+    speed: SpeedEstimate | None,
+    tokens: float,
+    control_plane: tuple[float, str] = (0.0, ""),
+) -> CostEstimate:
     price = instance.on_demand_usd_per_hour
-    hourly = price * nodes if price is not None else None
+    hourly = price * nodes + control_plane[0] if price is not None else None
     note = "" if price is not None else f"{instance.name} has no on-demand price ({instance.notes or 'none listed'})"
     if price is not None and instance.price_date:
-        note = f"on-demand us-east-1 price as of {instance.price_date}"
+        note = f"on-demand us-east-1 price as of {instance.price_date}{control_plane[1]}"
     hours = tokens / speed.tokens_per_s / 3600 if speed is not None else None
     per_billion = hourly / (speed.tokens_per_s * 3600) * 1e9 if hourly is not None and speed is not None else None
     usd = hourly * hours if hourly is not None and hours is not None else None
@@ -723,7 +744,7 @@ def estimate_job(
         settings=_settings(inputs),
         memory=memory,
         speed=speed,
-        cost=_cost(instance, inputs.nodes, speed, tokens),
+        cost=_cost(instance, inputs.nodes, speed, tokens, _control_plane(config)),
         scaling=tuple(points),
         assumptions=tuple(assumptions),
         speed_note=speed_note,

@@ -126,7 +126,7 @@ def fsdp_sdk_render_job(config: Config, objects: list[dict[str, Any]]) -> None:
     must be a dict with ``apiVersion``, ``kind`` and ``metadata.name``.
 
     The job is a ``PyTorchJob`` (pod templates under ``spec.pytorchReplicaSpecs``) or,
-    with ``job.api=trainjob``, a ``TrainJob`` (pod settings under ``spec.podSpecOverrides``).
+    with ``job.api=trainjob``, a Kubeflow Trainer v2.3 ``TrainJob`` (pod settings under ``spec.runtimePatches``).
     :func:`fsdp_sdk.k8s.render.worker_pods` walks both shapes, so a hook that changes
     every worker pod reads the same either way::
 

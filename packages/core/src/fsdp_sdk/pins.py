@@ -19,12 +19,18 @@ from fsdp_sdk._fields import FrozenFields
 __all__ = [
     "KubernetesRelease",
     "Pin",
+    "check_kubernetes_version",
     "control_plane_usd_per_hour",
+    "default_kubernetes_version",
     "kubernetes_release",
     "kubernetes_releases",
     "pin",
     "pins",
+    "supported_kubernetes_versions",
     "table",
+    "table_date",
+    "today",
+    "versions_report",
 ]
 
 
@@ -39,6 +45,7 @@ class Pin(FrozenFields):
     latest: str = ""
     image: str = ""
     api: str = ""
+    note: str = ""
 
     def image_ref(self, **placeholders: str) -> str:
         """``image:version``, with ``{placeholders}`` of the image filled (``eks_registry=...``)."""
@@ -50,6 +57,10 @@ class Pin(FrozenFields):
     def current(self) -> bool:
         """Whether the pin was the newest release seen when it was checked."""
         return not self.latest or self.latest == self.version
+
+    def state(self) -> str:
+        """``current``, or ``newer available`` when the table saw a newer release than the pin."""
+        return "current" if self.current else "newer available"
 
 
 @functools.cache
@@ -98,6 +109,11 @@ class KubernetesRelease(FrozenFields):
         return "ended"
 
 
+def table_date() -> datetime.date:
+    """The day the table was checked as a whole: defaults that depend on the date (the Kubernetes version) use it."""
+    return datetime.date.fromisoformat(str(table()["checked"]))
+
+
 def kubernetes_releases() -> list[KubernetesRelease]:
     """The EKS Kubernetes calendar of the table, oldest first."""
     return [KubernetesRelease(**entry) for entry in table()["kubernetes"]]
@@ -106,6 +122,20 @@ def kubernetes_releases() -> list[KubernetesRelease]:
 def kubernetes_release(version: str) -> KubernetesRelease | None:
     """The calendar entry of ``version`` (``"1.35"``), or None when the table does not list it."""
     return next((r for r in kubernetes_releases() if r.version == version), None)
+
+
+def supported_kubernetes_versions(on: datetime.date) -> list[str]:
+    """The versions EKS creates clusters of on ``on`` (standard or extended support), oldest first."""
+    return [r.version for r in kubernetes_releases() if r.state(on) != "ended"]
+
+
+def default_kubernetes_version() -> str:
+    """The newest version in EKS standard support on the table's date (:func:`table_date`)."""
+    on = table_date()
+    standard = [r for r in kubernetes_releases() if r.state(on) == "standard"]
+    if not standard:
+        raise RuntimeError(f"fsdp_sdk/data/pins.json lists no Kubernetes version in standard support on {on}")
+    return max(standard, key=lambda r: tuple(int(p) for p in r.version.split("."))).version
 
 
 def control_plane_usd_per_hour(version: str, on: datetime.date) -> float:
@@ -118,3 +148,96 @@ def control_plane_usd_per_hour(version: str, on: datetime.date) -> float:
     release = kubernetes_release(version)
     state = release.state(on) if release else "standard"
     return float(prices["extended"] if state == "extended" else prices["standard"])
+
+
+def today() -> datetime.date:
+    """The date support states and prices are computed for when the caller passes none (the local date)."""
+    return datetime.date.today()
+
+
+def check_kubernetes_version(version: str, on: datetime.date) -> str | None:
+    """Whether EKS creates a cluster of ``version`` on ``on``: ``None`` in standard support, a warning line in
+    extended support (it costs more), and a :class:`~fsdp_sdk.errors.ConfigError` past extended support or for a
+    version the EKS calendar does not list.
+    """
+    from fsdp_sdk.errors import ConfigError
+
+    release = kubernetes_release(version)
+    working = supported_kubernetes_versions(on)
+    fix = f"set cluster.kubernetes_version to one EKS creates clusters of on {on}: {', '.join(reversed(working))}"
+    if release is None:
+        raise ConfigError("cluster.kubernetes_version", f"EKS offers no Kubernetes {version}", fix)
+    state = release.state(on)
+    if state == "ended":
+        raise ConfigError(
+            "cluster.kubernetes_version",
+            f"Kubernetes {version} left EKS extended support on {release.end_of_extended}",
+            fix,
+        )
+    if state == "extended":
+        prices = table()["eks_control_plane_usd_per_hour"]
+        return (
+            f"Kubernetes {version} is in EKS extended support until {release.end_of_extended}: its control plane "
+            f"costs ${float(prices['extended']):.2f}/h instead of ${float(prices['standard']):.2f}/h; "
+            f"{default_kubernetes_version()} is in standard support"
+        )
+    return None
+
+
+def versions_report(on: datetime.date) -> dict[str, Any]:
+    """Every pin and every Kubernetes version of the table with its state on ``on`` (``fsdp-sdk versions``).
+
+    A component is ``current`` or ``newer available`` (the table saw a newer release than the pin); a Kubernetes
+    version is ``current`` (the newest in standard support), ``newer available`` (in standard support, a newer one
+    too), ``in extended support`` or ``past end of life`` (EKS creates no cluster of it).
+    """
+    releases = kubernetes_releases()
+    standard = [r.version for r in releases if r.state(on) == "standard"]
+    newest = max(standard, key=lambda v: tuple(int(p) for p in v.split(".")), default=None)
+    kubernetes = []
+    for release in releases:
+        state = release.state(on)
+        said = {
+            "standard": "current" if release.version == newest else "newer available",
+            "extended": "in extended support",
+            "ended": "past end of life",
+        }[state]
+        until = release.end_of_standard if state == "standard" else release.end_of_extended
+        kubernetes.append(
+            {
+                "version": release.version,
+                "state": said,
+                "until": until if state != "ended" else None,
+                "released": release.released,
+                "end_of_standard_support": release.end_of_standard,
+                "end_of_extended_support": release.end_of_extended,
+                "control_plane_usd_per_hour": control_plane_usd_per_hour(release.version, on)
+                if state != "ended"
+                else None,
+                "checked": release.checked,
+                "source": release.source,
+            }
+        )
+    components = [
+        {
+            "name": p.name,
+            "version": p.version,
+            "latest": p.latest or p.version,
+            "state": p.state(),
+            "image": p.image,
+            "api": p.api,
+            "checked": p.checked,
+            "source": p.source,
+            "note": p.note,
+        }
+        for p in pins().values()
+    ]
+    return {
+        "on": on.isoformat(),
+        "table_checked": table_date().isoformat(),
+        "default_kubernetes_version": default_kubernetes_version(),
+        "components": components,
+        "kubernetes": kubernetes,
+        "kubernetes_note": str(table().get("kubernetes_note", "")),
+        "eks_control_plane_usd_per_hour": dict(table()["eks_control_plane_usd_per_hour"]),
+    }

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fsdp_sdk.errors import ConfigError
+from fsdp_sdk.pins import pin
 
 if TYPE_CHECKING:
     from fsdp_sdk.config import Config
@@ -84,13 +85,13 @@ def _service_check() -> dict[str, Any]:
 class MonitoringSettings:
     """Images, retention, scrape interval and accounts of the monitoring components."""
 
-    dcgm_exporter_image: str = "nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-ubuntu22.04"
-    """NVIDIA DCGM exporter image (DCGM 4.5.3, exporter 4.8.2)."""
-    prometheus_image: str = "quay.io/prometheus/prometheus:v3.14.0"
+    dcgm_exporter_image: str = field(default_factory=lambda: pin("dcgm-exporter").image_ref())
+    """NVIDIA DCGM exporter image (the pinned release, ``fsdp-sdk versions``)."""
+    prometheus_image: str = field(default_factory=lambda: pin("prometheus").image_ref())
     """Prometheus server image."""
-    grafana_image: str = "docker.io/grafana/grafana:12.4.3"
-    """Grafana image (12.4: the last 12.x minor, whose file provisioning reads the generated dashboard)."""
-    node_tools_image: str = "public.ecr.aws/docker/library/ubuntu:24.04"
+    grafana_image: str = field(default_factory=lambda: pin("grafana").image_ref())
+    """Grafana image (12.4: the long-supported 12.x minor, whose file provisioning reads the generated dashboard)."""
+    node_tools_image: str = field(default_factory=lambda: pin("node-tools").image_ref())
     """Image of the htop and nvtop pods (Ubuntu 24.04: htop 3.3, nvtop 3.0 from its archive)."""
     node_tools_install: bool = True
     """Install htop and nvtop with apt-get when the pods start (the nodes need to reach the Ubuntu archive);

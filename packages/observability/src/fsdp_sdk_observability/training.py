@@ -8,8 +8,9 @@ intervals), and declares the port as ``fsdp-metrics`` in the worker container, w
 configuration (and the operator's ``PodMonitor``) selects on together with the workers' labels.
 The usual ``prometheus.io/*`` annotations are added too, for Prometheus setups that use them.
 
-A TrainJob gets the trainer options and the annotations on the JobSet; whether its pods carry the
-labels depends on the training runtime. A job with its own ``job.command`` is left as it is.
+A TrainJob gets the trainer options, and the annotations on its pods through fsdp-sdk's runtime patch;
+fsdp-sdk's ClusterTrainingRuntime declares the port (``fsdp-metrics``, 9464: a runtime patch cannot add
+one). A job with its own ``job.command`` is left as it is.
 """
 
 from __future__ import annotations
@@ -74,8 +75,11 @@ def add_trainer_endpoint(config: Config, objects: list[dict[str, Any]]) -> None:
                 meta = template.setdefault("metadata", {})
                 meta["annotations"] = {**(meta.get("annotations") or {}), **_annotations(port)}
         elif obj.get("kind") == "TrainJob":
+            from fsdp_sdk.k8s.render import worker_pods
+
             trainer = obj["spec"].get("trainer") or {}
             if trainer.get("command") != _TRAINER_COMMAND:
                 continue
             trainer["args"] = _options(trainer.get("args") or [], config)
-            obj["spec"]["annotations"] = {**(obj["spec"].get("annotations") or {}), **_annotations(port)}
+            for pod in worker_pods([obj]):  # the pods of fsdp-sdk's runtime patch; the runtime declares the port
+                pod.annotations.update(_annotations(port))

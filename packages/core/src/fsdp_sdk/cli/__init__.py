@@ -44,6 +44,7 @@ COMMANDS: dict[str, str] = {
     "monitor": "fsdp_sdk.cli.monitor:monitor",
     "estimate": "fsdp_sdk.cli.estimate:estimate",
     "bench": "fsdp_sdk.cli.bench:bench",
+    "versions": "fsdp_sdk.cli.versions:versions",
 }
 
 

@@ -105,7 +105,9 @@ def _render_warnings() -> Iterator[None]:
     "(--validate names the ones the SDK renders for). Repeatable.",
 )
 @click.option(
-    "--k8s-version", default="1.31", show_default=True, help="Kubernetes version of the OpenAPI used by --validate."
+    "--k8s-version",
+    default=None,
+    help="Kubernetes version of the OpenAPI used by --validate (default: cluster.kubernetes_version).",
 )
 @click.pass_obj
 def render(
@@ -114,7 +116,7 @@ def render(
     create_secret: bool | None,
     validate: bool,
     crds: tuple[str, ...],
-    k8s_version: str,
+    k8s_version: str | None,
 ) -> None:
     """Print the objects 'job submit' would apply, as multi-document YAML; nothing is sent anywhere.
 
@@ -132,7 +134,7 @@ def render(
         objects = app.client.render_job(rdzv_id=rdzv_id, create_secret=create_secret, preview=True)
     click.echo(to_yaml_documents(objects), nl=False)
     if validate:
-        _report_validation(objects, crds, k8s_version)
+        _report_validation(objects, crds, k8s_version or app.client.config.cluster.kubernetes_version)
 
 
 def _report_validation(objects: list[dict[str, Any]], crds: tuple[str, ...], k8s_version: str) -> None:

@@ -26,13 +26,21 @@ def prereqs() -> None:
     help="Training Operator release tag (default: the pinned one, see 'prereqs install --dry-run').",
 )
 @click.option(
-    "--dry-run", is_flag=True, help="Print what would be applied as YAML (and the kubectl command); apply nothing."
+    "--api",
+    type=click.Choice(["pytorchjob", "trainjob"]),
+    default=None,
+    help="The job API to prepare for: pytorchjob (Training Operator v1.9) or trainjob (Kubeflow Trainer v2.3 with "
+    "JobSet and fsdp-sdk's runtime). Default: job.api (pytorchjob).",
+)
+@click.option(
+    "--dry-run", is_flag=True, help="Print what would be applied as YAML (and the kubectl commands); apply nothing."
 )
 @click.pass_obj
 def install(
     app: Application,
     skip_operator: bool,
     operator_version: str | None,
+    api: str | None,
     dry_run: bool,
 ) -> None:
     """Apply etcd (Deployment and Service, v2 API on) with server-side apply, then install the
@@ -44,15 +52,16 @@ def install(
 
     from fsdp_sdk.cli.output import to_yaml_documents
 
+    api = api or app.client.config.job.api
     if dry_run:
         setup = app.client.prereqs(connect=False)
-        prerequisites = setup.prerequisites(operator=not skip_operator, operator_version=operator_version)
+        prerequisites = setup.prerequisites(operator=not skip_operator, operator_version=operator_version, api=api)
         for prerequisite in prerequisites:
             for command in prerequisite.commands(kubeconfig=setup.kubeconfig, context=setup.context):
                 click.echo(f"# would run: {shlex.join(command)}")
-        click.echo(to_yaml_documents([dict(o) for p in prerequisites for o in p.objects]), nl=False)
+        click.echo(to_yaml_documents([dict(o) for p in prerequisites for o in (*p.objects, *p.after)]), nl=False)
         return
-    app.client.install_prereqs(operator=not skip_operator, operator_version=operator_version)
+    app.client.install_prereqs(operator=not skip_operator, operator_version=operator_version, api=api)
     click.echo("prerequisites installed; 'fsdp-sdk prereqs status' shows when they are ready")
 
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from fsdp_sdk import grammar, secrets
 from fsdp_sdk._fields import Fields, FrozenFields
 from fsdp_sdk.errors import ConfigError
+from fsdp_sdk.pins import default_kubernetes_version
 from fsdp_sdk.registry import NamedRegistry
 
 if TYPE_CHECKING:
@@ -231,12 +232,12 @@ class ClusterConfig(Fields):
     system_nodes: int = field(default=2, metadata=_positive(2))
     """Nodes of the system node group."""
     kubernetes_version: str = field(
-        default="1.31",
+        default_factory=default_kubernetes_version,
         metadata=_check(
-            lambda v: bool(_K8S_VERSION.match(v)), "is not a Kubernetes minor version", "use a version like 1.31"
+            lambda v: bool(_K8S_VERSION.match(v)), "is not a Kubernetes minor version", "use a version like 1.35"
         ),
     )
-    """Kubernetes version of the control plane."""
+    """Kubernetes version of the control plane (default: the newest in EKS standard support, ``fsdp-sdk versions``)."""
     efa: bool = True
     """Whether to enable Elastic Fabric Adapter networking on the nodes."""
     kubeconfig: Path | None = None
@@ -273,6 +274,15 @@ class JobConfig(Fields):
         default="latest", metadata={**_dotenv("TAG"), **_rule(grammar.tag_problem, "use a tag like v1 or 2026-12-01")}
     )
     """Image tag."""
+    image_platform: str = field(
+        default="linux/amd64",
+        metadata=_check(
+            lambda v: bool(re.fullmatch(r"[a-z0-9]+/[a-z0-9]+(/[a-z0-9]+)?", v)),
+            "is not a platform",
+            "use os/arch like linux/amd64 (what EC2 GPU instances run)",
+        ),
+    )
+    """Platform ``image build`` builds for (``--platform``): GPU nodes are linux/amd64, whatever the laptop is."""
     num_workers: int = field(default=2, metadata={**_dotenv("NUM_WORKERS"), **_positive(2)})
     """Number of worker pods (one per node); locally, simulated nodes."""
     gpu_per_worker: int | None = field(default=None, metadata={**_dotenv("GPU_PER_WORKER"), **_positive(8)})

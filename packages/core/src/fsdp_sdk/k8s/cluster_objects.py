@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from fsdp_sdk.errors import ConfigError
 from fsdp_sdk.k8s.render import job_labels
+from fsdp_sdk.pins import pin
 
 if TYPE_CHECKING:
     from fsdp_sdk.config import Config
@@ -53,9 +54,9 @@ __all__ = [
 ]
 
 #: etcd 3.5 is the last minor release that still serves the v2 API torch's etcd-v2 rendezvous uses.
-ETCD_IMAGE = "quay.io/coreos/etcd:v3.5.17"
+ETCD_IMAGE = pin("etcd").image_ref()
 #: The Training Operator release installed by ``prereqs install``.
-TRAINING_OPERATOR_VERSION = "v1.9.2"
+TRAINING_OPERATOR_VERSION = pin("training-operator").version
 #: Namespace of the standalone Training Operator overlay.
 TRAINING_OPERATOR_NAMESPACE = "kubeflow"
 TRAINING_OPERATOR_DEPLOYMENT = "training-operator"
@@ -209,6 +210,10 @@ class Prerequisite:
     :param kustomize: upstream kustomize overlays applied with ``kubectl apply --server-side -k``, in order,
         after the objects.
     :param eks_addons: EKS add-ons enabled through the EKS API, last.
+    :param wait_for: ``(namespace, deployment)`` the overlays start, waited for until Available before
+        :attr:`after` is applied (a controller whose webhook validates those objects).
+    :param after: objects applied once the overlays are in and :attr:`wait_for` is ready (they need the
+        overlays' CRDs); not part of a plan's ``kubernetes`` objects, which are applied first.
     """
 
     name: str
@@ -217,14 +222,33 @@ class Prerequisite:
     objects: tuple[Mapping[str, Any], ...] = ()
     kustomize: tuple[str, ...] = ()
     eks_addons: tuple[EksAddon, ...] = ()
+    wait_for: tuple[str, str] | None = None
+    after: tuple[Mapping[str, Any], ...] = ()
 
     def commands(
         self, *, kubeconfig: str | None = None, context: str | None = None, dry_run: bool = False
     ) -> list[list[str]]:
-        """The ``kubectl`` commands that apply its kustomize overlays (what ``--dry-run`` prints)."""
-        return [
+        """The ``kubectl`` commands that apply its kustomize overlays, then wait for :attr:`wait_for` (what
+        ``--dry-run`` prints; a dry run waits for nothing, since nothing would start)."""
+        commands = [
             kustomize_command(url, kubeconfig=kubeconfig, context=context, dry_run=dry_run) for url in self.kustomize
         ]
+        if self.wait_for and not dry_run:
+            namespace, deployment = self.wait_for
+            target = (["--kubeconfig", kubeconfig] if kubeconfig else []) + (["--context", context] if context else [])
+            commands.append(
+                [
+                    "kubectl",
+                    "wait",
+                    "--for=condition=Available",
+                    "--timeout=300s",
+                    "-n",
+                    namespace,
+                    f"deployment/{deployment}",
+                    *target,
+                ]
+            )
+        return commands
 
 
 def backend_objects(objects: Sequence[Mapping[str, Any]]) -> Prerequisite:
@@ -284,15 +308,42 @@ def monitoring(components: Sequence[MonitoringComponent]) -> list[Prerequisite]:
     return found
 
 
-def job_prerequisites(
-    config: Config, *, operator: bool = True, operator_version: str | None = None
-) -> list[Prerequisite]:
-    """What training jobs need on a cluster (``prereqs install``): etcd, then the Training Operator.
+def trainer(version: str | None = None) -> Prerequisite:
+    """Kubeflow Trainer v2 (TrainJob: its controller, CRDs, webhook and JobSet) from its upstream manager overlay,
+    then fsdp-sdk's ``ClusterTrainingRuntime`` once the controller is up.
 
-    :param operator: include the Training Operator.
-    :param operator_version: its release tag (default: the pinned one).
+    :param version: its release tag (default: ``pin("kubeflow-trainer")``).
     """
-    return [etcd(config)] + ([training_operator(operator_version)] if operator else [])
+    from fsdp_sdk.k8s import trainer_v2
+
+    version = version or pin("kubeflow-trainer").version
+    return Prerequisite(
+        "trainer",
+        f"Kubeflow Trainer {version}",
+        steps=(
+            f"install Kubeflow Trainer {version} (with JobSet {pin('jobset').version})",
+            f"apply the ClusterTrainingRuntime {trainer_v2.RUNTIME_NAME}",
+        ),
+        kustomize=(trainer_v2.trainer_kustomize_url(version),),
+        wait_for=(trainer_v2.TRAINER_NAMESPACE, trainer_v2.TRAINER_DEPLOYMENT),
+        after=(trainer_v2.render_runtime(),),
+    )
+
+
+def job_prerequisites(
+    config: Config, *, operator: bool = True, operator_version: str | None = None, api: str | None = None
+) -> list[Prerequisite]:
+    """What training jobs need on a cluster (``prereqs install``): etcd, then the job controller of ``api``:
+    the Training Operator (``pytorchjob``) or Kubeflow Trainer v2 and fsdp-sdk's runtime (``trainjob``).
+
+    :param operator: include the job controller.
+    :param operator_version: its release tag (default: the pinned one).
+    :param api: the job API (default: ``job.api``).
+    """
+    if not operator:
+        return [etcd(config)]
+    controller = trainer if (api or config.job.api) == "trainjob" else training_operator
+    return [etcd(config), controller(operator_version)]
 
 
 def cluster_prerequisites(

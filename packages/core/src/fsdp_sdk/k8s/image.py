@@ -1,10 +1,16 @@
 """The trainer's container image: Dockerfile, build context, build, and push to Amazon ECR.
 
-The image is a CUDA devel base with the AWS EFA installer (libfabric) and the
-aws-ofi-nccl plugin built against it, as in the seed, then PyTorch, python-etcd
-(torch's etcd-v2 rendezvous client) and the trainer package from
-``packages/trainer``. Every version is a build argument with a pinned default
-(:data:`BUILD_ARGS`); ``--build-arg NAME=VALUE`` overrides one.
+The image is a CUDA devel base with the AWS EFA installer, which brings libfabric and the
+aws-ofi-nccl plugin built for it (the image builds no plugin of its own), GDRCopy's library,
+then PyTorch with the NCCL of the table, torchao (FP8 training), python-etcd (torch's etcd-v2
+rendezvous client) and the trainer package from ``packages/trainer``. A build step fails the
+build unless exactly one NCCL network plugin is where NCCL looks for it
+(``libnccl-net-${NCCL_NET_PLUGIN}.so`` on ``LD_LIBRARY_PATH``) and its libfabric resolves.
+
+Every version is a build argument whose default comes from the pins table
+(:mod:`fsdp_sdk.pins`, :func:`build_args`); ``--build-arg NAME=VALUE`` overrides one. The image is
+built for ``job.image_platform`` (``linux/amd64`` by default: an image built on an arm64 laptop must
+still run on p5).
 
 The build tool is the first of ``docker``, ``finch``, ``buildah`` on ``PATH``
 (or the one named). Pushing logs the tool in to ECR with a token from
@@ -25,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fsdp_sdk.errors import ConfigError
+from fsdp_sdk.pins import pin
 from fsdp_sdk.tools import ToolNotFoundError, run_tool
 
 if TYPE_CHECKING:
@@ -33,8 +40,10 @@ if TYPE_CHECKING:
 __all__ = [
     "BUILD_ARGS",
     "BUILD_TOOLS",
+    "NCCL_NET_PLUGIN_DIR",
     "ImageBuild",
     "ImagePush",
+    "build_args",
     "build_image",
     "find_build_tool",
     "find_trainer_source",
@@ -45,60 +54,111 @@ __all__ = [
 
 #: Build tools, in order of preference.
 BUILD_TOOLS = ("docker", "finch", "buildah")
+#: Where the image links the EFA installer's NCCL plugin, first on ``LD_LIBRARY_PATH``.
+NCCL_NET_PLUGIN_DIR = "/opt/fsdp-sdk/nccl-net"
 
-#: Build arguments and their pinned defaults.
-BUILD_ARGS: dict[str, str] = {
-    "BASE_IMAGE": "nvidia/cuda:12.8.1-devel-ubuntu22.04",
-    "EFA_INSTALLER_VERSION": "1.38.1",
-    "AWS_OFI_NCCL_VERSION": "1.14.0",
-    "TORCH_VERSION": "2.13.0",
-    "TORCH_INDEX_URL": "https://download.pytorch.org/whl/cu128",
-    "PYTHON_ETCD_VERSION": "0.4.5",
-}
+
+def _cuda_wheel_tag(base: str) -> str:
+    """``cu130`` for a ``13.0.2-devel-ubuntu24.04`` CUDA image tag: torch's wheel index of that CUDA minor."""
+    major, minor = base.split(".")[:2]
+    return f"cu{major}{minor}"
+
+
+def build_args() -> dict[str, str]:
+    """The build arguments and their defaults, every version from the pins table."""
+    cuda = pin("cuda-base")
+    return {
+        "BASE_IMAGE": cuda.image_ref(),
+        "EFA_INSTALLER_VERSION": pin("efa-installer").version,
+        "AWS_OFI_NCCL_VERSION": pin("aws-ofi-nccl").version,
+        "GDRCOPY_VERSION": pin("gdrcopy").version,
+        "NCCL_VERSION": pin("nccl").version,
+        "TORCH_VERSION": pin("torch").version,
+        "TORCH_INDEX_URL": f"https://download.pytorch.org/whl/{_cuda_wheel_tag(cuda.version)}",
+        "TORCHAO_VERSION": pin("torchao").version,
+        "PYTHON_ETCD_VERSION": pin("python-etcd").version,
+    }
+
+
+#: Build arguments and their pinned defaults (:func:`build_args`, read once).
+BUILD_ARGS: dict[str, str] = build_args()
 
 _BODY = """\
 FROM ${BASE_IMAGE}
 ARG EFA_INSTALLER_VERSION
 ARG AWS_OFI_NCCL_VERSION
+ARG GDRCOPY_VERSION
+ARG NCCL_VERSION
 ARG TORCH_VERSION
 ARG TORCH_INDEX_URL
+ARG TORCHAO_VERSION
 ARG PYTHON_ETCD_VERSION
 
 ENV DEBIAN_FRONTEND=noninteractive
 RUN apt-get update \\
  && apt-get install -y --no-install-recommends \\
-      autoconf automake ca-certificates curl git libhwloc-dev libtool make \\
-      python3 python3-dev python3-pip python-is-python3 \\
+      build-essential ca-certificates curl git libhwloc-dev pkg-config \\
+      python3 python3-dev python3-venv python-is-python3 \\
  && rm -rf /var/lib/apt/lists/*
 
-# libfabric with the EFA provider; no kernel module (the host has it), no MPI.
+# libfabric with the EFA provider and the aws-ofi-nccl plugin the installer bundles (the one NCCL
+# plugin of the image); no kernel module (the host has it), no MPI.
 RUN cd /tmp \\
- && curl -fsSL https://efa-installer.amazonaws.com/aws-efa-installer-${EFA_INSTALLER_VERSION}.tar.gz | tar xz \\
+ && curl -fsSL "https://efa-installer.amazonaws.com/aws-efa-installer-${EFA_INSTALLER_VERSION}.tar.gz" | tar xz \\
  && cd aws-efa-installer \\
  && ./efa_installer.sh -y --skip-kmod --skip-limit-conf --no-verify \\
  && cd / && rm -rf /tmp/aws-efa-installer
 
-# NCCL's network plugin for libfabric/EFA.
-RUN cd /tmp \\
- && curl -fsSL https://github.com/aws/aws-ofi-nccl/releases/download/v${AWS_OFI_NCCL_VERSION}/aws-ofi-nccl-${AWS_OFI_NCCL_VERSION}.tar.gz | tar xz \\
- && cd aws-ofi-nccl-${AWS_OFI_NCCL_VERSION} \\
- && ./configure --prefix=/opt/aws-ofi-nccl --with-libfabric=/opt/amazon/efa --with-cuda=/usr/local/cuda \\
-      --enable-platform-aws --disable-tests \\
- && make -j"$(nproc)" && make install \\
- && cd / && rm -rf /tmp/aws-ofi-nccl-${AWS_OFI_NCCL_VERSION}
-ENV LD_LIBRARY_PATH=/opt/aws-ofi-nccl/lib:/opt/amazon/efa/lib:${LD_LIBRARY_PATH}
+# NCCL opens libnccl-net-${NCCL_NET_PLUGIN}.so from the library path: link the installer's plugin there.
+ENV NCCL_NET_PLUGIN=ofi
+ENV LD_LIBRARY_PATH=__PLUGIN_DIR__:/opt/amazon/efa/lib:/opt/gdrcopy/lib:${LD_LIBRARY_PATH}
 ENV PATH=/opt/amazon/efa/bin:${PATH}
+RUN set -eu; \\
+    found="$(find /opt/amazon -name 'libnccl-net*.so' -exec readlink -f {} \\; | sort -u)"; \\
+    count="$(printf '%s' "$found" | grep -c . || true)"; \\
+    if [ "$count" != 1 ]; then \\
+      echo "expected one NCCL net plugin from EFA installer ${EFA_INSTALLER_VERSION} under /opt/amazon, found ${count}: ${found}" >&2; \\
+      exit 1; \\
+    fi; \\
+    mkdir -p __PLUGIN_DIR__ && ln -sf "$found" "__PLUGIN_DIR__/libnccl-net-${NCCL_NET_PLUGIN}.so"
 
+# GDRCopy's user-space library (the gdrdrv module belongs to the host).
+RUN cd /tmp \\
+ && curl -fsSL "https://github.com/NVIDIA/gdrcopy/archive/refs/tags/v${GDRCOPY_VERSION}.tar.gz" | tar xz \\
+ && cd "gdrcopy-${GDRCOPY_VERSION}" \\
+ && make -j"$(nproc)" prefix=/opt/gdrcopy CUDA=/usr/local/cuda lib lib_install \\
+ && cd / && rm -rf "/tmp/gdrcopy-${GDRCOPY_VERSION}"
+
+RUN python -m venv /opt/venv
+ENV PATH=/opt/venv/bin:${PATH}
 RUN python -m pip install --no-cache-dir --upgrade pip \\
  && python -m pip install --no-cache-dir "torch==${TORCH_VERSION}" --index-url "${TORCH_INDEX_URL}" \\
- && python -m pip install --no-cache-dir "python-etcd==${PYTHON_ETCD_VERSION}"
+ && python -m pip install --no-cache-dir "torchao==${TORCHAO_VERSION}" "python-etcd==${PYTHON_ETCD_VERSION}"
 
 COPY trainer/ /opt/fsdp-trainer/
 RUN python -m pip install --no-cache-dir "/opt/fsdp-trainer[hub,prometheus]"
 
+# The NCCL of the table over the one torch's wheel pins (last, so no later resolution puts torch's back).
+RUN python -m pip install --no-cache-dir --no-deps "nvidia-nccl-cu13==${NCCL_VERSION}"
+
+# Fail the build unless NCCL will find its network plugin, with its libfabric, and the pinned NCCL is installed.
+RUN set -eu; \\
+    plugin=""; \\
+    for dir in $(printf '%s' "$LD_LIBRARY_PATH" | tr ':' ' '); do \\
+      if [ -e "$dir/libnccl-net-${NCCL_NET_PLUGIN}.so" ]; then plugin="$dir/libnccl-net-${NCCL_NET_PLUGIN}.so"; break; fi; \\
+    done; \\
+    if [ -z "$plugin" ]; then \\
+      echo "libnccl-net-${NCCL_NET_PLUGIN}.so (NCCL_NET_PLUGIN=${NCCL_NET_PLUGIN}) is not on LD_LIBRARY_PATH=${LD_LIBRARY_PATH}" >&2; \\
+      exit 1; \\
+    fi; \\
+    if ldd "$plugin" | grep -E 'libfabric.*not found'; then echo "$plugin cannot load libfabric" >&2; exit 1; fi; \\
+    echo "NCCL net plugin: $(readlink -f "$plugin") (aws-ofi-nccl ${AWS_OFI_NCCL_VERSION} expected)"; \\
+    python -c "import importlib.metadata as m, sys; v = m.version('nvidia-nccl-cu13'); \\
+sys.exit(0 if v == '${NCCL_VERSION}' else 'nvidia-nccl-cu13 ' + v + ' installed, ${NCCL_VERSION} pinned')"
+
 WORKDIR /workspace
 CMD ["torchrun", "-m", "fsdp_trainer", "--help"]
-"""
+""".replace("__PLUGIN_DIR__", NCCL_NET_PLUGIN_DIR)
 
 
 def render_dockerfile(build_args: Mapping[str, str] | None = None) -> str:
@@ -180,9 +240,11 @@ def _local_ref(config: Config) -> str:
     return f"{config.job.image}:{config.job.tag}"
 
 
-def _build_command(tool: str, context: Path, dockerfile: Path, ref: str, build_args: Mapping[str, str]) -> list[str]:
+def _build_command(
+    tool: str, context: Path, dockerfile: Path, ref: str, build_args: Mapping[str, str], platform: str
+) -> list[str]:
     command = [tool, "build"] if tool != "buildah" else [tool, "build", "--layers"]
-    command += ["-t", ref, "-f", str(dockerfile)]
+    command += ["--platform", platform, "-t", ref, "-f", str(dockerfile)]
     for name, value in build_args.items():
         command += ["--build-arg", f"{name}={value}"]
     return [*command, str(context)]
@@ -210,7 +272,8 @@ def build_image(
     dry_run: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> ImageBuild:
-    """Write the build context and build ``<job.image>:<job.tag>``, streaming the tool's output to ``progress``.
+    """Write the build context and build ``<job.image>:<job.tag>`` for ``job.image_platform``, streaming the
+    tool's output to ``progress``.
 
     With ``dry_run`` nothing is written or run: the result holds the Dockerfile and the command.
 
@@ -225,7 +288,7 @@ def build_image(
         raise ConfigError("--build-arg", f"unknown build argument {unknown[0]}", f"use one of {', '.join(BUILD_ARGS)}")
     dockerfile_text = render_dockerfile(overrides)
     ref = _local_ref(config)
-    command = _build_command(chosen, context, context / "Dockerfile", ref, overrides)
+    command = _build_command(chosen, context, context / "Dockerfile", ref, overrides, config.job.image_platform)
     result = ImageBuild(
         tool=chosen, context=context, dockerfile=dockerfile_text, command=command, image=ref, dry_run=dry_run
     )

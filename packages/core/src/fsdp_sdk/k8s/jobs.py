@@ -301,8 +301,8 @@ class JobClient:
             (the new one resumes from the checkpoints the old one left under the same name).
         :param unique: submit under ``job.name`` plus a fresh suffix (``fsdp-k3x9p``): a new job next
             to the others, starting from no checkpoint.
-        :raises ConfigError: the configuration cannot make a valid job, or its shared storage claim
-            is missing or unusable (nothing is sent).
+        :raises ConfigError: the configuration cannot make a valid job, its shared storage claim
+            is missing or unusable, or a TrainJob's cluster has no Kubeflow Trainer (nothing is sent).
         :raises KubernetesError: another job of the same name exists (without ``replace``), or the server
             refused an object.
         """
@@ -327,6 +327,10 @@ class JobClient:
         run_id = job["metadata"]["labels"][RUN_ID_LABEL]
         ref = JobRef(name=name, backend=self.config.cluster.backend, run_id=run_id, namespace=self.namespace)
         self._check_storage()
+        if kind == "TrainJob":
+            from fsdp_sdk.k8s.trainer_v2 import check_trainer_installed
+
+            check_trainer_installed(self.kube)
         existing = self.kube.get(job["apiVersion"], kind, name, self.namespace)
         if existing is not None and not dry_run:
             if (existing["metadata"].get("labels") or {}).get(RUN_ID_LABEL) == run_id:

@@ -94,6 +94,10 @@ def install_prerequisites(
         for command in prerequisite.commands(kubeconfig=kubeconfig, context=context):
             progress(f"installing {prerequisite.what}: " + " ".join(command))
             run_tool(command, step=f"install {prerequisite.what}", progress=progress)
+        if prerequisite.after:
+            if kube is None:
+                raise KubernetesError("prereqs: no cluster connection; pass --kubeconfig or set KUBECONFIG")
+            applied += apply_objects(kube, prerequisite.after, progress=progress)
     addons = [a for p in prerequisites for a in p.eks_addons]
     if addons:
         from fsdp_sdk.aws.addons import enable_addon
@@ -167,9 +171,11 @@ class Prereqs:
         self.kubeconfig = kubeconfig
         self.context = context
 
-    def prerequisites(self, *, operator: bool = True, operator_version: str | None = None) -> list[Prerequisite]:
-        """What ``prereqs install`` applies: etcd, then the Training Operator (pure)."""
-        return job_prerequisites(self.config, operator=operator, operator_version=operator_version)
+    def prerequisites(
+        self, *, operator: bool = True, operator_version: str | None = None, api: str | None = None
+    ) -> list[Prerequisite]:
+        """What ``prereqs install`` applies: etcd, then the job controller of ``api`` (default ``job.api``; pure)."""
+        return job_prerequisites(self.config, operator=operator, operator_version=operator_version, api=api)
 
     def objects(self) -> list[dict[str, Any]]:
         """The objects the SDK applies itself (etcd)."""
@@ -187,17 +193,20 @@ class Prereqs:
         dry_run: bool = False,
         operator: bool = True,
         operator_version: str | None = None,
+        api: str | None = None,
         progress: Callable[[str], None] = lambda line: None,
     ) -> list[dict[str, Any]]:
-        """Apply etcd and install the Training Operator; with ``dry_run`` change nothing.
+        """Apply etcd and install the job controller of ``api`` (default ``job.api``): the Training Operator
+        (``pytorchjob``), or Kubeflow Trainer v2 and fsdp-sdk's runtime (``trainjob``); with ``dry_run`` change
+        nothing.
 
-        :returns: the etcd objects (as the server returned them; as rendered on a dry run).
+        :returns: the objects applied (as the server returned them; as rendered on a dry run).
         :raises KubernetesError: the API server refused an object.
         :raises ToolError: ``kubectl`` failed.
         """
-        prerequisites = self.prerequisites(operator=operator, operator_version=operator_version)
+        prerequisites = self.prerequisites(operator=operator, operator_version=operator_version, api=api)
         if dry_run:
-            return [dict(o) for p in prerequisites for o in p.objects]
+            return [dict(o) for p in prerequisites for o in (*p.objects, *p.after)]
         return install_prerequisites(
             prerequisites, self.kube, kubeconfig=self.kubeconfig, context=self.context, progress=progress
         )

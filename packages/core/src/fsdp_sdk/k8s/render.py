@@ -9,8 +9,9 @@ with an elastic policy: the operator turns ``elasticPolicy`` into torchrun's
 ``PET_RDZV_BACKEND``/``PET_RDZV_ENDPOINT``/``PET_RDZV_ID``/``PET_NNODES``/
 ``PET_MAX_RESTARTS`` and ``spec.nprocPerNode`` into ``PET_NPROC_PER_NODE``, so the
 container only runs ``torchrun -m fsdp_trainer <trainer args>``. With
-``job.api=trainjob`` the same job is a Kubeflow Trainer v2 ``TrainJob``
-(``trainer.kubeflow.org/v1alpha1``) on the ``torch-distributed`` runtime.
+``job.api=trainjob`` the same job is a Kubeflow Trainer v2.3 ``TrainJob``
+(``trainer.kubeflow.org/v1alpha1``) on fsdp-sdk's runtime (:mod:`fsdp_sdk.k8s.trainer_v2`), its pod
+settings in ``spec.runtimePatches``.
 
 The Hugging Face token is only ever referenced (``secretKeyRef``); the optional
 ``Secret`` object is rendered without data, and :mod:`fsdp_sdk.k8s.jobs` fills its
@@ -75,8 +76,8 @@ HF_TOKEN_KEY = "token"
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 #: Label of the SDK's objects holding the submission's rendezvous (run) id.
 RUN_ID_LABEL = "fsdp-sdk.io/run-id"
-#: The ClusterTrainingRuntime of Kubeflow Trainer v2 for torchrun jobs.
-TRAINJOB_RUNTIME = "torch-distributed"
+#: The ClusterTrainingRuntime of Kubeflow Trainer v2 that TrainJobs run on (fsdp-sdk's, see k8s/trainer_v2.py).
+TRAINJOB_RUNTIME = "fsdp-sdk-torch-distributed"
 #: Where the node's local NVMe RAID is mounted on EKS GPU nodes (the seed's hostPath).
 LOCAL_NVME_HOST_PATH = "/mnt/k8s-disks/0"
 #: Mount path of the local NVMe volume inside the workers.
@@ -427,7 +428,15 @@ def render_pytorchjob(config: Config, instance: InstanceType, image: str, rdzv_i
 
 
 def render_trainjob(config: Config, instance: InstanceType, image: str, rdzv_id: str) -> dict[str, Any]:
-    """The same job as a Kubeflow Trainer v2 ``TrainJob`` on the ``torch-distributed`` runtime."""
+    """The same job as a Kubeflow Trainer v2.3 ``TrainJob`` on fsdp-sdk's runtime.
+
+    The pods' settings go in ``spec.runtimePatches`` (one patch, ``manager: fsdp-sdk.io/render``),
+    the only place Trainer v2.2+ accepts them: volumes, node selector, tolerations and the
+    container's mounts on the runtime's ``node`` job, labels and annotations on the JobSet and the pods.
+    The runtime (:func:`fsdp_sdk.k8s.trainer_v2.render_runtime`) declares the metrics port.
+    """
+    from fsdp_sdk.k8s.trainer_v2 import NODE_JOB, PATCH_MANAGER, RUNTIME_NAME
+
     job = config.job
     command, args = _command(config)
     volumes, mounts = _volumes(config)
@@ -441,29 +450,32 @@ def render_trainjob(config: Config, instance: InstanceType, image: str, rdzv_id:
     }
     if args:
         trainer["args"] = args
+    labels = {**job_labels(config, "training-job"), RUN_ID_LABEL: rdzv_id}
+    pod = {
+        "metadata": {"labels": {**job_labels(config, "worker"), RUN_ID_LABEL: rdzv_id}},
+        "spec": {
+            "nodeSelector": {"node.kubernetes.io/instance-type": instance.name},
+            "tolerations": _tolerations(instance),
+            "volumes": volumes,
+            "containers": [{"name": NODE_JOB, "volumeMounts": mounts}],
+        },
+    }
     return {
         "apiVersion": "trainer.kubeflow.org/v1alpha1",
         "kind": "TrainJob",
-        "metadata": {
-            "name": job.name,
-            "namespace": job.namespace,
-            "labels": {**job_labels(config, "training-job"), RUN_ID_LABEL: rdzv_id},
-        },
+        "metadata": {"name": job.name, "namespace": job.namespace, "labels": labels},
         "spec": {
-            "runtimeRef": {
-                "apiGroup": "trainer.kubeflow.org",
-                "kind": "ClusterTrainingRuntime",
-                "name": TRAINJOB_RUNTIME,
-            },
+            "runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime", "name": RUNTIME_NAME},
             "trainer": trainer,
-            "labels": {**job_labels(config, "worker"), RUN_ID_LABEL: rdzv_id},
-            "podSpecOverrides": [
+            "runtimePatches": [
                 {
-                    "targetJobs": [{"name": "node"}],  # the runtime's ReplicatedJob
-                    "nodeSelector": {"node.kubernetes.io/instance-type": instance.name},
-                    "tolerations": _tolerations(instance),
-                    "volumes": volumes,
-                    "containers": [{"name": "node", "volumeMounts": mounts}],
+                    "manager": PATCH_MANAGER,
+                    "trainingRuntimeSpec": {
+                        "template": {
+                            "metadata": {"labels": dict(labels)},
+                            "spec": {"replicatedJobs": [{"name": NODE_JOB, "template": {"spec": {"template": pod}}}]},
+                        }
+                    },
                 }
             ],
         },
@@ -476,28 +488,31 @@ class WorkerPod:
 
     :param job: the ``PyTorchJob`` or ``TrainJob`` it belongs to.
     :param replica: a PyTorchJob's replica type (``Worker``, ``Master``); for a TrainJob, the
-        runtime's replicated job the override targets (``node``).
-    :param spec: the pod spec: a PyTorchJob replica's ``template.spec``; for a TrainJob its entry in
-        ``spec.podSpecOverrides``, which takes ``containers``, ``initContainers``, ``nodeSelector``,
-        ``serviceAccountName``, ``tolerations`` and ``volumes`` (the CRD allows no other field).
-    :param labels: the pods' labels: a PyTorchJob replica's ``template.metadata.labels``; for a TrainJob
-        ``spec.labels``, which Kubeflow Trainer puts on the JobSet and its Jobs (a TrainJob has no field
-        for labels of the pods themselves).
+        runtime's replicated job the patch targets (``node``).
+    :param spec: the pod spec: a PyTorchJob replica's ``template.spec``; for a TrainJob the pod spec of
+        fsdp-sdk's runtime patch (``spec.runtimePatches[].trainingRuntimeSpec.template.spec.replicatedJobs[]
+        .template.spec.template.spec``), which Trainer v2.3 limits to ``containers`` and ``initContainers``
+        (``name``, ``env``, ``volumeMounts``, ``securityContext``), ``volumes``, ``nodeSelector``, ``affinity``,
+        ``tolerations``, ``schedulingGates``, ``serviceAccountName``, ``imagePullSecrets``, ``securityContext``
+        and ``terminationGracePeriodSeconds``: the API server drops any other field.
+    :param labels: the pods' labels (the pod template's ``metadata.labels``).
+    :param annotations: the pods' annotations (the pod template's ``metadata.annotations``).
     """
 
     job: dict[str, Any]
     replica: str
     spec: dict[str, Any]
     labels: dict[str, str]
+    annotations: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 def worker_pods(objects: Iterable[dict[str, Any]]) -> Iterator[WorkerPod]:
     """The worker pod templates of every training job in ``objects``, whichever Kubeflow API it uses.
 
-    For use in ``fsdp_sdk_render_job`` hooks: change ``pod.spec`` and ``pod.labels`` in place and the
-    job changes with them. Missing levels are created empty (a replica without ``template.spec``, a
-    TrainJob without a pod spec override gets one targeting ``node``); objects other than
-    ``PyTorchJob`` (``kubeflow.org``) and ``TrainJob`` (``trainer.kubeflow.org``) are skipped.
+    For use in ``fsdp_sdk_render_job`` hooks: change ``pod.spec``, ``pod.labels`` and ``pod.annotations``
+    in place and the job changes with them. Missing levels are created empty (a replica without
+    ``template.spec``; a TrainJob without fsdp-sdk's runtime patch gets one targeting ``node``); objects
+    other than ``PyTorchJob`` (``kubeflow.org``) and ``TrainJob`` (``trainer.kubeflow.org``) are skipped.
 
     :param objects: rendered objects, as the render hook receives them.
     """
@@ -510,17 +525,33 @@ def worker_pods(objects: Iterable[dict[str, Any]]) -> Iterator[WorkerPod]:
             replicas = obj.setdefault("spec", {}).setdefault("pytorchReplicaSpecs", {})
             for replica, replica_spec in replicas.items():
                 template = replica_spec.setdefault("template", {})
-                labels = template.setdefault("metadata", {}).setdefault("labels", {})
-                yield WorkerPod(obj, replica, template.setdefault("spec", {}), labels)
+                meta = template.setdefault("metadata", {})
+                labels = meta.setdefault("labels", {})
+                yield WorkerPod(
+                    obj, replica, template.setdefault("spec", {}), labels, meta.setdefault("annotations", {})
+                )
         elif kind == "TrainJob" and group == "trainer.kubeflow.org":
-            spec = obj.setdefault("spec", {})
-            overrides = spec.setdefault("podSpecOverrides", [])
-            if not overrides:
-                overrides.append({"targetJobs": [{"name": "node"}]})
-            labels = spec.setdefault("labels", {})
-            for override in overrides:
-                targets = ",".join(str(t.get("name")) for t in override.get("targetJobs") or [])
-                yield WorkerPod(obj, targets or "node", override, labels)
+            yield from _trainjob_pods(obj)
+
+
+def _trainjob_pods(obj: dict[str, Any]) -> Iterator[WorkerPod]:
+    from fsdp_sdk.k8s.trainer_v2 import NODE_JOB, PATCH_MANAGER
+
+    patches = obj.setdefault("spec", {}).setdefault("runtimePatches", [])
+    ours = next((p for p in patches if p.get("manager") == PATCH_MANAGER), None)
+    if ours is None:
+        ours = {"manager": PATCH_MANAGER}
+        patches.append(ours)
+    template = ours.setdefault("trainingRuntimeSpec", {}).setdefault("template", {})
+    jobs = template.setdefault("spec", {}).setdefault("replicatedJobs", [])
+    if not jobs:
+        jobs.append({"name": NODE_JOB})
+    for replicated in jobs:
+        pod = replicated.setdefault("template", {}).setdefault("spec", {}).setdefault("template", {})
+        meta = pod.setdefault("metadata", {})
+        labels = meta.setdefault("labels", {})
+        annotations = meta.setdefault("annotations", {})
+        yield WorkerPod(obj, str(replicated.get("name") or NODE_JOB), pod.setdefault("spec", {}), labels, annotations)
 
 
 def worker_pod_specs(objects: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fsdp_sdk.errors import ConfigError, KubernetesError
+from fsdp_sdk.pins import default_kubernetes_version, pin
 
 if TYPE_CHECKING:
     import jsonschema
@@ -60,6 +61,7 @@ __all__ = [
     "ValidationCheck",
     "ValidationReport",
     "load_crd_schema",
+    "pruned_fields",
     "require_validation",
     "structural_to_jsonschema",
     "validate_builtin",
@@ -67,12 +69,14 @@ __all__ = [
     "validate_pod_template",
 ]
 
-#: Kubernetes minor version whose OpenAPI is used for built-in kinds (the EKS default of the SDK).
-DEFAULT_KUBERNETES_VERSION = "1.31"
+#: Kubernetes minor version whose OpenAPI is used for built-in kinds (the EKS default of the SDK, from the pins table).
+DEFAULT_KUBERNETES_VERSION = default_kubernetes_version()
 #: The CRDs of the releases the SDK renders for, by kind: what ``--crd`` can be given to check a custom resource.
 CRD_URLS = {
-    "PyTorchJob": "https://raw.githubusercontent.com/kubeflow/training-operator/v1.9.2/manifests/base/crds/kubeflow.org_pytorchjobs.yaml",
-    "TrainJob": "https://raw.githubusercontent.com/kubeflow/trainer/v2.0.0/manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml",
+    "PyTorchJob": "https://raw.githubusercontent.com/kubeflow/trainer/"
+    f"{pin('training-operator').version}/manifests/base/crds/kubeflow.org_pytorchjobs.yaml",
+    "TrainJob": "https://raw.githubusercontent.com/kubeflow/trainer/"
+    f"{pin('kubeflow-trainer').version}/manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml",
 }
 _EXTRA = {"jsonschema": "jsonschema", "kubernetes_validate": "kubernetes-validate", "yaml": "PyYAML"}
 
@@ -203,6 +207,42 @@ def structural_to_jsonschema(schema: Mapping[str, Any], *, strict: bool = True) 
     return out
 
 
+def pruned_fields(value: Any, schema: Mapping[str, Any], path: str = "") -> list[str]:
+    """The paths in ``value`` that the API server would drop when storing it under the structural ``schema``.
+
+    Kubernetes prunes every field a CRD's structural schema does not specify: a property an object's
+    ``properties`` does not list, or any key of an object whose schema has neither ``properties`` nor
+    ``additionalProperties``, unless ``x-kubernetes-preserve-unknown-fields`` is set there. A resource
+    with such fields is accepted without error (unless the client asks for strict field validation)
+    and then runs without them, so a schema check alone does not notice them.
+
+    :param value: a rendered value (an object's ``spec``, or the whole object with the root schema).
+    :param schema: the structural schema of ``value`` (``openAPIV3Schema`` for a whole object).
+    :param path: the path of ``value``, for the returned lines.
+    :returns: dotted paths (``spec.podSpecOverrides``), in document order.
+    """
+    out: list[str] = []
+    preserve = bool(schema.get("x-kubernetes-preserve-unknown-fields"))
+    if isinstance(value, Mapping):
+        properties = schema.get("properties")
+        additional = schema.get("additionalProperties")
+        embedded = schema.get("x-kubernetes-embedded-resource") or not path  # apiVersion, kind, metadata kept
+        for key, item in value.items():
+            where = f"{path}.{key}" if path else str(key)
+            if embedded and key in ("apiVersion", "kind", "metadata"):
+                continue
+            if properties is not None and key in properties:
+                out += pruned_fields(item, properties[key], where)
+            elif isinstance(additional, Mapping):
+                out += pruned_fields(item, additional, where)
+            elif not preserve and additional is not True:
+                out.append(where)
+    elif isinstance(value, list) and isinstance(schema.get("items"), Mapping):
+        for index, item in enumerate(value):
+            out += pruned_fields(item, schema["items"], f"{path}[{index}]")
+    return out
+
+
 @dataclass(frozen=True)
 class CrdSchema:
     """The JSON Schemas of one CustomResourceDefinition, per served version."""
@@ -214,6 +254,8 @@ class CrdSchema:
     """``version -> jsonschema validator`` for the whole object."""
     source: str = ""
     """The CRD file's name, for reports."""
+    structural: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    """``version -> openAPIV3Schema`` as the CRD states it (what the API server prunes by)."""
 
     def matches(self, obj: Mapping[str, Any]) -> bool:
         """Whether ``obj`` is an instance of this CRD (any served version)."""
@@ -229,6 +271,17 @@ class CrdSchema:
             return [f"{_ref(obj)}: apiVersion: {api_version!r} is not served by the CRD (served: {served})"]
         found = sorted(validator.iter_errors(obj), key=lambda e: list(map(str, e.absolute_path)))
         return [f"{_ref(obj)}: {_path(e)}: {e.message}" for e in found]
+
+    def pruned(self, obj: Mapping[str, Any]) -> list[str]:
+        """One line per field of ``obj`` the API server would silently drop (:func:`pruned_fields`)."""
+        api_version = str(obj.get("apiVersion", ""))
+        schema = self.structural.get(api_version.split("/", 1)[1] if "/" in api_version else "")
+        if schema is None:
+            return []
+        return [
+            f"{_ref(obj)}: {where}: not in the {self.kind} schema of {api_version}; the API server would prune it"
+            for where in pruned_fields(obj, schema)
+        ]
 
 
 @functools.lru_cache(maxsize=16)
@@ -274,9 +327,11 @@ def _crd_schema(text: str, source: str) -> CrdSchema:
     spec = crd["spec"]
     group, kind = spec["group"], spec["names"]["kind"]
     validators: dict[str, Any] = {}
+    structural: dict[str, Any] = {}
     for entry in spec["versions"]:
         if not entry.get("served", True):
             continue
+        structural[entry["name"]] = entry["schema"]["openAPIV3Schema"]
         body = structural_to_jsonschema(entry["schema"]["openAPIV3Schema"])
         body.setdefault("properties", {})
         body["properties"]["apiVersion"] = {"const": f"{group}/{entry['name']}"}
@@ -285,7 +340,12 @@ def _crd_schema(text: str, source: str) -> CrdSchema:
         body["required"] = sorted({*body.get("required", []), "apiVersion", "kind", "metadata"})
         validators[entry["name"]] = jsonschema.Draft7Validator(body)
     return CrdSchema(
-        group=group, kind=kind, plural=spec["names"]["plural"], versions=validators, source=Path(source).name
+        group=group,
+        kind=kind,
+        plural=spec["names"]["plural"],
+        versions=validators,
+        source=Path(source).name,
+        structural=structural,
     )
 
 
@@ -369,7 +429,8 @@ def validate_objects(
     """Validate rendered objects offline.
 
     Built-in kinds use the Kubernetes OpenAPI; custom resources use the CRD files
-    given in ``crd_paths``; the pod templates of PyTorchJob replicas are also
+    given in ``crd_paths``, and every field their structural schema would prune is an
+    error too (:func:`pruned_fields`); the pod templates of PyTorchJob replicas are also
     validated as Pods, with or without the CRD. Objects of a custom kind with no
     matching CRD file are listed in :attr:`ValidationReport.skipped`.
 
@@ -384,7 +445,7 @@ def validate_objects(
         ref = _ref(obj)
         crd = next((c for c in crds if c.matches(obj)), None)
         if crd is not None:
-            report._add(ref, f"the CRD {crd.source or crd.plural + '.' + crd.group}", crd.errors(obj))
+            report._add(ref, f"the CRD {crd.source or crd.plural + '.' + crd.group}", crd.errors(obj) + crd.pruned(obj))
             report.validated.append(ref)
         else:
             try:
