@@ -693,10 +693,12 @@ class Client:
             from fsdp_sdk.runs import RunResult
 
             self.progress(
-                f"run {plan.run_id} has finished: {plan.finished.get('steps')} steps of {plan.finished.get('steps')} "
-                "done; nothing started, its record is kept (a larger --steps continues it)"
+                f"run {plan.run_id} has finished ({plan.finished.get('steps')} steps): nothing started, its record "
+                "is kept (a larger --steps continues it)"
             )
-            return RunResult(plan.job, plan.finished, plan.output_dir, plan.log_dir, extra={"finished": True})
+            duration = runner.record(plan.run_id).duration_s  # type: ignore[attr-defined]
+            extra = {"finished": True, "duration_s": round(duration, 1)}
+            return RunResult(plan.job, plan.finished, plan.output_dir, plan.log_dir, extra=extra)
         self._checked("run")
         hooks = self.loaded_plugins.hooks
         handle = runner.schedule(plan, on_event=on_event, on_output=on_output)

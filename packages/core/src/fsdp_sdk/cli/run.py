@@ -127,11 +127,6 @@ def run(
         summary = {"run_id": result.run_id, "output_dir": str(result.output_dir) if result.output_dir else None}
         click.echo(json.dumps({**summary, **result.summary}, separators=(",", ":"), default=str))
         return
-    if result.extra.get("finished"):
-        click.echo(
-            f"Run {result.run_id} had finished already; nothing was started (a larger --steps continues it)",
-            err=not terminal,
-        )
     # the run's one duration: its record's (what 'fsdp-sdk runs' shows), else the time this command waited
     duration = result.extra.get("duration_s")
     if not isinstance(duration, (int, float)):

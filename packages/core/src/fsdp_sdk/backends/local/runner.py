@@ -106,8 +106,8 @@ class LocalRunner:
         if need > available.gib:
             raise ConfigError(
                 "estimate",
-                f"{name} needs about {need:.1f} GiB of host memory ({est.memory.peak_gib:.2f} GiB per process x "
-                f"{processes} processes), over the {available.gib:.1f} GiB available ({available.source})",
+                f"{name} needs about {_gib(need)} GiB of host memory ({_gib(est.memory.peak_gib)} GiB per process x "
+                f"{processes} processes), over the {_gib(available.gib)} GiB available ({available.source})",
                 fix,
             )
 
@@ -396,6 +396,10 @@ class _LocalRun:
         self.started_cluster, self.events = started_cluster, events
         self.supervisor: Any = None
         self.guard: Any = None
+
+
+def _gib(value: float) -> str:
+    return f"{value:.3f}" if value < 1 else f"{value:.1f}"
 
 
 def _has_leader(path: Path) -> bool:
