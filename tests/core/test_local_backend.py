@@ -344,3 +344,65 @@ def test_a_rank_killed_by_the_oom_killer_is_out_of_memory_and_not_restarted(
     else:
         assert launches, "a rank killed without an OOM is restarted"
         assert "out of memory" not in str(err.value)
+
+
+_SUPERVISOR = """
+import json, sys, time
+from pathlib import Path
+from fsdp_sdk.backends.local.records import RunLock
+run_dir = Path(sys.argv[1])
+lock = RunLock(run_dir)
+lock.acquire("busy")
+print("ready", flush=True)
+try:
+    time.sleep(60)
+except KeyboardInterrupt:
+    data = json.loads((run_dir / "run.json").read_text())
+    data.update(state="interrupted", ended_at=time.time())
+    (run_dir / "run.json").write_text(json.dumps(data))
+"""
+
+
+def test_job_status_logs_and_stop_on_a_local_run(invoke, state_dir: Path) -> None:
+    """A running local run (its supervising process stands in for 'fsdp-sdk run'): status, the leader's log, and
+    stop, which interrupts that process as Ctrl-C would once its identity is checked."""
+    import subprocess
+    import sys
+
+    from fsdp_sdk.backends.local.records import RunRecord
+    from fsdp_sdk.processes import ProcessIdentity
+
+    run_dir = state_dir / "local" / "runs" / "busy"
+    (run_dir / "logs").mkdir(parents=True)
+    (run_dir / "logs" / "agent-0.log").write_text("waiting\n")
+    (run_dir / "logs" / "agent-1.log").write_text('[rank0] master_addr=127.0.0.1\n{"step": 1, "loss": 2.0}\n')
+    child = subprocess.Popen([sys.executable, "-c", _SUPERVISOR, str(run_dir)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        identity = ProcessIdentity.of(child.pid)
+        assert identity is not None
+        record = RunRecord("busy", "running", "fsdp", str(run_dir), str(run_dir), 2, 1, 10, 1000.0)
+        record.supervisor = {**identity.to_dict(), "create_time": identity.create_time - 100}  # a reused pid
+        record.save()
+        status = invoke("job", "status", "busy", "--backend", "local", "--json")
+        assert status.exit_code == 0, status.output
+        assert json.loads(status.stdout)["phase"] == "Running"
+        logs = invoke("job", "logs", "busy", "--backend", "local")
+        assert logs.exit_code == 0 and logs.stdout == '[rank0] master_addr=127.0.0.1\n{"step": 1, "loss": 2.0}\n'
+        every = invoke("job", "logs", "--all", "busy", "--backend", "local").stdout
+        assert every.startswith("[agent-0] waiting\n[agent-1] [rank0] master_addr=")
+        refused = invoke("job", "stop", "busy", "--backend", "local")
+        assert refused.exit_code == 1 and "now belongs to another process" in refused.stderr
+        assert child.poll() is None, "a process that is not the run's is never signalled"
+        record.supervisor = identity.to_dict()
+        record.save()
+        stopped = invoke("job", "stop", "busy", "--backend", "local")
+        assert stopped.exit_code == 0, stopped.output
+        assert stopped.stdout == f"stopped run busy (fsdp-sdk pid {child.pid}): interrupted\n"
+        assert child.wait(timeout=10) == 0
+        assert json.loads(invoke("job", "status", "busy", "--backend", "local", "--json").stdout)["phase"] == "Interrupted"
+        again = invoke("job", "stop", "busy", "--backend", "local")
+        assert again.stdout == "run busy is not running (interrupted); nothing to stop\n"
+    finally:
+        child.kill()
+        child.wait()

@@ -100,10 +100,12 @@ def test_two_runs_in_a_row(local_cluster: dict, state_dir: Path) -> None:
             assert printed == {"run_id": run_id, "output_dir": str(run_dir), **summary}
             log = result.stderr
         else:
-            assert f"Run {run_id} finished in " in result.stdout
-            assert f"final loss {summary['final_loss']:.4f}" in result.stdout
-            assert f"outputs      {run_dir} " in result.stdout
-            log = result.stdout
+            # piped: stdout is the per-step JSON lines only; the log and the summary go to stderr
+            assert [json.loads(line)["step"] for line in result.stdout.splitlines()] == [1, 2, 3]
+            assert f"Run {run_id} finished in " in result.stderr
+            assert f"final loss {summary['final_loss']:.4f}" in result.stderr
+            assert f"outputs      {run_dir} " in result.stderr
+            log = result.stdout + result.stderr
             # the summary once: the trainer's own summary line (internal fields) is not streamed
             assert '"steps_run"' not in result.stdout + result.stderr
         assert re.search(r"^\[rank0\] .*master_addr=127\.0\.0\.1", log, re.M)

@@ -739,9 +739,9 @@ class Client:
 
     @functools.cached_property
     def runner(self) -> JobRunner:
-        """The job runner (:mod:`fsdp_sdk.runner`): the local one for a backend that runs jobs itself (unless a
-        kubeconfig was given to reach a cluster), else the Kubernetes job layer's."""
-        if self.backend.runs_jobs and not (self._kubeconfig or self.config.cluster.kubeconfig):
+        """The job runner (:mod:`fsdp_sdk.runner`): the local one for a backend that runs jobs itself, else the
+        Kubernetes job layer's."""
+        if self.backend.runs_jobs:
             from fsdp_sdk.backends.local.backend import LocalBackend
             from fsdp_sdk.backends.local.runner import LocalRunner
 

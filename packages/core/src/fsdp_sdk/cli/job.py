@@ -170,10 +170,18 @@ def _report_validation(objects: list[dict[str, Any]], crds: tuple[str, ...], k8s
         raise click.exceptions.Exit(1)
 
 
-def _local_runner(app: Application) -> Any:
-    """The local backend's runner when the job commands are about local runs (no kubeconfig given); else None."""
-    runner = app.client.runner if app.client.backend.runs_jobs else None
-    return runner if runner is not None and runner.kind == "local" else None
+def _local_runner(app: Application, name: str | None) -> Any:
+    """The local backend's runner when a job command is about a local run: on the local backend, NAME is a local
+    run, or no kubeconfig reaches a cluster; else None (the Kubernetes job layer)."""
+    client = app.client
+    if not client.backend.runs_jobs:
+        return None
+    runner = client.runner
+    if client.kubeconfig() is None:
+        return runner
+    if name is not None and any(name in (r.run_id, r.job_name + "-" + r.run_id) for r in client.runs()):
+        return runner
+    return None
 
 
 def _say_status(status: Any) -> None:
@@ -301,7 +309,7 @@ def status(app: Application, as_json: bool, name: str | None) -> None:
     On the local backend NAME is a run id (default: the latest run): its state
     (Running, Succeeded, Failed, Interrupted, Lost), steps and cause of failure.
     """
-    runner = _local_runner(app)
+    runner = _local_runner(app, name)
     if runner is not None:
         from fsdp_sdk.cli.output import key_values
 
@@ -358,7 +366,7 @@ def logs(
     On the local backend NAME is a run id (default: the latest run) and the
     logs are its agents' (runs/<id>/logs/agent-<i>.log).
     """
-    runner = _local_runner(app)
+    runner = _local_runner(app, name)
     if runner is not None:
         runner.logs(name, follow=follow, all_workers=all_workers, out=lambda line: click.echo(line))
         return
@@ -389,7 +397,7 @@ def stop(
     checked to be the run's, stops every agent and records it interrupted);
     run it again, or 'fsdp-sdk run --resume NAME', to continue it.
     """
-    runner = _local_runner(app)
+    runner = _local_runner(app, name)
     if runner is not None:
         line = runner.stop(name)
         if as_json:
