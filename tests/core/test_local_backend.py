@@ -262,7 +262,9 @@ def _finished_run(state_dir: Path, run_id: str, steps: int) -> Path:
 
     run_dir = state_dir / "local" / "runs" / run_id
     run_dir.mkdir(parents=True)
-    (run_dir / "summary.json").write_text(json.dumps({"steps": steps, "final_loss": 1.5, "tokens_per_s_per_gpu": 900.0}))
+    (run_dir / "summary.json").write_text(
+        json.dumps({"steps": steps, "final_loss": 1.5, "tokens_per_s_per_gpu": 900.0})
+    )
     RunRecord(run_id, "succeeded", "fsdp", str(run_dir), str(run_dir), 1, 1, steps, 1000.0, 1200.0).save()
     return run_dir
 
@@ -339,7 +341,9 @@ def test_a_rank_killed_by_the_oom_killer_is_out_of_memory_and_not_restarted(
         supervisor.run()
     if oom:
         assert launches == [], "not restarted into the same death"
-        assert "out of memory: agent 0's local rank 0 (pid 4242) was killed by SIGKILL while oom_kill in " in str(err.value)
+        assert "out of memory: agent 0's local rank 0 (pid 4242) was killed by SIGKILL while oom_kill in " in str(
+            err.value
+        )
         assert "rose from 0 to 1" in str(err.value)
     else:
         assert launches, "a rank killed without an OOM is restarted"
@@ -400,7 +404,9 @@ def test_job_status_logs_and_stop_on_a_local_run(invoke, state_dir: Path) -> Non
         assert stopped.exit_code == 0, stopped.output
         assert stopped.stdout == f"stopped run busy (fsdp-sdk pid {child.pid}): interrupted\n"
         assert child.wait(timeout=10) == 0
-        assert json.loads(invoke("job", "status", "busy", "--backend", "local", "--json").stdout)["phase"] == "Interrupted"
+        assert (
+            json.loads(invoke("job", "status", "busy", "--backend", "local", "--json").stdout)["phase"] == "Interrupted"
+        )
         again = invoke("job", "stop", "busy", "--backend", "local")
         assert again.stdout == "run busy is not running (interrupted); nothing to stop\n"
     finally:

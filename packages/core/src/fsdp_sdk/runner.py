@@ -121,7 +121,9 @@ class DryRun:
             extra["plan"] = dict(self.details)
         if self.objects:
             extra["objects"] = [dict(o) for o in self.objects]
-        return RunResult(self.job, {}, self.output_dir, self.log_dir, self.commands, dry_run=True, extra=extra, plan=self)
+        return RunResult(
+            self.job, {}, self.output_dir, self.log_dir, self.commands, dry_run=True, extra=extra, plan=self
+        )
 
 
 @dataclass
@@ -204,7 +206,12 @@ class JobRunner(Protocol):
         ...
 
     def logs(
-        self, job: RunHandle | str | None = None, *, out: Callable[[str], None], follow: bool = False, all_workers: bool = False
+        self,
+        job: RunHandle | str | None = None,
+        *,
+        out: Callable[[str], None],
+        follow: bool = False,
+        all_workers: bool = False,
     ) -> None:
         """Print the leader's log (every worker's with ``all_workers``) through ``out``."""
         ...

@@ -176,11 +176,15 @@ def _local_runner(app: Application, name: str | None) -> Any:
     client = app.client
     if not client.backend.runs_jobs:
         return None
-    runner = client.runner
+    runner: Any = client.runner
     if client.kubeconfig() is None:
         return runner
-    if name is not None and any(name in (r.run_id, r.job_name + "-" + r.run_id) for r in client.runs()):
-        return runner
+    if name is not None:
+        from fsdp_sdk.errors import ConfigError
+
+        with contextlib.suppress(ConfigError):
+            runner.record(name)  # a local run of that name
+            return runner
     return None
 
 

@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Any
 from fsdp_sdk import etcd
 from fsdp_sdk.backends.base import ClusterBackend, ClusterStatus, Plan, ProgressCallback, no_progress
 from fsdp_sdk.backends.local.plan import ClusterSnapshot, RunPlan, render_run
-from fsdp_sdk.backends.local.records import RunLock, RunRecord, list_runs, require_existing, validate_run_id
+from fsdp_sdk.backends.local.records import RunLock, RunRecord, list_runs, require_existing
 from fsdp_sdk.backends.local.state import LocalState, StateDamaged
-from fsdp_sdk.errors import BackendError, ConfigError, RunError
+from fsdp_sdk.errors import BackendError, ConfigError
 from fsdp_sdk.preflight import PreflightResult
 from fsdp_sdk.processes import stop_identified
 from fsdp_sdk.runs import JobRef, RunEvent, RunResult

@@ -54,7 +54,9 @@ def oom_counters() -> dict[str, int]:
     """The OOM-kill counters readable here, by what they count: ``{"oom_kill in /sys/fs/cgroup/.../memory.events":
     0, "oom_kill in /proc/vmstat": 3}`` (the file of ``$FSDP_SDK_OOM_COUNTERS_FILE`` alone when it is set)."""
     override = os.environ.get(OOM_COUNTERS_ENV)
-    paths = [Path(override)] if override else [p / "memory.events" for p in [_cgroup_dir()] if p] + [Path("/proc/vmstat")]
+    paths = (
+        [Path(override)] if override else [p / "memory.events" for p in [_cgroup_dir()] if p] + [Path("/proc/vmstat")]
+    )
     counters = {}
     for path in paths:
         value = _counter(path)

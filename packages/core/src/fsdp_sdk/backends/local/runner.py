@@ -366,7 +366,9 @@ class LocalRunner:
             )
         mismatch = identity.mismatch()
         if mismatch is not None:
-            raise BackendError(f"run {record.run_id}: its supervising process is gone or replaced ({mismatch}); nothing signalled")
+            raise BackendError(
+                f"run {record.run_id}: its supervising process is gone or replaced ({mismatch}); nothing signalled"
+            )
         os.kill(identity.pid, signal.SIGINT)
         deadline = time.monotonic() + timeout
         while RunLock(run_dir).held_elsewhere():
