@@ -697,7 +697,7 @@ class Client:
                 "is kept (a larger --steps continues it)"
             )
             duration = runner.record(plan.run_id).duration_s  # type: ignore[attr-defined]
-            extra = {"finished": True, "duration_s": round(duration, 1)}
+            extra = {"finished": True, "duration_s": duration}
             return RunResult(plan.job, plan.finished, plan.output_dir, plan.log_dir, extra=extra)
         self._checked("run")
         hooks = self.loaded_plugins.hooks

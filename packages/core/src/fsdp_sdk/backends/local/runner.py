@@ -269,7 +269,7 @@ class LocalRunner:
                 "rdzv_backend": plan.rdzv_backend,
                 "endpoint": plan.rdzv_endpoint,
                 "plan": plan.to_dict(),
-                "duration_s": round(run.record.duration_s, 1),
+                "duration_s": run.record.duration_s,
             },
         )
 
