@@ -102,6 +102,7 @@ def test_the_report_of_a_local_run_says_when_it_started(isolated: Path, capsys: 
     assert code == 0, err
     page = Path(json.loads(out)["files"]["html"]).read_text()
     assert "started n/a" not in page and "started 2026-11-30 00:53:20 UTC" in page
+    assert "<th>duration</th><td>30.0 s</td>" in page, "the run's one duration: its record's, as 'runs' shows"
 
 
 @pytest.mark.usefixtures("isolated")

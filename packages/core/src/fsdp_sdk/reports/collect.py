@@ -63,6 +63,7 @@ def _local(client: Client, name: str | None, prometheus: str | None) -> RunMetri
     record = read_record(run_dir)  # the run's start, as 'fsdp-sdk runs' shows it
     if record is not None:
         metrics.started = record.started_at
+        metrics.duration_s = record.duration_s if record.ended_at is not None else None
         metrics.job = record.job_name or metrics.job
     return metrics
 
