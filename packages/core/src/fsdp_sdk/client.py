@@ -630,15 +630,16 @@ class Client:
         :raises ConfigError: the configuration cannot make a valid job, or will not fit (nothing was sent).
         :raises KubernetesError: the job exists already, or the server refused an object.
         """
+        from fsdp_sdk.runner import KubernetesRunner
+
         self._checked("submit")
         if not force:
             self.check_fits()
-        jobs = self.jobs
-        job = jobs.submit(
-            run_id=run_id, create_secret=create_secret, api=api, dry_run=dry_run, replace=replace, unique=unique
-        )
+        runner = KubernetesRunner(self.jobs)  # on the local backend too: a kubeconfig was given
+        plan = runner.dryrun(self.config, run_id=run_id, api=api, create_secret=create_secret, unique=unique)
+        job = runner.schedule(plan, server_dry_run=dry_run, replace=replace).job
         if not dry_run:
-            self.loaded_plugins.hooks.job_submitted(jobs.config, job)
+            self.loaded_plugins.hooks.job_submitted(plan.config or self.config, job)
         return job
 
     def run(

@@ -29,6 +29,7 @@ from fsdp_sdk.runs import JobRef, RunEvent, RunResult
 if TYPE_CHECKING:
     from fsdp_sdk.config import Config
     from fsdp_sdk.k8s.jobs import JobClient
+    from fsdp_sdk.plugins import Plugins
 
 __all__ = ["DryRun", "JobRunner", "KubernetesRunner", "RunHandle", "RunStatus", "job_ref_name"]
 
@@ -234,13 +235,38 @@ class KubernetesRunner:
         self.jobs = jobs
 
     def dryrun(
-        self, config: Config, *, run_id: str | None = None, trainer_args: Sequence[str] = (), resume: bool = False
+        self,
+        config: Config,
+        *,
+        run_id: str | None = None,
+        trainer_args: Sequence[str] = (),
+        resume: bool = False,
+        api: str | None = None,
+        create_secret: bool | None = None,
+        unique: bool = False,
     ) -> DryRun:
-        """The job's objects as ``job submit`` would apply them (pure: nothing is sent)."""
+        """The job's objects as ``job submit`` would apply them (pure: nothing is sent).
+
+        :param run_id: the rendezvous id (default: a fresh one).
+        :param api: ``pytorchjob`` or ``trainjob`` (default: ``job.api``).
+        :param create_secret: include the Hugging Face token Secret (default: when ``job.hf_token`` is set).
+        :param unique: name the job ``job.name`` plus a fresh suffix (a new job next to the others).
+        """
         from fsdp_sdk.k8s.render import new_rdzv_id, render_job
 
+        if unique:
+            import secrets
+
+            from fsdp_sdk.config import Setting
+            from fsdp_sdk.k8s.jobs import _SUFFIX_ALPHABET
+
+            suffix = "".join(secrets.choice(_SUFFIX_ALPHABET) for _ in range(5))
+            renamed = config.with_overrides(
+                [Setting("job.name", f"{config.job.name}-{suffix}", "--unique", "command line")]
+            )
+            config = renamed.resolved(self._plugins(), validate_trainer=False)
         rdzv_id = run_id or new_rdzv_id(config.job.name)
-        objects = render_job(config, rdzv_id=rdzv_id, plugins=self.jobs.plugins)
+        objects = render_job(config, rdzv_id=rdzv_id, create_secret=create_secret, api=api, plugins=self._plugins())
         job = JobRef(
             name=objects[0]["metadata"]["name"],
             backend=config.cluster.backend,
@@ -252,8 +278,16 @@ class KubernetesRunner:
             backend=config.cluster.backend,
             objects=tuple(objects),
             config=config,
+            plan={"api": api, "create_secret": create_secret},
             trainer_args=tuple(trainer_args),
         )
+
+    def _plugins(self) -> Plugins:
+        if self.jobs.plugins is not None:
+            return self.jobs.plugins
+        from fsdp_sdk.plugins import get_plugins
+
+        return get_plugins()
 
     def schedule(
         self,
@@ -261,9 +295,23 @@ class KubernetesRunner:
         *,
         on_event: Callable[[RunEvent], None] | None = None,
         on_output: Callable[[str], None] | None = None,
+        server_dry_run: bool = False,
+        replace: bool = False,
     ) -> RunHandle:
-        """Apply the job (server-side apply) with the dry run's rendezvous id."""
-        job = self.jobs.submit(dryrun.config, run_id=dryrun.run_id)
+        """Apply the dry run's objects (server-side apply; the same rendezvous id renders the same objects).
+
+        :param server_dry_run: the API server validates them and stores nothing (``dryRun=All``).
+        :param replace: delete a job of the same name first (see :meth:`~fsdp_sdk.k8s.jobs.JobClient.submit`).
+        """
+        options = dryrun.plan or {}
+        job = self.jobs.submit(
+            dryrun.config,
+            run_id=dryrun.run_id,
+            api=options.get("api"),
+            create_secret=options.get("create_secret"),
+            dry_run=server_dry_run,
+            replace=replace,
+        )
         return RunHandle(job, dryrun, state=(on_event, on_output))
 
     def wait(self, handle: RunHandle) -> RunResult:
