@@ -257,6 +257,30 @@ def test_a_local_run_that_will_not_fit_in_memory_is_refused_unless_forced(invoke
     assert invoke(*args[:-1], "local.memory_limit_gib=64").exit_code == 0
 
 
+def test_with_gpus_a_local_run_is_checked_against_each_gpus_memory(
+    invoke, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A recording nvidia-smi first on PATH reports GPUs of 10 MiB: the run is held against their memory."""
+    import os
+
+    pytest.importorskip("fsdp_trainer.autotune")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls"
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(f'#!/bin/sh\necho "$@" >> {calls}\necho 10\necho 10\n')
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    result = invoke("run", "--backend", "local", "--preset", "tiny", "--dry-run")
+    assert result.exit_code == 2, result.output
+    assert re.search(
+        r"Error: estimate: tiny needs about [\d.]+ GiB per GPU, over the [\d.]+ GiB usable \(\d+% of 0\.010 GiB, nvidia-smi\)",
+        result.stderr,
+    )
+    assert calls.read_text() == "--query-gpu=memory.total --format=csv,noheader,nounits\n"
+    assert invoke("run", "--backend", "local", "--preset", "tiny", "--dry-run", "--force").exit_code == 0
+
+
 def _finished_run(state_dir: Path, run_id: str, steps: int) -> Path:
     from fsdp_sdk.backends.local.records import RunRecord
 
@@ -278,6 +302,8 @@ def test_a_finished_named_run_starts_nothing_and_keeps_its_record(invoke, state_
     assert "run done has finished (3 steps): nothing started, its record is kept" in result.stderr
     assert "Run done finished in 3:20: 3 steps, final loss 1.5000" in result.stderr, "the record's duration"
     assert (run_dir / "run.json").read_text() == before, "the record is kept"
+    listed = invoke("runs", "--backend", "local").stdout.splitlines()[1].split()
+    assert listed[:3] == ["done", "succeeded", "3/3"] and "3:20" in listed, "one duration: 'runs' shows the same"
     assert not (state_dir / "local" / "state.json").exists(), "no etcd was started"
     assert not (run_dir / "logs").exists(), "no agent was started"
     # more steps than done: the run would continue

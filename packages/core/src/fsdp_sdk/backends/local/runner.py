@@ -91,9 +91,9 @@ class LocalRunner:
             if est.memory.peak_gib > smallest * est.memory.memory_fraction:
                 raise ConfigError(
                     "estimate",
-                    f"{name} needs about {est.memory.peak_gib:.1f} GiB per GPU, over the "
-                    f"{smallest * est.memory.memory_fraction:.1f} GiB usable ({est.memory.memory_fraction:.0%} of "
-                    f"{smallest:.1f} GiB, nvidia-smi)",
+                    f"{name} needs about {_gib(est.memory.peak_gib)} GiB per GPU, over the "
+                    f"{_gib(smallest * est.memory.memory_fraction)} GiB usable ({est.memory.memory_fraction:.0%} of "
+                    f"{_gib(smallest)} GiB, nvidia-smi)",
                     fix,
                 )
             return
