@@ -426,10 +426,21 @@ def test_job_status_logs_and_stop_on_a_local_run(invoke, state_dir: Path) -> Non
         assert child.poll() is None, "a process that is not the run's is never signalled"
         record.supervisor = identity.to_dict()
         record.save()
+        from .conftest import FSDP_SDK
+
+        follow = subprocess.Popen(
+            [FSDP_SDK, "job", "logs", "-f", "busy", "--backend", "local"], stdout=subprocess.PIPE, text=True
+        )
+        assert follow.stdout is not None and follow.stdout.readline() == "[rank0] master_addr=127.0.0.1\n"
+        with open(run_dir / "logs" / "agent-1.log", "a") as log:
+            log.write('{"step": 2, "loss": 1.9}\n')
+        assert follow.stdout.readline().startswith('{"step": 1,')
+        assert follow.stdout.readline() == '{"step": 2, "loss": 1.9}\n', "-f prints what is written meanwhile"
         stopped = invoke("job", "stop", "busy", "--backend", "local")
         assert stopped.exit_code == 0, stopped.output
         assert stopped.stdout == f"stopped run busy (fsdp-sdk pid {child.pid}): interrupted\n"
         assert child.wait(timeout=10) == 0
+        assert follow.wait(timeout=10) == 0, "-f ends with the run"
         assert (
             json.loads(invoke("job", "status", "busy", "--backend", "local", "--json").stdout)["phase"] == "Interrupted"
         )
