@@ -449,3 +449,22 @@ def test_job_status_logs_and_stop_on_a_local_run(invoke, state_dir: Path) -> Non
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_run_whose_start_callback_fails_is_stopped_and_recorded(state_dir: Path) -> None:
+    """An exception between schedule and wait (the caller's on_started) leaves no agent running nor a 'running'
+    record: the run is stopped as an interrupted one."""
+    pytest.importorskip("fsdp_trainer")
+    etcd_or_skip()
+    client = Client.from_sources(overrides={"job.num_workers": 1})
+
+    def refuse(job: object) -> None:
+        raise RuntimeError("the platform refused")
+
+    try:
+        with pytest.raises(RuntimeError, match="the platform refused"):
+            client.run(trainer_overrides={"model.preset": "tiny", "train.steps": 2}, run_id="cb", on_started=refuse)
+        (record,) = client.runs()
+        assert (record.run_id, record.state) == ("cb", "interrupted") and record.ended_at is not None
+    finally:
+        client.down()

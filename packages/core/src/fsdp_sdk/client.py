@@ -703,12 +703,16 @@ class Client:
         self._checked("run")
         hooks = self.loaded_plugins.hooks
         handle = runner.schedule(plan, on_event=on_event, on_output=on_output)
+        waiting = False
         try:
             if on_started is not None:
                 on_started(handle.job)
             hooks.job_submitted(plan.config or config, handle.job)
+            waiting = True
             result = runner.wait(handle)
         except BaseException:
+            if not waiting and runner.kind == "local":
+                runner.stop(handle)  # its processes and record, as wait() would have ended them
             hooks.job_finished(plan.config or config, handle.job, False, None)
             raise
         hooks.job_finished(plan.config or config, handle.job, True, result.summary)

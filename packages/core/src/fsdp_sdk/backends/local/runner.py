@@ -274,6 +274,9 @@ class LocalRunner:
         )
 
     def _finish(self, run: _LocalRun, outcome: str, error: str | None) -> None:
+        if run.ended:
+            return
+        run.ended = True
         backend, local = self.backend, self.backend.state(run.config)
         if run.guard is not None:
             run.guard.stop()
@@ -354,6 +357,14 @@ class LocalRunner:
         """
         from fsdp_sdk.processes import ProcessIdentity
 
+        if isinstance(job, RunHandle) and isinstance(job.state, _LocalRun):  # scheduled by this process
+            run = job.state
+            if run.supervisor is not None:
+                run.supervisor.stop()
+            if run.ended:
+                return f"run {job.job.run_id} is not running ({run.record.state}); nothing to stop"
+            self._finish(run, "interrupted", None)
+            return f"stopped run {job.job.run_id}: interrupted"
         record = self.record(job)
         run_dir = Path(record.run_dir)
         if not RunLock(run_dir).held_elsewhere():
@@ -398,6 +409,7 @@ class _LocalRun:
         self.started_cluster, self.events = started_cluster, events
         self.supervisor: Any = None
         self.guard: Any = None
+        self.ended = False
 
 
 def _gib(value: float) -> str:
