@@ -226,7 +226,6 @@ class KubernetesRunner:
     """The runner of cluster backends: the Kubernetes job layer (:class:`~fsdp_sdk.k8s.jobs.JobClient`).
 
     :param jobs: the job layer of the cluster.
-    :param on_output_default: turns run events into the leader's lines' consumer when only events are wanted.
     """
 
     kind = "kubernetes"
