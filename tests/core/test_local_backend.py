@@ -217,3 +217,254 @@ def test_rendering_a_run_is_pure_and_says_everything(tmp_path: Path) -> None:
     assert "hf_canary" not in shown and '"HF_TOKEN": "**********"' in shown
     assert "hf_canary" not in " ".join(plan.commands[0]), "secrets travel in the environment, not in arguments"
     assert not (tmp_path / "local").exists()
+
+
+# ---------------------------------------------------------------------- the runner (fsdp_sdk.runner), local
+
+
+def _no_rdzv_suffix(text: str, run_id: str) -> str:
+    return re.sub(rf"{re.escape(run_id)}-[0-9a-f]{{8}}", f"{run_id}-<rdzv>", text)
+
+
+def test_run_dry_run_prints_the_runners_dryrun(invoke, state_dir: Path) -> None:
+    args = ["--backend", "local", "--nodes", "2", "--preset", "tiny", "--steps", "4"]
+    result = invoke("run", *args, "--name", "r1", "--dry-run")
+    assert result.exit_code == 0, result.output
+    client = Client.from_sources(overrides={"cluster.backend": "local", "job.num_workers": 2})
+    plan = client.dryrun(trainer_overrides={"model.preset": "tiny", "train.steps": 4}, run_id="r1")
+    assert _no_rdzv_suffix(result.stdout, "r1") == _no_rdzv_suffix("\n".join(plan.lines()) + "\n", "r1")
+    assert result.stdout.startswith("Would run fsdp-r1 (run id r1) on backend local:")
+    as_json = json.loads(invoke("run", *args, "--name", "r1", "--dry-run", "--json").stdout)
+    assert _no_rdzv_suffix(json.dumps(as_json), "r1") == _no_rdzv_suffix(json.dumps(plan.to_dict()), "r1")
+    assert not (state_dir / "local" / "runs" / "r1").exists(), "a dry run starts and writes nothing"
+    # a default run id already starts with job.name: the job is named once (not fsdp-fsdp-...)
+    default = invoke("run", *args, "--dry-run").stdout.splitlines()[0]
+    assert re.match(r"^Would run fsdp-\d{8}-\d{6}-[0-9a-f]{4} \(run id fsdp-\d{8}", default), default
+
+
+def test_a_local_run_that_will_not_fit_in_memory_is_refused_unless_forced(invoke, state_dir: Path) -> None:
+    pytest.importorskip("fsdp_trainer.autotune")
+    args = ["run", "--backend", "local", "--preset", "tiny", "--dry-run", "--set", "local.memory_limit_gib=0.001"]
+    result = invoke(*args)
+    assert result.exit_code == 2, result.output
+    line = result.stderr.strip().splitlines()[-1]
+    assert re.match(
+        r"^Error: estimate: tiny needs about [\d.]+ GiB of host memory \([\d.]+ GiB per process x 2 processes\), "
+        r"over the 0\.001 GiB available \(local\.memory_limit_gib\).*--force",
+        line,
+    ), line
+    assert invoke(*args, "--force").exit_code == 0
+    assert invoke(*args[:-1], "local.memory_limit_gib=64").exit_code == 0
+
+
+def test_with_gpus_a_local_run_is_checked_against_each_gpus_memory(
+    invoke, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A recording nvidia-smi first on PATH reports GPUs of 10 MiB: the run is held against their memory."""
+    import os
+
+    pytest.importorskip("fsdp_trainer.autotune")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls"
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(f'#!/bin/sh\necho "$@" >> {calls}\necho 10\necho 10\n')
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    result = invoke("run", "--backend", "local", "--preset", "tiny", "--dry-run")
+    assert result.exit_code == 2, result.output
+    assert re.search(
+        r"Error: estimate: tiny needs about [\d.]+ GiB per GPU, over the [\d.]+ GiB usable \(\d+% of 0\.010 GiB, nvidia-smi\)",
+        result.stderr,
+    )
+    assert calls.read_text() == "--query-gpu=memory.total --format=csv,noheader,nounits\n"
+    assert invoke("run", "--backend", "local", "--preset", "tiny", "--dry-run", "--force").exit_code == 0
+
+
+def _finished_run(state_dir: Path, run_id: str, steps: int) -> Path:
+    from fsdp_sdk.backends.local.records import RunRecord
+
+    run_dir = state_dir / "local" / "runs" / run_id
+    run_dir.mkdir(parents=True)
+    (run_dir / "summary.json").write_text(
+        json.dumps({"steps": steps, "final_loss": 1.5, "tokens_per_s_per_gpu": 900.0})
+    )
+    RunRecord(run_id, "succeeded", "fsdp", str(run_dir), str(run_dir), 1, 1, steps, 1000.0, 1200.0).save()
+    return run_dir
+
+
+def test_a_finished_named_run_starts_nothing_and_keeps_its_record(invoke, state_dir: Path) -> None:
+    pytest.importorskip("fsdp_trainer")
+    run_dir = _finished_run(state_dir, "done", 3)
+    before = (run_dir / "run.json").read_text()
+    result = invoke("run", "--backend", "local", "--preset", "tiny", "--steps", "3", "--name", "done")
+    assert result.exit_code == 0, result.output
+    assert "run done has finished (3 steps): nothing started, its record is kept" in result.stderr
+    assert "Run done finished in 3:20: 3 steps, final loss 1.5000" in result.stderr, "the record's duration"
+    assert (run_dir / "run.json").read_text() == before, "the record is kept"
+    listed = invoke("runs", "--backend", "local").stdout.splitlines()[1].split()
+    assert listed[:3] == ["done", "succeeded", "3/3"] and "3:20" in listed, "one duration: 'runs' shows the same"
+    assert not (state_dir / "local" / "state.json").exists(), "no etcd was started"
+    assert not (run_dir / "logs").exists(), "no agent was started"
+    # more steps than done: the run would continue
+    client = Client.from_sources(overrides={"cluster.backend": "local"})
+    assert client.dryrun(trainer_overrides={"model.preset": "tiny", "train.steps": 3}, run_id="done").finished
+    assert client.dryrun(trainer_overrides={"model.preset": "tiny", "train.steps": 5}, run_id="done").finished is None
+
+
+def _oom_plan(tmp_path: Path, script: str) -> object:
+    import sys
+
+    from fsdp_sdk.backends.local.plan import RunPlan
+
+    return RunPlan(
+        run_id="oom",
+        rdzv_id="oom-1",
+        job_name="fsdp",
+        nodes=1,
+        nproc_per_node=1,
+        rdzv_backend="c10d",
+        rdzv_endpoint="127.0.0.1:1",
+        max_restarts=3,
+        commands=((sys.executable, "-c", script),),
+        env={},
+        run_dir=tmp_path,
+        output_dir=tmp_path,
+        log_dir=tmp_path / "logs",
+        checkpoint_dir=None,
+        trainer={},
+    )
+
+
+@pytest.mark.parametrize("oom", [True, False])
+def test_a_rank_killed_by_the_oom_killer_is_out_of_memory_and_not_restarted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, oom: bool
+) -> None:
+    """A simulated OOM kill: the agent reports its rank killed by SIGKILL after bumping the OOM counter file."""
+    import os
+
+    from fsdp_sdk.backends.local.agent import EVENT_PREFIX
+    from fsdp_sdk.backends.local.memory import OOM_COUNTERS_ENV
+    from fsdp_sdk.backends.local.supervisor import Supervisor
+    from fsdp_sdk.errors import RunError
+
+    counters = tmp_path / "memory.events"
+    counters.write_text("low 0\noom 0\noom_kill 0\n")
+    monkeypatch.setenv(OOM_COUNTERS_ENV, str(counters))
+    event = json.dumps({"event": "worker_failed", "exitcode": -9, "local_rank": 0, "pid": 4242})
+    bump = f"open({str(counters)!r}, 'w').write('oom_kill 1\\n');" if oom else ""
+    script = f"import sys; {bump} print({EVENT_PREFIX + event!r}, flush=True); sys.exit(1)"
+    plan = _oom_plan(tmp_path, script)
+    launches: list[object] = []
+
+    def relaunch() -> object:
+        launches.append(plan)
+        counters.write_text("oom_kill 0\n")
+        return _oom_plan(tmp_path, "import sys; sys.exit(1)")
+
+    supervisor = Supervisor(plan, dict(os.environ), lambda event: None, relaunch=relaunch, poll_s=0.05)
+    with pytest.raises(RunError) as err:
+        supervisor.run()
+    if oom:
+        assert launches == [], "not restarted into the same death"
+        assert "out of memory: agent 0's local rank 0 (pid 4242) was killed by SIGKILL while oom_kill in " in str(
+            err.value
+        )
+        assert "rose from 0 to 1" in str(err.value)
+    else:
+        assert launches, "a rank killed without an OOM is restarted"
+        assert "out of memory" not in str(err.value)
+
+
+_SUPERVISOR = """
+import json, sys, time
+from pathlib import Path
+from fsdp_sdk.backends.local.records import RunLock
+run_dir = Path(sys.argv[1])
+lock = RunLock(run_dir)
+lock.acquire("busy")
+print("ready", flush=True)
+try:
+    time.sleep(60)
+except KeyboardInterrupt:
+    data = json.loads((run_dir / "run.json").read_text())
+    data.update(state="interrupted", ended_at=time.time())
+    (run_dir / "run.json").write_text(json.dumps(data))
+"""
+
+
+def test_job_status_logs_and_stop_on_a_local_run(invoke, state_dir: Path) -> None:
+    """A running local run (its supervising process stands in for 'fsdp-sdk run'): status, the leader's log, and
+    stop, which interrupts that process as Ctrl-C would once its identity is checked."""
+    import subprocess
+    import sys
+
+    from fsdp_sdk.backends.local.records import RunRecord
+    from fsdp_sdk.processes import ProcessIdentity
+
+    run_dir = state_dir / "local" / "runs" / "busy"
+    (run_dir / "logs").mkdir(parents=True)
+    (run_dir / "logs" / "agent-0.log").write_text("waiting\n")
+    (run_dir / "logs" / "agent-1.log").write_text('[rank0] master_addr=127.0.0.1\n{"step": 1, "loss": 2.0}\n')
+    child = subprocess.Popen([sys.executable, "-c", _SUPERVISOR, str(run_dir)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        identity = ProcessIdentity.of(child.pid)
+        assert identity is not None
+        record = RunRecord("busy", "running", "fsdp", str(run_dir), str(run_dir), 2, 1, 10, 1000.0)
+        record.supervisor = {**identity.to_dict(), "create_time": identity.create_time - 100}  # a reused pid
+        record.save()
+        status = invoke("job", "status", "busy", "--backend", "local", "--json")
+        assert status.exit_code == 0, status.output
+        assert json.loads(status.stdout)["phase"] == "Running"
+        logs = invoke("job", "logs", "busy", "--backend", "local")
+        assert logs.exit_code == 0 and logs.stdout == '[rank0] master_addr=127.0.0.1\n{"step": 1, "loss": 2.0}\n'
+        every = invoke("job", "logs", "--all", "busy", "--backend", "local").stdout
+        assert every.startswith("[agent-0] waiting\n[agent-1] [rank0] master_addr=")
+        refused = invoke("job", "stop", "busy", "--backend", "local")
+        assert refused.exit_code == 1 and "now belongs to another process" in refused.stderr
+        assert child.poll() is None, "a process that is not the run's is never signalled"
+        record.supervisor = identity.to_dict()
+        record.save()
+        from .conftest import FSDP_SDK
+
+        follow = subprocess.Popen(
+            [FSDP_SDK, "job", "logs", "-f", "busy", "--backend", "local"], stdout=subprocess.PIPE, text=True
+        )
+        assert follow.stdout is not None and follow.stdout.readline() == "[rank0] master_addr=127.0.0.1\n"
+        with open(run_dir / "logs" / "agent-1.log", "a") as log:
+            log.write('{"step": 2, "loss": 1.9}\n')
+        assert follow.stdout.readline().startswith('{"step": 1,')
+        assert follow.stdout.readline() == '{"step": 2, "loss": 1.9}\n', "-f prints what is written meanwhile"
+        stopped = invoke("job", "stop", "busy", "--backend", "local")
+        assert stopped.exit_code == 0, stopped.output
+        assert stopped.stdout == f"stopped run busy (fsdp-sdk pid {child.pid}): interrupted\n"
+        assert child.wait(timeout=10) == 0
+        assert follow.wait(timeout=10) == 0, "-f ends with the run"
+        assert (
+            json.loads(invoke("job", "status", "busy", "--backend", "local", "--json").stdout)["phase"] == "Interrupted"
+        )
+        again = invoke("job", "stop", "busy", "--backend", "local")
+        assert again.stdout == "run busy is not running (interrupted); nothing to stop\n"
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_run_whose_start_callback_fails_is_stopped_and_recorded(state_dir: Path) -> None:
+    """An exception between schedule and wait (the caller's on_started) leaves no agent running nor a 'running'
+    record: the run is stopped as an interrupted one."""
+    pytest.importorskip("fsdp_trainer")
+    etcd_or_skip()
+    client = Client.from_sources(overrides={"job.num_workers": 1})
+
+    def refuse(job: object) -> None:
+        raise RuntimeError("the platform refused")
+
+    try:
+        with pytest.raises(RuntimeError, match="the platform refused"):
+            client.run(trainer_overrides={"model.preset": "tiny", "train.steps": 2}, run_id="cb", on_started=refuse)
+        (record,) = client.runs()
+        assert (record.run_id, record.state) == ("cb", "interrupted") and record.ended_at is not None
+    finally:
+        client.down()

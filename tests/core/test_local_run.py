@@ -100,10 +100,12 @@ def test_two_runs_in_a_row(local_cluster: dict, state_dir: Path) -> None:
             assert printed == {"run_id": run_id, "output_dir": str(run_dir), **summary}
             log = result.stderr
         else:
-            assert f"Run {run_id} finished in " in result.stdout
-            assert f"final loss {summary['final_loss']:.4f}" in result.stdout
-            assert f"outputs      {run_dir} " in result.stdout
-            log = result.stdout
+            # piped: stdout is the per-step JSON lines only; the log and the summary go to stderr
+            assert [json.loads(line)["step"] for line in result.stdout.splitlines()] == [1, 2, 3]
+            assert f"Run {run_id} finished in " in result.stderr
+            assert f"final loss {summary['final_loss']:.4f}" in result.stderr
+            assert f"outputs      {run_dir} " in result.stderr
+            log = result.stdout + result.stderr
             # the summary once: the trainer's own summary line (internal fields) is not streamed
             assert '"steps_run"' not in result.stdout + result.stderr
         assert re.search(r"^\[rank0\] .*master_addr=127\.0\.0\.1", log, re.M)
@@ -156,3 +158,43 @@ def test_the_library_starts_etcd_when_up_was_not_run(state_dir: Path) -> None:
         assert client.status().ready, "etcd is left running for the next run"
     finally:
         client.down()
+
+
+def test_job_status_logs_and_stop_on_a_running_local_run(local_cluster: dict, state_dir: Path) -> None:
+    """The job commands on a real local run: its state, its leader's log, and stop (as Ctrl-C would: exit 130,
+    recorded interrupted, no process left)."""
+    import subprocess
+
+    from .conftest import FSDP_SDK
+
+    name = "stopme"
+    run = subprocess.Popen(
+        [FSDP_SDK, "run", "--json", *TINY[:-1], "400", "--name", name, *NO_CHECKPOINT],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert run.stderr is not None
+        for line in run.stderr:
+            if line.startswith('{"step": 1,'):
+                break
+        else:
+            pytest.fail(f"the run ended before its first step: {run.wait()}")
+        status = run_cli("job", "status", name, "--backend", "local", "--json")
+        assert status.returncode == 0 and json.loads(status.stdout)["phase"] == "Running", status.stderr
+        logs = run_cli("job", "logs", name, "--backend", "local")
+        assert logs.returncode == 0 and re.search(r"^\[rank0\] .*master_addr=127\.0\.0\.1", logs.stdout, re.M)
+        assert re.search(r'^\{"step": 1,', logs.stdout, re.M), "the leader's log"
+        stopped = run_cli("job", "stop", name, "--backend", "local", timeout=90)
+        assert stopped.returncode == 0, stopped.stderr
+        assert stopped.stdout == f"stopped run {name} (fsdp-sdk pid {run.pid}): interrupted\n"
+        assert run.wait(timeout=30) == 130
+        assert not _wait_until_gone(f"runs/{name}")
+        assert json.loads(run_cli("job", "status", name, "--backend", "local", "--json").stdout)["phase"] == (
+            "Interrupted"
+        )
+    finally:
+        if run.poll() is None:
+            run.kill()
+        run.wait()

@@ -118,15 +118,17 @@ def test_on_a_terminal_the_run_says_what_it_does_and_one_line_per_step(cluster: 
 
 
 @pytest.mark.slow
-def test_in_a_pipe_the_run_prints_the_trainer_lines_as_they_come(cluster: None, state_dir: Path) -> None:
+def test_in_a_pipe_stdout_is_the_per_step_json_and_the_rest_goes_to_stderr(cluster: None, state_dir: Path) -> None:
     result = run_cli(*ARGS, timeout=240)
     assert result.returncode == 0, result.stderr[-3000:]
     run_id = re.search(r"^run (\S+): 2 agents", result.stderr, re.M).group(1)
     run_dir = str(state_dir / "local" / "runs" / run_id)
-    ours = [
-        _normalise(line, run_dir) for line in result.stdout.splitlines() if line.startswith(('{"step"', "Run ", "  "))
-    ]
+    ours = [_normalise(line, run_dir) for line in result.stdout.splitlines()]
+    ours += [_normalise(line, run_dir) for line in result.stderr.splitlines() if line.startswith(("Run ", "  "))]
     assert "\n".join(ours) == PIPE_SNAPSHOT
+    # stdout is machine-readable: every line is the trainer's per-step JSON; everything else went to stderr
+    assert [json.loads(line)["step"] for line in result.stdout.splitlines()] == [1, 2, 3]
+    assert "master_addr=" in result.stderr and "master_addr=" not in result.stdout
     assert "\x1b[" not in result.stdout + result.stderr, "no terminal codes in a pipe"
     assert "waiting for 2 agents at the etcd-v2 rendezvous" in result.stderr, "progress goes to stderr"
     metrics = (Path(run_dir) / "metrics.jsonl").read_text().splitlines()

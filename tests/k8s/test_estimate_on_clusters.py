@@ -81,9 +81,9 @@ def test_run_refuses_a_job_that_will_not_fit_unless_forced(apiserver: FakeApiSer
     assert "'fsdp-sdk estimate --recommend' lists what fits" in message and "--force" in message
     assert "\n" not in message and err.value.exit_code == 2
     assert apiserver.writes() == []  # nothing was sent
-    # forced: it goes to the cluster (a server-side dry run here)
+    # forced: it is rendered (the runner's dry run: objects, nothing sent)
     result = client.run(trainer_overrides=TOO_BIG, dry_run=True, force=True)
-    assert result.dry_run and apiserver.writes()
+    assert result.dry_run and result.extra["objects"][0]["kind"] == "PyTorchJob" and apiserver.writes() == []
     # what fits is not refused
     assert client.run(trainer_overrides={"model.preset": "llama2-7b"}, dry_run=True).dry_run
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import threading
 import time
 import urllib.error
@@ -301,3 +302,35 @@ def test_no_kubeconfig_is_a_config_error(tmp_path: Path, monkeypatch: pytest.Mon
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
     code, _, err = cli(capsys, "job", "status")
     assert code == 2 and "--kubeconfig" in err and "does not exist" in err
+
+
+def test_job_render_is_the_same_for_the_same_input(capsys) -> None:
+    """The rendezvous id of `job render` is derived from the configuration: same input, same objects."""
+    first = cli(capsys, "job", "render")
+    second = cli(capsys, "job", "render")
+    assert first[0] == 0 and first[1] == second[1]
+    rdzv = yaml.safe_load(first[1])["spec"]["elasticPolicy"]["rdzvId"]
+    assert re.fullmatch(r"fsdp-[0-9a-f]{8}", rdzv)
+    other = yaml.safe_load(cli(capsys, "job", "render", "--set", "train.steps=7")[1])
+    assert other["spec"]["elasticPolicy"]["rdzvId"] != rdzv, "another input, another id"
+    fresh = [yaml.safe_load(cli(capsys, "job", "render", "--fresh-id")[1]) for _ in range(2)]
+    ids = {f["spec"]["elasticPolicy"]["rdzvId"] for f in fresh}
+    assert len(ids) == 2 and rdzv not in ids, "unique only when asked"
+
+
+def test_run_dry_run_is_the_runners_dryrun_and_sends_nothing(apiserver: FakeApiServer, kubeconfig: Path) -> None:
+    """On a cluster backend, run(dry_run=True) is the Kubernetes runner's dryrun: the objects, rendered here."""
+    from fsdp_sdk import Client
+
+    from .tools import kubernetes_plugins
+
+    plugins = kubernetes_plugins(kubeconfig)
+    config = Config.from_dict({"cluster": {"backend": "fake-kube"}, "job": {"registry": REGISTRY}})
+    client = Client(config, plugins=plugins)
+    result = client.run(trainer_overrides={"model.preset": "tiny"}, run_id="fsdp-r9", dry_run=True)
+    plan = client.runner.dryrun(client._run_config({"model.preset": "tiny"}), run_id="fsdp-r9")
+    assert result.dry_run and result.plan.lines() == plan.lines() and result.plan.to_dict() == plan.to_dict()
+    lines = plan.lines()
+    assert lines[0] == "Would run fsdp (run id fsdp-r9) on backend fake-kube in namespace default:"
+    assert "kind: PyTorchJob" in lines and "    rdzvId: fsdp-r9" in lines
+    assert apiserver.writes() == [], "a dry run is rendered here, not sent"

@@ -93,6 +93,19 @@ def test_job_report_of_a_local_run(isolated: Path, capsys: Any) -> None:
 
 
 @pytest.mark.usefixtures("isolated")
+def test_the_report_of_a_local_run_says_when_it_started(isolated: Path, capsys: Any) -> None:
+    from fsdp_sdk.backends.local.records import RunRecord
+
+    run_dir = _write_run(isolated / "state", "run7", _records())
+    RunRecord("run7", "succeeded", "fsdp", str(run_dir), str(run_dir), 1, 1, 12, 1796000000.0, 1796000030.0).save()
+    code, out, err = cli(capsys, "job", "report", "run7", "--backend", "local", "-o", str(isolated / "r"), "--json")
+    assert code == 0, err
+    page = Path(json.loads(out)["files"]["html"]).read_text()
+    assert "started n/a" not in page and "started 2026-11-30 00:53:20 UTC" in page
+    assert "<th>duration</th><td>30.0 s</td>" in page, "the run's one duration: its record's, as 'runs' shows"
+
+
+@pytest.mark.usefixtures("isolated")
 def test_job_report_reads_the_leader_log_without_prometheus(
     apiserver: FakeApiServer, isolated: Path, monkeypatch: Any, capsys: Any
 ) -> None:

@@ -28,14 +28,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from fsdp_sdk.backends.base import ClusterBackend, ClusterStatus, Plan, ProgressCallback, no_progress
 from fsdp_sdk.config import Config, Setting, load_config, parse_trainer_args
-from fsdp_sdk.errors import BackendError, ConfigError, RunError
+from fsdp_sdk.errors import BackendError, ConfigError
 from fsdp_sdk.plugins import PluginInfo, Plugins, get_plugins
 from fsdp_sdk.preflight import PreflightResult, raise_for_failures
 
@@ -49,6 +48,7 @@ if TYPE_CHECKING:
     from fsdp_sdk.k8s.monitoring import Monitoring
     from fsdp_sdk.k8s.prereqs import Prereqs, PrereqStatus
     from fsdp_sdk.monitoring import MonitoringComponent
+    from fsdp_sdk.runner import DryRun, JobRunner
     from fsdp_sdk.runs import JobRef, RecordedRun, RunEvent, RunResult
 
 __all__ = ["Client", "JobLayer", "parse_trainer_args"]
@@ -605,17 +605,26 @@ class Client:
         create_secret: bool | None = None,
         api: str | None = None,
         preview: bool = False,
+        fresh_id: bool = False,
     ) -> list[dict[str, Any]]:
         """The job's Kubernetes objects, exactly as ``job submit`` would apply them (pure; any backend).
 
-        :param rdzv_id: the rendezvous id (default: a fresh one).
+        :param rdzv_id: the rendezvous id (default: one derived from the configuration,
+            :func:`~fsdp_sdk.k8s.render.stable_rdzv_id`: the same input renders the same objects).
         :param create_secret: include the Hugging Face token Secret (without its data).
         :param api: ``pytorchjob`` or ``trainjob`` (default: ``job.api``).
         :param preview: for reading only: a missing ``job.registry`` becomes a placeholder and a
             :class:`~fsdp_sdk.k8s.render.RenderWarning` instead of an error.
+        :param fresh_id: without ``rdzv_id``, a fresh random one (as each submission gets) instead.
         """
-        from fsdp_sdk.k8s.render import render_job
+        from fsdp_sdk.k8s.render import new_rdzv_id, render_job, stable_rdzv_id
 
+        if rdzv_id is None:
+            rdzv_id = (
+                new_rdzv_id(self.config.job.name)
+                if fresh_id
+                else stable_rdzv_id(self.config, api=api, create_secret=create_secret)
+            )
         return render_job(
             self.config,
             rdzv_id=rdzv_id,
@@ -673,15 +682,16 @@ class Client:
         :raises ConfigError: the configuration cannot make a valid job, or will not fit (nothing was sent).
         :raises KubernetesError: the job exists already, or the server refused an object.
         """
+        from fsdp_sdk.runner import KubernetesRunner
+
         self._checked("submit")
         if not force:
             self.check_fits()
-        jobs = self.jobs
-        job = jobs.submit(
-            run_id=run_id, create_secret=create_secret, api=api, dry_run=dry_run, replace=replace, unique=unique
-        )
+        runner = KubernetesRunner(self.jobs)  # on the local backend too: a kubeconfig was given
+        plan = runner.dryrun(self.config, run_id=run_id, api=api, create_secret=create_secret, unique=unique)
+        job = runner.schedule(plan, server_dry_run=dry_run, replace=replace).job
         if not dry_run:
-            self.loaded_plugins.hooks.job_submitted(jobs.config, job)
+            self.loaded_plugins.hooks.job_submitted(plan.config or self.config, job)
         return job
 
     def run(
@@ -718,76 +728,86 @@ class Client:
             :meth:`check_fits`).
         :raises RunError: the run failed.
         """
+        config = self._run_config(trainer_overrides, trainer_args)
+        runner = self.runner
+        if resume is not None and runner.kind != "local":
+            raise ConfigError(
+                "--resume", f"backend {self.backend.name!r} does not keep run records", "re-submit the job instead"
+            )
+        if not force:
+            if runner.kind == "local":
+                runner.check_memory(config, self.loaded_plugins)  # type: ignore[attr-defined]
+            else:
+                self.check_fits(config)
+        plan = runner.dryrun(config, run_id=resume if resume is not None else run_id, resume=resume is not None)
+        if dry_run:
+            return plan.result()
+        if plan.finished is not None:
+            from fsdp_sdk.runs import RunResult
+
+            self.progress(
+                f"run {plan.run_id} has finished ({plan.finished.get('steps')} steps): nothing started, its record "
+                "is kept (a larger --steps continues it)"
+            )
+            duration = runner.record(plan.run_id).duration_s  # type: ignore[attr-defined]
+            extra = {"finished": True, "duration_s": duration}
+            return RunResult(plan.job, plan.finished, plan.output_dir, plan.log_dir, extra=extra)
+        self._checked("run")
+        hooks = self.loaded_plugins.hooks
+        handle = runner.schedule(plan, on_event=on_event, on_output=on_output)
+        waiting = False
+        try:
+            if on_started is not None:
+                on_started(handle.job)
+            hooks.job_submitted(plan.config or config, handle.job)
+            waiting = True
+            result = runner.wait(handle)
+        except BaseException:
+            if not waiting and runner.kind == "local":
+                runner.stop(handle)  # its processes and record, as wait() would have ended them
+            hooks.job_finished(plan.config or config, handle.job, False, None)
+            raise
+        hooks.job_finished(plan.config or config, handle.job, True, result.summary)
+        return result
+
+    def _run_config(
+        self, trainer_overrides: Mapping[str, Any] | None = None, trainer_args: Sequence[str] = ()
+    ) -> Config:
+        """This client's configuration with trainer settings given to one run on top."""
         settings = [
             Setting(key if key.startswith("trainer.") else f"trainer.{key}", value, key, "run()")
             for key, value in (trainer_overrides or {}).items()
         ]
         settings += parse_trainer_args(trainer_args)
-        config = self.config.with_overrides(settings).resolved(self.loaded_plugins) if settings else self.config
-        if resume is not None and not self.backend.runs_jobs:
-            raise ConfigError(
-                "--resume", f"backend {self.backend.name!r} does not keep run records", "re-submit the job instead"
-            )
+        return self.config.with_overrides(settings).resolved(self.loaded_plugins) if settings else self.config
+
+    def dryrun(
+        self,
+        *,
+        trainer_overrides: Mapping[str, Any] | None = None,
+        trainer_args: Sequence[str] = (),
+        run_id: str | None = None,
+        resume: str | None = None,
+    ) -> DryRun:
+        """What :meth:`run` would start (pure): a local run's commands and plan, or a cluster job's objects; what
+        ``fsdp-sdk run --dry-run`` prints. Arguments as :meth:`run`."""
+        config = self._run_config(trainer_overrides, trainer_args)
+        return self.runner.dryrun(config, run_id=resume if resume is not None else run_id, resume=resume is not None)
+
+    @functools.cached_property
+    def runner(self) -> JobRunner:
+        """The job runner (:mod:`fsdp_sdk.runner`): the local one for a backend that runs jobs itself, else the
+        Kubernetes job layer's."""
         if self.backend.runs_jobs:
-            from fsdp_sdk.backends.local.backend import new_run_id
+            from fsdp_sdk.backends.local.backend import LocalBackend
+            from fsdp_sdk.backends.local.runner import LocalRunner
 
-            run_id = resume if resume is not None else run_id if run_id is not None else new_run_id(config.job.name)
-        else:
-            run_id = run_id or uuid.uuid4().hex[:12]
-        hooks = self.loaded_plugins.hooks
-        if not self.backend.runs_jobs and not force:
-            self.check_fits(config)
-        if not dry_run:
-            self._checked("run")
+            if not isinstance(self.backend, LocalBackend):
+                raise BackendError(f"backend {self.backend.name!r} runs jobs itself but has no job runner")
+            return LocalRunner(self.backend, self.config, progress=self.progress)
+        from fsdp_sdk.runner import KubernetesRunner
 
-        if self.backend.runs_jobs:
-            job_ref: list[JobRef] = []
-
-            def started(job: JobRef) -> None:
-                job_ref.append(job)
-                if on_started is not None:
-                    on_started(job)
-                hooks.job_submitted(config, job)
-
-            try:
-                result = self.backend.run_job(
-                    config,
-                    run_id=run_id,
-                    dry_run=dry_run,
-                    on_output=on_output,
-                    on_started=started,
-                    progress=self.progress,
-                    on_event=on_event,
-                    resume=resume is not None,
-                )
-            except BaseException:
-                if job_ref:
-                    hooks.job_finished(config, job_ref[0], False, None)
-                raise
-            if not dry_run:
-                hooks.job_finished(config, result.job, True, result.summary)
-            return result
-
-        from fsdp_sdk.runs import RunResult
-
-        jobs = self.jobs
-        job = jobs.submit(config, run_id=run_id, dry_run=dry_run)
-        if dry_run:
-            return RunResult(job, {}, dry_run=True)
-        if on_started is not None:
-            on_started(job)
-        hooks.job_submitted(config, job)
-        if on_output is None and on_event is not None:
-            on_output = _events_from_lines(on_event, config)
-        try:
-            summary = jobs.wait(job, on_output=on_output)
-        except BaseException:
-            hooks.job_finished(config, job, False, None)
-            raise
-        if not isinstance(summary, dict):
-            raise RunError(f"job {job.name}: finished without a trainer summary")
-        hooks.job_finished(config, job, True, summary)
-        return RunResult(job, summary)
+        return KubernetesRunner(self.jobs)
 
     # ------------------------------------------------------------------ estimates
 
@@ -939,18 +959,3 @@ class Client:
     def plugins(self) -> list[PluginInfo]:
         """Every plugin, the built-in ones first, then the broken ones."""
         return self.loaded_plugins.infos()
-
-
-def _events_from_lines(on_event: Callable[[RunEvent], None], config: Config) -> Callable[[str], None]:
-    """Turn the leader's log lines of a Kubernetes job into the run events a local run gives."""
-    from fsdp_sdk.runs import leader_line_event
-
-    steps = (config.trainer.get("train") or {}).get("steps")
-    total = steps if isinstance(steps, int) else None
-
-    def line(text: str) -> None:
-        event = leader_line_event(text, total)
-        if event is not None:
-            on_event(event)
-
-    return line

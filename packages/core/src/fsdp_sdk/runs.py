@@ -87,6 +87,8 @@ class RunResult:
     commands: tuple[tuple[str, ...], ...] = ()
     dry_run: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    plan: Any = field(default=None, repr=False, compare=False)
+    """On ``dry_run``: the :class:`~fsdp_sdk.runner.DryRun` (what ``run --dry-run`` prints)."""
 
     @property
     def run_id(self) -> str:

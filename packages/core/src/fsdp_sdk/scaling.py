@@ -318,7 +318,7 @@ def run_sweep(
 def _delete_job(client: Client, job: Any, progress: Callable[[str], None]) -> None:
     """Delete a measured point's finished job (its summary is recorded); a failure to delete is only reported."""
     try:
-        client.jobs.stop(job)
+        client.runner.stop(job.name)
     except FsdpSdkError as exc:
         progress(f"could not delete job {job.name} ({exc}); delete it with 'fsdp-sdk job stop {job.name}'")
 

@@ -8,6 +8,7 @@ as everywhere).
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -45,7 +46,7 @@ def _timeout_option(default: float | None) -> Callable[[F], F]:
     )
 
 
-@click.group(short_help="Render, submit and follow training jobs on Kubernetes.")
+@click.group(short_help="Render, submit and follow training jobs (status, logs, stop: local runs too).")
 def job() -> None:
     """Render, submit and follow PyTorch FSDP training jobs (Kubeflow PyTorchJob or TrainJob).
 
@@ -109,6 +110,12 @@ def _render_warnings() -> Iterator[None]:
     default=None,
     help="Kubernetes version of the OpenAPI used by --validate (default: cluster.kubernetes_version).",
 )
+@click.option(
+    "--fresh-id",
+    is_flag=True,
+    help="A fresh random rendezvous id, as each submission gets (default: one derived from the configuration, "
+    "the same on every call for the same input).",
+)
 @click.pass_obj
 def render(
     app: Application,
@@ -117,8 +124,12 @@ def render(
     validate: bool,
     crds: tuple[str, ...],
     k8s_version: str | None,
+    fresh_id: bool,
 ) -> None:
     """Print the objects 'job submit' would apply, as multi-document YAML; nothing is sent anywhere.
+
+    The rendezvous id (and so the output) is the same on every call for the
+    same configuration unless --rdzv-id or --fresh-id says otherwise.
 
     The Hugging Face token never appears: the job references the Secret, and the
     Secret is printed without its data. Without job.registry the image gets a
@@ -131,7 +142,7 @@ def render(
 
         require_validation()
     with _render_warnings():
-        objects = app.client.render_job(rdzv_id=rdzv_id, create_secret=create_secret, preview=True)
+        objects = app.client.render_job(rdzv_id=rdzv_id, create_secret=create_secret, preview=True, fresh_id=fresh_id)
     click.echo(to_yaml_documents(objects), nl=False)
     if validate:
         _report_validation(objects, crds, k8s_version or app.client.config.cluster.kubernetes_version)
@@ -159,6 +170,24 @@ def _report_validation(objects: list[dict[str, Any]], crds: tuple[str, ...], k8s
             )
     if not report.ok:
         raise click.exceptions.Exit(1)
+
+
+def _local_runner(app: Application, name: str | None) -> Any:
+    """The local backend's runner when a job command is about a local run: on the local backend, NAME is a local
+    run, or no kubeconfig reaches a cluster; else None (the Kubernetes job layer)."""
+    client = app.client
+    if not client.backend.runs_jobs:
+        return None
+    runner: Any = client.runner
+    if client.kubeconfig() is None:
+        return runner
+    if name is not None:
+        from fsdp_sdk.errors import ConfigError
+
+        with contextlib.suppress(ConfigError):
+            runner.record(name)  # a local run of that name
+            return runner
+    return None
 
 
 def _say_status(status: Any) -> None:
@@ -281,7 +310,18 @@ def _print_status(status: Any) -> None:
 @_name_argument
 @click.pass_obj
 def status(app: Application, as_json: bool, name: str | None) -> None:
-    """Show the job's phase (Created, Running, Restarting, Succeeded, Failed) and replica counts."""
+    """Show the job's phase (Created, Running, Restarting, Succeeded, Failed) and replica counts.
+
+    On the local backend NAME is a run id (default: the latest run): its state
+    (Running, Succeeded, Failed, Interrupted, Lost), steps and cause of failure.
+    """
+    runner = _local_runner(app, name)
+    if runner is not None:
+        from fsdp_sdk.cli.output import key_values
+
+        local = runner.status(name)
+        click.echo(json.dumps(local.to_dict(), indent=2, default=str) if as_json else key_values(local.to_dict()))
+        return
     result = app.client.jobs.status(name)
     if as_json:
         app.echo_json(result.to_dict())
@@ -327,7 +367,15 @@ def logs(
     all_workers: bool,
     name: str | None,
 ) -> None:
-    """Print the log of the leader (the pod whose trainer printed master_addr=), or of all workers with --all."""
+    """Print the log of the leader (the pod whose trainer printed master_addr=), or of all workers with --all.
+
+    On the local backend NAME is a run id (default: the latest run) and the
+    logs are its agents' (runs/<id>/logs/agent-<i>.log).
+    """
+    runner = _local_runner(app, name)
+    if runner is not None:
+        runner.logs(name, follow=follow, all_workers=all_workers, out=lambda line: click.echo(line))
+        return
     app.client.jobs.logs(name, follow=follow, all_workers=all_workers, out=lambda line: click.echo(line))
 
 
@@ -349,7 +397,20 @@ def stop(
 
     etcd is reached through the API server's service proxy, so the next run
     starts clean without deleting the etcd pod.
+
+    On the local backend NAME is a run id (default: the latest run): a running
+    run is stopped as Ctrl-C in its terminal would (its fsdp-sdk process, once
+    checked to be the run's, stops every agent and records it interrupted);
+    run it again, or 'fsdp-sdk run --resume NAME', to continue it.
     """
+    runner = _local_runner(app, name)
+    if runner is not None:
+        line = runner.stop(name)
+        if as_json:
+            app.echo_json({"name": name, "message": line, "status": runner.status(name).to_dict()})
+        else:
+            click.echo(line)
+        return
     jobs = app.client.jobs
     name = name or jobs.config.job.name
     result = jobs.stop(name, clear_rendezvous=not keep_rendezvous)

@@ -36,7 +36,11 @@ from fsdp_sdk.cli.options import common_options, dry_run_option, json_option, se
     help="Continue local run RUN_ID from its latest checkpoint with the settings it was started with "
     "(settings given here win); 'fsdp-sdk runs' lists the runs.",
 )
-@click.option("--force", is_flag=True, help="Run even when the estimate says the job will not fit in the GPUs' memory.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Run even when the estimate says the job will not fit in the GPUs' memory (locally: this machine's).",
+)
 @dry_run_option
 @json_option
 @click.argument("trainer_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- TRAINER OPTIONS]")
@@ -67,9 +71,16 @@ def run(
 
     \b
     On a terminal the run shows what it is doing and one line per step; piped,
-    the trainer's lines (per-step JSON) are printed as they come. With --json,
-    stdout carries only the summary, one JSON object with run_id and output_dir
-    added; the log and progress go to stderr.
+    stdout carries only the trainer's per-step JSON lines, as they come, and
+    everything else (progress, the trainer's log, the summary) goes to stderr.
+    With --json, stdout carries only the summary, one JSON object with run_id
+    and output_dir added.
+
+    \b
+    Running a finished named run again starts nothing and keeps its record;
+    a larger --steps continues it. Locally, a run the estimate says will not
+    fit in this machine's memory (host RAM, or each GPU's) is refused unless
+    --force.
 
     On a cluster, a job the estimate says will not fit in its GPUs' memory is
     refused (see 'fsdp-sdk estimate'), unless --force.
@@ -105,26 +116,20 @@ def run(
         display.close()
         app.progress_sink = None
     if dry_run:
+        plan = result.plan
         if as_json:
-            app.echo_json(result.to_dict())
+            app.echo_json(plan.to_dict() if plan is not None else result.to_dict())
             return
-        click.echo(f"Would run {result.job.name} (run id {result.run_id}) on backend {result.job.backend}:")
-        import shlex
-
-        for command in result.commands:
-            click.echo("  " + shlex.join(command))
-        for note in (result.extra.get("plan") or {}).get("notes", []):
-            click.echo(f"  ({note})")
+        for line in plan.lines() if plan is not None else []:
+            click.echo(line)
         return
     if as_json:
         summary = {"run_id": result.run_id, "output_dir": str(result.output_dir) if result.output_dir else None}
         click.echo(json.dumps({**summary, **result.summary}, separators=(",", ":"), default=str))
         return
-    wall = result.summary.get("wall_time_s")
-    for line in summary_lines(
-        result.run_id,
-        result.summary,
-        result.output_dir or "-",
-        wall if isinstance(wall, float) else time.monotonic() - began,
-    ):
-        click.echo(line)
+    # the run's one duration: its record's (what 'fsdp-sdk runs' shows), else the time this command waited
+    duration = result.extra.get("duration_s")
+    if not isinstance(duration, (int, float)):
+        duration = time.monotonic() - began
+    for line in summary_lines(result.run_id, result.summary, result.output_dir or "-", float(duration)):
+        click.echo(line, err=not terminal)  # piped, stdout holds only the per-step JSON lines

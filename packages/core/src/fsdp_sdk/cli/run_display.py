@@ -4,8 +4,9 @@ On a terminal (:class:`TerminalDisplay`, with ``rich``, imported only then): wha
 (starting etcd, waiting for the agents at the rendezvous, loading the model), one formatted line
 per step (step n/N, loss, tokens/s, elapsed, ETA) under a progress bar, the leader's log dimmed,
 restarts and warnings in colour. Elsewhere (:class:`PlainDisplay`): progress lines on stderr and
-the leader's lines as the trainer printed them (per-step JSON included) on stdout, or on stderr
-with ``--json``. Either way the summary is printed once, by the command, from :func:`summary_lines`.
+the trainer's per-step JSON lines on stdout (on stderr with ``--json``) and everything else (the
+leader's other lines, the summary) on stderr, so piped stdout is JSON lines only. Either way the
+summary is printed once, by the command, from :func:`summary_lines`.
 
 Cluster operations (``up``, ``down``, ``scale``: minutes of eksctl or Terraform) get :func:`live_progress`: on a
 terminal, the current step with a spinner and the time since the start, each step printed once, the tools' own
@@ -105,9 +106,11 @@ class PlainDisplay:
         click.echo(message, err=True)
 
     def event(self, event: RunEvent) -> None:
-        """Show one run event."""
-        if event.kind in ("output", "step"):
+        """Show one run event: a step's JSON line on stdout (stderr with ``--json``), everything else on stderr."""
+        if event.kind == "step":
             click.echo(event.message, err=self.output_to_stderr)
+        elif event.kind == "output":
+            click.echo(event.message, err=True)
         elif event.kind == "restart":
             click.echo(f"restart: {event.message}", err=True)
         elif event.kind == "warning":

@@ -65,6 +65,7 @@ __all__ = [
     "render_job",
     "render_pytorchjob",
     "render_trainjob",
+    "stable_rdzv_id",
     "worker_environment",
     "worker_pod_specs",
     "worker_pods",
@@ -98,6 +99,16 @@ class RenderWarning(UserWarning):
 def new_rdzv_id(job_name: str) -> str:
     """A fresh rendezvous id for one submission: ``<job name>-<8 hex>``."""
     return f"{job_name}-{uuid.uuid4().hex[:8]}"
+
+
+def stable_rdzv_id(config: Config, *, api: str | None = None, create_secret: bool | None = None) -> str:
+    """The rendezvous id ``job render`` shows: ``<job name>-<8 hex>``, the hex a digest of the configuration (its
+    secrets redacted) and the render options, so the same input renders the same objects on every call."""
+    import hashlib
+
+    data = {"config": config.to_dict(redact=True), "api": api, "create_secret": create_secret}
+    digest = hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+    return f"{config.job.name}-{digest[:8]}"
 
 
 def job_labels(config: Config, component: str) -> dict[str, str]:

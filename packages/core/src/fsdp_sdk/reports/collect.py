@@ -52,10 +52,20 @@ def _local(client: Client, name: str | None, prometheus: str | None) -> RunMetri
         return from_prometheus(PrometheusApi(prometheus), run_id=run_id)
     run_dir = runs_dir / run_id
     if (run_dir / "metrics.jsonl").is_file():
-        return from_jsonl(run_dir / "metrics.jsonl", run=run_id, job=client.config.job.name)
-    logs = sorted((run_dir / "logs").glob("*.log"))
-    lines = [line for log in logs for line in log.read_text(encoding="utf-8", errors="replace").splitlines()]
-    return from_lines(lines, run=run_id, source=f"the agent logs in {run_dir / 'logs'}", job=client.config.job.name)
+        metrics = from_jsonl(run_dir / "metrics.jsonl", run=run_id, job=client.config.job.name)
+    else:
+        logs = sorted((run_dir / "logs").glob("*.log"))
+        lines = [line for log in logs for line in log.read_text(encoding="utf-8", errors="replace").splitlines()]
+        source = f"the agent logs in {run_dir / 'logs'}"
+        metrics = from_lines(lines, run=run_id, source=source, job=client.config.job.name)
+    from fsdp_sdk.backends.local.records import read_record
+
+    record = read_record(run_dir)  # the run's start, as 'fsdp-sdk runs' shows it
+    if record is not None:
+        metrics.started = record.started_at
+        metrics.duration_s = record.duration_s if record.ended_at is not None else None
+        metrics.job = record.job_name or metrics.job
+    return metrics
 
 
 def _kubernetes(

@@ -52,7 +52,7 @@ class RunMetrics:
     :param records: the step records, in step order, each with ``t``.
     :param gpus: per report field of :data:`GPU_FIELDS`, per GPU (``node GPU 0``): ``(t, value)`` samples.
     :param job: the job name, when known.
-    :param started: the unix time of ``t == 0``, when known.
+    :param started: the unix time of ``t == 0``, when known (a local run: its start).
     :param warmup_steps: first steps left out of the averages, as the trainer's summary does.
     """
 
@@ -63,6 +63,9 @@ class RunMetrics:
     job: str | None = None
     started: float | None = None
     warmup_steps: int = 2
+    duration_s: float | None = None
+    """The run's duration as its record has it (a local run: what ``fsdp-sdk runs`` and ``run`` show); without
+    one, the span of its steps."""
 
     def measured(self) -> list[dict[str, Any]]:
         """The records after the warm-up steps (all of them when that leaves none), one per step."""
@@ -80,7 +83,11 @@ class RunMetrics:
         training = {
             "steps": max((int(r.get("step") or 0) for r in self.records), default=0),
             "measured_steps": len(measured),
-            "duration_s": (self.records[-1]["t"] - self.records[0]["t"]) if len(self.records) > 1 else 0.0,
+            "duration_s": self.duration_s
+            if self.duration_s is not None
+            else (self.records[-1]["t"] - self.records[0]["t"])
+            if len(self.records) > 1
+            else 0.0,
             "tokens_per_s_per_gpu": _mean([r.get("tokens_per_s_per_gpu") for r in measured]),
             "tflops_per_gpu": _mean([r.get("tflops_per_gpu") for r in measured]),
             "mfu": _mean([r.get("mfu") for r in measured]),

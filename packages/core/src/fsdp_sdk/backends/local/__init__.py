@@ -18,6 +18,9 @@ configuration and the cluster's state into a :class:`~fsdp_sdk.backends.local.pl
 follows them and stops every process of the run on any failure. Modules:
 
 * ``backend``: :class:`LocalBackend` (plan/apply/down/scale/status, ``run_job``);
+* ``runner``: the local job runner (:mod:`fsdp_sdk.runner`'s shape: dryrun, schedule, wait; status, logs
+  and stop by run id from any process);
+* ``memory``: the memory check before a run, and the OOM counters that tell an OOM kill;
 * ``state``: ``state.json`` (atomic writes, repair of a damaged file) and the lock;
 * ``plan``: the run's plan (render);
 * ``supervisor``: start, follow and stop the agents (act); ``cause``: the root cause of a failure;

@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Any
 from fsdp_sdk import etcd
 from fsdp_sdk.backends.base import ClusterBackend, ClusterStatus, Plan, ProgressCallback, no_progress
 from fsdp_sdk.backends.local.plan import ClusterSnapshot, RunPlan, render_run
-from fsdp_sdk.backends.local.records import RunLock, RunRecord, list_runs, require_existing, validate_run_id
+from fsdp_sdk.backends.local.records import RunLock, RunRecord, list_runs, require_existing
 from fsdp_sdk.backends.local.state import LocalState, StateDamaged
-from fsdp_sdk.errors import BackendError, ConfigError, RunError
+from fsdp_sdk.errors import BackendError, ConfigError
 from fsdp_sdk.preflight import PreflightResult
 from fsdp_sdk.processes import stop_identified
 from fsdp_sdk.runs import JobRef, RunEvent, RunResult
@@ -284,93 +284,20 @@ class LocalBackend(ClusterBackend):
         on_event: Callable[[RunEvent], None] | None = None,
         resume: bool = False,
     ) -> RunResult:
-        validate_run_id(run_id, "--resume" if resume else "--name")
-        if resume:
-            config = self._resumed_config(config, run_id)
-        if not dry_run and importlib.util.find_spec("fsdp_trainer") is None:
-            raise BackendError(
-                "local: the trainer is not installed (no module fsdp_trainer); pip install -e packages/trainer"
-            )
-        local = self.state(config)
-        state, _ = local.read_or_none()
-        draft = self.render(config, run_id=run_id, state=state, trainer_args=trainer_args)
-        job = JobRef(name=f"{config.job.name}-{run_id}", backend=self.name, run_id=run_id)
+        """Run a job to its end through :class:`~fsdp_sdk.backends.local.runner.LocalRunner` (dry run, schedule,
+        wait); a named run that has finished is not started again: its recorded summary is returned."""
+        from fsdp_sdk.backends.local.runner import LocalRunner
+
+        runner = LocalRunner(self, config, progress=progress)
+        plan = runner.dryrun(config, run_id=run_id, trainer_args=trainer_args, resume=resume)
         if dry_run:
-            return RunResult(
-                job, {}, draft.output_dir, draft.log_dir, draft.commands, dry_run=True, extra={"plan": draft.to_dict()}
-            )
-        from fsdp_sdk.backends.local.supervisor import disk_check
-
-        problem = disk_check([draft.run_dir, draft.output_dir, *(d for d in [draft.checkpoint_dir] if d)])
-        if problem:
-            raise ConfigError("train.output_dir", problem, "choose a writable directory with free space")
-
-        run_lock = RunLock(draft.run_dir)
-        started_cluster = local.read_or_none()[0] is None
-        plan = self._register(config, local, run_id, run_lock, trainer_args, progress)
-        record = self._start_record(config, plan)
-        events = _EventRouter(on_event, on_output)
-        for note in plan.notes:
-            progress(note)
-        progress(
-            f"run {run_id}: {plan.nodes} agents x {plan.nproc_per_node} processes, {plan.rdzv_backend} rendezvous at "
-            f"{plan.rdzv_endpoint}, outputs in {plan.output_dir}"
-        )
-        guard = self._guard(config, local, plan, events)
-        outcome, error = "failed", None
-        supervisor = None
-        try:
-            from fsdp_sdk.backends.local.supervisor import Supervisor
-
-            launches = [plan]
-
-            def relaunch() -> RunPlan:
-                self._clear_keys(local, launches[-1])
-                state, _ = local.read_or_none()
-                launches.append(self.render(config, run_id=run_id, state=state, trainer_args=trainer_args))
-                record.settings["rdzv_ids"] = [*record.settings.get("rdzv_ids", []), launches[-1].rdzv_id][-20:]
-                with contextlib.suppress(OSError):
-                    record.save()
-                return launches[-1]
-
-            supervisor = Supervisor(plan, {**os.environ, **plan.env}, events, relaunch=relaunch)
-            if guard is not None:
-                guard.start()
-            supervisor.run(on_started=lambda: on_started(job) if on_started is not None else None)
-            outcome = "succeeded"
-        except KeyboardInterrupt:
-            outcome = "interrupted"
-            raise
-        except RunError as exc:
-            error = str(exc)
-            raise
-        finally:
-            if guard is not None:
-                guard.stop()
-            self._clear_keys(local, supervisor.plan if supervisor is not None else plan)
-            record.state, record.ended_at, record.error = outcome, time.time(), error
-            with contextlib.suppress(OSError):
-                record.save()
-            run_lock.release()
-            if started_cluster and outcome != "succeeded":
-                self._stop_what_the_run_started(config, progress)
-        summary_path = plan.output_dir / "summary.json"
-        try:
-            summary = json.loads(summary_path.read_text())
-        except (OSError, ValueError) as exc:
-            record.state, record.error = "failed", f"{summary_path} is missing or invalid"
-            record.save()
-            raise RunError(
-                f"run {run_id}: the trainer exited successfully but {summary_path} is missing or invalid ({exc})"
-            ) from exc
-        return RunResult(
-            job,
-            summary,
-            plan.output_dir,
-            plan.log_dir,
-            plan.commands,
-            extra={"rdzv_backend": plan.rdzv_backend, "endpoint": plan.rdzv_endpoint, "plan": plan.to_dict()},
-        )
+            return plan.result()
+        if plan.finished is not None:
+            return RunResult(plan.job, plan.finished, plan.output_dir, plan.log_dir, extra={"finished": True})
+        handle = runner.schedule(plan, on_event=on_event, on_output=on_output)
+        if on_started is not None:
+            on_started(handle.job)
+        return runner.wait(handle)
 
     def _stop_what_the_run_started(self, config: Config, progress: ProgressCallback) -> None:
         """After a failed or interrupted run that brought the cluster up itself: stop etcd unless another run uses it."""

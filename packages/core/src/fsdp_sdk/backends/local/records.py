@@ -73,6 +73,8 @@ class RunRecord:
     :param attempts: how many times the run was started (re-running it by name continues it).
     :param error: the one-line cause of a failure.
     :param settings: what ``fsdp-sdk run --resume`` reuses: trainer settings, trainer arguments, worker counts.
+    :param supervisor: the supervising ``fsdp-sdk`` process while it runs (``ProcessIdentity.to_dict()``), which
+        ``fsdp-sdk job stop`` interrupts.
     :param steps: the last finished step (from the outputs).
     :param final_loss: the loss of that step.
     :param tokens_per_s: the summary's tokens/s per process, or the last step's.
@@ -91,6 +93,7 @@ class RunRecord:
     attempts: int = 1
     error: str | None = None
     settings: dict[str, Any] = field(default_factory=dict)
+    supervisor: dict[str, Any] | None = None
     steps: int | None = None
     final_loss: float | None = None
     tokens_per_s: float | None = None

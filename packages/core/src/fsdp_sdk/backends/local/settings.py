@@ -30,6 +30,9 @@ class LocalSettings:
     wait for it instead of failing."""
     etcd_unhealthy_s: float = field(default=3.0)
     """Seconds etcd may fail its health check during a run before it is restarted."""
+    memory_limit_gib: float | None = None
+    """Host memory local runs may use, in GiB, for the memory check before a run starts; none: what the machine
+    has available now (MemAvailable, capped by the cgroup's memory.max)."""
 
     def validate(self, config: Any) -> None:
         """Refuse values that cannot work (called when the configuration is resolved)."""
@@ -42,6 +45,10 @@ class LocalSettings:
         if self.stall_timeout_s <= 0:
             raise ConfigError(
                 "local.stall_timeout_s", f"{self.stall_timeout_s} is not positive", "use seconds, e.g. 600"
+            )
+        if self.memory_limit_gib is not None and self.memory_limit_gib <= 0:
+            raise ConfigError(
+                "local.memory_limit_gib", f"{self.memory_limit_gib} is not positive", "use GiB, e.g. 64, or unset it"
             )
         if self.etcd_unhealthy_s <= 0:
             raise ConfigError(

@@ -7,7 +7,9 @@ agent's output to ``logs/agent-<i>.log``, streams the leader's (the agent whose 
 
 * the agents: one that exits with an error, or is killed, ends the run at once (every other agent
   and rank is stopped) with the root cause (:mod:`~fsdp_sdk.backends.local.cause`) in one line; so
-  does a rank that exits 2 (the trainer refused its settings: a restart would fail the same way);
+  does a rank that exits 2 (the trainer refused its settings: a restart would fail the same way),
+  and a rank killed by ``SIGKILL`` while an OOM counter rose (:mod:`~fsdp_sdk.backends.local.memory`):
+  "out of memory", not restarted into the same death;
 * progress: a run that finishes no step for ``stall_timeout_s`` (counted from the trainers' start)
   is stuck; the rank that stopped is named (a stopped process, one busy while the others wait);
 * etcd (:class:`EtcdGuard`): dead or not answering for ``local.etcd_unhealthy_s``, it is restarted
@@ -172,6 +174,7 @@ class Supervisor:
         self.rendezvous_joined = 0
         self.last_failure: str | None = None
         self._failure_was_signal = False
+        self._failure_code = 0
         self.trainers_started_at: float | None = None
         self.last_progress: float | None = None
         self.last_step = 0
@@ -209,7 +212,7 @@ class Supervisor:
             failure = f"agent {index}'s local rank {data.get('local_rank')} (pid {data.get('pid')}) {how}"
             # A rank killed by a signal is the cause; its peers exit 1 moments later, having lost it.
             if self.last_failure is None or (code < 0 and not self._failure_was_signal):
-                self.last_failure, self._failure_was_signal = failure, code < 0
+                self.last_failure, self._failure_was_signal, self._failure_code = failure, code < 0, code
             if code == 2:  # the trainer's exit code for settings it refuses: a restart would fail the same way
                 self.refused = index
         elif event == "restart":
@@ -263,8 +266,13 @@ class Supervisor:
 
     # ------------------------------------------------------------------ run
 
+    def start(self) -> None:
+        """Start the agents of the first launch (:meth:`run` follows them); at most once."""
+        if not self.processes:
+            self._launch()
+
     def run(self, on_started: Callable[[], Any] | None = None) -> None:
-        """Start the agents and follow them to the end.
+        """Start the agents (unless :meth:`start` did) and follow them to the end.
 
         :raises RunError: an agent failed, was killed, or the run stopped making progress.
         :raises KeyboardInterrupt: Ctrl-C or SIGTERM (every process of the run is stopped first).
@@ -274,7 +282,7 @@ class Supervisor:
             previous = signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM stops the agents too, like Ctrl-C
         try:
             while True:
-                self._launch()
+                self.start()
                 if on_started is not None:
                     on_started()
                     on_started = None
@@ -300,7 +308,10 @@ class Supervisor:
                 signal.signal(signal.SIGTERM, previous)
 
     def _launch(self) -> None:
+        from fsdp_sdk.backends.local.memory import oom_counters
+
         self.plan.log_dir.mkdir(parents=True, exist_ok=True)
+        self.oom_before = oom_counters()
         for index, command in enumerate(self.plan.commands):
             process = subprocess.Popen(
                 list(command),
@@ -384,6 +395,18 @@ class Supervisor:
             tail = [line for line in self.tails[index] if line.strip() and not line.startswith(EVENT_PREFIX)]
             cause = f"agent {index} exited with code {code}: {tail[-1].strip()[:300] if tail else 'no output'}"
         restartable = code > 0 and code != 2 and self.last_failure is not None and not self.summary_seen
+        if code == -signal.SIGKILL or (self._failure_was_signal and self._failure_code == -signal.SIGKILL):
+            from fsdp_sdk.backends.local.memory import oom_rose
+
+            rose = oom_rose(getattr(self, "oom_before", {}))
+            if rose is not None:  # the kernel's OOM killer: a restart would die the same death
+                killed = self.last_failure if self._failure_code == -signal.SIGKILL else None
+                killed = killed or f"agent {index} (pid {pid}) was killed by SIGKILL"
+                cause = (
+                    f"out of memory: {killed} while {rose}; not restarted (it would run out again): use a smaller "
+                    "model or micro batch, fewer processes, or activation checkpointing"
+                )
+                restartable = False
         if self.restarts:
             cause += f" (after {self.restarts} restart{'s' if self.restarts > 1 else ''})"
         message = f"run {self.plan.run_id} failed: {cause}; logs in {self.plan.log_dir}"

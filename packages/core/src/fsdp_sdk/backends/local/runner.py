@@ -1,0 +1,439 @@
+""":class:`LocalRunner`: the job runner of the local backend (see :mod:`fsdp_sdk.runner`).
+
+``dryrun`` renders the run's plan (:func:`~fsdp_sdk.backends.local.plan.render_run`); ``schedule`` brings the
+local cluster up when needed, takes the run's lock, writes its record and starts the agents
+(:class:`~fsdp_sdk.backends.local.supervisor.Supervisor`); ``wait`` follows them to the end in this process.
+``status``, ``logs`` and ``stop`` work from any process, by run id: they read ``runs/<id>/run.json`` and
+``logs/agent-*.log``; ``stop`` interrupts the run's supervising ``fsdp-sdk`` process as Ctrl-C would, after
+checking it is still that process (:class:`~fsdp_sdk.processes.ProcessIdentity`: pid, creation time and
+command line, recorded in ``run.json``).
+
+A named run that has already trained every step asked for is not started again: ``dryrun`` says it is
+finished, ``Client.run`` returns its recorded summary, and its record is kept.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fsdp_sdk.backends.base import ProgressCallback, no_progress
+from fsdp_sdk.backends.local.records import RunLock, RunRecord, list_runs, read_record, validate_run_id
+from fsdp_sdk.errors import BackendError, ConfigError, RunError
+from fsdp_sdk.runner import DryRun, RunHandle, RunStatus, job_ref_name
+from fsdp_sdk.runs import JobRef, RunEvent, RunResult
+
+if TYPE_CHECKING:
+    from fsdp_sdk.backends.local.backend import LocalBackend
+    from fsdp_sdk.backends.local.plan import RunPlan
+    from fsdp_sdk.config import Config
+    from fsdp_sdk.plugins import Plugins
+
+__all__ = ["LocalRunner"]
+
+#: Seconds ``stop`` waits for the run's processes to end after interrupting it.
+STOP_TIMEOUT_S = 60.0
+_PHASES = {"running": "Running", "succeeded": "Succeeded", "failed": "Failed", "interrupted": "Interrupted"}
+
+
+class LocalRunner:
+    """Runs jobs on this machine through the local backend.
+
+    :param backend: the local backend.
+    :param config: the configuration (its state directory holds the runs).
+    :param progress: receives progress lines.
+    """
+
+    kind = "local"
+
+    def __init__(self, backend: LocalBackend, config: Config, *, progress: ProgressCallback = no_progress) -> None:
+        self.backend, self.config, self.progress = backend, config, progress
+
+    @property
+    def runs_dir(self) -> Path:
+        """``<state dir>/local/runs``."""
+        return self.backend.state(self.config).runs_dir
+
+    # ------------------------------------------------------------------ before
+
+    def check_memory(self, config: Config, plugins: Plugins) -> None:
+        """Refuse a run the estimate says will not fit in this machine's memory (host RAM on CPU, each GPU's
+        memory with GPUs); says on the progress stream when no estimate can be made.
+
+        :raises ConfigError: it will not fit (the numbers, and ``--force``).
+        """
+        import copy
+
+        from fsdp_sdk.backends.local.memory import gpu_memory_gib, host_memory
+        from fsdp_sdk.backends.local.settings import LocalSettings
+        from fsdp_sdk.estimate import EstimateUnavailable, estimate_job
+
+        nproc = config.job.nproc_per_node or 1
+        sized = copy.deepcopy(config)
+        sized.job.nproc_per_node = nproc
+        try:
+            est = estimate_job(sized, config.instance(plugins), scaling=False)
+        except EstimateUnavailable as exc:
+            self.progress(f"memory check skipped: {exc}")
+            return
+        processes = config.job.num_workers * nproc
+        name = est.model.name
+        fix = "use a smaller model or micro batch, activation checkpointing, or run it anyway with --force"
+        gpus = gpu_memory_gib()
+        if gpus:
+            smallest = min(gpus)
+            if est.memory.peak_gib > smallest * est.memory.memory_fraction:
+                raise ConfigError(
+                    "estimate",
+                    f"{name} needs about {_gib(est.memory.peak_gib)} GiB per GPU, over the "
+                    f"{_gib(smallest * est.memory.memory_fraction)} GiB usable ({est.memory.memory_fraction:.0%} of "
+                    f"{_gib(smallest)} GiB, nvidia-smi)",
+                    fix,
+                )
+            return
+        settings = config.sections.get("local") or LocalSettings()
+        available = host_memory(settings.memory_limit_gib)
+        if available is None:
+            self.progress("memory check skipped: this machine's available memory is unknown")
+            return
+        need = est.memory.peak_gib * processes
+        if need > available.gib:
+            raise ConfigError(
+                "estimate",
+                f"{name} needs about {_gib(need)} GiB of host memory ({_gib(est.memory.peak_gib)} GiB per process x "
+                f"{processes} processes), over the {_gib(available.gib)} GiB available ({available.source})",
+                fix,
+            )
+
+    def dryrun(
+        self, config: Config, *, run_id: str | None = None, trainer_args: Sequence[str] = (), resume: bool = False
+    ) -> DryRun:
+        """The run's plan on the local cluster as it is now (pure but for reading the state and choosing a c10d
+        port): commands, environment, directories; or, for a named run that has finished, that it has.
+
+        :raises ConfigError: the run id cannot name a run, or ``resume`` names no run.
+        """
+        from fsdp_sdk.backends.local.backend import new_run_id
+
+        run_id = run_id if run_id is not None else new_run_id(config.job.name)
+        validate_run_id(run_id, "--resume" if resume else "--name")
+        if resume:
+            config = self.backend._resumed_config(config, run_id)
+        local = self.backend.state(config)
+        state, _ = local.read_or_none()
+        plan = self.backend.render(config, run_id=run_id, state=state, trainer_args=trainer_args)
+        job = JobRef(name=job_ref_name(config.job.name, run_id), backend=self.backend.name, run_id=run_id)
+        return DryRun(
+            job=job,
+            backend=self.backend.name,
+            commands=plan.commands,
+            notes=plan.notes,
+            output_dir=plan.output_dir,
+            log_dir=plan.log_dir,
+            details=plan.to_dict(),
+            finished=self._finished(plan),
+            config=config,
+            plan=plan,
+            trainer_args=tuple(trainer_args),
+            resume=resume,
+        )
+
+    @staticmethod
+    def _finished(plan: RunPlan) -> dict[str, Any] | None:
+        """The recorded summary of run ``plan.run_id`` when it succeeded with at least the steps asked for."""
+        record = read_record(plan.run_dir)
+        if record is None or record.state != "succeeded":
+            return None
+        try:
+            summary = json.loads((plan.output_dir / "summary.json").read_text())
+        except (OSError, ValueError):
+            return None
+        done = summary.get("steps") if isinstance(summary, dict) else None
+        if not isinstance(done, int) or plan.total_steps is None or done < plan.total_steps:
+            return None
+        return dict(summary)
+
+    # ------------------------------------------------------------------ act
+
+    def schedule(
+        self,
+        dryrun: DryRun,
+        *,
+        on_event: Callable[[RunEvent], None] | None = None,
+        on_output: Callable[[str], None] | None = None,
+    ) -> RunHandle:
+        """Bring the cluster up when needed, take the run's lock, write its record and start the agents.
+
+        :raises BackendError: the trainer is not installed, or the run is going on elsewhere.
+        :raises ConfigError: the run's directories are not writable, or the cluster has too few nodes.
+        """
+        import importlib.util
+
+        from fsdp_sdk.backends.local.backend import _EventRouter
+        from fsdp_sdk.backends.local.supervisor import Supervisor, disk_check
+        from fsdp_sdk.processes import ProcessIdentity
+
+        if dryrun.finished is not None:
+            raise RunError(f"run {dryrun.run_id} has finished; nothing to start")
+        config, draft = dryrun.config, dryrun.plan
+        assert config is not None and draft is not None
+        if importlib.util.find_spec("fsdp_trainer") is None:
+            raise BackendError(
+                "local: the trainer is not installed (no module fsdp_trainer); pip install -e packages/trainer"
+            )
+        problem = disk_check([draft.run_dir, draft.output_dir, *(d for d in [draft.checkpoint_dir] if d)])
+        if problem:
+            raise ConfigError("train.output_dir", problem, "choose a writable directory with free space")
+        backend, local, run_id = self.backend, self.backend.state(config), dryrun.run_id
+        run_lock = RunLock(draft.run_dir)
+        started_cluster = local.read_or_none()[0] is None
+        plan = backend._register(config, local, run_id, run_lock, dryrun.trainer_args, self.progress)
+        record = backend._start_record(config, plan)
+        identity = ProcessIdentity.of(os.getpid())
+        record.supervisor = identity.to_dict() if identity is not None else None
+        with contextlib.suppress(OSError):
+            record.save()
+        events = _EventRouter(on_event, on_output)
+        for note in plan.notes:
+            self.progress(note)
+        self.progress(
+            f"run {run_id}: {plan.nodes} agents x {plan.nproc_per_node} processes, {plan.rdzv_backend} rendezvous at "
+            f"{plan.rdzv_endpoint}, outputs in {plan.output_dir}"
+        )
+        launches = [plan]
+
+        def relaunch() -> RunPlan:
+            backend._clear_keys(local, launches[-1])
+            state, _ = local.read_or_none()
+            launches.append(backend.render(config, run_id=run_id, state=state, trainer_args=dryrun.trainer_args))
+            record.settings["rdzv_ids"] = [*record.settings.get("rdzv_ids", []), launches[-1].rdzv_id][-20:]
+            with contextlib.suppress(OSError):
+                record.save()
+            return launches[-1]
+
+        run = _LocalRun(config, plan, record, run_lock, started_cluster, events)
+        run.supervisor = Supervisor(plan, {**os.environ, **plan.env}, events, relaunch=relaunch)
+        run.guard = backend._guard(config, local, plan, events)
+        try:
+            if run.guard is not None:
+                run.guard.start()
+            run.supervisor.start()
+        except BaseException:
+            self._finish(run, "failed", "the agents could not be started")
+            raise
+        return RunHandle(dryrun.job, dryrun, state=run)
+
+    def wait(self, handle: RunHandle) -> RunResult:
+        """Follow the agents to the end in this process; the trainer's summary.
+
+        :raises RunError: the run failed.
+        :raises KeyboardInterrupt: Ctrl-C, SIGTERM or ``job stop`` (every process of the run is stopped first).
+        """
+        run: _LocalRun = handle.state
+        outcome, error = "failed", None
+        try:
+            assert run.supervisor is not None
+            run.supervisor.run()
+            outcome = "succeeded"
+        except KeyboardInterrupt:
+            outcome = "interrupted"
+            raise
+        except RunError as exc:
+            error = str(exc)
+            raise
+        finally:
+            self._finish(run, outcome, error)
+        plan = run.plan
+        summary_path = plan.output_dir / "summary.json"
+        try:
+            summary = json.loads(summary_path.read_text())
+        except (OSError, ValueError) as exc:
+            run.record.state, run.record.error = "failed", f"{summary_path} is missing or invalid"
+            run.record.save()
+            raise RunError(
+                f"run {plan.run_id}: the trainer exited successfully but {summary_path} is missing or invalid ({exc})"
+            ) from exc
+        return RunResult(
+            handle.job,
+            summary,
+            plan.output_dir,
+            plan.log_dir,
+            plan.commands,
+            extra={
+                "rdzv_backend": plan.rdzv_backend,
+                "endpoint": plan.rdzv_endpoint,
+                "plan": plan.to_dict(),
+                "duration_s": run.record.duration_s,
+            },
+        )
+
+    def _finish(self, run: _LocalRun, outcome: str, error: str | None) -> None:
+        if run.ended:
+            return
+        run.ended = True
+        backend, local = self.backend, self.backend.state(run.config)
+        if run.guard is not None:
+            run.guard.stop()
+        backend._clear_keys(local, run.supervisor.plan if run.supervisor is not None else run.plan)
+        record = run.record
+        record.state, record.ended_at, record.error = outcome, time.time(), error
+        with contextlib.suppress(OSError):
+            record.save()
+        run.lock.release()
+        if run.started_cluster and outcome != "succeeded":
+            backend._stop_what_the_run_started(run.config, self.progress)
+
+    # ------------------------------------------------------------------ by name
+
+    def record(self, job: RunHandle | str | None = None) -> RunRecord:
+        """The record of run ``job`` (a run id or its job name; default: the latest run).
+
+        :raises ConfigError: there is no such run (the message lists the latest ones).
+        """
+        name = job.job.run_id if isinstance(job, RunHandle) else job
+        runs = list_runs(self.runs_dir)
+        if name is None:
+            if not runs:
+                raise ConfigError("NAME", f"no local run in {self.runs_dir} yet", "start one with 'fsdp-sdk run'")
+            return runs[-1]
+        for candidate in runs:
+            if name in (candidate.run_id, job_ref_name(candidate.job_name, candidate.run_id)):
+                return candidate
+        known = ", ".join(r.run_id for r in runs[-5:]) or "none yet"
+        raise ConfigError("NAME", f"no local run {name!r} in {self.runs_dir}", f"'fsdp-sdk runs' lists them ({known})")
+
+    def status(self, job: RunHandle | str | None = None) -> RunStatus:
+        """The run's state from its record (``Lost``: its ``fsdp-sdk`` process died without recording an end)."""
+        record = self.record(job)
+        phase = _PHASES.get(record.state, record.state.capitalize())
+        details = {**record.to_dict(), "logs": str(Path(record.run_dir) / "logs")}
+        details.pop("settings", None)
+        details.pop("supervisor", None)
+        return RunStatus(record.run_id, self.backend.name, phase, record.error, details)
+
+    @staticmethod
+    def _log_files(record: RunRecord, all_workers: bool) -> list[Path]:
+        """Every agent's log, or the leader's (none while no trainer has printed ``master_addr=`` yet)."""
+        logs = sorted((Path(record.run_dir) / "logs").glob("agent-*.log"), key=lambda p: p.name)
+        return logs if all_workers else [log for log in logs if _has_leader(log)][:1]
+
+    def logs(
+        self,
+        job: RunHandle | str | None = None,
+        *,
+        out: Callable[[str], None],
+        follow: bool = False,
+        all_workers: bool = False,
+        poll_s: float = 0.2,
+    ) -> None:
+        """Print the leader's log (the agent whose trainer printed ``master_addr=``), or every agent's with
+        ``all_workers`` (lines prefixed ``[agent-<i>] ``); with ``follow``, keep printing until the run ends."""
+        record = self.record(job)
+        run_dir = Path(record.run_dir)
+        offsets: dict[Path, int] = {}
+        files: list[Path] = []
+        while True:
+            running = RunLock(run_dir).held_elsewhere()
+            files = self._log_files(record, all_workers) if all_workers or not files else files
+            if not files and not (follow and running):  # no leader (yet): the first agent's log, as it is
+                files = sorted((run_dir / "logs").glob("agent-*.log"), key=lambda p: p.name)[:1]
+            for path in files:
+                offsets[path] = _print_new(path, offsets.get(path, 0), out, f"[{path.stem}] " if all_workers else "")
+            if not follow or not running:
+                return
+            time.sleep(poll_s)
+
+    def stop(self, job: RunHandle | str | None = None, *, timeout: float = STOP_TIMEOUT_S) -> str:
+        """Stop a running run as Ctrl-C in its terminal would: interrupt its supervising ``fsdp-sdk`` process (which
+        stops every agent and rank and records the run ``interrupted``), once checked to be that very process.
+
+        :raises BackendError: the recorded process is not the run's any more, or the run did not end in time.
+        """
+        from fsdp_sdk.processes import ProcessIdentity
+
+        if isinstance(job, RunHandle) and isinstance(job.state, _LocalRun):  # scheduled by this process
+            run = job.state
+            if run.supervisor is not None:
+                run.supervisor.stop()
+            if run.ended:
+                return f"run {job.job.run_id} is not running ({run.record.state}); nothing to stop"
+            self._finish(run, "interrupted", None)
+            return f"stopped run {job.job.run_id}: interrupted"
+        record = self.record(job)
+        run_dir = Path(record.run_dir)
+        if not RunLock(run_dir).held_elsewhere():
+            return f"run {record.run_id} is not running ({record.state}); nothing to stop"
+        identity = ProcessIdentity.from_dict(record.supervisor)
+        if identity is None:
+            raise BackendError(
+                f"run {record.run_id}: its record names no supervising process (started by an older fsdp-sdk); "
+                "stop it with Ctrl-C in its terminal"
+            )
+        mismatch = identity.mismatch()
+        if mismatch is not None:
+            raise BackendError(
+                f"run {record.run_id}: its supervising process is gone or replaced ({mismatch}); nothing signalled"
+            )
+        os.kill(identity.pid, signal.SIGINT)
+        deadline = time.monotonic() + timeout
+        while RunLock(run_dir).held_elsewhere():
+            if time.monotonic() > deadline:
+                raise BackendError(
+                    f"run {record.run_id} (fsdp-sdk pid {identity.pid}) is still stopping after {timeout:.0f} s"
+                )
+            time.sleep(0.1)
+        after = read_record(run_dir)
+        state = after.state if after is not None else "?"
+        return f"stopped run {record.run_id} (fsdp-sdk pid {identity.pid}): {state}"
+
+
+class _LocalRun:
+    """What this process holds of a scheduled local run."""
+
+    def __init__(
+        self,
+        config: Config,
+        plan: RunPlan,
+        record: RunRecord,
+        lock: RunLock,
+        started_cluster: bool,
+        events: Callable[[RunEvent], None],
+    ) -> None:
+        self.config, self.plan, self.record, self.lock = config, plan, record, lock
+        self.started_cluster, self.events = started_cluster, events
+        self.supervisor: Any = None
+        self.guard: Any = None
+        self.ended = False
+
+
+def _gib(value: float) -> str:
+    return f"{value:.3f}" if value < 1 else f"{value:.1f}"
+
+
+def _has_leader(path: Path) -> bool:
+    from fsdp_sdk.backends.local.supervisor import LEADER_MARKER
+
+    try:
+        return LEADER_MARKER in path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+
+
+def _print_new(path: Path, offset: int, out: Callable[[str], None], prefix: str) -> int:
+    """Print the complete lines of ``path`` after ``offset``; the offset after them."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except OSError:
+        return offset
+    end = data.rfind(b"\n") + 1
+    for line in data[:end].decode("utf-8", errors="replace").splitlines():
+        out(prefix + line)
+    return offset + end

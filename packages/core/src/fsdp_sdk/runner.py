@@ -1,0 +1,367 @@
+"""One job runner for both places a job runs: this machine (the local backend) and a Kubernetes cluster.
+
+A runner has TorchX's shape:
+
+* :meth:`JobRunner.dryrun` ``(config) ->`` :class:`DryRun`: what would be started, decided before anything
+  starts (pure: the commands, environment and directories of a local run; the Kubernetes objects of a job).
+  ``fsdp-sdk run --dry-run`` prints it (:meth:`DryRun.lines`, or :meth:`DryRun.to_dict` with ``--json``).
+* :meth:`JobRunner.schedule` ``(dryrun) ->`` :class:`RunHandle`: start exactly that (the agents; the job applied).
+* :meth:`JobRunner.wait` ``(handle) ->`` :class:`~fsdp_sdk.runs.RunResult`: follow it to its end.
+* :meth:`JobRunner.status`, :meth:`JobRunner.logs`, :meth:`JobRunner.stop` by handle or by name, from any
+  process: ``fsdp-sdk job status|logs|stop NAME`` work on local runs and cluster jobs alike.
+
+:class:`fsdp_sdk.Client` picks the runner (:attr:`fsdp_sdk.Client.runner`): the local one
+(:class:`fsdp_sdk.backends.local.runner.LocalRunner`, the supervisor) for the local backend,
+:class:`KubernetesRunner` (the job layer, :mod:`fsdp_sdk.k8s.jobs`) for cluster backends.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from fsdp_sdk.errors import RunError
+from fsdp_sdk.runs import JobRef, RunEvent, RunResult
+
+if TYPE_CHECKING:
+    from fsdp_sdk.config import Config
+    from fsdp_sdk.k8s.jobs import JobClient
+    from fsdp_sdk.plugins import Plugins
+
+__all__ = ["DryRun", "JobRunner", "KubernetesRunner", "RunHandle", "RunStatus", "job_ref_name"]
+
+
+def job_ref_name(job_name: str, run_id: str) -> str:
+    """The name of a local run's job: its run id when that already starts with ``job.name`` (the default ids do),
+    else ``<job.name>-<run id>``."""
+    if run_id == job_name or run_id.startswith(f"{job_name}-"):
+        return run_id
+    return f"{job_name}-{run_id}"
+
+
+@dataclass(frozen=True)
+class DryRun:
+    """What a runner would start, decided before anything starts.
+
+    :param job: the job it would be.
+    :param backend: the backend it would run on.
+    :param commands: the commands a local run would start (one per simulated node).
+    :param objects: the Kubernetes objects a cluster job would apply (the Secret without its data).
+    :param notes: what the user should know about the choices made (checkpoint period, rendezvous...).
+    :param output_dir: the trainer's output directory (local).
+    :param log_dir: the agents' logs (local).
+    :param details: the local run's full plan (:meth:`~fsdp_sdk.backends.local.plan.RunPlan.to_dict`).
+    :param finished: the run of this name has already trained every step asked for: nothing would start.
+    :param config: the configuration it was made from (what :meth:`JobRunner.schedule` acts on).
+    :param plan: the runner's own plan object (local: the :class:`~fsdp_sdk.backends.local.plan.RunPlan`).
+    """
+
+    job: JobRef
+    backend: str
+    commands: tuple[tuple[str, ...], ...] = ()
+    objects: tuple[dict[str, Any], ...] = ()
+    notes: tuple[str, ...] = ()
+    output_dir: Path | None = None
+    log_dir: Path | None = None
+    details: Mapping[str, Any] = field(default_factory=dict)
+    finished: dict[str, Any] | None = None
+    config: Config | None = field(default=None, repr=False, compare=False)
+    plan: Any = field(default=None, repr=False, compare=False)
+    trainer_args: tuple[str, ...] = ()
+    resume: bool = False
+
+    @property
+    def run_id(self) -> str:
+        """Shortcut for ``job.run_id``."""
+        return self.job.run_id
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict: what ``run --dry-run --json`` prints."""
+        return {
+            "job": {
+                "name": self.job.name,
+                "backend": self.job.backend,
+                "run_id": self.job.run_id,
+                "namespace": self.job.namespace,
+            },
+            "run_id": self.job.run_id,
+            "dry_run": True,
+            "commands": [list(c) for c in self.commands],
+            "objects": [dict(o) for o in self.objects],
+            "notes": list(self.notes),
+            "output_dir": str(self.output_dir) if self.output_dir else None,
+            "log_dir": str(self.log_dir) if self.log_dir else None,
+            "finished": self.finished,
+            **({"plan": dict(self.details)} if self.details else {}),
+        }
+
+    def lines(self) -> list[str]:
+        """What ``run --dry-run`` prints: the commands of a local run, or the objects of a job as YAML."""
+        where = f" in namespace {self.job.namespace}" if self.job.namespace else ""
+        if self.finished is not None:
+            return [
+                f"Run {self.run_id} has finished ({self.finished.get('steps')} steps); nothing would start "
+                "(a larger --steps continues it)"
+            ]
+        lines = [f"Would run {self.job.name} (run id {self.run_id}) on backend {self.backend}{where}:"]
+        lines += ["  " + shlex.join(command) for command in self.commands]
+        lines += [f"  ({note})" for note in self.notes]
+        if self.objects:
+            from fsdp_sdk.cli.output import to_yaml_documents
+
+            lines += to_yaml_documents(list(self.objects)).rstrip("\n").splitlines()
+        return lines
+
+    def result(self) -> RunResult:
+        """The dry run as the :class:`~fsdp_sdk.runs.RunResult` ``Client.run(dry_run=True)`` returns."""
+        extra: dict[str, Any] = {}
+        if self.details:
+            extra["plan"] = dict(self.details)
+        if self.objects:
+            extra["objects"] = [dict(o) for o in self.objects]
+        return RunResult(
+            self.job, {}, self.output_dir, self.log_dir, self.commands, dry_run=True, extra=extra, plan=self
+        )
+
+
+@dataclass
+class RunHandle:
+    """A scheduled job, for :meth:`JobRunner.wait` / ``status`` / ``logs`` / ``stop``.
+
+    :param job: the job.
+    :param dryrun: what was scheduled.
+    :param state: the runner's own state of the job while this process follows it (local: the supervisor).
+    """
+
+    job: JobRef
+    dryrun: DryRun
+    state: Any = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    """The state of a job as ``job status`` shows it.
+
+    :param name: the job's (local: the run's) name.
+    :param backend: where it runs.
+    :param phase: ``Running``, ``Succeeded``, ``Failed``, ``Interrupted``, ``Lost``, or the Kubernetes job's phase.
+    :param message: the cause of a failure, when known.
+    :param details: everything else known (the local run's record; the job's replica counts).
+    """
+
+    name: str
+    backend: str
+    phase: str
+    message: str | None = None
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def finished(self) -> bool:
+        """Whether it has ended."""
+        return self.phase not in ("Running", "Created", "Restarting", "Pending")
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return {
+            "name": self.name,
+            "backend": self.backend,
+            "phase": self.phase,
+            "message": self.message,
+            **dict(self.details),
+        }
+
+
+class JobRunner(Protocol):
+    """What runs a training job: see the module docstring."""
+
+    kind: str
+
+    def dryrun(
+        self, config: Config, *, run_id: str | None = None, trainer_args: Sequence[str] = (), resume: bool = False
+    ) -> DryRun:
+        """What would be started for ``config`` (pure)."""
+        ...
+
+    def schedule(
+        self,
+        dryrun: DryRun,
+        *,
+        on_event: Callable[[RunEvent], None] | None = None,
+        on_output: Callable[[str], None] | None = None,
+    ) -> RunHandle:
+        """Start what ``dryrun`` describes; return at once with its handle."""
+        ...
+
+    def wait(self, handle: RunHandle) -> RunResult:
+        """Follow the job to its end and return the trainer's summary.
+
+        :raises RunError: the job failed.
+        """
+        ...
+
+    def status(self, job: RunHandle | str | None = None) -> RunStatus:
+        """The job's state (by handle, by name, or the latest/configured one)."""
+        ...
+
+    def logs(
+        self,
+        job: RunHandle | str | None = None,
+        *,
+        out: Callable[[str], None],
+        follow: bool = False,
+        all_workers: bool = False,
+    ) -> None:
+        """Print the leader's log (every worker's with ``all_workers``) through ``out``."""
+        ...
+
+    def stop(self, job: RunHandle | str | None = None) -> str:
+        """Stop the job; returns a line saying what was done."""
+        ...
+
+
+class KubernetesRunner:
+    """The runner of cluster backends: the Kubernetes job layer (:class:`~fsdp_sdk.k8s.jobs.JobClient`).
+
+    :param jobs: the job layer of the cluster.
+    """
+
+    kind = "kubernetes"
+
+    def __init__(self, jobs: JobClient) -> None:
+        self.jobs = jobs
+
+    def dryrun(
+        self,
+        config: Config,
+        *,
+        run_id: str | None = None,
+        trainer_args: Sequence[str] = (),
+        resume: bool = False,
+        api: str | None = None,
+        create_secret: bool | None = None,
+        unique: bool = False,
+    ) -> DryRun:
+        """The job's objects as ``job submit`` would apply them (pure: nothing is sent).
+
+        :param run_id: the rendezvous id (default: a fresh one).
+        :param api: ``pytorchjob`` or ``trainjob`` (default: ``job.api``).
+        :param create_secret: include the Hugging Face token Secret (default: when ``job.hf_token`` is set).
+        :param unique: name the job ``job.name`` plus a fresh suffix (a new job next to the others).
+        """
+        from fsdp_sdk.k8s.render import new_rdzv_id, render_job
+
+        if unique:
+            import secrets
+
+            from fsdp_sdk.config import Setting
+            from fsdp_sdk.k8s.jobs import _SUFFIX_ALPHABET
+
+            suffix = "".join(secrets.choice(_SUFFIX_ALPHABET) for _ in range(5))
+            renamed = config.with_overrides(
+                [Setting("job.name", f"{config.job.name}-{suffix}", "--unique", "command line")]
+            )
+            config = renamed.resolved(self._plugins(), validate_trainer=False)
+        rdzv_id = run_id or new_rdzv_id(config.job.name)
+        objects = render_job(config, rdzv_id=rdzv_id, create_secret=create_secret, api=api, plugins=self._plugins())
+        job = JobRef(
+            name=objects[0]["metadata"]["name"],
+            backend=config.cluster.backend,
+            run_id=rdzv_id,
+            namespace=config.job.namespace,
+        )
+        return DryRun(
+            job=job,
+            backend=config.cluster.backend,
+            objects=tuple(objects),
+            config=config,
+            plan={"api": api, "create_secret": create_secret},
+            trainer_args=tuple(trainer_args),
+        )
+
+    def _plugins(self) -> Plugins:
+        if self.jobs.plugins is not None:
+            return self.jobs.plugins
+        from fsdp_sdk.plugins import get_plugins
+
+        return get_plugins()
+
+    def schedule(
+        self,
+        dryrun: DryRun,
+        *,
+        on_event: Callable[[RunEvent], None] | None = None,
+        on_output: Callable[[str], None] | None = None,
+        server_dry_run: bool = False,
+        replace: bool = False,
+    ) -> RunHandle:
+        """Apply the dry run's objects (server-side apply; the same rendezvous id renders the same objects).
+
+        :param server_dry_run: the API server validates them and stores nothing (``dryRun=All``).
+        :param replace: delete a job of the same name first (see :meth:`~fsdp_sdk.k8s.jobs.JobClient.submit`).
+        """
+        options = dryrun.plan or {}
+        job = self.jobs.submit(
+            dryrun.config,
+            run_id=dryrun.run_id,
+            api=options.get("api"),
+            create_secret=options.get("create_secret"),
+            dry_run=server_dry_run,
+            replace=replace,
+        )
+        return RunHandle(job, dryrun, state=(on_event, on_output))
+
+    def wait(self, handle: RunHandle) -> RunResult:
+        """Follow the leader's log to the job's end; the trainer's summary.
+
+        :raises RunError: the job failed or finished without a summary.
+        """
+        on_event, on_output = handle.state if handle.state else (None, None)
+        if on_output is None and on_event is not None and handle.dryrun.config is not None:
+            on_output = _events_from_lines(on_event, handle.dryrun.config)
+        summary = self.jobs.wait(handle.job, on_output=on_output)
+        if not isinstance(summary, dict):
+            raise RunError(f"job {handle.job.name}: finished without a trainer summary")
+        return RunResult(handle.job, summary)
+
+    def status(self, job: RunHandle | str | None = None) -> RunStatus:
+        """The job's phase and replica counts."""
+        status = self.jobs.status(job.job if isinstance(job, RunHandle) else job)
+        data = status.to_dict()
+        return RunStatus(status.name, self.jobs.config.cluster.backend, status.phase, status.message or None, data)
+
+    def logs(
+        self,
+        job: RunHandle | str | None = None,
+        *,
+        out: Callable[[str], None],
+        follow: bool = False,
+        all_workers: bool = False,
+    ) -> None:
+        """The leader's log (or every worker's)."""
+        self.jobs.logs(job.job if isinstance(job, RunHandle) else job, follow=follow, all_workers=all_workers, out=out)
+
+    def stop(self, job: RunHandle | str | None = None) -> str:
+        """Delete the job and clear its rendezvous keys."""
+        name = job.job.name if isinstance(job, RunHandle) else job or self.jobs.config.job.name
+        result = self.jobs.stop(name)
+        if not result.deleted:
+            return f"job {self.jobs.namespace}/{name} does not exist; nothing to stop"
+        return f"deleted job {self.jobs.namespace}/{name}; cleared {len(result.rendezvous_keys)} rendezvous key(s)"
+
+
+def _events_from_lines(on_event: Callable[[RunEvent], None], config: Config) -> Callable[[str], None]:
+    """Turn the leader's log lines of a Kubernetes job into the run events a local run gives."""
+    from fsdp_sdk.runs import leader_line_event
+
+    steps = (config.trainer.get("train") or {}).get("steps")
+    total = steps if isinstance(steps, int) else None
+
+    def line(text: str) -> None:
+        event = leader_line_event(text, total)
+        if event is not None:
+            on_event(event)
+
+    return line
