@@ -17,6 +17,7 @@ from fsdp_sdk.config import Config
 from fsdp_sdk.errors import ConfigError
 from fsdp_sdk.hookspecs import hookimpl
 from fsdp_sdk.plugins import build_plugins
+from fsdp_sdk.resolved import Resolved
 from fsdp_sdk.scaling import run_sweep
 
 from .fake_apiserver import FakeApiServer
@@ -35,8 +36,8 @@ class ScalingBackend(ClusterBackend):
     kubeconfig_path: ClassVar[Path]
     sizes: ClassVar[list[int]] = []
 
-    def plan(self, config: Config) -> Plan:
-        return Plan(backend=self.name, cluster=config.cluster.name, steps=[])
+    def plan(self, resolved: Resolved) -> Plan:
+        return Plan(backend=self.name, cluster=resolved.config.cluster.name, steps=[])
 
     def apply(self, config, plan, *, progress=None) -> ClusterStatus:
         return self.status(config)

@@ -87,9 +87,11 @@ def test_invalid_object_is_refused_with_422(apiserver: FakeApiServer, kubeconfig
     assert apiserver.objects() == []
 
 
-def test_unique_submit_without_a_plugin_set_uses_the_process_one(apiserver: FakeApiServer, kubeconfig: Path) -> None:
-    # JobClient(config) as the module docstring shows it: no plugins given, so the process-wide set resolves
-    # the renamed configuration.
+def test_unique_submit_without_a_plugin_set_uses_the_installed_plugins(
+    apiserver: FakeApiServer, kubeconfig: Path
+) -> None:
+    # JobClient(config) as the module docstring shows it: no plugins given, so a set of the installed plugins
+    # (built on first use) resolves the renamed configuration.
     config = Config.from_dict({"job": {"registry": REGISTRY}, "trainer": {"model": {"preset": "tiny"}}})
     ref = JobClient(config, kubeconfig=kubeconfig).submit(unique=True)
     assert ref.name.startswith("fsdp-") and ref.name != "fsdp"

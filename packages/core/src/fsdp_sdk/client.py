@@ -36,8 +36,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 from fsdp_sdk.backends.base import ClusterBackend, ClusterStatus, Plan, ProgressCallback, no_progress
 from fsdp_sdk.config import Config, Setting, load_config, parse_trainer_args
 from fsdp_sdk.errors import BackendError, ConfigError, RunError
-from fsdp_sdk.plugins import PluginInfo, Plugins, get_plugins
+from fsdp_sdk.plugins import PluginInfo, Plugins, build_plugins
 from fsdp_sdk.preflight import PreflightResult, raise_for_failures
+from fsdp_sdk.resolved import Resolved
 
 if TYPE_CHECKING:
     from fsdp_sdk.aws.pricing import Price
@@ -82,8 +83,11 @@ class Client:
     Build one with :meth:`from_sources` (files, ``.env``, ``FSDP_SDK_*`` variables, like the CLI) or,
     for a platform embedding the SDK, :meth:`from_dict` (hermetic: nothing but the given data and plugins).
 
-    :param config: the configuration; it is :meth:`~fsdp_sdk.config.Config.resolved` here.
-    :param plugins: the plugin set; defaults to the process-wide :func:`~fsdp_sdk.plugins.get_plugins`.
+    :param config: the configuration; it is resolved here, once (:attr:`resolved`: the configuration, its
+        instance type and the plugin set, what the backend, the preflight hooks, the renderers and the estimate
+        receive).
+    :param plugins: the plugin set; defaults to the installed plugins (:func:`~fsdp_sdk.plugins.build_plugins`,
+        a set of this client's own; the CLI passes its process-wide one).
     :param progress: receives one line per step of long operations (the CLI prints them on stderr).
     :param kubeconfig: the kubeconfig of the cluster jobs go to; defaults to ``cluster.kubeconfig``, the
         backend's, then ``$KUBECONFIG``, then ``~/.kube/config``.
@@ -102,8 +106,10 @@ class Client:
         kube_context: str | None = None,
         hermetic: bool = False,
     ) -> None:
-        self.loaded_plugins = plugins or get_plugins()
-        self.config = config.resolved(self.loaded_plugins)
+        self.loaded_plugins = plugins if plugins is not None else build_plugins()
+        #: The configuration resolved once, with its instance type and the plugin set.
+        self.resolved = Resolved.of(config, self.loaded_plugins)
+        self.config = self.resolved.config
         self.progress: ProgressCallback = progress or no_progress
         self.kube_context = kube_context
         self.hermetic = hermetic
@@ -174,7 +180,7 @@ class Client:
         :param kubeconfig: see :class:`Client`.
         :param kube_context: see :class:`Client`.
         """
-        plugins = plugins or get_plugins()
+        plugins = plugins if plugins is not None else build_plugins()
         config = load_config(
             config_file,
             env_file,
@@ -200,7 +206,7 @@ class Client:
 
         :param action: what the checks are for: ``up``, ``run`` or ``submit`` (see ``fsdp_sdk_preflight``).
         """
-        return self.loaded_plugins.hooks.preflight(self.config, action)
+        return self.loaded_plugins.hooks.preflight(self.resolved, action)
 
     def _checked(self, action: str = "up") -> list[PreflightResult]:
         """Run the checks, show the failed warnings as progress, and raise for the failed errors."""
@@ -221,10 +227,13 @@ class Client:
         return filled
 
     def _config_with(self, filled: Mapping[str, Any]) -> Config:
+        return self._resolved_with(filled).config
+
+    def _resolved_with(self, filled: Mapping[str, Any]) -> Resolved:
         if not filled:
-            return self.config
+            return self.resolved
         settings = [Setting(path, value, path, "preflight") for path, value in filled.items()]
-        return self.config.with_overrides(settings).resolved(self.loaded_plugins, validate_trainer=False)
+        return self.resolved.with_overrides(settings, validate_trainer=False)
 
     def plan(self, *, preflight: bool = True, preview: bool = False) -> Plan:
         """What :meth:`up` will do; changes nothing.
@@ -242,8 +251,9 @@ class Client:
         results = self._checked() if preflight else []
         filled = self._filled(results)
         filled.update(self._discovered())
-        config = self._config_with(filled)
-        plan = self.backend.plan(config)
+        resolved = self._resolved_with(filled)
+        config = resolved.config
+        plan = self.backend.plan(resolved)
         if plan.backend != self.backend.name or plan.cluster != config.cluster.name:
             raise BackendError(f"backend {self.backend.name!r} returned a plan for {plan.backend}/{plan.cluster}")
         if preview:
@@ -267,12 +277,12 @@ class Client:
         cost, details = plan.hourly_cost_usd, dict(plan.details)
         if any(r.check == "aws-credentials" and r.ok for r in results):
             # The backend priced the GPU nodes from the table (us-east-1, dated); AWS answers for this region.
-            price = self.hourly_price(config)
-            table = self.config.instance(self.loaded_plugins).on_demand_usd_per_hour
+            price = self.hourly_price(resolved)
+            table = resolved.instance.on_demand_usd_per_hour
             if price.source == "price-list-api" and price.usd_per_hour is not None and cost is not None and table:
                 cost = cost - table * config.cluster.nodes + price.usd_per_hour * config.cluster.nodes
                 details["price"] = price.describe()
-        estimate = self._side_estimate(config)
+        estimate = self._side_estimate(resolved)
         return dataclasses.replace(
             plan,
             steps=steps,
@@ -356,10 +366,10 @@ class Client:
             )
         if not self.backend.runs_jobs and nodes > self.backend.status(self.config).nodes:
             # More nodes: the checks of 'up' (quota, reservation) for the cluster at its new size.
-            target = self.config.with_overrides([Setting("cluster.nodes", nodes, "nodes", "scale")])
-            results = self.loaded_plugins.hooks.preflight(
-                target.resolved(self.loaded_plugins, validate_trainer=False), "up"
+            target = self.resolved.with_overrides(
+                [Setting("cluster.nodes", nodes, "nodes", "scale")], validate_trainer=False
             )
+            results = self.loaded_plugins.hooks.preflight(target, "up")
             for result in results:
                 if not result.ok and not result.blocking:
                     self.progress(result.line())
@@ -396,14 +406,17 @@ class Client:
             )
         return path
 
-    def hourly_price(self, config: Config | None = None) -> Price:
+    def hourly_price(self, resolved: Resolved | None = None) -> Price:
         """The on-demand price of ``cluster.instance_type`` in ``cluster.region``: the AWS Price List's when
-        credentials allow it (cached for a day under the state directory), else the instance type's dated table."""
+        credentials allow it (cached for a day under the state directory), else the instance type's dated table.
+
+        :param resolved: another resolved value than the client's (a plan's, with the values preflight filled).
+        """
         from fsdp_sdk.aws.pricing import hourly_price
 
-        config = config or self.config
-        instance = config.instance(self.loaded_plugins)
-        return hourly_price(instance, config.cluster.region, state_dir=Path(config.cluster.state_dir))
+        resolved = resolved or self.resolved
+        config = resolved.config
+        return hourly_price(resolved.instance, config.cluster.region, state_dir=Path(config.cluster.state_dir))
 
     def merge_kubeconfig(self, target: str | os.PathLike[str] | None = None) -> Path:
         """Add the cluster's kubeconfig to ``target`` (default ``~/.kube/config``) and make it the current context.
@@ -564,14 +577,7 @@ class Client:
         """
         from fsdp_sdk.k8s.render import render_job
 
-        return render_job(
-            self.config,
-            rdzv_id=rdzv_id,
-            create_secret=create_secret,
-            api=api,
-            plugins=self.loaded_plugins,
-            preview=preview,
-        )
+        return render_job(self.resolved, rdzv_id=rdzv_id, create_secret=create_secret, api=api, preview=preview)
 
     @functools.cached_property
     def jobs(self) -> JobClient:
@@ -588,7 +594,11 @@ class Client:
 
         path = self._kubeconfig_or_fail()
         return JobClient(
-            self.config, kubeconfig=path, context=self.kube_context, plugins=self.loaded_plugins, progress=self.progress
+            self.resolved,
+            kubeconfig=path,
+            context=self.kube_context,
+            plugins=self.loaded_plugins,
+            progress=self.progress,
         )
 
     def submit_job(
@@ -671,7 +681,8 @@ class Client:
             for key, value in (trainer_overrides or {}).items()
         ]
         settings += parse_trainer_args(trainer_args)
-        config = self.config.with_overrides(settings).resolved(self.loaded_plugins) if settings else self.config
+        resolved = self.resolved.with_overrides(settings) if settings else self.resolved
+        config = resolved.config
         if resume is not None and not self.backend.runs_jobs:
             raise ConfigError(
                 "--resume", f"backend {self.backend.name!r} does not keep run records", "re-submit the job instead"
@@ -684,7 +695,7 @@ class Client:
             run_id = run_id or uuid.uuid4().hex[:12]
         hooks = self.loaded_plugins.hooks
         if not self.backend.runs_jobs and not force:
-            self.check_fits(config)
+            self.check_fits(resolved)
         if not dry_run:
             self._checked("run")
 
@@ -719,7 +730,7 @@ class Client:
         from fsdp_sdk.runs import RunResult
 
         jobs = self.jobs
-        job = jobs.submit(config, run_id=run_id, dry_run=dry_run)
+        job = jobs.submit(resolved, run_id=run_id, dry_run=dry_run)
         if dry_run:
             return RunResult(job, {}, dry_run=True)
         if on_started is not None:
@@ -739,10 +750,8 @@ class Client:
 
     # ------------------------------------------------------------------ estimates
 
-    def _estimate_config(
-        self, nodes: int | None, gpus_per_node: int | None, instance_type: str | None, config: Config | None = None
-    ) -> Config:
-        config = config or self.config
+    def _estimate_config(self, nodes: int | None, gpus_per_node: int | None, instance_type: str | None) -> Resolved:
+        config = self.config
         settings = []
         if nodes is not None:
             if nodes < 1:
@@ -757,8 +766,8 @@ class Client:
                 Setting(p, None) for p in ("job.gpu_per_worker", "job.efa_per_worker") if p not in config.origins
             ]
         if not settings:
-            return config
-        return config.with_overrides(settings).resolved(self.loaded_plugins, validate_trainer=False)
+            return self.resolved
+        return self.resolved.with_overrides(settings, validate_trainer=False)
 
     def estimate(
         self,
@@ -789,10 +798,10 @@ class Client:
         """
         from fsdp_sdk.estimate import DEFAULT_TOKENS, estimate_job
 
-        config = self._estimate_config(nodes, gpus_per_node, instance_type)
+        resolved = self._estimate_config(nodes, gpus_per_node, instance_type)
         return estimate_job(
-            config,
-            config.instance(self.loaded_plugins),
+            resolved.config,
+            resolved.instance,
             model=model,
             trainer_overrides=trainer_overrides,
             mfu=mfu,
@@ -817,10 +826,10 @@ class Client:
         (arguments as :meth:`estimate`)."""
         from fsdp_sdk.estimate import DEFAULT_TOKENS, recommend
 
-        config = self._estimate_config(nodes, gpus_per_node, instance_type)
+        resolved = self._estimate_config(nodes, gpus_per_node, instance_type)
         return recommend(
-            config,
-            config.instance(self.loaded_plugins),
+            resolved.config,
+            resolved.instance,
             model=model,
             trainer_overrides=trainer_overrides,
             mfu=mfu,
@@ -828,7 +837,7 @@ class Client:
             network_efficiency=network_efficiency,
         )
 
-    def check_fits(self, config: Config | None = None) -> Estimate | None:
+    def check_fits(self, resolved: Resolved | None = None) -> Estimate | None:
         """Refuse a job the estimate says will not fit in its GPUs' memory; the estimate, or None when none can be
         made here (no trainer installed, or a model only on the Hugging Face Hub).
 
@@ -836,9 +845,9 @@ class Client:
         """
         from fsdp_sdk.estimate import EstimateUnavailable, estimate_job, fit_problem
 
-        config = config or self.config
+        resolved = resolved or self.resolved
         try:
-            est = estimate_job(config, config.instance(self.loaded_plugins), scaling=False)
+            est = estimate_job(resolved.config, resolved.instance, scaling=False)
         except EstimateUnavailable as exc:
             self.progress(f"fit check skipped: {exc}")
             return None
@@ -852,15 +861,15 @@ class Client:
             )
         return est
 
-    def _side_estimate(self, config: Config) -> Estimate | None:
+    def _side_estimate(self, resolved: Resolved) -> Estimate | None:
         """The configured job's estimate for ``up --dry-run``: None without a model in the configuration or where
         none can be made here (said on the progress stream)."""
         from fsdp_sdk.estimate import EstimateUnavailable, estimate_job, model_is_given
 
-        if not model_is_given(config):
+        if not model_is_given(resolved.config):
             return None
         try:
-            return estimate_job(config, config.instance(self.loaded_plugins))
+            return estimate_job(resolved.config, resolved.instance)
         except EstimateUnavailable as exc:
             self.progress(f"estimate skipped: {exc}")
             return None

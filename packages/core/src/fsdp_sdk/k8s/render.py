@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from fsdp_sdk.config import Config
     from fsdp_sdk.instance_types import InstanceType
     from fsdp_sdk.plugins import Plugins
+    from fsdp_sdk.resolved import Resolved
 
 __all__ = [
     "HF_TOKEN_KEY",
@@ -547,7 +548,7 @@ def render_hf_secret(config: Config) -> dict[str, Any]:
 
 
 def render_job(
-    config: Config,
+    config: Config | Resolved,
     *,
     rdzv_id: str | None = None,
     create_secret: bool | None = None,
@@ -557,26 +558,29 @@ def render_job(
 ) -> list[dict[str, Any]]:
     """Render the Kubernetes objects of a training job, then let plugins adjust them.
 
-    :param config: the configuration; it is resolved (:meth:`Config.resolved`) here,
-        which fills the GPU/EFA counts and refuses an unknown instance type or more
-        GPUs than the instance type has.
+    :param config: the resolved value (:class:`~fsdp_sdk.resolved.Resolved`), or a configuration,
+        resolved here with ``plugins`` (:meth:`Config.resolved` fills the GPU/EFA counts and refuses an
+        unknown instance type or more GPUs than the instance type has).
     :param rdzv_id: the submission's rendezvous id; a fresh one when ``None``.
     :param create_secret: also render the Hugging Face token ``Secret`` (without its
         data); defaults to whether ``job.hf_token`` is set.
     :param api: ``pytorchjob`` or ``trainjob``; defaults to ``job.api``.
-    :param plugins: the plugin set (defaults to the process-wide one).
+    :param plugins: the plugin set a configuration is resolved with; with a ``Resolved``, its own (the default).
     :param preview: render for reading, not for applying: without ``job.registry`` the image gets
         the :data:`PLACEHOLDER_REGISTRY` and a :class:`RenderWarning` instead of an error.
     :returns: the objects, the job first, then what plugins appended.
     :raises ConfigError: the configuration cannot make a valid job, or the Hugging Face
         token's value would appear in plain text in an object (:func:`check_token_not_inline`).
     """
-    if plugins is None:
-        from fsdp_sdk.plugins import get_plugins
+    from fsdp_sdk.resolved import Resolved
 
-        plugins = get_plugins()
-    config = config.resolved(plugins)
-    instance = config.instance(plugins)
+    if isinstance(config, Resolved):
+        resolved = config if plugins is None or plugins is config.plugins else Resolved.of(config.config, plugins)
+    elif plugins is None:
+        raise TypeError("render_job() of a Config needs the plugin set to resolve it with: pass plugins=")
+    else:
+        resolved = Resolved.of(config, plugins)
+    config, instance, plugins = resolved.config, resolved.instance, resolved.plugins
     api = api or config.job.api
     if api not in ("pytorchjob", "trainjob"):
         raise ConfigError("--api", f"unknown job API {api!r}", "use pytorchjob or trainjob")
@@ -595,7 +599,7 @@ def render_job(
     objects = [render(config, instance, image, rdzv_id)]
     if create_secret if create_secret is not None else bool(config.job.hf_token):
         objects.append(render_hf_secret(config))
-    plugins.hooks.render_job(config, objects)
+    plugins.hooks.render_job(resolved, objects)
     check_token_not_inline(config, objects)
     _warn_about_outputs(config)
     return objects
