@@ -654,6 +654,7 @@ class Client:
         on_event: Callable[[RunEvent], None] | None = None,
         on_started: Callable[[JobRef], None] | None = None,
         resume: str | None = None,
+        scale: bool = False,
     ) -> RunResult:
         """Run the trainer to completion on this cluster and return its summary.
 
@@ -672,8 +673,10 @@ class Client:
             that run jobs themselves; the leader's steps and lines from a Kubernetes job (unless ``on_output``).
         :param on_started: called with the job once its processes are started (before the hooks hear of it).
         :param resume: continue the local run of that id with its recorded settings; settings given here win.
-        :raises ConfigError: a trainer setting is invalid, ``resume`` names no run, or the job will not fit (see
-            :meth:`check_fits`).
+        :param scale: on a cluster with fewer nodes now than the job's workers, scale it to that many first
+            (without: refused). Backends that run jobs themselves start their simulated nodes as they need.
+        :raises ConfigError: a trainer setting is invalid, ``resume`` names no run, the job will not fit (see
+            :meth:`check_fits`), or it needs more nodes than the cluster has and ``scale`` is off.
         :raises RunError: the run failed.
         """
         settings = [
@@ -694,6 +697,8 @@ class Client:
         else:
             run_id = run_id or uuid.uuid4().hex[:12]
         hooks = self.loaded_plugins.hooks
+        if not self.backend.runs_jobs:
+            self._ensure_nodes(config, scale=scale, dry_run=dry_run)
         if not self.backend.runs_jobs and not force:
             self.check_fits(resolved)
         if not dry_run:
@@ -747,6 +752,25 @@ class Client:
             raise RunError(f"job {job.name}: finished without a trainer summary")
         hooks.job_finished(config, job, True, summary)
         return RunResult(job, summary)
+
+    def _ensure_nodes(self, config: Config, *, scale: bool, dry_run: bool) -> None:
+        """Refuse a job with more workers than the running cluster has nodes, or with ``scale`` scale it first."""
+        from fsdp_sdk.k8s.render import check_node_count
+
+        check_node_count(config)  # more than the cluster can ever have: scaling would not help
+        workers, name = config.job.num_workers, config.cluster.name
+        status = self.backend.status(config)
+        if status.state == "absent" or status.nodes >= workers:
+            return
+        have = f"the job needs {workers} nodes but cluster {name} has {status.nodes}"
+        if not scale:
+            fewer = f", or run fewer workers (--workers {status.nodes})" if status.nodes else ""
+            raise ConfigError("cluster.nodes", have, f"add --scale to scale it to {workers} nodes first{fewer}")
+        if dry_run:
+            self.progress(f"{have}: it would be scaled to {workers} nodes first (dry run: not scaled)")
+            return
+        self.progress(f"{have}: scaling it to {workers} nodes first")
+        self.scale(workers)
 
     # ------------------------------------------------------------------ estimates
 

@@ -213,7 +213,7 @@ class ClusterConfig(Fields):
     instance_type: str = field(default="p5.48xlarge", metadata=_dotenv("INSTANCE_TYPE"))
     """GPU instance type of the worker nodes; ``fsdp-sdk instance-types`` lists them."""
     nodes: int = field(default=2, metadata=_non_negative(2))
-    """Number of GPU nodes to create."""
+    """Number of GPU nodes of the cluster (``--nodes`` on every command); unset, ``job.num_workers``'s."""
     min_nodes: int = field(default=0, metadata=_non_negative(0))
     """Lower bound of the node group (``scale`` refuses to go below)."""
     max_nodes: int | None = field(default=None, metadata=_non_negative(4))
@@ -302,7 +302,8 @@ class JobConfig(Fields):
     )
     """Image tag."""
     num_workers: int = field(default=2, metadata={**_dotenv("NUM_WORKERS"), **_positive(2)})
-    """Number of worker pods (one per node); locally, simulated nodes."""
+    """Number of worker pods, one per node; locally, simulated nodes. Unset, ``cluster.nodes``'s (``--workers``
+    runs a job on fewer)."""
     gpu_per_worker: int | None = field(default=None, metadata={**_dotenv("GPU_PER_WORKER"), **_positive(8)})
     """GPUs per worker; defaults to the instance type's GPU count."""
     efa_per_worker: int | None = field(default=None, metadata={**_dotenv("EFA_PER_WORKER"), **_non_negative(32)})
@@ -587,7 +588,8 @@ class Config(Fields):
         """A copy with derived values filled in and cross-field rules checked.
 
         Fills ``job.gpu_per_worker`` and ``job.efa_per_worker`` from the instance
-        type and ``cluster.max_nodes`` from ``cluster.nodes``; refuses an unknown
+        type, whichever of ``cluster.nodes`` and ``job.num_workers`` is unset from the
+        other, and ``cluster.max_nodes`` from ``cluster.nodes``; refuses an unknown
         backend or instance type, more GPUs or EFA interfaces per worker than the
         instance type has, node bounds out of order; validates the trainer
         section with ``fsdp_trainer.config.TrainerConfig.from_dict`` when the
@@ -630,7 +632,15 @@ class Config(Fields):
                 f"set it to {efa_available} or less" + (", or turn cluster.efa on" if not cluster.efa else ""),
             )
 
-        if cluster.max_nodes is None:
+        # One node count: the job runs one worker per node of its cluster; whichever of the two is set, the other
+        # follows it (both set: render refuses more workers than cluster.max_nodes). Derived values are derived
+        # again on each resolution, so a resolved configuration with other settings on top stays consistent.
+        set_max = cluster.max_nodes if "cluster.max_nodes" in new.origins else None
+        if "job.num_workers" in new.origins and "cluster.nodes" not in new.origins:
+            cluster.nodes = max(min(job.num_workers, set_max or job.num_workers), cluster.min_nodes)
+        elif "cluster.nodes" in new.origins and "job.num_workers" not in new.origins:
+            job.num_workers = max(cluster.nodes, 1)
+        if set_max is None:
             cluster.max_nodes = max(cluster.nodes, cluster.min_nodes)
         if not cluster.min_nodes <= cluster.nodes <= cluster.max_nodes:
             raise new._error(

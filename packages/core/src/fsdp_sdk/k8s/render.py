@@ -58,6 +58,7 @@ __all__ = [
     "RenderWarning",
     "WorkerPod",
     "check_env",
+    "check_node_count",
     "check_token_not_inline",
     "job_labels",
     "new_rdzv_id",
@@ -175,6 +176,25 @@ def _check_nproc(config: Config, instance: InstanceType) -> None:
         origin.name if origin else "job.nproc_per_node",
         f"{nproc} processes per worker but {have}",
         f"set it to {gpus} or less, or leave it unset (one process per GPU)",
+        source=origin.source if origin else None,
+    )
+
+
+def check_node_count(config: Config) -> None:
+    """Refuse a job that needs more nodes than its cluster can ever have (``cluster.max_nodes``, the GPU node
+    group's maximum): one worker per node, so the workers beyond it would stay Pending for ever.
+
+    :raises ConfigError: ``job.num_workers`` is above ``cluster.max_nodes``.
+    """
+    workers, most, name = config.job.num_workers, config.cluster.max_nodes, config.cluster.name
+    if most is None or workers <= most:
+        return
+    origin = config.origins.get("job.num_workers")
+    scale = f"scale the cluster first ('fsdp-sdk scale {workers} --set cluster.max_nodes={workers}')"
+    raise ConfigError(
+        origin.name if origin else "job.num_workers",
+        f"the job needs {workers} nodes but cluster {name} can have at most {most} (cluster.max_nodes)",
+        f"{scale} or run fewer workers (--workers {most})" if most else scale,
         source=origin.source if origin else None,
     )
 
@@ -586,6 +606,7 @@ def render_job(
         raise ConfigError("--api", f"unknown job API {api!r}", "use pytorchjob or trainjob")
     check_env(config)
     _check_nproc(config, instance)
+    check_node_count(config)
     if not config.job.image.strip() or not config.job.tag.strip():
         field = "job.image" if not config.job.image.strip() else "job.tag"
         raise ConfigError(field, "is empty", f"set {field} (IMAGE / TAG in .env), e.g. fsdp-sdk-trainer:latest")
