@@ -641,8 +641,8 @@ class Config(Fields):
         elif "cluster.nodes" in new.origins and "job.num_workers" not in new.origins:
             job.num_workers = max(cluster.nodes, 1)
         if set_max is None:
-            cluster.max_nodes = max(cluster.nodes, cluster.min_nodes)
-        if not cluster.min_nodes <= cluster.nodes <= cluster.max_nodes:
+            set_max = cluster.max_nodes = max(cluster.nodes, cluster.min_nodes)
+        if not cluster.min_nodes <= cluster.nodes <= set_max:
             raise new._error(
                 "cluster.nodes",
                 f"{cluster.nodes} is outside min_nodes..max_nodes ({cluster.min_nodes}..{cluster.max_nodes})",
