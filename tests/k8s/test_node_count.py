@@ -4,6 +4,7 @@ now is refused unless ``--scale``, which scales it first (a recording backend be
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 
@@ -106,3 +107,9 @@ def test_run_with_scale_scales_the_cluster_first_and_says_so(apiserver: FakeApiS
         w.body for w in apiserver.writes() if w.method in ("PATCH", "POST") and w.body.get("kind") == "PyTorchJob"
     ]
     assert job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 4
+
+
+def test_up_with_no_gpu_nodes_yet_is_not_a_job_of_no_workers(isolated_cli: None, capsys) -> None:
+    code, out, err = cli(capsys, "up", "--backend", "local", "--nodes", "0", "--dry-run", "--json")
+    assert code == 0, err
+    assert "runs: 1 torchrun agents" in " ".join(json.loads(out)["plan"]["steps"])

@@ -113,13 +113,19 @@ NODES_HELP = "Nodes of the cluster the job runs on (cluster.nodes); the job runs
 
 def nodes_option(extra: str = "", *, minimum: int = 1) -> Callable[[F], F]:
     """``--nodes N``: the nodes of the cluster (``cluster.nodes``), which the job's workers follow
-    (``job.num_workers``): one setting, the same on every command."""
+    (``job.num_workers``): one setting, the same on every command. ``--nodes 0`` (``up``: a cluster without GPU
+    nodes yet) leaves the workers to follow as they do (one at least)."""
+    both, nodes_only = settings("cluster.nodes", "job.num_workers"), setting("cluster.nodes")
+
+    def callback(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        return (both if value else nodes_only)(ctx, param, value)
+
     return click.option(
         "--nodes",
         type=click.IntRange(min=minimum),
         metavar="N",
         expose_value=False,
-        callback=settings("cluster.nodes", "job.num_workers"),
+        callback=callback,
         help=f"{NODES_HELP}{extra}.",
     )
 
