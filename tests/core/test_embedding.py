@@ -241,6 +241,8 @@ def test_a_platforms_own_instance_type_plans_renders_and_estimates_without_the_p
 
     assert plugins.hooks.preflight(client.resolved, "submit") == []
     assert ("render", PLATFORM_TYPE) in types.seen and ("preflight", PLATFORM_TYPE) in types.seen
+    types.seen.clear()  # a configuration alone: a hook asking for `resolved` gets it resolved in the hook's own set
+    assert plugins.hooks.preflight(client.config, "submit") == [] and types.seen == [("preflight", PLATFORM_TYPE)]
 
 
 def test_no_module_outside_the_cli_asks_for_the_process_wide_plugin_set() -> None:

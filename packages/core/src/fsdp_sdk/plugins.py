@@ -274,10 +274,15 @@ class PluginHooks:
 
         if isinstance(what, Resolved):
             return what.config, lambda: what
-        if self._plugins is None:
-            raise PluginError(f"{hook_name}: a bare plugin manager cannot resolve a configuration; pass a Resolved")
         plugins = self._plugins
-        return what, functools.cache(lambda: Resolved.of(what, plugins, validate_trainer=False))
+
+        @functools.cache
+        def resolve() -> Resolved:
+            if plugins is None:
+                raise PluginError(f"{hook_name}: a bare plugin manager cannot resolve a configuration; pass a Resolved")
+            return Resolved.of(what, plugins, validate_trainer=False)
+
+        return what, resolve
 
     def _arguments(self, impl: Any, resolve: Callable[[], Resolved], **kwargs: Any) -> dict[str, Any]:
         return {**kwargs, "resolved": resolve()} if "resolved" in impl.argnames else kwargs

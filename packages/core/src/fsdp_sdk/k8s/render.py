@@ -585,7 +585,8 @@ def render_job(
     :param create_secret: also render the Hugging Face token ``Secret`` (without its
         data); defaults to whether ``job.hf_token`` is set.
     :param api: ``pytorchjob`` or ``trainjob``; defaults to ``job.api``.
-    :param plugins: the plugin set a configuration is resolved with; with a ``Resolved``, its own (the default).
+    :param plugins: the plugin set a configuration is resolved with (default: the installed plugins,
+        :func:`~fsdp_sdk.plugins.build_plugins`); with a ``Resolved``, its own.
     :param preview: render for reading, not for applying: without ``job.registry`` the image gets
         the :data:`PLACEHOLDER_REGISTRY` and a :class:`RenderWarning` instead of an error.
     :returns: the objects, the job first, then what plugins appended.
@@ -596,9 +597,11 @@ def render_job(
 
     if isinstance(config, Resolved):
         resolved = config if plugins is None or plugins is config.plugins else Resolved.of(config.config, plugins)
-    elif plugins is None:
-        raise TypeError("render_job() of a Config needs the plugin set to resolve it with: pass plugins=")
     else:
+        if plugins is None:
+            from fsdp_sdk.plugins import build_plugins
+
+            plugins = build_plugins()
         resolved = Resolved.of(config, plugins)
     config, instance, plugins = resolved.config, resolved.instance, resolved.plugins
     api = api or config.job.api
