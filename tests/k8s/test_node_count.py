@@ -12,6 +12,7 @@ import pytest
 
 from fsdp_sdk.config import Config
 from fsdp_sdk.errors import ConfigError
+from fsdp_sdk.hookspecs import hookimpl
 from fsdp_sdk.k8s.render import render_job
 from fsdp_sdk.plugins import build_plugins
 
@@ -21,8 +22,8 @@ from .tools import cli
 
 SMALL = {"model.preset": "llama2-7b", "train.steps": 5}
 TOO_MANY = (
-    "the job needs 4 nodes but cluster fsdp-sdk can have at most 2 (cluster.max_nodes); scale the cluster first "
-    "('fsdp-sdk scale 4 --set cluster.max_nodes=4') or run fewer workers (--workers 2)"
+    "the job needs 4 nodes but cluster fsdp-sdk can have at most 2 (cluster.max_nodes); give the cluster 4 nodes "
+    "(--nodes 4; a running one: 'fsdp-sdk scale 4') or run fewer workers (--workers 2)"
 )
 
 
@@ -113,3 +114,27 @@ def test_up_with_no_gpu_nodes_yet_is_not_a_job_of_no_workers(isolated_cli: None,
     code, out, err = cli(capsys, "up", "--backend", "local", "--nodes", "0", "--dry-run", "--json")
     assert code == 0, err
     assert "runs: 1 torchrun agents" in " ".join(json.loads(out)["plan"]["steps"])
+
+
+def test_scale_n_gives_the_cluster_n_nodes_within_its_configured_maximum(
+    isolated_cli: None, apiserver: FakeApiServer, tmp_path: Path, capsys
+) -> None:
+    from fsdp_sdk.plugins import get_plugins
+
+    _client(apiserver, tmp_path)  # resets the recording backend
+    get_plugins().register(Register(), name="fake-kube")
+    code, out, err = cli(capsys, "scale", "4", "--backend", "fake-kube", "--json")
+    assert code == 0 and json.loads(out)["nodes"] == 4, err  # NODES is cluster.nodes: the maximum, unset, follows it
+    assert ScalingBackend.sizes == [4]
+    code, out, err = cli(capsys, "scale", "5", "--backend", "fake-kube", "--set", "cluster.max_nodes=4")
+    assert code == 2 and out == "" and err == (
+        "Error: NODES (from command line): 5 is outside min_nodes..max_nodes (0..4); "
+        "make cluster.min_nodes <= NODES <= cluster.max_nodes\n"
+    )
+    assert ScalingBackend.sizes == [4]
+
+
+class Register:
+    @hookimpl
+    def fsdp_sdk_register_backends(self, registry) -> None:
+        registry.add(ScalingBackend)

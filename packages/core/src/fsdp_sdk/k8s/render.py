@@ -190,11 +190,11 @@ def check_node_count(config: Config) -> None:
     if most is None or workers <= most:
         return
     origin = config.origins.get("job.num_workers")
-    scale = f"scale the cluster first ('fsdp-sdk scale {workers} --set cluster.max_nodes={workers}')"
+    more = f"give the cluster {workers} nodes (--nodes {workers}; a running one: 'fsdp-sdk scale {workers}')"
     raise ConfigError(
         origin.name if origin else "job.num_workers",
         f"the job needs {workers} nodes but cluster {name} can have at most {most} (cluster.max_nodes)",
-        f"{scale} or run fewer workers (--workers {most})" if most else scale,
+        f"{more} or run fewer workers (--workers {most})" if most else more,
         source=origin.source if origin else None,
     )
 
