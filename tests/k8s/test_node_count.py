@@ -127,9 +127,14 @@ def test_scale_n_gives_the_cluster_n_nodes_within_its_configured_maximum(
     assert code == 0 and json.loads(out)["nodes"] == 4, err  # NODES is cluster.nodes: the maximum, unset, follows it
     assert ScalingBackend.sizes == [4]
     code, out, err = cli(capsys, "scale", "5", "--backend", "fake-kube", "--set", "cluster.max_nodes=4")
-    assert code == 2 and out == "" and err == (
-        "Error: NODES (from command line): 5 is outside min_nodes..max_nodes (0..4); "
-        "make cluster.min_nodes <= NODES <= cluster.max_nodes\n"
+    assert (
+        code == 2
+        and out == ""
+        and err
+        == (
+            "Error: NODES (from command line): 5 is outside min_nodes..max_nodes (0..4); "
+            "make cluster.min_nodes <= NODES <= cluster.max_nodes\n"
+        )
     )
     assert ScalingBackend.sizes == [4]
 
