@@ -9,7 +9,7 @@ import pytest
 import fsdp_sdk
 from fsdp_sdk import Client, hookimpl
 from fsdp_sdk.errors import BackendError, ConfigError
-from fsdp_sdk.plugins import get_plugins
+from fsdp_sdk.plugins import build_plugins
 
 
 def test_public_names_are_loaded_lazily() -> None:
@@ -75,8 +75,9 @@ class Recorder:
 
 def test_lifecycle_events_reach_plugins(state_dir: Path) -> None:
     recorder = Recorder()
-    get_plugins().register(recorder, name="recorder")
-    client = Client.from_sources(overrides={"job.rdzv_backend": "c10d"})
+    plugins = build_plugins(autoload=False)
+    plugins.register(recorder, name="recorder")
+    client = Client.from_sources(overrides={"job.rdzv_backend": "c10d"}, plugins=plugins)
     client.up(dry_run=True)
     assert recorder.events == []  # a dry run announces nothing
     client.up()
@@ -92,11 +93,11 @@ def test_a_plugin_can_refuse_a_deletion(state_dir: Path) -> None:
 
     client = Client.from_sources(overrides={"job.rdzv_backend": "c10d"})
     client.up()
-    get_plugins().register(Guard(), name="guard")
+    client.loaded_plugins.register(Guard(), name="guard")  # the client's plugin set, changed after it was made
     with pytest.raises(BackendError, match="cluster fsdp-sdk is protected"):
         client.down()
     assert client.status().ready
-    get_plugins().unregister("guard")
+    client.loaded_plugins.unregister("guard")
     client.down()
 
 
@@ -106,7 +107,8 @@ def test_blocking_preflight_failures_stop_up(state_dir: Path) -> None:
         def fsdp_sdk_preflight(self, config):
             return [fsdp_sdk.PreflightResult("quota", False, "no GPU quota", "ask for a quota raise")]
 
-    get_plugins().register(Check(), name="check")
+    plugins = build_plugins(autoload=False)
+    plugins.register(Check(), name="check")
     with pytest.raises(BackendError, match=r"preflight failed: \[error\] quota: no GPU quota; ask for a quota raise"):
-        Client.from_sources().up()
+        Client.from_sources(plugins=plugins).up()
     assert not state_dir.exists()

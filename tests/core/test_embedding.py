@@ -3,6 +3,9 @@ around it, prints nothing and writes nothing where it runs; and the example of d
 
 from __future__ import annotations
 
+import ast
+import dataclasses
+import functools
 import importlib.util
 import json
 import os
@@ -13,9 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from fsdp_sdk import Client, ConfigError
+from fsdp_sdk import Client, ConfigError, hookimpl
 from fsdp_sdk.config import DEFAULT_STATE_DIR
-from fsdp_sdk.plugins import build_plugins
+from fsdp_sdk.instance_types import BUILTIN_INSTANCE_TYPES, InstanceTypeRegistry
+from fsdp_sdk.plugins import Plugins, build_plugins
+from fsdp_sdk.preflight import PreflightResult
+from fsdp_sdk.resolved import Resolved
 from fsdp_sdk.testing import snapshot
 
 from .conftest import ROOT, etcd_or_skip
@@ -146,3 +152,110 @@ def test_the_guides_example_runs(tmp_path: Path) -> None:
     assert first == "PyTorchJob demo: 2 workers x 8 GPUs"
     assert re.fullmatch(r"trained 3 steps, final loss \d+\.\d\d", second), second
     assert not any(cwd.iterdir())
+
+
+# ------------------------------------------------------------------ a platform's own instance type
+
+#: An instance type only the platform's plugin set registers: the process-wide set has never heard of it.
+PLATFORM_TYPE = "p5x.48xlarge"
+
+
+class PlatformTypes:
+    """A platform's plugin: its own instance type (a P5 under another name), and a preflight check and a render
+    hook that read the instance type from ``resolved``."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str]] = []
+
+    @hookimpl
+    def fsdp_sdk_register_instance_types(self, registry: InstanceTypeRegistry) -> None:
+        p5 = next(t for t in BUILTIN_INSTANCE_TYPES if t.name == "p5.48xlarge")
+        registry.add(dataclasses.replace(p5, name=PLATFORM_TYPE))
+
+    @hookimpl
+    def fsdp_sdk_preflight(self, action: str, resolved: Resolved) -> list[PreflightResult]:
+        self.seen.append(("preflight", resolved.instance.name))
+        return []
+
+    @hookimpl
+    def fsdp_sdk_render_job(self, objects: list[dict], resolved: Resolved) -> None:
+        self.seen.append(("render", resolved.instance.name))
+        objects[0]["metadata"].setdefault("annotations", {})["platform.example.com/gpus"] = str(
+            resolved.instance.gpu_count
+        )
+
+
+@pytest.fixture
+def platform(monkeypatch: pytest.MonkeyPatch) -> tuple[Plugins, PlatformTypes]:
+    """The platform's plugin set (built-in plugins, both cluster backends and its own types, no autoload), with the
+    process-wide set made unreachable: building it fails the test."""
+    import fsdp_sdk.plugins
+    import fsdp_sdk_eksctl.plugin
+    import fsdp_sdk_terraform.plugin
+
+    @functools.cache  # reset_plugins() clears it after the test, as it clears the real one
+    def no_process_wide_set() -> Plugins:
+        raise AssertionError("the process-wide plugin set was asked for")
+
+    assert fsdp_sdk.plugins.get_plugins.cache_info().currsize == 0  # not built yet (conftest resets it)
+    monkeypatch.setattr(fsdp_sdk.plugins, "get_plugins", no_process_wide_set)
+    plugins = build_plugins(autoload=False)
+    plugins.register(fsdp_sdk_eksctl.plugin, name="eksctl")
+    plugins.register(fsdp_sdk_terraform.plugin, name="terraform")
+    types = PlatformTypes()
+    plugins.register(types, name="platform")
+    return plugins, types
+
+
+@pytest.mark.parametrize("backend", ["eksctl", "terraform"])
+def test_a_platforms_own_instance_type_plans_renders_and_estimates_without_the_process_wide_set(
+    platform: tuple[Plugins, PlatformTypes], backend: str, tmp_path: Path
+) -> None:
+    plugins, types = platform
+    assert PLATFORM_TYPE not in build_plugins(autoload=False).instance_types  # only the platform's set has it
+    data = {
+        "cluster": {
+            "backend": backend,
+            "instance_type": PLATFORM_TYPE,
+            "availability_zones": ["us-west-2a", "us-west-2b"],
+            "state_dir": str(tmp_path / "state"),
+        },
+        "job": {"registry": REGISTRY},
+        "trainer": {"model": {"preset": "llama2-7b"}},
+    }
+    client = Client.from_dict(data, plugins=plugins)
+    assert client.resolved.instance.name == PLATFORM_TYPE and client.resolved.plugins is plugins
+
+    plan = client.plan(preflight=False)
+    assert plan.backend == backend and plan.hourly_cost_usd is not None
+    assert PLATFORM_TYPE in json.dumps(plan.to_dict())
+    assert plan.estimate is not None and plan.estimate["instance_type"] == PLATFORM_TYPE
+
+    (job,) = client.render_job(rdzv_id="platform-1")
+    worker = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    assert worker["nodeSelector"]["node.kubernetes.io/instance-type"] == PLATFORM_TYPE
+    assert job["metadata"]["annotations"]["platform.example.com/gpus"] == "8"
+
+    estimate = client.estimate(scaling=False)
+    assert estimate.instance_type == PLATFORM_TYPE and estimate.gpus_per_node == 8
+
+    assert plugins.hooks.preflight(client.resolved, "submit") == []
+    assert ("render", PLATFORM_TYPE) in types.seen and ("preflight", PLATFORM_TYPE) in types.seen
+    types.seen.clear()  # a configuration alone: a hook asking for `resolved` gets it resolved in the hook's own set
+    assert plugins.hooks.preflight(client.config, "submit") == [] and types.seen == [("preflight", PLATFORM_TYPE)]
+
+
+def test_no_module_outside_the_cli_asks_for_the_process_wide_plugin_set() -> None:
+    # Backends, hooks, renderers and the estimate get the plugin set they are to use (a Resolved, a Client's);
+    # only the command line, which is the process, reaches for the process-wide one.
+    offenders = []
+    for source in sorted((ROOT / "packages").glob("*/src/**/*.py")):
+        relative = source.relative_to(ROOT).as_posix()
+        if "/fsdp_sdk/cli/" in relative:
+            continue
+        for node in ast.walk(ast.parse(source.read_text(), filename=relative)):
+            if isinstance(node, ast.Call):
+                called = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
+                if called == "get_plugins":
+                    offenders.append(f"{relative}:{node.lineno}")
+    assert not offenders, f"get_plugins() called outside fsdp_sdk/cli/: {offenders}"

@@ -144,7 +144,7 @@ def test_the_library_starts_etcd_when_up_was_not_run(state_dir: Path) -> None:
     get_plugins().register(Recorder(), name="recorder")
     progress: list[str] = []
     output: list[str] = []
-    client = Client.from_sources(overrides={"job.num_workers": 2}, progress=progress.append)
+    client = Client.from_sources(overrides={"job.num_workers": 2}, plugins=get_plugins(), progress=progress.append)
     assert client.status().state == "absent"
     try:
         result = client.run(

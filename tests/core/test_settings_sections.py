@@ -53,11 +53,11 @@ def demo() -> DemoPlugin:
 
 def test_every_source_sets_a_plugin_section(demo: DemoPlugin, work_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (work_dir / "c.yaml").write_text("demo:\n  size: 2\n  zones: [us-west-2a]\n")
-    client = Client.from_sources(config_file=work_dir / "c.yaml")
+    client = Client.from_sources(plugins=get_plugins(), config_file=work_dir / "c.yaml")
     assert client.config.section("demo") == DemoSettings(size=2, zones=["us-west-2a"])
     (work_dir / ".env").write_text("DEMO_SIZE=3\nFSDP_SDK_DEMO__MODE=fast\nFSDP_SDK_DEMO__TOKEN=hunter2-canary\n")
     monkeypatch.setenv("FSDP_SDK_DEMO__RATIO", "0.25")
-    client = Client.from_sources(config_file=work_dir / "c.yaml", overrides={"cluster.nodes": 4})
+    client = Client.from_sources(plugins=get_plugins(), config_file=work_dir / "c.yaml", overrides={"cluster.nodes": 4})
     demo_settings = client.config.section("demo")
     assert (demo_settings.size, demo_settings.mode, demo_settings.ratio) == (3, "fast", 0.25)
     assert demo_settings.token.get_secret_value() == "hunter2-canary"

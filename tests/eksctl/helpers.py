@@ -14,6 +14,7 @@ import pytest
 import fsdp_sdk_plugin_b200
 from fsdp_sdk.config import Config
 from fsdp_sdk.plugins import Plugins, build_plugins
+from fsdp_sdk.resolved import Resolved
 from fsdp_sdk_eksctl import plugin
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -43,6 +44,11 @@ def plugin_set() -> Plugins:
     plugins.register(plugin, name="eksctl")
     plugins.register(fsdp_sdk_plugin_b200, name="b200")
     return plugins
+
+
+def resolve(config: Config) -> Resolved:
+    """What ``EksctlBackend.plan`` receives for ``config``: resolved with :func:`plugin_set`."""
+    return Resolved.of(config, plugin_set(), validate_trainer=False)
 
 
 def configure(**overrides: Any) -> tuple[Config, Any]:
@@ -240,10 +246,13 @@ class Session:
 
     def __init__(self, **overrides: Any) -> None:
         from fsdp_sdk import Client
+        from fsdp_sdk.plugins import get_plugins
 
         self.lines: list[str] = []
         settings = {"cluster.backend": "eksctl", "cluster.name": "demo", **overrides}
-        self.client = Client.from_sources(overrides=settings, read_default_env_file=False, progress=self.lines.append)
+        self.client = Client.from_sources(
+            overrides=settings, read_default_env_file=False, plugins=get_plugins(), progress=self.lines.append
+        )
 
     def up(self) -> Any:
         """Plan (preflight checks first), then apply that plan."""

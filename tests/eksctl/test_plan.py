@@ -12,7 +12,7 @@ from fsdp_sdk.pins import default_kubernetes_version
 from fsdp_sdk_eksctl.backend import EksctlBackend
 from fsdp_sdk_eksctl.render import render_cluster_config
 
-from .helpers import RESERVATION, ZONES, configure
+from .helpers import RESERVATION, ZONES, configure, resolve
 
 
 @pytest.fixture(autouse=True)
@@ -30,7 +30,7 @@ def test_the_plan_of_the_seed_p4de_cluster(tmp_path: Path) -> None:
             "cluster.state_dir": str(tmp_path / "state"),
         }
     )
-    plan = EksctlBackend().plan(config)
+    plan = EksctlBackend().plan(resolve(config))
     root = tmp_path / "state" / "eksctl" / "demo"
     assert plan.backend == "eksctl" and plan.cluster == "demo"
     assert plan.resources == [render_cluster_config(config, instance)]
@@ -81,7 +81,7 @@ def test_an_unpriced_instance_type_gives_no_total() -> None:
             "cluster.system_instance_type": "r7i.large",
         }
     )
-    plan = EksctlBackend().plan(config)
+    plan = EksctlBackend().plan(resolve(config))
     assert plan.hourly_cost_usd is None
     notes = plan.details["cost"]["notes"]
     assert "p5e.48xlarge has no on-demand list price: GPU nodes not priced" in notes
@@ -92,7 +92,7 @@ def test_an_unpriced_instance_type_gives_no_total() -> None:
 
 def test_eksctls_own_placement_group_is_in_the_plan() -> None:
     config, _ = configure(**{"cluster.instance_type": "p5.48xlarge"})
-    steps = EksctlBackend().plan(config).steps
+    steps = EksctlBackend().plan(resolve(config)).steps
     assert "GPU nodes in a cluster placement group eksctl adds to the node group's stack (EFA, no reservation)" in steps
     named, _ = configure(
         **{
@@ -101,12 +101,12 @@ def test_eksctls_own_placement_group_is_in_the_plan() -> None:
             "eksctl.placement_group_name": "odcr-pg",
         }
     )
-    assert "GPU nodes in the cluster placement group odcr-pg" in EksctlBackend().plan(named).steps
+    assert "GPU nodes in the cluster placement group odcr-pg" in EksctlBackend().plan(resolve(named)).steps
 
 
 def test_a_plugin_instance_type_is_priced_from_its_record() -> None:
     config, _ = configure(**{"cluster.instance_type": "p6-b200.48xlarge", "cluster.nodes": 16, "cluster.max_nodes": 16})
-    plan = EksctlBackend().plan(config)
+    plan = EksctlBackend().plan(resolve(config))
     assert plan.hourly_cost_usd == round(16 * 113.93 + 2 * 0.192 + 0.10, 2)
     assert [o["metadata"]["name"] for o in plan.kubernetes] == ["nvidia-device-plugin", "efa-device-plugin"]
 
@@ -126,7 +126,7 @@ def test_the_control_plane_is_priced_by_its_support_state_on_the_day(
 ) -> None:
     monkeypatch.setattr(pins, "today", lambda: datetime.date.fromisoformat(on))
     config, _ = configure(**{"cluster.kubernetes_version": version})
-    plan = EksctlBackend().plan(config)
+    plan = EksctlBackend().plan(resolve(config))
     assert plan.details["cost"]["control_plane_usd_per_hour"] == control_plane
     cost = plan.details["cost"]
     assert plan.hourly_cost_usd == round(

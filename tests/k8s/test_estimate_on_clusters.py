@@ -17,6 +17,7 @@ from fsdp_sdk.config import Config
 from fsdp_sdk.errors import ConfigError
 from fsdp_sdk.hookspecs import hookimpl
 from fsdp_sdk.plugins import build_plugins
+from fsdp_sdk.resolved import Resolved
 from fsdp_sdk.scaling import run_sweep
 
 from .fake_apiserver import FakeApiServer
@@ -35,8 +36,8 @@ class ScalingBackend(ClusterBackend):
     kubeconfig_path: ClassVar[Path]
     sizes: ClassVar[list[int]] = []
 
-    def plan(self, config: Config) -> Plan:
-        return Plan(backend=self.name, cluster=config.cluster.name, steps=[])
+    def plan(self, resolved: Resolved) -> Plan:
+        return Plan(backend=self.name, cluster=resolved.config.cluster.name, steps=[])
 
     def apply(self, config, plan, *, progress=None) -> ClusterStatus:
         return self.status(config)
@@ -72,11 +73,11 @@ def _client(apiserver: FakeApiServer, tmp_path: Path, **cluster) -> Client:
 
 
 def test_run_refuses_a_job_that_will_not_fit_unless_forced(apiserver: FakeApiServer, tmp_path: Path) -> None:
-    client = _client(apiserver, tmp_path, instance_type="g5.48xlarge", nodes=1)
+    client = _client(apiserver, tmp_path, instance_type="g5.48xlarge", nodes=2)
     with pytest.raises(ConfigError) as err:
         client.run(trainer_overrides=TOO_BIG)
     message = str(err.value)
-    assert message.startswith("estimate: llama2-70b (69.0B) on 2 x g5.48xlarge = 16 GPUs")
+    assert message.startswith("estimate: llama2-70b (69.0B) on 2 x g5.48xlarge = 16 GPUs")  # one worker per node
     assert "GiB per GPU, over the 20.4 GiB usable (85% of 24 GiB)" in message
     assert "'fsdp-sdk estimate --recommend' lists what fits" in message and "--force" in message
     assert "\n" not in message and err.value.exit_code == 2

@@ -124,9 +124,11 @@ def test_invalid_object_is_refused_with_422(apiserver: FakeApiServer, kubeconfig
     assert apiserver.objects() == []
 
 
-def test_unique_submit_without_a_plugin_set_uses_the_process_one(apiserver: FakeApiServer, kubeconfig: Path) -> None:
-    # JobClient(config) as the module docstring shows it: no plugins given, so the process-wide set resolves
-    # the renamed configuration.
+def test_unique_submit_without_a_plugin_set_uses_the_installed_plugins(
+    apiserver: FakeApiServer, kubeconfig: Path
+) -> None:
+    # JobClient(config) as the module docstring shows it: no plugins given, so a set of the installed plugins
+    # (built on first use) resolves the renamed configuration.
     config = Config.from_dict({"job": {"registry": REGISTRY}, "trainer": {"model": {"preset": "tiny"}}})
     ref = JobClient(config, kubeconfig=kubeconfig).submit(unique=True)
     assert ref.name.startswith("fsdp-") and ref.name != "fsdp"
@@ -328,7 +330,7 @@ def test_run_dry_run_is_the_runners_dryrun_and_sends_nothing(apiserver: FakeApiS
     config = Config.from_dict({"cluster": {"backend": "fake-kube"}, "job": {"registry": REGISTRY}})
     client = Client(config, plugins=plugins)
     result = client.run(trainer_overrides={"model.preset": "tiny"}, run_id="fsdp-r9", dry_run=True)
-    plan = client.runner.dryrun(client._run_config({"model.preset": "tiny"}), run_id="fsdp-r9")
+    plan = client.dryrun(trainer_overrides={"model.preset": "tiny"}, run_id="fsdp-r9")
     assert result.dry_run and result.plan.lines() == plan.lines() and result.plan.to_dict() == plan.to_dict()
     lines = plan.lines()
     assert lines[0] == "Would run fsdp (run id fsdp-r9) on backend fake-kube in namespace default:"

@@ -19,6 +19,7 @@ from fsdp_sdk.monitoring import MonitoringComponent
 from fsdp_sdk.pins import pin
 from fsdp_sdk.plugins import build_plugins, get_plugins
 from fsdp_sdk.preflight import PreflightResult
+from fsdp_sdk.resolved import Resolved
 
 from .fake_apiserver import FakeApiServer
 from .tools import cli, install_fake_tools, recorded
@@ -35,11 +36,11 @@ class RecordingBackend(ClusterBackend):
 
     device_plugins: ClassVar[list[dict[str, Any]]] = []
 
-    def plan(self, config: Config) -> Plan:
-        zones = list(config.cluster.availability_zones)
+    def plan(self, resolved: Resolved) -> Plan:
+        zones = list(resolved.config.cluster.availability_zones)
         return Plan(
             self.name,
-            config.cluster.name,
+            resolved.config.cluster.name,
             steps=[f"create the cluster in {', '.join(zones) or 'any zone'}"],
             resources=[{"kind": "Cluster", "zones": zones}],
             hourly_cost_usd=1.5,

@@ -14,6 +14,7 @@ import pytest
 if TYPE_CHECKING:
     from fsdp_sdk.config import Config
     from fsdp_sdk.plugins import Plugins
+    from fsdp_sdk.resolved import Resolved
 
 _SCRIPT = """#!{python}
 import json, os, sys
@@ -88,8 +89,8 @@ def kubernetes_plugins(kubeconfig: Path) -> Plugins:
 
         name: ClassVar[str] = "fake-kube"
 
-        def plan(self, config: Config) -> Plan:
-            return Plan(backend=self.name, cluster=config.cluster.name, steps=[])
+        def plan(self, resolved: Resolved) -> Plan:
+            return Plan(backend=self.name, cluster=resolved.config.cluster.name, steps=[])
 
         def apply(self, config: Config, plan: Plan, *, progress: Any = None) -> ClusterStatus:
             return self.status(config)

@@ -20,13 +20,13 @@ from fsdp_sdk.tools import ToolError
 from fsdp_sdk_terraform.backend import TerraformBackend
 from fsdp_sdk_terraform.runner import StateLockedError
 from fsdp_sdk_terraform.workdir import Workdir
-from terraform.conftest import eks_clusters
+from terraform.conftest import eks_clusters, resolve
 
 pytestmark = pytest.mark.usefixtures("terraform_env")
 
 
 def _up(backend: TerraformBackend, config: Config):
-    return backend.apply(config, backend.plan(config), progress=lambda line: None)
+    return backend.apply(config, backend.plan(resolve(config)), progress=lambda line: None)
 
 
 def test_a_failed_up_is_one_line_with_terraforms_error_and_down_deletes_what_it_created(
@@ -54,6 +54,7 @@ _INTERRUPTED_UP = textwrap.dedent(
     import sys
     from fsdp_sdk.config import Config
     from fsdp_sdk.plugins import build_plugins
+    from fsdp_sdk.resolved import Resolved
     from fsdp_sdk_terraform import plugin
     from fsdp_sdk_terraform.backend import TerraformBackend
 
@@ -65,7 +66,7 @@ _INTERRUPTED_UP = textwrap.dedent(
     }).resolved(plugins, validate_trainer=False)
     backend = TerraformBackend()
     try:
-        backend.apply(config, backend.plan(config), progress=lambda line: print(line, flush=True))
+        backend.apply(config, backend.plan(Resolved.of(config, plugins)), progress=lambda line: print(line, flush=True))
     except KeyboardInterrupt:
         print("KeyboardInterrupt", flush=True)
         sys.exit(130)

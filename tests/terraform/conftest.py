@@ -19,6 +19,7 @@ import pytest
 
 from fsdp_sdk.config import Config
 from fsdp_sdk.plugins import Plugins, build_plugins
+from fsdp_sdk.resolved import Resolved
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 LOCAL_CONFIGURATION = Path(__file__).with_name("local_configuration")
@@ -65,14 +66,24 @@ def terraform_env(aws: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> 
     yield aws
 
 
-@pytest.fixture
-def plugins() -> Plugins:
+def terraform_plugins() -> Plugins:
     """Core's default plugins and this one, no autoload."""
     from fsdp_sdk_terraform import plugin
 
     built = build_plugins(autoload=False)
     built.register(plugin, name="terraform")
     return built
+
+
+@pytest.fixture
+def plugins() -> Plugins:
+    """Core's default plugins and this one, no autoload."""
+    return terraform_plugins()
+
+
+def resolve(config: Config, plugins: Plugins | None = None) -> Resolved:
+    """What ``TerraformBackend.plan`` receives for ``config``: resolved with ``plugins`` (default: core's and this one)."""
+    return Resolved.of(config, plugins or terraform_plugins(), validate_trainer=False)
 
 
 def make_config(plugins: Plugins, state_dir: Path, **overrides: Any) -> Config:

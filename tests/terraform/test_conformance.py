@@ -11,6 +11,7 @@ import pytest
 from fsdp_sdk.backends.base import ClusterBackend
 from fsdp_sdk.config import Config
 from fsdp_sdk.plugins import Plugins
+from fsdp_sdk.resolved import Resolved
 from fsdp_sdk.testing import BackendConformance
 from fsdp_sdk_terraform import plugin
 from fsdp_sdk_terraform.backend import TerraformBackend
@@ -26,7 +27,7 @@ class TestTerraformBackend(BackendConformance):
     config_overrides: ClassVar[dict[str, Any]] = {"cluster.availability_zones": ZONES, "terraform.lock_timeout_s": 5}
 
     @pytest.fixture
-    def config(self, plugins: Plugins, state_dir: Path, local_configuration: Path) -> Config:
+    def resolved(self, plugins: Plugins, state_dir: Path, local_configuration: Path) -> Resolved:
         """The suite's configuration on the local-only Terraform configuration."""
         overrides = {
             "cluster.backend": "terraform",
@@ -35,7 +36,9 @@ class TestTerraformBackend(BackendConformance):
             **self.config_overrides,
         }
         base = Config.from_dict({}, sections=plugins.settings)
-        return base.with_overrides(overrides).resolved(plugins, validate_trainer=False)
+        return Resolved.of(base.with_overrides(overrides), plugins, validate_trainer=False)
 
-    def test_lifecycle(self, backend: ClusterBackend, config: Config, state_dir: Path, terraform_env: str) -> None:
-        super().test_lifecycle(backend, config, state_dir)
+    def test_lifecycle(
+        self, backend: ClusterBackend, resolved: Resolved, config: Config, state_dir: Path, terraform_env: str
+    ) -> None:
+        super().test_lifecycle(backend, resolved, config, state_dir)

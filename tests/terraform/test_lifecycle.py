@@ -17,7 +17,7 @@ from fsdp_sdk.tools import ToolNotFoundError
 from fsdp_sdk_terraform.backend import TerraformBackend
 from fsdp_sdk_terraform.workdir import Workdir
 
-from .conftest import eks_clusters, make_config
+from .conftest import eks_clusters, make_config, resolve
 
 pytestmark = pytest.mark.usefixtures("terraform_env")
 
@@ -39,7 +39,7 @@ def _nodegroup(name: str, cluster: str = "fsdp-sdk") -> dict:
 
 def _up(backend: TerraformBackend, config: Config, lines: list[str] | None = None):
     lines = [] if lines is None else lines
-    return backend.apply(config, backend.plan(config), progress=lines.append)
+    return backend.apply(config, backend.plan(resolve(config)), progress=lines.append)
 
 
 def test_up_plans_shows_the_summary_applies_the_saved_plan_then_scales_and_deletes(local_config: Config) -> None:
@@ -110,7 +110,7 @@ def test_a_missing_terraform_binary_is_one_line_saying_how_to_install_it(
     config = make_config(plugins, tmp_path / "state", **{"terraform.configuration": str(local_configuration)})
     backend = TerraformBackend()
     with pytest.raises(ToolNotFoundError) as missing:
-        backend.apply(config, backend.plan(config))
+        backend.apply(config, backend.plan(resolve(config)))
     assert str(missing.value) == (
         "terraform: is not installed (not found on PATH); install Terraform 1.5 or newer: "
         "https://developer.hashicorp.com/terraform/install"
@@ -136,7 +136,7 @@ def test_an_old_or_unexpected_terraform_is_refused_before_anything_is_written(
     with pytest.raises(
         ConfigError, match=rf"^terraform.binary: {fake} is Terraform 1.4.7; install Terraform 1.5.0 or newer$"
     ):
-        backend.apply(config, backend.plan(config))
+        backend.apply(config, backend.plan(resolve(config)))
     pinned = make_config(
         plugins,
         tmp_path / "state",
@@ -145,5 +145,5 @@ def test_an_old_or_unexpected_terraform_is_refused_before_anything_is_written(
     with pytest.raises(
         ConfigError, match=r"^terraform.version: is 1.9.8 but .* is Terraform \d+\.\d+\.\d+; install that"
     ):
-        backend.apply(pinned, backend.plan(pinned))
+        backend.apply(pinned, backend.plan(resolve(pinned)))
     assert not (tmp_path / "state").exists()

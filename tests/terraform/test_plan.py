@@ -15,7 +15,7 @@ from fsdp_sdk_terraform.backend import TerraformBackend
 from fsdp_sdk_terraform.device_plugins import efa_device_plugin_image
 from fsdp_sdk_terraform.inputs import check_inputs
 
-from .conftest import make_config
+from .conftest import make_config, resolve
 
 
 def _inputs(plan) -> dict:
@@ -24,7 +24,7 @@ def _inputs(plan) -> dict:
 
 def test_the_default_p5_plan(plugins: Plugins, tmp_path: Path) -> None:
     config = make_config(plugins, tmp_path / "state")
-    plan = TerraformBackend().plan(config)
+    plan = TerraformBackend().plan(resolve(config, plugins))
     inputs = _inputs(plan)
     assert inputs == {
         "cluster_name": "fsdp-sdk",
@@ -82,7 +82,7 @@ def test_a_capacity_block_with_a_placement_group_and_s3_state(plugins: Plugins, 
             "terraform.lock_table": "terraform-locks",
         },
     )
-    plan = TerraformBackend().plan(config)
+    plan = TerraformBackend().plan(resolve(config, plugins))
     inputs = _inputs(plan)
     assert (inputs["capacity_type"], inputs["capacity_reservation_id"], inputs["placement_group"]) == (
         "capacity-block",
@@ -126,17 +126,17 @@ def test_a_third_party_instance_type_gets_its_efa_count_from_the_registry(plugin
 
 def test_efa_off_and_neuron_devices(plugins: Plugins, tmp_path: Path) -> None:
     off = make_config(plugins, tmp_path, **{"cluster.efa": "false", "cluster.instance_type": "g5.48xlarge"})
-    plan = TerraformBackend().plan(off)
+    plan = TerraformBackend().plan(resolve(off, plugins))
     assert _inputs(plan)["efa_interfaces"] == 0 and "no EFA" in plan.steps[3]
     assert [o["metadata"]["name"] for o in plan.kubernetes] == ["nvidia-device-plugin"]
     none = make_config(plugins, tmp_path, **{"terraform.device_plugins": "false"})
-    assert not TerraformBackend().plan(none).kubernetes
+    assert not TerraformBackend().plan(resolve(none, plugins)).kubernetes
 
 
 def test_device_plugins_are_valid_kubernetes_objects(plugins: Plugins, tmp_path: Path) -> None:
     import kubernetes_validate
 
-    plan = TerraformBackend().plan(make_config(plugins, tmp_path))
+    plan = TerraformBackend().plan(resolve(make_config(plugins, tmp_path), plugins))
     for obj in plan.kubernetes:
         kubernetes_validate.validate(obj, "1.31", strict=True)
         spec = obj["spec"]["template"]["spec"]
@@ -171,7 +171,7 @@ def test_the_efa_device_plugin_image_follows_the_region(plugins: Plugins, tmp_pa
 def test_bad_inputs_are_refused_before_terraform_runs(plugins: Plugins, tmp_path: Path, overrides, message) -> None:
     config = make_config(plugins, tmp_path / "state", **overrides)
     backend = TerraformBackend()
-    plan = backend.plan(config)  # planning is pure: it shows the values
+    plan = backend.plan(resolve(config, plugins))  # planning is pure: it shows the values
     with pytest.raises(ConfigError, match=message):
         backend.apply(config, plan)
     assert not (tmp_path / "state").exists(), "nothing was written, terraform never ran"
@@ -201,6 +201,6 @@ def test_bad_settings_are_one_line_errors(plugins: Plugins, tmp_path: Path, over
 
 def test_a_plan_without_zones_is_refused_by_apply_with_the_fix(plugins: Plugins, tmp_path: Path) -> None:
     config = make_config(plugins, tmp_path / "state", **{"cluster.availability_zones": ""})
-    plan = TerraformBackend().plan(config)
+    plan = TerraformBackend().plan(resolve(config, plugins))
     with pytest.raises(ConfigError, match=r"leave it empty and let 'fsdp-sdk up' choose them$"):
         check_inputs(_inputs(plan))

@@ -14,7 +14,7 @@ from fsdp_sdk.plugins import Plugins
 from fsdp_sdk_terraform.backend import TerraformBackend
 from fsdp_sdk_terraform.runner import error_lines, lock_info, parse_version
 
-from .conftest import make_config
+from .conftest import make_config, resolve
 
 # A terraform that records its argument lists and answers like the real one where the SDK reads its output.
 _FAKE = """#!{python}
@@ -61,7 +61,7 @@ def test_up_runs_exactly_these_commands(fake_terraform: Path, plugins: Plugins, 
     monkeypatch.setattr(TerraformBackend, "_write_kubeconfig", lambda self, config, outputs, progress: None)
     monkeypatch.setattr(TerraformBackend, "status", lambda self, config: None)
     lines: list[str] = []
-    backend.apply(config, backend.plan(config), progress=lines.append)
+    backend.apply(config, backend.plan(resolve(config)), progress=lines.append)
     assert _calls(fake_terraform) == [
         ["version"],
         ["init", "-input=false", "-no-color", "-lock-timeout=90s"],
@@ -83,7 +83,7 @@ def test_a_dry_run_whose_terraform_plan_cannot_run_still_shows_the_sdks_plan(
     monkeypatch.setenv("FAKE_PLAN_FAILS", "1")
     config = make_config(plugins, tmp_path / "state")
     backend = TerraformBackend()
-    plan = backend.plan(config)
+    plan = backend.plan(resolve(config))
     lines: list[str] = []
     previewed = backend.preview(config, plan, progress=lines.append)
     assert previewed.steps == plan.steps and previewed.details["changes"] is None

@@ -19,7 +19,7 @@ from fsdp_sdk_terraform.preflight import state_backend_checks
 from fsdp_sdk_terraform.runner import StateLockedError
 from fsdp_sdk_terraform.workdir import Workdir
 
-from .conftest import eks_clusters, make_config
+from .conftest import eks_clusters, make_config, resolve
 
 BUCKET, TABLE, KEY = "team-tf-state", "terraform-locks", "fsdp-sdk/fsdp-sdk/terraform.tfstate"
 
@@ -83,7 +83,7 @@ def test_up_status_lock_and_down_with_the_state_in_s3(
     assert ready.ok and ready.message == f"state in s3://{BUCKET}, locked with DynamoDB table {TABLE}"
     backend = TerraformBackend()
     lines: list[str] = []
-    status = backend.apply(config, backend.plan(config), progress=lines.append)
+    status = backend.apply(config, backend.plan(resolve(config)), progress=lines.append)
     assert status.state == "ready" and status.nodes == 2
     workdir = Workdir.of(config).path
     assert not (workdir / "terraform.tfstate").exists(), "the state lives in S3 only"

@@ -9,6 +9,7 @@ import pytest
 from fsdp_sdk.config import Config
 from fsdp_sdk.k8s.render import render_job, worker_pods
 from fsdp_sdk.plugins import Plugins, build_plugins
+from fsdp_sdk.resolved import Resolved
 from fsdp_sdk_plugin_trainium import plugin
 from fsdp_sdk_plugin_trainium.plugin import GENERATION_LABEL, TAINT_KEY
 
@@ -25,8 +26,8 @@ def plugins() -> Plugins:
 
 def render(plugins: Plugins, instance_type: str, api: str) -> list[dict[str, Any]]:
     data = {
-        "cluster": {"instance_type": instance_type},
-        "job": {"api": api, "registry": "123456789012.dkr.ecr.us-west-2.amazonaws.com", "num_workers": 4},
+        "cluster": {"instance_type": instance_type, "nodes": 4},
+        "job": {"api": api, "registry": "123456789012.dkr.ecr.us-west-2.amazonaws.com"},
     }
     return render_job(Config.from_dict(data), rdzv_id="test", plugins=plugins)
 
@@ -48,9 +49,8 @@ def test_trainium_jobs_tolerate_our_taint_and_carry_the_generation(
 
 def test_rendering_twice_adds_the_toleration_once(plugins: Plugins) -> None:
     objects = render(plugins, "trn1n.32xlarge", "pytorchjob")
-    plugin.fsdp_sdk_render_job(
-        config=Config.from_dict({"cluster": {"instance_type": "trn1n.32xlarge"}}), objects=objects
-    )
+    config = Config.from_dict({"cluster": {"instance_type": "trn1n.32xlarge"}})
+    plugin.fsdp_sdk_render_job(objects=objects, resolved=Resolved.of(config, plugins, validate_trainer=False))
     (pod,) = worker_pods(objects)
     assert pod.spec["tolerations"].count(TOLERATION) == 1
 

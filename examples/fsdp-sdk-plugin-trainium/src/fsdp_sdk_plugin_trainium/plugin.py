@@ -13,8 +13,8 @@ from fsdp_sdk import hookimpl
 from fsdp_sdk_plugin_trainium.instance_types import TRAINIUM_INSTANCE_TYPES
 
 if TYPE_CHECKING:  # fsdp-sdk imports every plugin when it starts, --help included: import only what registering needs
-    from fsdp_sdk.config import Config
     from fsdp_sdk.instance_types import InstanceTypeRegistry
+    from fsdp_sdk.resolved import Resolved
 
 __all__ = ["GENERATION_LABEL", "TAINT_KEY", "fsdp_sdk_register_instance_types", "fsdp_sdk_render_job"]
 
@@ -23,7 +23,7 @@ TAINT_KEY = "trainium.example.com/dedicated"
 #: The label our cost reports group Trainium pods by: "1" (trn1, trn1n) or "2" (trn2).
 GENERATION_LABEL = "trainium.example.com/generation"
 
-_GENERATIONS = {t.name: "2" if t.gpu_model == "Trainium2" else "1" for t in TRAINIUM_INSTANCE_TYPES}
+_GENERATIONS = {"Trainium": "1", "Trainium2": "2"}
 
 
 @hookimpl
@@ -34,11 +34,15 @@ def fsdp_sdk_register_instance_types(registry: InstanceTypeRegistry) -> None:
 
 
 @hookimpl
-def fsdp_sdk_render_job(config: Config, objects: list[dict[str, Any]]) -> None:
-    """Tolerate our Trainium taint and label the pods with the Trainium generation (Trainium jobs only)."""
+def fsdp_sdk_render_job(objects: list[dict[str, Any]], resolved: Resolved) -> None:
+    """Tolerate our Trainium taint and label the pods with the Trainium generation (Trainium jobs only).
+
+    The job's instance type is ``resolved.instance``, as the configuration was resolved: a Trainium type another
+    plugin (or the platform embedding fsdp-sdk) registers is recognised by its accelerator, not its name.
+    """
     from fsdp_sdk.k8s.render import worker_pods
 
-    generation = _GENERATIONS.get(config.cluster.instance_type)
+    generation = _GENERATIONS.get(resolved.instance.gpu_model)
     if generation is None:
         return
     toleration = {"key": TAINT_KEY, "operator": "Equal", "value": "true", "effect": "NoSchedule"}

@@ -36,6 +36,7 @@ from fsdp_sdk_eksctl.state import StateDir
 
 if TYPE_CHECKING:
     from fsdp_sdk.config import Config
+    from fsdp_sdk.resolved import Resolved
 
 __all__ = ["EksctlBackend"]
 
@@ -54,10 +55,8 @@ class EksctlBackend(ClusterBackend):
 
     # ------------------------------------------------------------------ plan
 
-    def plan(self, config: Config) -> Plan:
-        from fsdp_sdk.plugins import get_plugins
-
-        return make_plan(self.name, config, config.instance(get_plugins()))
+    def plan(self, resolved: Resolved) -> Plan:
+        return make_plan(self.name, resolved.config, resolved.instance)
 
     # ------------------------------------------------------------------ up
 

@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING
 from fsdp_sdk.aws.preflight import aws_preflight
 from fsdp_sdk.aws.session import aws_client
 from fsdp_sdk.errors import FsdpSdkError
-from fsdp_sdk.plugins import get_plugins
 from fsdp_sdk.preflight import PreflightResult
 from fsdp_sdk.tools import INSTALL_HINTS, ToolError, run_tool
 from fsdp_sdk_eksctl import commands
 
 if TYPE_CHECKING:
     from fsdp_sdk.config import Config
+    from fsdp_sdk.instance_types import InstanceType
 
 __all__ = ["TOOLS", "eksctl_preflight", "running_gpu_nodes"]
 
@@ -36,12 +36,15 @@ TOOLS = {
 }
 
 
-def eksctl_preflight(config: Config) -> list[PreflightResult]:
-    """Every check of the backend for ``config`` (see the module docstring)."""
+def eksctl_preflight(config: Config, instance: InstanceType) -> list[PreflightResult]:
+    """Every check of the backend for ``config`` (see the module docstring).
+
+    :param config: the resolved configuration.
+    :param instance: its GPU instance type, as resolving found it (``resolved.instance``).
+    """
     results = [_tool(name, why) for name, why in TOOLS.items()]
     if results[0].ok:
         results.append(_eksctl_version())
-    instance = config.instance(get_plugins())
     running = running_gpu_nodes(config)
     checked = config
     if running:

@@ -30,7 +30,7 @@ from fsdp_sdk.aws.kubeconfig import eks_kubeconfig, kubeconfig_path
 from fsdp_sdk.backends.base import ClusterBackend, ClusterState, ClusterStatus, Plan, ProgressCallback, no_progress
 from fsdp_sdk.config import Config
 from fsdp_sdk.errors import BackendError, ConfigError
-from fsdp_sdk.plugins import get_plugins
+from fsdp_sdk.resolved import Resolved
 from fsdp_sdk.tools import ToolError
 from fsdp_sdk_terraform import CONFIGURATION_DIR
 from fsdp_sdk_terraform.changes import PlanChanges
@@ -102,10 +102,10 @@ class TerraformBackend(ClusterBackend):
 
     # ------------------------------------------------------------------ plan (pure)
 
-    def plan(self, config: Config) -> Plan:
+    def plan(self, resolved: Resolved) -> Plan:
         """The inputs, backend block and steps of ``up``, and the device plugins core applies (no side effect)."""
+        config, instance = resolved.config, resolved.instance
         settings = _settings(config)
-        instance = config.instance(get_plugins())
         inputs = terraform_inputs(config, instance, settings)
         workdir = Workdir.of(config)
         backend = backend_block(config, settings)
@@ -329,7 +329,12 @@ class TerraformBackend(ClusterBackend):
             if not settings.remote_state:  # no local state: nothing was created from here
                 workdir.remove()
                 return self._absent(config, "no working directory")
-            plan = self.plan(config)  # the state is in S3: destroy what it records
+            # The state is in S3: destroy what it records, with the configuration and inputs written again. down()
+            # receives the configuration alone, so the instance type comes from the installed plugins.
+            from fsdp_sdk.plugins import build_plugins
+
+            plugins = build_plugins()
+            plan = self.plan(Resolved(config, config.instance(plugins), plugins))
             workdir.write(
                 Path(plan.details["configuration"]), _document(plan, INPUTS_FILE), _document(plan, BACKEND_FILE)
             )

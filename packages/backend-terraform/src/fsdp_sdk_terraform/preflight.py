@@ -9,6 +9,7 @@ from fsdp_sdk.preflight import PreflightResult
 
 if TYPE_CHECKING:
     from fsdp_sdk.config import Config
+    from fsdp_sdk.instance_types import InstanceType
 
 __all__ = ["state_backend_checks", "terraform_binary_check", "terraform_preflight"]
 
@@ -93,13 +94,16 @@ def state_backend_checks(config: Config, clients: dict[str, Any] | None = None) 
     return [PreflightResult("terraform-state", True, message)]
 
 
-def terraform_preflight(config: Config) -> list[PreflightResult]:
-    """Every check of the Terraform backend, in order: binary, AWS (credentials, zones, quota, reservation), state."""
+def terraform_preflight(config: Config, instance: InstanceType) -> list[PreflightResult]:
+    """Every check of the Terraform backend, in order: binary, AWS (credentials, zones, quota, reservation), state.
+
+    :param config: the resolved configuration.
+    :param instance: its GPU instance type, as resolving found it (``resolved.instance``).
+    """
     from fsdp_sdk.aws.preflight import aws_preflight
-    from fsdp_sdk.plugins import get_plugins
 
     results = [terraform_binary_check(config)]
-    aws = aws_preflight(config, config.instance(get_plugins()))
+    aws = aws_preflight(config, instance)
     results += aws
     if all(r.ok for r in aws if r.check == "aws-credentials"):
         results += state_backend_checks(config)

@@ -28,6 +28,7 @@ _LAZY: dict[str, str] = {
     "ClusterStatus": "fsdp_sdk.backends.base",
     "Plan": "fsdp_sdk.backends.base",
     "InstanceType": "fsdp_sdk.instance_types",
+    "Resolved": "fsdp_sdk.resolved",
     "JobRef": "fsdp_sdk.runs",
     "RunResult": "fsdp_sdk.runs",
     "PreflightResult": "fsdp_sdk.preflight",
@@ -56,6 +57,7 @@ __all__ = [
     "Plan",
     "PluginError",
     "PreflightResult",
+    "Resolved",
     "RunError",
     "RunResult",
     "Secret",
@@ -73,6 +75,7 @@ if TYPE_CHECKING:
     from fsdp_sdk.instance_types import InstanceType
     from fsdp_sdk.monitoring import MonitoringComponent
     from fsdp_sdk.preflight import PreflightResult
+    from fsdp_sdk.resolved import Resolved
     from fsdp_sdk.runs import JobRef, RunResult
 
 

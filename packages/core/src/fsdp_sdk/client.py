@@ -35,8 +35,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 from fsdp_sdk.backends.base import ClusterBackend, ClusterStatus, Plan, ProgressCallback, no_progress
 from fsdp_sdk.config import Config, Setting, load_config, parse_trainer_args
 from fsdp_sdk.errors import BackendError, ConfigError
-from fsdp_sdk.plugins import PluginInfo, Plugins, get_plugins
+from fsdp_sdk.plugins import PluginInfo, Plugins, build_plugins
 from fsdp_sdk.preflight import PreflightResult, raise_for_failures
+from fsdp_sdk.resolved import Resolved
 
 if TYPE_CHECKING:
     from fsdp_sdk.aws.pricing import Price
@@ -83,8 +84,11 @@ class Client:
     Build one with :meth:`from_sources` (files, ``.env``, ``FSDP_SDK_*`` variables, like the CLI) or,
     for a platform embedding the SDK, :meth:`from_dict` (hermetic: nothing but the given data and plugins).
 
-    :param config: the configuration; it is :meth:`~fsdp_sdk.config.Config.resolved` here.
-    :param plugins: the plugin set; defaults to the process-wide :func:`~fsdp_sdk.plugins.get_plugins`.
+    :param config: the configuration; it is resolved here, once (:attr:`resolved`: the configuration, its
+        instance type and the plugin set, what the backend, the preflight hooks, the renderers and the estimate
+        receive).
+    :param plugins: the plugin set; defaults to the installed plugins (:func:`~fsdp_sdk.plugins.build_plugins`,
+        a set of this client's own; the CLI passes its process-wide one).
     :param progress: receives one line per step of long operations (the CLI prints them on stderr).
     :param kubeconfig: the kubeconfig of the cluster jobs go to; defaults to ``cluster.kubeconfig``, the
         backend's, then ``$KUBECONFIG``, then ``~/.kube/config``.
@@ -103,8 +107,10 @@ class Client:
         kube_context: str | None = None,
         hermetic: bool = False,
     ) -> None:
-        self.loaded_plugins = plugins or get_plugins()
-        self.config = config.resolved(self.loaded_plugins)
+        self.loaded_plugins = plugins if plugins is not None else build_plugins()
+        #: The configuration resolved once, with its instance type and the plugin set.
+        self.resolved = Resolved.of(config, self.loaded_plugins)
+        self.config = self.resolved.config
         self.progress: ProgressCallback = progress or no_progress
         self.kube_context = kube_context
         self.hermetic = hermetic
@@ -175,7 +181,7 @@ class Client:
         :param kubeconfig: see :class:`Client`.
         :param kube_context: see :class:`Client`.
         """
-        plugins = plugins or get_plugins()
+        plugins = plugins if plugins is not None else build_plugins()
         config = load_config(
             config_file,
             env_file,
@@ -201,7 +207,7 @@ class Client:
 
         :param action: what the checks are for: ``up``, ``run`` or ``submit`` (see ``fsdp_sdk_preflight``).
         """
-        return self.loaded_plugins.hooks.preflight(self.config, action)
+        return self.loaded_plugins.hooks.preflight(self.resolved, action)
 
     def _checked(self, action: str = "up") -> list[PreflightResult]:
         """Run the checks, show the failed warnings as progress, and raise for the failed errors."""
@@ -222,10 +228,13 @@ class Client:
         return filled
 
     def _config_with(self, filled: Mapping[str, Any]) -> Config:
+        return self._resolved_with(filled).config
+
+    def _resolved_with(self, filled: Mapping[str, Any]) -> Resolved:
         if not filled:
-            return self.config
+            return self.resolved
         settings = [Setting(path, value, path, "preflight") for path, value in filled.items()]
-        return self.config.with_overrides(settings).resolved(self.loaded_plugins, validate_trainer=False)
+        return self.resolved.with_overrides(settings, validate_trainer=False)
 
     def _kubernetes_support(self) -> dict[str, Any]:
         """The EKS support state of ``cluster.kubernetes_version`` today (``fsdp_sdk.pins.today``), said as a warning
@@ -266,8 +275,9 @@ class Client:
         results = self._checked() if preflight else []
         filled = self._filled(results)
         filled.update(self._discovered())
-        config = self._config_with(filled)
-        plan = self.backend.plan(config)
+        resolved = self._resolved_with(filled)
+        config = resolved.config
+        plan = self.backend.plan(resolved)
         if plan.backend != self.backend.name or plan.cluster != config.cluster.name:
             raise BackendError(f"backend {self.backend.name!r} returned a plan for {plan.backend}/{plan.cluster}")
         if preview:
@@ -281,12 +291,12 @@ class Client:
         cost, details = plan.hourly_cost_usd, dict(plan.details)
         if any(r.check == "aws-credentials" and r.ok for r in results):
             # The backend priced the GPU nodes from the table (us-east-1, dated); AWS answers for this region.
-            price = self.hourly_price(config)
-            table = self.config.instance(self.loaded_plugins).on_demand_usd_per_hour
+            price = self.hourly_price(resolved)
+            table = resolved.instance.on_demand_usd_per_hour
             if price.source == "price-list-api" and price.usd_per_hour is not None and cost is not None and table:
                 cost = cost - table * config.cluster.nodes + price.usd_per_hour * config.cluster.nodes
                 details["price"] = price.describe()
-        estimate = self._side_estimate(config)
+        estimate = self._side_estimate(resolved)
         if support is not None:
             details["kubernetes"] = support
         return dataclasses.replace(
@@ -382,10 +392,10 @@ class Client:
             )
         if not self.backend.runs_jobs and nodes > self.backend.status(self.config).nodes:
             # More nodes: the checks of 'up' (quota, reservation) for the cluster at its new size.
-            target = self.config.with_overrides([Setting("cluster.nodes", nodes, "nodes", "scale")])
-            results = self.loaded_plugins.hooks.preflight(
-                target.resolved(self.loaded_plugins, validate_trainer=False), "up"
+            target = self.resolved.with_overrides(
+                [Setting("cluster.nodes", nodes, "nodes", "scale")], validate_trainer=False
             )
+            results = self.loaded_plugins.hooks.preflight(target, "up")
             for result in results:
                 if not result.ok and not result.blocking:
                     self.progress(result.line())
@@ -443,14 +453,17 @@ class Client:
             )
         return path
 
-    def hourly_price(self, config: Config | None = None) -> Price:
+    def hourly_price(self, resolved: Resolved | None = None) -> Price:
         """The on-demand price of ``cluster.instance_type`` in ``cluster.region``: the AWS Price List's when
-        credentials allow it (cached for a day under the state directory), else the instance type's dated table."""
+        credentials allow it (cached for a day under the state directory), else the instance type's dated table.
+
+        :param resolved: another resolved value than the client's (a plan's, with the values preflight filled).
+        """
         from fsdp_sdk.aws.pricing import hourly_price
 
-        config = config or self.config
-        instance = config.instance(self.loaded_plugins)
-        return hourly_price(instance, config.cluster.region, state_dir=Path(config.cluster.state_dir))
+        resolved = resolved or self.resolved
+        config = resolved.config
+        return hourly_price(resolved.instance, config.cluster.region, state_dir=Path(config.cluster.state_dir))
 
     def merge_kubeconfig(self, target: str | os.PathLike[str] | None = None) -> Path:
         """Add the cluster's kubeconfig to ``target`` (default ``~/.kube/config``) and make it the current context.
@@ -626,11 +639,10 @@ class Client:
                 else stable_rdzv_id(self.config, api=api, create_secret=create_secret)
             )
         return render_job(
-            self.config,
+            self.resolved,
             rdzv_id=rdzv_id,
             create_secret=create_secret,
             api=api,
-            plugins=self.loaded_plugins,
             preview=preview,
         )
 
@@ -649,7 +661,11 @@ class Client:
 
         path = self._kubeconfig_or_fail()
         return JobClient(
-            self.config, kubeconfig=path, context=self.kube_context, plugins=self.loaded_plugins, progress=self.progress
+            self.resolved,
+            kubeconfig=path,
+            context=self.kube_context,
+            plugins=self.loaded_plugins,
+            progress=self.progress,
         )
 
     def submit_job(
@@ -706,6 +722,7 @@ class Client:
         on_event: Callable[[RunEvent], None] | None = None,
         on_started: Callable[[JobRef], None] | None = None,
         resume: str | None = None,
+        scale: bool = False,
     ) -> RunResult:
         """Run the trainer to completion on this cluster and return its summary.
 
@@ -724,21 +741,26 @@ class Client:
             that run jobs themselves; the leader's steps and lines from a Kubernetes job (unless ``on_output``).
         :param on_started: called with the job once its processes are started (before the hooks hear of it).
         :param resume: continue the local run of that id with its recorded settings; settings given here win.
-        :raises ConfigError: a trainer setting is invalid, ``resume`` names no run, or the job will not fit (see
-            :meth:`check_fits`).
+        :param scale: on a cluster with fewer nodes now than the job's workers, scale it to that many first
+            (without: refused). Backends that run jobs themselves start their simulated nodes as they need.
+        :raises ConfigError: a trainer setting is invalid, ``resume`` names no run, the job will not fit (see
+            :meth:`check_fits`), or it needs more nodes than the cluster has and ``scale`` is off.
         :raises RunError: the run failed.
         """
-        config = self._run_config(trainer_overrides, trainer_args)
+        resolved = self._run_resolved(trainer_overrides, trainer_args)
+        config = resolved.config
         runner = self.runner
         if resume is not None and runner.kind != "local":
             raise ConfigError(
                 "--resume", f"backend {self.backend.name!r} does not keep run records", "re-submit the job instead"
             )
+        if runner.kind != "local":
+            self._ensure_nodes(config, scale=scale, dry_run=dry_run)
         if not force:
             if runner.kind == "local":
-                runner.check_memory(config, self.loaded_plugins)  # type: ignore[attr-defined]
+                runner.check_memory(resolved)  # type: ignore[attr-defined]
             else:
-                self.check_fits(config)
+                self.check_fits(resolved)
         plan = runner.dryrun(config, run_id=resume if resume is not None else run_id, resume=resume is not None)
         if dry_run:
             return plan.result()
@@ -770,16 +792,16 @@ class Client:
         hooks.job_finished(plan.config or config, handle.job, True, result.summary)
         return result
 
-    def _run_config(
+    def _run_resolved(
         self, trainer_overrides: Mapping[str, Any] | None = None, trainer_args: Sequence[str] = ()
-    ) -> Config:
-        """This client's configuration with trainer settings given to one run on top."""
+    ) -> Resolved:
+        """This client's resolved configuration with trainer settings given to one run on top."""
         settings = [
             Setting(key if key.startswith("trainer.") else f"trainer.{key}", value, key, "run()")
             for key, value in (trainer_overrides or {}).items()
         ]
         settings += parse_trainer_args(trainer_args)
-        return self.config.with_overrides(settings).resolved(self.loaded_plugins) if settings else self.config
+        return self.resolved.with_overrides(settings) if settings else self.resolved
 
     def dryrun(
         self,
@@ -791,7 +813,7 @@ class Client:
     ) -> DryRun:
         """What :meth:`run` would start (pure): a local run's commands and plan, or a cluster job's objects; what
         ``fsdp-sdk run --dry-run`` prints. Arguments as :meth:`run`."""
-        config = self._run_config(trainer_overrides, trainer_args)
+        config = self._run_resolved(trainer_overrides, trainer_args).config
         return self.runner.dryrun(config, run_id=resume if resume is not None else run_id, resume=resume is not None)
 
     @functools.cached_property
@@ -809,12 +831,29 @@ class Client:
 
         return KubernetesRunner(self.jobs)
 
+    def _ensure_nodes(self, config: Config, *, scale: bool, dry_run: bool) -> None:
+        """Refuse a job with more workers than the running cluster has nodes, or with ``scale`` scale it first."""
+        from fsdp_sdk.k8s.render import check_node_count
+
+        check_node_count(config)  # more than the cluster can ever have: scaling would not help
+        workers, name = config.job.num_workers, config.cluster.name
+        status = self.backend.status(config)
+        if status.state == "absent" or status.nodes >= workers:
+            return
+        have = f"the job needs {workers} nodes but cluster {name} has {status.nodes}"
+        if not scale:
+            fewer = f", or run fewer workers (--workers {status.nodes})" if status.nodes else ""
+            raise ConfigError("cluster.nodes", have, f"add --scale to scale it to {workers} nodes first{fewer}")
+        if dry_run:
+            self.progress(f"{have}: it would be scaled to {workers} nodes first (dry run: not scaled)")
+            return
+        self.progress(f"{have}: scaling it to {workers} nodes first")
+        self.scale(workers)
+
     # ------------------------------------------------------------------ estimates
 
-    def _estimate_config(
-        self, nodes: int | None, gpus_per_node: int | None, instance_type: str | None, config: Config | None = None
-    ) -> Config:
-        config = config or self.config
+    def _estimate_config(self, nodes: int | None, gpus_per_node: int | None, instance_type: str | None) -> Resolved:
+        config = self.config
         settings = []
         if nodes is not None:
             if nodes < 1:
@@ -829,8 +868,8 @@ class Client:
                 Setting(p, None) for p in ("job.gpu_per_worker", "job.efa_per_worker") if p not in config.origins
             ]
         if not settings:
-            return config
-        return config.with_overrides(settings).resolved(self.loaded_plugins, validate_trainer=False)
+            return self.resolved
+        return self.resolved.with_overrides(settings, validate_trainer=False)
 
     def estimate(
         self,
@@ -861,10 +900,10 @@ class Client:
         """
         from fsdp_sdk.estimate import DEFAULT_TOKENS, estimate_job
 
-        config = self._estimate_config(nodes, gpus_per_node, instance_type)
+        resolved = self._estimate_config(nodes, gpus_per_node, instance_type)
         return estimate_job(
-            config,
-            config.instance(self.loaded_plugins),
+            resolved.config,
+            resolved.instance,
             model=model,
             trainer_overrides=trainer_overrides,
             mfu=mfu,
@@ -889,10 +928,10 @@ class Client:
         (arguments as :meth:`estimate`)."""
         from fsdp_sdk.estimate import DEFAULT_TOKENS, recommend
 
-        config = self._estimate_config(nodes, gpus_per_node, instance_type)
+        resolved = self._estimate_config(nodes, gpus_per_node, instance_type)
         return recommend(
-            config,
-            config.instance(self.loaded_plugins),
+            resolved.config,
+            resolved.instance,
             model=model,
             trainer_overrides=trainer_overrides,
             mfu=mfu,
@@ -900,7 +939,7 @@ class Client:
             network_efficiency=network_efficiency,
         )
 
-    def check_fits(self, config: Config | None = None) -> Estimate | None:
+    def check_fits(self, resolved: Resolved | None = None) -> Estimate | None:
         """Refuse a job the estimate says will not fit in its GPUs' memory; the estimate, or None when none can be
         made here (no trainer installed, or a model only on the Hugging Face Hub).
 
@@ -908,9 +947,9 @@ class Client:
         """
         from fsdp_sdk.estimate import EstimateUnavailable, estimate_job, fit_problem
 
-        config = config or self.config
+        resolved = resolved or self.resolved
         try:
-            est = estimate_job(config, config.instance(self.loaded_plugins), scaling=False)
+            est = estimate_job(resolved.config, resolved.instance, scaling=False)
         except EstimateUnavailable as exc:
             self.progress(f"fit check skipped: {exc}")
             return None
@@ -924,15 +963,15 @@ class Client:
             )
         return est
 
-    def _side_estimate(self, config: Config) -> Estimate | None:
+    def _side_estimate(self, resolved: Resolved) -> Estimate | None:
         """The configured job's estimate for ``up --dry-run``: None without a model in the configuration or where
         none can be made here (said on the progress stream)."""
         from fsdp_sdk.estimate import EstimateUnavailable, estimate_job, model_is_given
 
-        if not model_is_given(config):
+        if not model_is_given(resolved.config):
             return None
         try:
-            return estimate_job(config, config.instance(self.loaded_plugins))
+            return estimate_job(resolved.config, resolved.instance)
         except EstimateUnavailable as exc:
             self.progress(f"estimate skipped: {exc}")
             return None

@@ -15,7 +15,8 @@ decorated with :data:`hookimpl`. Third-party plugins are found through the
     def fsdp_sdk_register_backends(registry):
         registry.add(MyBackend)
 
-A hook implementation may accept any subset of the parameters documented here.
+A hook implementation may accept any subset of the parameters documented here, so a
+parameter added to a hook later (``resolved``, say) leaves existing implementations working.
 Built-in behaviour is provided by default plugins registered the same way
 (see :data:`fsdp_sdk.plugins.DEFAULT_PLUGINS`).
 
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from fsdp_sdk.instance_types import InstanceTypeRegistry
     from fsdp_sdk.monitoring import MonitoringComponent
     from fsdp_sdk.preflight import PreflightResult
+    from fsdp_sdk.resolved import Resolved
     from fsdp_sdk.runs import JobRef
 
 __all__ = ["PROJECT_NAME", "hookimpl", "hookspec"]
@@ -117,7 +119,7 @@ def fsdp_sdk_register_commands(cli: click.Group) -> None:
 
 
 @hookspec
-def fsdp_sdk_render_job(config: Config, objects: list[dict[str, Any]]) -> None:
+def fsdp_sdk_render_job(config: Config, objects: list[dict[str, Any]], resolved: Resolved) -> None:
     """Adjust the Kubernetes objects rendered for a training job, before they are applied.
 
     Implementations append objects to ``objects`` or modify its dicts in place
@@ -145,6 +147,8 @@ def fsdp_sdk_render_job(config: Config, objects: list[dict[str, Any]]) -> None:
     :param config: the resolved configuration of the job.
     :param objects: the rendered objects (``PyTorchJob``/``TrainJob``, ``Secret``,
         ``Service``...), each a dict as it would be sent to the API server.
+    :param resolved: the same configuration with its instance type (``resolved.instance``) and the
+        plugin set (:class:`~fsdp_sdk.resolved.Resolved`): read the instance type there, never look it up.
     """
 
 
@@ -175,7 +179,7 @@ def fsdp_sdk_monitoring_components(config: Config) -> list[MonitoringComponent] 
 
 
 @hookspec
-def fsdp_sdk_preflight(config: Config, action: str) -> list[PreflightResult] | None:
+def fsdp_sdk_preflight(config: Config, action: str, resolved: Resolved) -> list[PreflightResult] | None:
     """Check that what an action needs is in place before it starts.
 
     Called before ``up`` (and ``up --dry-run``, ``Client.plan()``), ``run`` and
@@ -188,6 +192,8 @@ def fsdp_sdk_preflight(config: Config, action: str) -> list[PreflightResult] | N
         cloud quota checks belong here), ``run`` (``fsdp-sdk run`` / ``Client.run()``: a local run, or a
         job on the cluster) or ``submit`` (``fsdp-sdk job submit`` / ``Client.submit_job()``: a job sent to a
         cluster that is already up, e.g. a team's GPU quota). Return ``[]`` for actions a check does not concern.
+    :param resolved: the same configuration with its instance type (``resolved.instance``) and the
+        plugin set (:class:`~fsdp_sdk.resolved.Resolved`): read the instance type there, never look it up.
     :return: results of the checks this plugin performs (an empty list for none).
     """
 

@@ -32,7 +32,7 @@ import functools
 import importlib
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from fsdp_sdk.monitoring import MonitoringComponent
     from fsdp_sdk.preflight import PreflightResult
     from fsdp_sdk.registry import Conflict, NamedRegistry
+    from fsdp_sdk.resolved import Resolved
     from fsdp_sdk.runs import JobRef
 
     R = TypeVar("R", bound=NamedRegistry[Any])
@@ -265,15 +266,40 @@ class PluginHooks:
 
     # ------------------------------------------------------------------ rendering and look-ups
 
-    def render_job(self, config: Config, objects: list[dict[str, Any]]) -> None:
+    def _resolution(self, what: Config | Resolved, hook_name: str) -> tuple[Config, Callable[[], Resolved]]:
+        """The configuration, and a function giving the :class:`~fsdp_sdk.resolved.Resolved` a hook's ``resolved``
+        parameter receives: ``what`` itself, or (called with a configuration alone) ``what`` resolved with this
+        plugin set, only when an implementation asks for it."""
+        from fsdp_sdk.resolved import Resolved
+
+        if isinstance(what, Resolved):
+            return what.config, lambda: what
+        plugins = self._plugins
+
+        @functools.cache
+        def resolve() -> Resolved:
+            if plugins is None:
+                raise PluginError(f"{hook_name}: a bare plugin manager cannot resolve a configuration; pass a Resolved")
+            return Resolved.of(what, plugins, validate_trainer=False)
+
+        return what, resolve
+
+    def _arguments(self, impl: Any, resolve: Callable[[], Resolved], **kwargs: Any) -> dict[str, Any]:
+        return {**kwargs, "resolved": resolve()} if "resolved" in impl.argnames else kwargs
+
+    def render_job(self, config: Config | Resolved, objects: list[dict[str, Any]]) -> None:
         """Let plugins append to or modify the rendered Kubernetes objects in place.
+
+        :param config: the resolved value of the job (a bare configuration is resolved with this plugin set when a
+            hook implementation asks for ``resolved``).
 
         :raises PluginError: a plugin's hook failed, returned something, or left an object that is not a
             Kubernetes object (a dict with ``apiVersion``, ``kind`` and ``metadata.name``).
         """
         hook_name = "fsdp_sdk_render_job"
+        config, resolve = self._resolution(config, hook_name)
         for impl in self._impls(hook_name, call_order=True):
-            result = self._call(impl, hook_name, config=config, objects=objects)
+            result = self._call(impl, hook_name, **self._arguments(impl, resolve, config=config, objects=objects))
             if result is not None:
                 raise self._wrong(
                     impl, hook_name, f"returned {_kind(result)}; it must change 'objects' in place and return None"
@@ -310,22 +336,28 @@ class PluginHooks:
         hook_name = "fsdp_sdk_monitoring_components"
         return self._collect(hook_name, MonitoringComponent, config=config)
 
-    def preflight(self, config: Config, action: str = "up") -> list[PreflightResult]:
+    def preflight(self, config: Config | Resolved, action: str = "up") -> list[PreflightResult]:
         """The results of every plugin's preflight checks, in registration order.
 
+        :param config: the resolved value the checks are for (a bare configuration is resolved with this plugin set
+            when a hook implementation asks for ``resolved``).
         :param action: what is about to happen: ``up``, ``run`` or ``submit`` (see ``fsdp_sdk_preflight``).
         :raises PluginError: a plugin's check failed unexpectedly or returned something other than a list of
             :class:`~fsdp_sdk.preflight.PreflightResult`.
         """
         from fsdp_sdk.preflight import PreflightResult
 
-        return self._collect("fsdp_sdk_preflight", PreflightResult, config=config, action=action)
+        config, resolve = self._resolution(config, "fsdp_sdk_preflight")
+        return self._collect("fsdp_sdk_preflight", PreflightResult, resolve, config=config, action=action)
 
-    def _collect(self, hook_name: str, item_type: type[_Item], **kwargs: Any) -> list[_Item]:
+    def _collect(
+        self, hook_name: str, item_type: type[_Item], resolve: Callable[[], Resolved] | None = None, **kwargs: Any
+    ) -> list[_Item]:
         """Every implementation's list of ``item_type`` records, in registration order (None counts as none)."""
         items: list[_Item] = []
         for impl in self._impls(hook_name):
-            result = self._call(impl, hook_name, **kwargs)
+            arguments = self._arguments(impl, resolve, **kwargs) if resolve is not None else kwargs
+            result = self._call(impl, hook_name, **arguments)
             if result is None:
                 continue
             name = item_type.__name__

@@ -282,11 +282,7 @@ class KubernetesRunner:
         )
 
     def _plugins(self) -> Plugins:
-        if self.jobs.plugins is not None:
-            return self.jobs.plugins
-        from fsdp_sdk.plugins import get_plugins
-
-        return get_plugins()
+        return self.jobs.plugin_set()
 
     def schedule(
         self,

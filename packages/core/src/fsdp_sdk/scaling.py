@@ -274,7 +274,7 @@ def run_sweep(
     if kept:
         progress(f"{sweep.json_path}: {kept} of {len(counts)} points already recorded; running the other {len(todo)}")
     for index, n in enumerate(todo, 1):
-        point_settings = [Setting("job.num_workers", n, "--nodes", "bench scale")]
+        point_settings = [Setting(p, n, "--nodes", "bench scale") for p in ("cluster.nodes", "job.num_workers")]
         if not client.backend.runs_jobs:  # one job per point: a finished job keeps its name until deleted
             name = f"{config.job.name[:36].rstrip('-')}-{n}n-{uuid.uuid4().hex[:5]}"
             point_settings.append(Setting("job.name", name, "job.name", "bench scale"))

@@ -45,6 +45,7 @@ from fsdp_sdk.errors import BackendError, ConfigError
 from fsdp_sdk.hookspecs import hookimpl
 from fsdp_sdk.instance_types import InstanceType, InstanceTypeRegistry
 from fsdp_sdk.plugins import DEFAULT_PLUGINS, ENTRY_POINT_GROUP, Plugins, build_plugins
+from fsdp_sdk.resolved import Resolved
 
 __all__ = ["BackendConformance", "InstanceTypePlugin", "InstanceTypePluginConformance", "snapshot"]
 
@@ -108,15 +109,21 @@ class BackendConformance:
         return tmp_path / "state"
 
     @pytest.fixture
-    def config(self, plugins: Plugins, state_dir: Path) -> Config:
-        """The resolved configuration every test uses."""
+    def resolved(self, plugins: Plugins, state_dir: Path) -> Resolved:
+        """The resolved value :meth:`~fsdp_sdk.backends.base.ClusterBackend.plan` receives: the configuration every
+        test uses, its instance type and the plugin set."""
         overrides = {
             "cluster.backend": self.backend_class.name,
             "cluster.state_dir": str(state_dir),
             **self.config_overrides,
         }
         base = Config.from_dict({}, sections=plugins.settings)  # the plugins' own settings sections too
-        return base.with_overrides(overrides).resolved(plugins, validate_trainer=False)
+        return Resolved.of(base.with_overrides(overrides), plugins, validate_trainer=False)
+
+    @pytest.fixture
+    def config(self, resolved: Resolved) -> Config:
+        """The resolved configuration every test uses (``resolved.config``)."""
+        return resolved.config
 
     @pytest.fixture
     def backend(self) -> Iterator[ClusterBackend]:
@@ -149,8 +156,10 @@ class BackendConformance:
 
     # ------------------------------------------------------------------ read-only and dry-run calls
 
-    def test_plan_is_pure_and_serialisable(self, backend: ClusterBackend, config: Config, state_dir: Path) -> None:
-        plan = backend.plan(config)
+    def test_plan_is_pure_and_serialisable(
+        self, backend: ClusterBackend, resolved: Resolved, config: Config, state_dir: Path
+    ) -> None:
+        plan = backend.plan(resolved)
         assert isinstance(plan, Plan)
         assert plan.backend == backend.name and plan.cluster == config.cluster.name
         assert plan.steps and all(isinstance(step, str) for step in plan.steps)
@@ -164,10 +173,12 @@ class BackendConformance:
         json.dumps(status.to_dict())
         assert not state_dir.exists(), "status() must not create the state directory"
 
-    def test_dry_run_changes_nothing(self, backend: ClusterBackend, config: Config, state_dir: Path) -> None:
+    def test_dry_run_changes_nothing(
+        self, backend: ClusterBackend, resolved: Resolved, config: Config, state_dir: Path
+    ) -> None:
         messages: list[str] = []
         before = backend.status(config)
-        up = backend.up(config, dry_run=True, progress=messages.append)
+        up = backend.up(resolved, dry_run=True, progress=messages.append)
         down = backend.down(config, dry_run=True, progress=messages.append)
         with contextlib.suppress(BackendError):  # no cluster to scale: refusing is fine
             backend.scale(config, self.scale_to, dry_run=True, progress=messages.append)
@@ -182,16 +193,16 @@ class BackendConformance:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def test_lifecycle(self, backend: ClusterBackend, config: Config, state_dir: Path) -> None:
+    def test_lifecycle(self, backend: ClusterBackend, resolved: Resolved, config: Config, state_dir: Path) -> None:
         if not self.lifecycle:
             pytest.skip("lifecycle = False: this backend's tests do not create clusters")
         messages: list[str] = []
         try:
-            plan = backend.plan(config)
+            plan = backend.plan(resolved)
             status = backend.apply(config, plan, progress=messages.append)
             assert status.ready, status
             assert messages, "apply() should report progress"
-            again = backend.apply(config, backend.plan(config), progress=messages.append)
+            again = backend.apply(config, backend.plan(resolved), progress=messages.append)
             assert again.ready and again.endpoint == status.endpoint, "apply() on a ready cluster must change nothing"
             scaled = backend.scale(config, self.scale_to, progress=messages.append)
             assert scaled.nodes == self.scale_to

@@ -1,8 +1,9 @@
 """The interface every cluster backend implements, and the records it returns.
 
 A backend turns a :class:`~fsdp_sdk.config.Config` into a running cluster and
-back, in two stages: :meth:`ClusterBackend.plan` is pure (configuration in,
-:class:`Plan` out: the documents it would apply and the steps in order), and
+back, in two stages: :meth:`ClusterBackend.plan` is pure (a
+:class:`~fsdp_sdk.resolved.Resolved` in: the configuration, its instance type and
+the plugin set; :class:`Plan` out: the documents it would apply and the steps in order), and
 :meth:`ClusterBackend.apply` acts on exactly that plan. ``fsdp-sdk up --dry-run``
 prints the plan; ``fsdp-sdk up`` applies the plan it printed. ``down``/``scale``
 act and report progress through a callback; ``status()`` only reads.
@@ -24,6 +25,7 @@ from fsdp_sdk.registry import NamedRegistry
 if TYPE_CHECKING:
     from fsdp_sdk.config import Config
     from fsdp_sdk.preflight import PreflightResult
+    from fsdp_sdk.resolved import Resolved
     from fsdp_sdk.runs import JobRef, RecordedRun, RunEvent, RunResult
 
 __all__ = [
@@ -157,8 +159,9 @@ class ClusterBackend(ABC):
             name = "mycloud"
             description = "GPU clusters on MyCloud"
 
-            def plan(self, config):  # pure: what apply() will do
-                return Plan(backend=self.name, cluster=config.cluster.name, steps=["create a cluster"])
+            def plan(self, resolved):  # pure: what apply() will do
+                config, instance = resolved.config, resolved.instance
+                return Plan(backend=self.name, cluster=config.cluster.name, steps=[f"create {instance.name} nodes"])
 
             def apply(self, config, plan, *, progress=no_progress): ...  # acts on exactly that plan
             def down(self, config, *, dry_run=False, progress=no_progress): ...
@@ -172,8 +175,14 @@ class ClusterBackend(ABC):
 
     Its tests subclass :class:`fsdp_sdk.testing.BackendConformance`.
 
-    Backends are instantiated without arguments; every method receives the
-    resolved configuration. With ``dry_run=True`` a method validates what it can
+    Backends are instantiated without arguments. :meth:`plan` receives a
+    :class:`~fsdp_sdk.resolved.Resolved`: the resolved configuration (``resolved.config``),
+    the :class:`~fsdp_sdk.instance_types.InstanceType` it names (``resolved.instance``) and
+    the plugin set both come from (``resolved.plugins``). Read the instance type there, never
+    look it up again: an application embedding the SDK may resolve with a plugin set of its
+    own, holding instance types the process-wide set does not know. The other methods act on
+    the plan or on a cluster that exists and receive the resolved configuration
+    (``resolved.config``). With ``dry_run=True`` a method validates what it can
     and changes nothing (no cloud resource, no file, no directory).
 
     A backend whose clusters run Kubernetes returns a kubeconfig path and its jobs
@@ -189,10 +198,11 @@ class ClusterBackend(ABC):
     runs_jobs: ClassVar[bool] = False
 
     @abstractmethod
-    def plan(self, config: Config) -> Plan:
+    def plan(self, resolved: Resolved) -> Plan:
         """Describe what :meth:`apply` will do, without side effects (no network, no file).
 
-        :param config: the resolved configuration.
+        :param resolved: the resolved configuration (``resolved.config``), its instance type
+            (``resolved.instance``) and the plugin set (``resolved.plugins``).
         """
 
     @abstractmethod
@@ -223,17 +233,19 @@ class ClusterBackend(ABC):
         """
         return plan
 
-    def up(self, config: Config, *, dry_run: bool = False, progress: ProgressCallback = no_progress) -> ClusterStatus:
+    def up(
+        self, resolved: Resolved, *, dry_run: bool = False, progress: ProgressCallback = no_progress
+    ) -> ClusterStatus:
         """Plan, then apply that plan; with ``dry_run``, plan only and return the current status.
 
-        :param config: the resolved configuration.
+        :param resolved: the resolved configuration, its instance type and plugin set.
         :param dry_run: change nothing.
         :param progress: receives a line per step.
         """
-        plan = self.plan(config)
+        plan = self.plan(resolved)
         if dry_run:
-            return self.status(config)
-        return self.apply(config, plan, progress=progress)
+            return self.status(resolved.config)
+        return self.apply(resolved.config, plan, progress=progress)
 
     @abstractmethod
     def down(self, config: Config, *, dry_run: bool = False, progress: ProgressCallback = no_progress) -> ClusterStatus:

@@ -64,11 +64,13 @@ class Application:
         """The client for the configuration from every source, resolved once per command."""
         if self._client is None:
             from fsdp_sdk.client import Client
+            from fsdp_sdk.plugins import get_plugins
 
             self._client = Client.from_sources(
                 self.config_file,
                 self.env_file,
                 self._overrides(),
+                plugins=get_plugins(),
                 progress=self.progress,
                 kubeconfig=self.kubeconfig,
                 kube_context=self.kube_context,

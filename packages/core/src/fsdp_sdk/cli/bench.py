@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from fsdp_sdk.cli.application import Application
-from fsdp_sdk.cli.options import common_options, json_option, trainer_options
+from fsdp_sdk.cli.options import NODES_HELP, common_options, json_option, trainer_options
 
 __all__ = ["bench"]
 
@@ -17,7 +17,13 @@ def bench() -> None:
 
 @bench.command(short_help="Weak-scaling sweep over node counts, with CSV, JSON and a chart.")
 @common_options
-@click.option("--nodes", "nodes", required=True, metavar="N,N,...", help="Node counts to measure, e.g. 1,2,4,8,16.")
+@click.option(
+    "--nodes",
+    "nodes",
+    required=True,
+    metavar="N,N,...",
+    help=f"Node counts to measure, e.g. 1,2,4,8,16: at each, the {NODES_HELP[0].lower()}{NODES_HELP[1:]}.",
+)
 @click.option(
     "--out",
     required=True,

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from fsdp_sdk.cli.application import Application
-from fsdp_sdk.cli.options import common_options, json_option, setting, setting_option
+from fsdp_sdk.cli.options import common_options, json_option, model_options, nodes_option, setting, setting_option
 
 if TYPE_CHECKING:
     from fsdp_sdk.estimate import Estimate
@@ -30,11 +30,11 @@ def _both(*paths: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
 
 def _job_options(function: F) -> F:
     options = [
-        click.option(
-            "--model",
+        model_options(
+            "Preset (llama2-70b...) or a Hugging Face config.json / model directory; default: "
+            "trainer.model.preset or trainer.model.name_or_path ('fsdp-sdk run --model' names the same presets).",
             metavar="NAME|PATH",
-            help="Preset (llama2-70b...) or a Hugging Face config.json / "
-            "model directory; default: trainer.model.preset or trainer.model.name_or_path.",
+            path=None,
         ),
         setting_option(
             "--instance-type",
@@ -42,12 +42,7 @@ def _job_options(function: F) -> F:
             path="cluster.instance_type",
             help="Instance type of the nodes (cluster.instance_type); any registered one.",
         ),
-        setting_option(
-            "--nodes",
-            type=click.IntRange(min=1),
-            path="job.num_workers",
-            help="Nodes of the job (job.num_workers).",
-        ),
+        nodes_option(),
         setting_option(
             "--gpus-per-node",
             type=click.IntRange(min=1),

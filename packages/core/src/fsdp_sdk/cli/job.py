@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import click
 
 from fsdp_sdk.cli.application import Application
-from fsdp_sdk.cli.options import common_options, json_option, kube_options, setting
+from fsdp_sdk.cli.options import common_options, json_option, kube_options, nodes_option, setting, workers_option
 
 __all__ = ["job"]
 
@@ -59,6 +59,8 @@ def job() -> None:
 def _render_options(function: F) -> F:
     options = [
         _api_option,
+        nodes_option(),
+        workers_option,
         click.option("--rdzv-id", metavar="ID", help="Rendezvous id (elasticPolicy.rdzvId); default: a fresh one."),
         click.option(
             "--create-secret/--no-create-secret",

@@ -82,11 +82,96 @@ def setting(path: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
 
     def callback(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
         if value is not None and not ctx.resilient_parsing:
-            flag = max(param.opts, key=len) if isinstance(param, click.Option) else param.name or path
+            flag = (
+                param.opts[0]
+                if isinstance(param, FirstNameOption)
+                else max(param.opts, key=len)
+                if isinstance(param, click.Option)
+                else param.name or path
+            )
             _app(ctx).set(path, value, flag)
         return value
 
     return callback
+
+
+def settings(*paths: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    """An option callback storing one value at several configuration paths."""
+    callbacks = [setting(path) for path in paths]
+
+    def callback(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        for each in callbacks:
+            each(ctx, param, value)
+        return value
+
+    return callback
+
+
+#: What ``--nodes`` means on every command: the help of each names this setting first.
+NODES_HELP = "Nodes of the cluster the job runs on (cluster.nodes); the job runs one worker per node (job.num_workers)"
+
+
+def nodes_option(extra: str = "", *, minimum: int = 1) -> Callable[[F], F]:
+    """``--nodes N``: the nodes of the cluster (``cluster.nodes``), which the job's workers follow
+    (``job.num_workers``): one setting, the same on every command. ``--nodes 0`` (``up``: a cluster without GPU
+    nodes yet) leaves the workers to follow as they do (one at least)."""
+    both, nodes_only = settings("cluster.nodes", "job.num_workers"), setting("cluster.nodes")
+
+    def callback(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        return (both if value else nodes_only)(ctx, param, value)
+
+    return click.option(
+        "--nodes",
+        type=click.IntRange(min=minimum),
+        metavar="N",
+        expose_value=False,
+        callback=callback,
+        help=f"{NODES_HELP}{extra}.",
+    )
+
+
+def workers_option(function: F) -> F:
+    """``--workers N``: run the job on fewer workers than the cluster has nodes (``job.num_workers`` alone)."""
+    return click.option(
+        "--workers",
+        type=click.IntRange(min=1),
+        metavar="N",
+        expose_value=False,
+        callback=setting("job.num_workers"),
+        help="Run the job on N workers, fewer than the cluster's nodes (job.num_workers; default: --nodes).",
+    )(function)
+
+
+def model_options(help: str, *, metavar: str = "NAME", path: str | None = "trainer.model.preset") -> Callable[[F], F]:
+    """``--model`` (documented) and ``--preset`` (the same flag under its other name, hidden): the model a command
+    trains or estimates, named the same way on ``run``, ``bench scale`` and ``estimate``.
+
+    :param path: the setting both store; None makes ``--model`` a parameter of the command (``estimate``'s).
+    """
+
+    store: dict[str, Any] = {"expose_value": False, "callback": setting(path)} if path else {}
+    return click.option(
+        "--model",
+        "--preset",
+        "model",
+        cls=FirstNameOption,
+        metavar=metavar,
+        shell_complete=complete_presets,
+        help=help,
+        **store,
+    )
+
+
+class FirstNameOption(click.Option):
+    """An option with several names whose help and error messages show only the first: the one documented."""
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        every = self.opts
+        self.opts = every[:1]
+        try:
+            return super().get_help_record(ctx)
+        finally:
+            self.opts = every
 
 
 def _set_pairs(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> None:
@@ -189,8 +274,8 @@ def setting_option(*flags: str, path: str, help: str, **kwargs: Any) -> Callable
 
 
 def trainer_options(steps_help: str = "Optimizer steps (trainer.train.steps).") -> Callable[[F], F]:
-    """``--nproc-per-node``, ``--preset`` and ``--steps``: the trainer settings ``run`` and ``bench scale`` take
-    as flags (each one a ``--set`` of its setting)."""
+    """``--nproc-per-node``, ``--model`` (or ``--preset``) and ``--steps``: the trainer settings ``run`` and
+    ``bench scale`` take as flags (each one a ``--set`` of its setting)."""
 
     def decorate(function: F) -> F:
         options = [
@@ -200,12 +285,8 @@ def trainer_options(steps_help: str = "Optimizer steps (trainer.train.steps).") 
                 path="job.nproc_per_node",
                 help="Trainer processes per node (job.nproc_per_node; default: GPUs per node, 1 locally).",
             ),
-            setting_option(
-                "--preset",
-                shell_complete=complete_presets,
-                metavar="NAME",
-                path="trainer.model.preset",
-                help="Model preset (trainer.model.preset), e.g. tiny.",
+            model_options(
+                "Model preset (trainer.model.preset), e.g. tiny; 'fsdp-sdk estimate --model' names the same."
             ),
             setting_option(
                 "--steps",

@@ -9,17 +9,25 @@ import time
 import click
 
 from fsdp_sdk.cli.application import Application
-from fsdp_sdk.cli.options import common_options, dry_run_option, json_option, setting, trainer_options
+from fsdp_sdk.cli.options import (
+    common_options,
+    dry_run_option,
+    json_option,
+    nodes_option,
+    trainer_options,
+    workers_option,
+)
 
 
 @click.command(short_help="Run the FSDP trainer and print its summary.")
 @common_options
+@nodes_option("; locally, simulated nodes")
+@workers_option
 @click.option(
-    "--nodes",
-    type=click.IntRange(min=1),
-    expose_value=False,
-    callback=setting("job.num_workers"),
-    help="Workers (nodes; locally, simulated nodes) for this run (job.num_workers).",
+    "--scale",
+    "scale_first",
+    is_flag=True,
+    help="On a cluster with fewer nodes than the job needs, scale it to --nodes first (without: refused).",
 )
 @trainer_options()
 @click.option(
@@ -49,6 +57,7 @@ def run(
     app: Application,
     run_id: str | None,
     resume: str | None,
+    scale_first: bool,
     force: bool,
     dry_run: bool,
     as_json: bool,
@@ -83,7 +92,9 @@ def run(
     --force.
 
     On a cluster, a job the estimate says will not fit in its GPUs' memory is
-    refused (see 'fsdp-sdk estimate'), unless --force.
+    refused (see 'fsdp-sdk estimate'), unless --force; so is a job that needs
+    more nodes than the cluster has now, unless --scale, which scales the
+    cluster to --nodes first.
     """
     from fsdp_sdk.cli.run_display import PlainDisplay, TerminalDisplay, summary_lines
     from fsdp_sdk.errors import RunError
@@ -102,6 +113,7 @@ def run(
             run_id=run_id,
             resume=resume,
             force=force,
+            scale=scale_first,
             dry_run=dry_run,
             on_event=display.event,
             on_started=lambda job: started.append(job.run_id),

@@ -16,12 +16,15 @@ from fsdp_sdk.cli.output import echo_status
 @json_option
 @click.pass_obj
 def scale(app: Application, nodes: int, dry_run: bool, as_json: bool) -> None:
-    """Scale the cluster to NODES nodes (within cluster.min_nodes..cluster.max_nodes).
+    """Scale the cluster to NODES nodes (cluster.nodes, within cluster.min_nodes..cluster.max_nodes; unless set,
+    cluster.max_nodes follows NODES, and scaling to 0 keeps it).
 
     On the local backend this sets the number of simulated nodes runs may use.
     """
     from fsdp_sdk.cli.run_display import live_progress
 
+    if nodes > 0:  # NODES is the cluster's node count; 0 keeps the node group's maximum (EKS needs 1 at least)
+        app.set("cluster.nodes", nodes, "NODES")
     with live_progress(app, f"scaling to {nodes} nodes", enabled=not (dry_run or as_json)):
         status = app.client.scale(nodes, dry_run=dry_run)
     echo_status(status, as_json=as_json, dry_run=dry_run)

@@ -8,7 +8,14 @@ from typing import TYPE_CHECKING
 import click
 
 from fsdp_sdk.cli.application import Application
-from fsdp_sdk.cli.options import common_options, complete_instance_types, dry_run_option, json_option, setting
+from fsdp_sdk.cli.options import (
+    common_options,
+    complete_instance_types,
+    dry_run_option,
+    json_option,
+    nodes_option,
+    setting,
+)
 from fsdp_sdk.cli.output import echo_status
 
 if TYPE_CHECKING:
@@ -39,13 +46,7 @@ def _echo_plan(plan: Plan, echo: Callable[[str], None] = click.echo) -> None:
 
 @click.command(short_help="Create the cluster (local backend: start etcd).")
 @common_options
-@click.option(
-    "--nodes",
-    type=click.IntRange(min=0),
-    expose_value=False,
-    callback=setting("cluster.nodes"),
-    help="Number of nodes (cluster.nodes).",
-)
+@nodes_option(minimum=0)
 @click.option(
     "--instance-type",
     shell_complete=complete_instance_types,

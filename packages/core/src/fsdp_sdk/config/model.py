@@ -186,7 +186,7 @@ class ClusterConfig(Fields):
     instance_type: str = field(default="p5.48xlarge", metadata=_dotenv("INSTANCE_TYPE"))
     """GPU instance type of the worker nodes; ``fsdp-sdk instance-types`` lists them."""
     nodes: int = field(default=2, metadata=_non_negative(2))
-    """Number of GPU nodes to create."""
+    """Number of GPU nodes of the cluster (``--nodes`` on every command); unset, ``job.num_workers``'s."""
     min_nodes: int = field(default=0, metadata=_non_negative(0))
     """Lower bound of the node group (``scale`` refuses to go below)."""
     max_nodes: int | None = field(default=None, metadata=_non_negative(4))
@@ -284,7 +284,8 @@ class JobConfig(Fields):
     )
     """Platform ``image build`` builds for (``--platform``): GPU nodes are linux/amd64, whatever the laptop is."""
     num_workers: int = field(default=2, metadata={**_dotenv("NUM_WORKERS"), **_positive(2)})
-    """Number of worker pods (one per node); locally, simulated nodes."""
+    """Number of worker pods, one per node; locally, simulated nodes. Unset, ``cluster.nodes``'s (``--workers``
+    runs a job on fewer)."""
     gpu_per_worker: int | None = field(default=None, metadata={**_dotenv("GPU_PER_WORKER"), **_positive(8)})
     """GPUs per worker; defaults to the instance type's GPU count."""
     efa_per_worker: int | None = field(default=None, metadata={**_dotenv("EFA_PER_WORKER"), **_non_negative(32)})

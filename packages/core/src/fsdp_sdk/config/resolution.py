@@ -52,7 +52,8 @@ def resolve(config: Config, plugins: Plugins, *, validate_trainer: bool = True) 
     """A copy with derived values filled in and cross-field rules checked.
 
     Fills ``job.gpu_per_worker`` and ``job.efa_per_worker`` from the instance
-    type and ``cluster.max_nodes`` from ``cluster.nodes``; refuses an unknown
+    type, whichever of ``cluster.nodes`` and ``job.num_workers`` is unset from the
+    other, and ``cluster.max_nodes`` from ``cluster.nodes``; refuses an unknown
     backend or instance type, more GPUs or EFA interfaces per worker than the
     instance type has, node bounds out of order; validates the trainer
     section with ``fsdp_trainer.config.TrainerConfig.from_dict`` when the
@@ -95,9 +96,17 @@ def resolve(config: Config, plugins: Plugins, *, validate_trainer: bool = True) 
             f"set it to {efa_available} or less" + (", or turn cluster.efa on" if not cluster.efa else ""),
         )
 
-    if cluster.max_nodes is None:
-        cluster.max_nodes = max(cluster.nodes, cluster.min_nodes)
-    if not cluster.min_nodes <= cluster.nodes <= cluster.max_nodes:
+    # One node count: the job runs one worker per node of its cluster; whichever of the two is set, the other
+    # follows it (both set: render refuses more workers than cluster.max_nodes). Derived values are derived
+    # again on each resolution, so a resolved configuration with other settings on top stays consistent.
+    set_max = cluster.max_nodes if "cluster.max_nodes" in new.origins else None
+    if "job.num_workers" in new.origins and "cluster.nodes" not in new.origins:
+        cluster.nodes = max(min(job.num_workers, set_max or job.num_workers), cluster.min_nodes)
+    elif "cluster.nodes" in new.origins and "job.num_workers" not in new.origins:
+        job.num_workers = max(cluster.nodes, 1)
+    if set_max is None:
+        set_max = cluster.max_nodes = max(cluster.nodes, cluster.min_nodes)
+    if not cluster.min_nodes <= cluster.nodes <= set_max:
         raise new._error(
             "cluster.nodes",
             f"{cluster.nodes} is outside min_nodes..max_nodes ({cluster.min_nodes}..{cluster.max_nodes})",

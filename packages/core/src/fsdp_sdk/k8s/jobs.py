@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from fsdp_sdk.k8s.kube import Kube
     from fsdp_sdk.k8s.retry import RetryPolicy
     from fsdp_sdk.plugins import Plugins
+    from fsdp_sdk.resolved import Resolved
     from fsdp_sdk.runs import JobRef
 
 __all__ = ["EXIT_TIMEOUT", "FollowResult", "JobClient", "JobStatus", "StopResult", "resolve_kubeconfig"]
@@ -177,11 +178,13 @@ class JobClient:
     It also fulfils :class:`fsdp_sdk.client.JobLayer`, the seam :class:`fsdp_sdk.Client`
     uses (``submit`` / ``wait`` / ``stop`` with a :class:`~fsdp_sdk.runs.JobRef`).
 
-    :param config: the configuration (resolved when rendering).
+    :param config: the resolved value (:class:`~fsdp_sdk.resolved.Resolved`), or a configuration (resolved when
+        rendering).
     :param kube: the API connection; made from the kubeconfig on first use when ``None``.
     :param kubeconfig: the kubeconfig file (see :func:`resolve_kubeconfig` for the fallbacks).
     :param context: the kubeconfig context.
-    :param plugins: the plugin set (defaults to the process-wide one).
+    :param plugins: the plugin set: a ``Resolved``'s own by default, else the installed plugins
+        (:func:`~fsdp_sdk.plugins.build_plugins`, built when first needed).
     :param progress: receives progress lines (retries, waiting for the leader, replacing a job).
     :param retry: the retry policy of the connection it makes.
     """
@@ -191,7 +194,7 @@ class JobClient:
 
     def __init__(
         self,
-        config: Config,
+        config: Config | Resolved,
         kube: Kube | None = None,
         *,
         kubeconfig: str | os.PathLike[str] | None = None,
@@ -200,8 +203,11 @@ class JobClient:
         progress: Callable[[str], None] | None = None,
         retry: RetryPolicy | None = None,
     ) -> None:
-        self.config = config
-        self.plugins = plugins
+        from fsdp_sdk.resolved import Resolved
+
+        self._resolved = config if isinstance(config, Resolved) else None
+        self.config: Config = config.config if isinstance(config, Resolved) else config
+        self.plugins = plugins if plugins is not None or self._resolved is None else self._resolved.plugins
         self.progress = progress
         self._kube = kube
         self._kubeconfig = kubeconfig
@@ -247,9 +253,17 @@ class JobClient:
             raise KubernetesError(f"{kind} {self.namespace}/{name} does not exist; 'fsdp-sdk job list' shows the jobs")
         return obj
 
-    def _with(self, config: Config | None) -> JobClient:
+    def plugin_set(self) -> Plugins:
+        """The plugin set (the installed plugins, built now, when none was given)."""
+        if self.plugins is None:
+            from fsdp_sdk.plugins import build_plugins
+
+            self.plugins = build_plugins()
+        return self.plugins
+
+    def _with(self, config: Config | Resolved | None) -> JobClient:
         """A client for another configuration, on the same connection."""
-        if config is None or config is self.config:
+        if config is None or config is self.config or config is self._resolved:
             return self
         other = JobClient(
             config,
@@ -268,11 +282,17 @@ class JobClient:
         self, *, run_id: str | None = None, create_secret: bool | None = None, api: str | None = None
     ) -> list[dict[str, Any]]:
         """The job's objects (see :func:`fsdp_sdk.k8s.render.render_job`); ``run_id`` is the rendezvous id."""
-        return render_job(self.config, rdzv_id=run_id, create_secret=create_secret, api=api, plugins=self.plugins)
+        return render_job(
+            self._resolved or self.config,
+            rdzv_id=run_id,
+            create_secret=create_secret,
+            api=api,
+            plugins=self.plugin_set(),
+        )
 
     def submit(
         self,
-        config: Config | None = None,
+        config: Config | Resolved | None = None,
         *,
         run_id: str | None = None,
         create_secret: bool | None = None,
@@ -307,15 +327,17 @@ class JobClient:
             refused an object.
         """
         from fsdp_sdk.config import Setting
-        from fsdp_sdk.plugins import get_plugins
+        from fsdp_sdk.resolved import Resolved
         from fsdp_sdk.runs import JobRef
 
         if unique:
             suffix = "".join(secrets.choice(_SUFFIX_ALPHABET) for _ in range(5))
-            name = f"{(config or self.config).job.name}-{suffix}"
-            renamed = (config or self.config).with_overrides([Setting("job.name", name, "--unique", "command line")])
-            config = renamed.resolved(self.plugins or get_plugins(), validate_trainer=False)
-        if config is not None and config is not self.config:
+            base = config.config if isinstance(config, Resolved) else config or self.config
+            renamed = base.with_overrides(
+                [Setting("job.name", f"{base.job.name}-{suffix}", "--unique", "command line")]
+            )
+            config = Resolved.of(renamed, self.plugin_set(), validate_trainer=False)
+        if config is not None and config is not self.config and config is not self._resolved:
             other = self._with(config)
             ref = other.submit(run_id=run_id, create_secret=create_secret, api=api, dry_run=dry_run, replace=replace)
             self.last_objects = other.last_objects

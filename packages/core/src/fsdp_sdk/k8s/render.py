@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from fsdp_sdk.config import Config
     from fsdp_sdk.instance_types import InstanceType
     from fsdp_sdk.plugins import Plugins
+    from fsdp_sdk.resolved import Resolved
 
 __all__ = [
     "HF_TOKEN_KEY",
@@ -58,6 +59,7 @@ __all__ = [
     "RenderWarning",
     "WorkerPod",
     "check_env",
+    "check_node_count",
     "check_token_not_inline",
     "job_labels",
     "new_rdzv_id",
@@ -186,6 +188,25 @@ def _check_nproc(config: Config, instance: InstanceType) -> None:
         origin.name if origin else "job.nproc_per_node",
         f"{nproc} processes per worker but {have}",
         f"set it to {gpus} or less, or leave it unset (one process per GPU)",
+        source=origin.source if origin else None,
+    )
+
+
+def check_node_count(config: Config) -> None:
+    """Refuse a job that needs more nodes than its cluster can ever have (``cluster.max_nodes``, the GPU node
+    group's maximum): one worker per node, so the workers beyond it would stay Pending for ever.
+
+    :raises ConfigError: ``job.num_workers`` is above ``cluster.max_nodes``.
+    """
+    workers, most, name = config.job.num_workers, config.cluster.max_nodes, config.cluster.name
+    if most is None or workers <= most:
+        return
+    origin = config.origins.get("job.num_workers")
+    more = f"give the cluster {workers} nodes (--nodes {workers}; a running one: 'fsdp-sdk scale {workers}')"
+    raise ConfigError(
+        origin.name if origin else "job.num_workers",
+        f"the job needs {workers} nodes but cluster {name} can have at most {most} (cluster.max_nodes)",
+        f"{more} or run fewer workers (--workers {most})" if most else more,
         source=origin.source if origin else None,
     )
 
@@ -589,7 +610,7 @@ def render_hf_secret(config: Config) -> dict[str, Any]:
 
 
 def render_job(
-    config: Config,
+    config: Config | Resolved,
     *,
     rdzv_id: str | None = None,
     create_secret: bool | None = None,
@@ -599,31 +620,38 @@ def render_job(
 ) -> list[dict[str, Any]]:
     """Render the Kubernetes objects of a training job, then let plugins adjust them.
 
-    :param config: the configuration; it is resolved (:meth:`Config.resolved`) here,
-        which fills the GPU/EFA counts and refuses an unknown instance type or more
-        GPUs than the instance type has.
+    :param config: the resolved value (:class:`~fsdp_sdk.resolved.Resolved`), or a configuration,
+        resolved here with ``plugins`` (:meth:`Config.resolved` fills the GPU/EFA counts and refuses an
+        unknown instance type or more GPUs than the instance type has).
     :param rdzv_id: the submission's rendezvous id; a fresh one when ``None``.
     :param create_secret: also render the Hugging Face token ``Secret`` (without its
         data); defaults to whether ``job.hf_token`` is set.
     :param api: ``pytorchjob`` or ``trainjob``; defaults to ``job.api``.
-    :param plugins: the plugin set (defaults to the process-wide one).
+    :param plugins: the plugin set a configuration is resolved with (default: the installed plugins,
+        :func:`~fsdp_sdk.plugins.build_plugins`); with a ``Resolved``, its own.
     :param preview: render for reading, not for applying: without ``job.registry`` the image gets
         the :data:`PLACEHOLDER_REGISTRY` and a :class:`RenderWarning` instead of an error.
     :returns: the objects, the job first, then what plugins appended.
     :raises ConfigError: the configuration cannot make a valid job, or the Hugging Face
         token's value would appear in plain text in an object (:func:`check_token_not_inline`).
     """
-    if plugins is None:
-        from fsdp_sdk.plugins import get_plugins
+    from fsdp_sdk.resolved import Resolved
 
-        plugins = get_plugins()
-    config = config.resolved(plugins)
-    instance = config.instance(plugins)
+    if isinstance(config, Resolved):
+        resolved = config if plugins is None or plugins is config.plugins else Resolved.of(config.config, plugins)
+    else:
+        if plugins is None:
+            from fsdp_sdk.plugins import build_plugins
+
+            plugins = build_plugins()
+        resolved = Resolved.of(config, plugins)
+    config, instance, plugins = resolved.config, resolved.instance, resolved.plugins
     api = api or config.job.api
     if api not in ("pytorchjob", "trainjob"):
         raise ConfigError("--api", f"unknown job API {api!r}", "use pytorchjob or trainjob")
     check_env(config)
     _check_nproc(config, instance)
+    check_node_count(config)
     if not config.job.image.strip() or not config.job.tag.strip():
         field = "job.image" if not config.job.image.strip() else "job.tag"
         raise ConfigError(field, "is empty", f"set {field} (IMAGE / TAG in .env), e.g. fsdp-sdk-trainer:latest")
@@ -637,7 +665,7 @@ def render_job(
     objects = [render(config, instance, image, rdzv_id)]
     if create_secret if create_secret is not None else bool(config.job.hf_token):
         objects.append(render_hf_secret(config))
-    plugins.hooks.render_job(config, objects)
+    plugins.hooks.render_job(resolved, objects)
     check_token_not_inline(config, objects)
     _warn_about_outputs(config)
     return objects

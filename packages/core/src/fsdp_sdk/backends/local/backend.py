@@ -37,6 +37,7 @@ from fsdp_sdk.runs import JobRef, RunEvent, RunResult
 
 if TYPE_CHECKING:
     from fsdp_sdk.config import Config
+    from fsdp_sdk.resolved import Resolved
 
 __all__ = ["LocalBackend", "StateDamaged", "local_preflight", "new_run_id"]
 
@@ -104,7 +105,11 @@ class LocalBackend(ClusterBackend):
 
     # ------------------------------------------------------------------ ClusterBackend
 
-    def plan(self, config: Config) -> Plan:
+    def plan(self, resolved: Resolved) -> Plan:
+        return self._plan(resolved.config)
+
+    def _plan(self, config: Config) -> Plan:
+        """The plan of the simulated cluster: it needs the configuration alone (no instance type)."""
         rdzv, why = self._rdzv_backend(config)
         root = self.root(config)
         if rdzv == "etcd-v2":
@@ -320,7 +325,8 @@ class LocalBackend(ClusterBackend):
                 progress(
                     "the local cluster is not up: starting it now (it stays up for later runs; 'fsdp-sdk down' stops it)"
                 )
-                self.up(_with_nodes(config, config.job.num_workers), progress=progress)
+                bigger = _with_nodes(config, config.job.num_workers)
+                self.apply(bigger, self._plan(bigger), progress=progress)
             state = local.read() or {}
             nodes = config.job.num_workers
             if nodes > int(state.get("nodes", nodes)):

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from fsdp_sdk.backends.local.backend import LocalBackend
     from fsdp_sdk.backends.local.plan import RunPlan
     from fsdp_sdk.config import Config
-    from fsdp_sdk.plugins import Plugins
+    from fsdp_sdk.resolved import Resolved
 
 __all__ = ["LocalRunner"]
 
@@ -62,7 +62,7 @@ class LocalRunner:
 
     # ------------------------------------------------------------------ before
 
-    def check_memory(self, config: Config, plugins: Plugins) -> None:
+    def check_memory(self, resolved: Resolved) -> None:
         """Refuse a run the estimate says will not fit in this machine's memory (host RAM on CPU, each GPU's
         memory with GPUs); says on the progress stream when no estimate can be made.
 
@@ -74,11 +74,12 @@ class LocalRunner:
         from fsdp_sdk.backends.local.settings import LocalSettings
         from fsdp_sdk.estimate import EstimateUnavailable, estimate_job
 
+        config = resolved.config
         nproc = config.job.nproc_per_node or 1
         sized = copy.deepcopy(config)
         sized.job.nproc_per_node = nproc
         try:
-            est = estimate_job(sized, config.instance(plugins), scaling=False)
+            est = estimate_job(sized, resolved.instance, scaling=False)
         except EstimateUnavailable as exc:
             self.progress(f"memory check skipped: {exc}")
             return
