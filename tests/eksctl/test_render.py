@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from fsdp_sdk.errors import ConfigError
+from fsdp_sdk.pins import pin
 from fsdp_sdk_eksctl.backend import _yaml
 from fsdp_sdk_eksctl.device_plugins import device_plugin_objects
 from fsdp_sdk_eksctl.render import render_cluster_config, uses_own_placement_group
@@ -92,11 +93,18 @@ def test_p4de_with_a_capacity_reservation_targets_it_in_its_zone() -> None:
         "maxSize": 2,
         "volumeSize": 500,
         "volumeType": "gp3",
+        "volumeIOPS": 16000,
+        "volumeThroughput": 1000,
         "privateNetworking": True,
         "labels": {"fsdp-sdk.io/node-role": "gpu", "fsdp-sdk.io/accelerator": "a100"},
+        "taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}],
         "availabilityZones": ["us-west-2b"],
         "efaEnabled": True,
         "capacityReservation": {"capacityReservationTarget": {"capacityReservationID": RESERVATION}},
+        "overrideBootstrapCommand": (
+            "apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  instance:\n    localStorage:\n"
+            "      strategy: RAID0\n"
+        ),
     }
     # a reservation keeps eksctl from adding a placement group of its own (a cause of partial fulfilment)
     assert not uses_own_placement_group(config, instance)
@@ -132,14 +140,14 @@ def test_a_third_party_instance_type_gets_efa_and_its_device_plugins() -> None:
     assert gpu["instanceType"] == "p6-b200.48xlarge" and gpu["efaEnabled"] is True
     assert gpu["labels"]["fsdp-sdk.io/accelerator"] == "b200"
     objects = {o["metadata"]["name"]: o for o in device_plugin_objects(config, instance)}
-    assert sorted(objects) == ["efa-device-plugin", "nvidia-device-plugin"]
-    efa = objects["efa-device-plugin"]["spec"]["template"]["spec"]
+    assert sorted(objects) == ["aws-efa-k8s-device-plugin", "nvidia-device-plugin"]
+    efa = objects["aws-efa-k8s-device-plugin"]["spec"]["template"]["spec"]
     assert efa["nodeSelector"] == {
-        "eks.amazonaws.com/nodegroup": "gpu",
+        "fsdp-sdk.io/node-role": "gpu",
         "node.kubernetes.io/instance-type": "p6-b200.48xlarge",
     }
-    assert efa["containers"][0]["image"] == (
-        "602401143452.dkr.ecr.us-west-2.amazonaws.com/eks/aws-efa-k8s-device-plugin:v0.5.4"
+    assert efa["containers"][0]["image"] == pin("efa-device-plugin").image_ref(
+        eks_registry="602401143452.dkr.ecr.us-west-2.amazonaws.com"
     )
 
 
