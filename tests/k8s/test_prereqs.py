@@ -66,7 +66,27 @@ def test_install_is_server_side_and_idempotent(
             "tool": "kubectl",
             "stdin": None,
             "argv": ["apply", "--server-side", "-k", OPERATOR_URL, "--kubeconfig", str(kubeconfig)],
-        }
+        },
+        {
+            "tool": "kubectl",
+            "stdin": None,
+            "argv": [
+                "patch",
+                "deployment",
+                "training-operator",
+                "--namespace",
+                "kubeflow",
+                "--type",
+                "merge",
+                "--patch",
+                # a cluster of one's own (no AWS backend): the system nodes are preferred, not required
+                '{"spec":{"template":{"spec":{"affinity":{"nodeAffinity":{"preferredDuringSchedulingIgnoredDuring'
+                'Execution":[{"weight":100,"preference":{"matchExpressions":[{"key":"fsdp-sdk.io/node-role",'
+                '"operator":"In","values":["system"]}]}}]}}}}}}',
+                "--kubeconfig",
+                str(kubeconfig),
+            ],
+        },
     ]
     first = {o["kind"]: o for o in apiserver.objects()}
 
@@ -76,7 +96,7 @@ def test_install_is_server_side_and_idempotent(
     for kind in ("Service", "Deployment"):
         assert second[kind]["spec"] == first[kind]["spec"]
         assert second[kind]["metadata"]["uid"] == first[kind]["metadata"]["uid"]  # updated in place, not recreated
-    assert recorded(fake_kubectl)[1]["argv"][3].endswith("?ref=v1.9.1")
+    assert recorded(fake_kubectl)[2]["argv"][3].endswith("?ref=v1.9.1")
 
 
 def test_install_into_another_namespace_creates_it(

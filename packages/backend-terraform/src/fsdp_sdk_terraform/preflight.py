@@ -94,11 +94,11 @@ def state_backend_checks(config: Config, clients: dict[str, Any] | None = None) 
 
 
 def terraform_preflight(config: Config) -> list[PreflightResult]:
-    """Every check of the Terraform backend, in order: binary, AWS (credentials, zones, quota, reservation), state."""
-    from fsdp_sdk.aws.preflight import aws_preflight
+    """Every check of the Terraform backend, in order: binary, kubectl/git/aws, AWS (credentials, zones, quota, reservation), state."""
+    from fsdp_sdk.aws.preflight import aws_preflight, cluster_tool_checks
     from fsdp_sdk.plugins import get_plugins
 
-    results = [terraform_binary_check(config)]
+    results = [terraform_binary_check(config), *cluster_tool_checks()]
     aws = aws_preflight(config, config.instance(get_plugins()))
     results += aws
     if all(r.ok for r in aws if r.check == "aws-credentials"):

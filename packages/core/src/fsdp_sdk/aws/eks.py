@@ -85,6 +85,8 @@ DAEMONSET_RESERVE_MILLICPU = 2000
 DAEMONSET_RESERVE_MIB = 6144
 #: Pods per node the kubelet's memory reservation is computed for (EKS AMIs cap large types at 110 or more).
 _MAX_PODS = 110
+#: The share of an instance's nominal memory its kernel reports as the node's capacity (conservatively).
+_VISIBLE_MEMORY = 0.95
 
 
 @functools.cache
@@ -411,9 +413,21 @@ def local_storage_host_path(config: Config, instance: InstanceType) -> str | Non
     return _NVME_MOUNT.get(family)
 
 
-def system_pod_scheduling() -> dict[str, Any]:
-    """``nodeSelector`` of the pods that belong on the system node group (etcd, operators, monitoring)."""
-    return {"nodeSelector": {NODE_ROLE_LABEL: "system"}}
+def system_pod_scheduling(config: Config) -> dict[str, Any]:
+    """Pod spec fields that keep system pods (etcd, the Training Operator, monitoring) on the system node group.
+
+    On a cluster an AWS backend made (its settings name the AMI family), a ``nodeSelector`` on
+    ``fsdp-sdk.io/node-role: system``: a GPU node scaled to zero never takes the rendezvous with it. On a
+    cluster of one's own, which may have no such label, a preference for it instead.
+    """
+    if configured_ami_family(config) is not None:
+        return {"nodeSelector": {NODE_ROLE_LABEL: "system"}}
+    term = {"matchExpressions": [{"key": NODE_ROLE_LABEL, "operator": "In", "values": ["system"]}]}
+    return {
+        "affinity": {
+            "nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "preference": term}]}
+        }
+    }
 
 
 # ---------------------------------------------------------------------------------------------- pod sizing
@@ -423,11 +437,12 @@ def node_allocatable(instance: InstanceType) -> tuple[int, int]:
     """The node's allocatable (millicpu, MiB) under the EKS AMIs' kubelet reservations.
 
     kube-reserved cpu: 6% of the first core, 1% of the second, 0.5% of the next two, 0.25% of the rest;
-    memory: 255 MiB + 11 MiB per pod, plus the 100 MiB hard eviction threshold.
+    memory: 255 MiB + 11 MiB per pod, plus the 100 MiB hard eviction threshold, from the memory the kernel
+    reports (taken as 95% of the type's nominal memory: firmware and the kernel keep the rest).
     """
     cores = instance.vcpus
     reserved = 60 + (10 if cores > 1 else 0) + 5 * min(max(cores - 2, 0), 2) + math.ceil(2.5 * max(cores - 4, 0))
-    memory = instance.memory_gib * 1024 - (255 + 11 * _MAX_PODS) - 100
+    memory = int(instance.memory_gib * 1024 * _VISIBLE_MEMORY) - (255 + 11 * _MAX_PODS) - 100
     return cores * 1000 - reserved, memory
 
 

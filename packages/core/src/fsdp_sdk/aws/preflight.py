@@ -35,7 +35,33 @@ if TYPE_CHECKING:
     from fsdp_sdk.config import Config
     from fsdp_sdk.instance_types import InstanceType
 
-__all__ = ["VCPU_QUOTAS", "aws_preflight", "gpu_zone", "quota_code"]
+__all__ = ["CLUSTER_TOOLS", "VCPU_QUOTAS", "aws_preflight", "cluster_tool_checks", "gpu_zone", "quota_code"]
+
+#: Tools every AWS backend's ``up`` runs beside its own, and what for.
+CLUSTER_TOOLS = {
+    "kubectl": "installs the Kubeflow Training Operator",
+    # kustomize fetches the operator's remote overlay (kubectl apply -k github.com/...) with git
+    "git": "fetches the Training Operator's kustomize overlay for 'kubectl apply -k github.com/...'",
+    "aws": "authenticates kubectl and the SDK to the cluster ('aws eks get-token' in the kubeconfig)",
+}
+
+
+def cluster_tool_checks() -> list[PreflightResult]:
+    """One check per tool of :data:`CLUSTER_TOOLS`: on PATH, or what it is needed for and how to install it."""
+    import shutil
+
+    from fsdp_sdk.tools import INSTALL_HINTS
+
+    results = []
+    for name, why in CLUSTER_TOOLS.items():
+        path = shutil.which(name)
+        if path is None:
+            results.append(
+                PreflightResult(f"{name}-installed", False, f"{name} is not on PATH ({why})", INSTALL_HINTS[name])
+            )
+        else:
+            results.append(PreflightResult(f"{name}-installed", True, path))
+    return results
 
 #: Service Quotas codes (service ``ec2``) of the vCPU quotas by instance family letter, On-Demand and Spot.
 VCPU_QUOTAS: dict[str, dict[str, tuple[str, str]]] = {

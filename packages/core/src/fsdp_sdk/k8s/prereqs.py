@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from fsdp_sdk.aws.eks import system_pod_scheduling
 from fsdp_sdk.errors import ConfigError, KubernetesError
 from fsdp_sdk.k8s.render import job_labels
 from fsdp_sdk.tools import run_tool
@@ -37,6 +38,7 @@ __all__ = [
     "render_etcd",
     "training_operator_command",
     "training_operator_kustomize_url",
+    "training_operator_scheduling_command",
 ]
 
 #: etcd 3.5 is the last minor release that still serves the v2 API torch's etcd-v2 rendezvous uses.
@@ -93,6 +95,7 @@ def render_etcd(config: Config, *, image: str = ETCD_IMAGE) -> list[dict[str, An
             "template": {
                 "metadata": {"labels": labels},
                 "spec": {
+                    **system_pod_scheduling(config),  # never on a GPU node a scale-down takes away
                     "containers": [
                         {
                             "name": "etcd",
@@ -153,6 +156,27 @@ def training_operator_command(
     command = [kubectl, "apply", "--server-side", "-k", training_operator_kustomize_url(version)]
     if dry_run:
         command.append("--dry-run=server")
+    if kubeconfig:
+        command += ["--kubeconfig", str(kubeconfig)]
+    if context:
+        command += ["--context", context]
+    return command
+
+
+def training_operator_scheduling_command(
+    config: Config, *, kubeconfig: str | None = None, context: str | None = None, kubectl: str = "kubectl"
+) -> list[str]:
+    """The ``kubectl patch`` that keeps the Training Operator on the system node group.
+
+    The upstream overlay is applied as published (``-k``, pinned by its ``ref``); its Deployment
+    (``kubeflow/training-operator``) gets the same placement as etcd right after (a merge patch; re-applying
+    the overlay leaves it, since server-side apply owns no ``nodeSelector`` there).
+    """
+    import json
+
+    patch = {"spec": {"template": {"spec": system_pod_scheduling(config)}}}
+    command = [kubectl, "patch", "deployment", "training-operator", "--namespace", "kubeflow", "--type", "merge"]
+    command += ["--patch", json.dumps(patch, separators=(",", ":"))]
     if kubeconfig:
         command += ["--kubeconfig", str(kubeconfig)]
     if context:
@@ -261,6 +285,8 @@ class Prereqs:
         command = self.operator_command(version)
         progress("installing the Training Operator: " + " ".join(command))
         run_tool(command, step="install the Kubeflow Training Operator", progress=progress)
+        pin = training_operator_scheduling_command(self.config, kubeconfig=self.kubeconfig, context=self.context)
+        run_tool(pin, step="keep the Training Operator on the system nodes", progress=progress)
 
     def install(
         self,
