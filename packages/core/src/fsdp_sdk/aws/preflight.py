@@ -337,20 +337,31 @@ def _reservation(
         )
     if end is not None and end <= now + dt.timedelta(hours=1):
         problems.append((f"{label} ends at {end.isoformat(timespec='minutes')}", "use a reservation that lasts longer"))
-    if state == "scheduled" and is_block:
+    if state == "scheduled":
+        # not started yet: its kind, zone and type were checked above like an active one's; only its start waits
         start = r.get("StartDate")
         when = f" at {start.isoformat(timespec='minutes')}" if start else ""
-        return (
-            _result(
-                "capacity-reservation",
-                False,
-                f"{summary}; it starts{when}, nodes cannot launch before",
-                "run 'fsdp-sdk up' once the Capacity Block is active",
-                severity="warning",
-            ),
-            r,
-        )
-    if state != "active":
+        if total < nodes:
+            problems.append(
+                (
+                    f"{label} holds {total} instance(s) for {nodes} node(s)",
+                    f"set cluster.nodes to {total} or less, or use a larger reservation",
+                )
+            )
+        if problems:
+            problems.append((f"it starts{when}", f"run 'fsdp-sdk up' once the {kind} is active"))
+        else:
+            return (
+                _result(
+                    "capacity-reservation",
+                    False,
+                    f"{summary}; it starts{when}, nodes cannot launch before",
+                    f"run 'fsdp-sdk up' once the {kind} is active",
+                    severity="warning",
+                ),
+                r,
+            )
+    elif state != "active":
         problems.append((f"{label} is {state}", "use an active reservation"))
     elif free < nodes:
         problems.append(
