@@ -6,12 +6,13 @@
 locals {
   reserved = contains(["capacity-reservation", "capacity-block"], var.capacity_type)
   # The EKS node group capacity type for each way of buying the GPU nodes.
-  eks_capacity_type = {
+  eks_capacity_types = {
     "on-demand"            = "ON_DEMAND"
     "capacity-reservation" = "ON_DEMAND"
     "capacity-block"       = "CAPACITY_BLOCK"
     "spot"                 = "SPOT"
-  }[var.capacity_type]
+  }
+  eks_capacity_type = local.eks_capacity_types[var.capacity_type]
   # Node security groups: with their own groups in a launch template, EKS no longer adds the
   # cluster security group by itself.
   gpu_security_groups = compact([

@@ -45,12 +45,14 @@ __all__ = [
     "AmiFamily",
     "Disk",
     "GpuNodeGroup",
+    "PLUGIN_RESOURCES",
     "HourlyCost",
     "LocalStorage",
     "NetworkInterface",
     "Placement",
     "SystemNodeGroup",
     "Taint",
+    "checkpoint_bytes_per_node",
     "configured_ami_family",
     "device_plugin_objects",
     "eks_image_registry",
@@ -455,6 +457,12 @@ def worker_cpu_memory(instance: InstanceType, gpus: int) -> tuple[str, str]:
     cpu_cores = max(int((cpu - DAEMONSET_RESERVE_MILLICPU) * share // 1000), 1)
     memory_gib = max(int((memory - DAEMONSET_RESERVE_MIB) * share // 1024), 1)
     return str(cpu_cores), f"{memory_gib}Gi"
+
+
+def checkpoint_bytes_per_node(parameters: float, nodes: int, *, kept: int = 2) -> float:
+    """Local disk a sharded checkpoint takes per node: fp32 weights and two Adam moments (12 bytes a
+    parameter), spread over ``nodes``, ``kept`` of them at once (the newest and the one being written)."""
+    return 12.0 * parameters / max(nodes, 1) * kept
 
 
 # ---------------------------------------------------------------------------------------------- device plugins
