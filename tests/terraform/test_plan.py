@@ -162,7 +162,10 @@ def test_device_plugins_are_valid_kubernetes_objects(plugins: Plugins, tmp_path:
     for obj in plan.kubernetes:
         kubernetes_validate.validate(obj, "1.31", strict=True)
         spec = obj["spec"]["template"]["spec"]
-        assert spec["nodeSelector"] == {"fsdp-sdk.io/node-role": "gpu", "node.kubernetes.io/instance-type": "p5.48xlarge"}
+        assert spec["nodeSelector"] == {
+            "fsdp-sdk.io/node-role": "gpu",
+            "node.kubernetes.io/instance-type": "p5.48xlarge",
+        }
         assert {"key": "nvidia.com/gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"} in spec[
             "tolerations"
         ]

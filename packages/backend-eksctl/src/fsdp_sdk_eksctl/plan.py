@@ -73,7 +73,9 @@ def make_plan(backend: str, config: Config, instance: InstanceType) -> Plan:
             "GPU nodes in a cluster placement group eksctl adds to the node group's stack (EFA, no reservation)"
         )
     else:
-        steps.append("GPU nodes in no placement group" + (" (a reservation places them)" if group.reservation_id else ""))
+        steps.append(
+            "GPU nodes in no placement group" + (" (a reservation places them)" if group.reservation_id else "")
+        )
     if group.efa and not any(o["metadata"]["name"] == "aws-efa-k8s-device-plugin" for o in objects):
         steps.append("eksctl installs the EFA device plugin (its own release)")
     steps += [

@@ -197,7 +197,9 @@ def check_inputs(inputs: Mapping[str, Any]) -> None:
         raise _fail("availability_zones", "names a zone twice", "name each zone once")
     if len(inputs["gpu_network_interfaces"]) > 64:
         raise _fail(
-            "gpu_network_interfaces", f"{len(inputs['gpu_network_interfaces'])} EFA interfaces per node", "use at most 64"
+            "gpu_network_interfaces",
+            f"{len(inputs['gpu_network_interfaces'])} EFA interfaces per node",
+            "use at most 64",
         )
     for interface in inputs["gpu_network_interfaces"]:
         card_zero = interface["network_card_index"] == 0

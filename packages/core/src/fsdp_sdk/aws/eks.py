@@ -42,10 +42,10 @@ __all__ = [
     "ACCELERATOR_LABEL",
     "AMI_FAMILIES",
     "NODE_ROLE_LABEL",
+    "PLUGIN_RESOURCES",
     "AmiFamily",
     "Disk",
     "GpuNodeGroup",
-    "PLUGIN_RESOURCES",
     "HourlyCost",
     "LocalStorage",
     "NetworkInterface",
@@ -158,9 +158,7 @@ def network_interfaces(instance: InstanceType, *, efa: bool) -> tuple[NetworkInt
         return ()
     count = min(instance.efa_interfaces, network_cards(instance))
     other = "efa-only" if _efa_only(instance) else "efa"
-    return tuple(
-        NetworkInterface(card, 0 if card == 0 else 1, "efa" if card == 0 else other) for card in range(count)
-    )
+    return tuple(NetworkInterface(card, 0 if card == 0 else 1, "efa" if card == 0 else other) for card in range(count))
 
 
 # ---------------------------------------------------------------------------------------------- placement

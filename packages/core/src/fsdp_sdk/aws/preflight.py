@@ -63,6 +63,7 @@ def cluster_tool_checks() -> list[PreflightResult]:
             results.append(PreflightResult(f"{name}-installed", True, path))
     return results
 
+
 #: Service Quotas codes (service ``ec2``) of the vCPU quotas by instance family letter, On-Demand and Spot.
 VCPU_QUOTAS: dict[str, dict[str, tuple[str, str]]] = {
     "on-demand": {

@@ -88,7 +88,9 @@ def up(app: Application, update_kubeconfig: bool, dry_run: bool, as_json: bool) 
             if status is not None:
                 click.echo(f"Current state: {status.state} (dry run: nothing changed)")
             else:
-                click.echo(f"'fsdp-sdk up' would stop: {len(blocked)} preflight check(s) failed (dry run: nothing changed)")
+                click.echo(
+                    f"'fsdp-sdk up' would stop: {len(blocked)} preflight check(s) failed (dry run: nothing changed)"
+                )
         if blocked:
             raise click.exceptions.Exit(1)
         return
