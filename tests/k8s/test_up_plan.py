@@ -132,7 +132,8 @@ def test_up_applies_the_plan_it_showed_then_prepares_the_cluster(
         ("PATCH", "/api/v1/namespaces/default/services/etcd"),
         ("PATCH", "/apis/apps/v1/namespaces/default/deployments/etcd"),
     ]
-    ((call,),) = [recorded(kubectl)]
+    call, pin = recorded(kubectl)
+    assert pin["argv"][:3] == ["patch", "deployment", "training-operator"]
     assert call["argv"][:4] == [
         "apply",
         "--server-side",
