@@ -361,7 +361,7 @@ def _groups(config: Config) -> list[dict[str, Any]]:
     """Each rendered node group as the scheduler sees it: labels, taints, resources, host paths."""
     instance = config.instance(_plugins())
     if config.cluster.backend == "eksctl":
-        from fsdp_sdk_eksctl.device_plugins import EKSCTL_EFA_PLUGIN_TYPES
+        from fsdp_sdk_eksctl.device_plugins import EKSCTL_EFA_TOLERATIONS
         from fsdp_sdk_eksctl.plan import make_plan
         from fsdp_sdk_eksctl.render import gpu_group
 
@@ -372,9 +372,8 @@ def _groups(config: Config) -> list[dict[str, Any]]:
         labels = gpu["labels"]
         taints = gpu["taints"]
         bottlerocket = gpu["amiFamily"] == "Bottlerocket"
-        extra = (
-            {"vpc.amazonaws.com/efa"} if gpu.get("efaEnabled") and instance.name in EKSCTL_EFA_PLUGIN_TYPES else set()
-        )
+        # eksctl installs its own EFA plugin for efaEnabled groups: it runs where its tolerations let it
+        own = {"tolerations": list(EKSCTL_EFA_TOLERATIONS)} if gpu.get("efaEnabled") else None
         system_labels = system["labels"]
     else:
         from fsdp_sdk_terraform.backend import TerraformBackend
@@ -387,12 +386,12 @@ def _groups(config: Config) -> list[dict[str, Any]]:
         effects = {"NO_SCHEDULE": "NoSchedule"}
         taints = [{**t, "effect": effects[t["effect"]]} for t in inputs["gpu_taints"]]
         bottlerocket = inputs["gpu_ami_type"].startswith("BOTTLEROCKET")
-        extra = set()
+        own = None
         system_labels = inputs["system_labels"]
     gpu_node = {
         "labels": {**labels, "node.kubernetes.io/instance-type": instance.name},
         "taints": taints,
-        "resources": set(extra) | ({"nvidia.com/gpu"} if bottlerocket else set()),
+        "resources": {"nvidia.com/gpu"} if bottlerocket else set(),
         "paths": _NODE_PATHS | group.host_paths(),
         "group": group,
     }
@@ -404,11 +403,14 @@ def _groups(config: Config) -> list[dict[str, Any]]:
         "group": None,
     }
     nodes = [system_node, gpu_node]
-    for obj in plan.kubernetes:  # device plugins: each advertises its resource where it runs
-        spec = obj["spec"]["template"]["spec"]
+    plugins = [(eks.PLUGIN_RESOURCES[o["metadata"]["name"]], o["spec"]["template"]["spec"]) for o in plan.kubernetes]
+    if own is not None:
+        plugins.append(("vpc.amazonaws.com/efa", own))
+    for resource, spec in plugins:  # device plugins: each advertises its resource where it runs
         for node in nodes:
             if _schedulable(spec, node):
-                node["resources"].add(eks.PLUGIN_RESOURCES[obj["metadata"]["name"]])
+                assert resource not in node["resources"], f"two plugins advertise {resource} on one node"
+                node["resources"].add(resource)
     return [*nodes, {"plan": plan}]
 
 

@@ -73,7 +73,12 @@ def test_up_creates_the_cluster_with_eksctl_then_core_prepares_it(
     assert streamed[-1].endswith('EKS cluster "demo" in "us-west-2" region is ready')
     # core: the plan's Kubernetes objects (the NVIDIA device plugin, etcd), then the Training Operator
     applied = [(w.path.split("/")[-3], w.path.split("/")[-1]) for w in apiserver.writes()]
-    assert sorted(applied) == [("default", "etcd"), ("default", "etcd"), ("kube-system", "nvidia-device-plugin")]
+    assert sorted(applied) == [
+        ("default", "etcd"),
+        ("default", "etcd"),
+        ("kube-system", "aws-efa-k8s-device-plugin"),
+        ("kube-system", "nvidia-device-plugin"),
+    ]
     operator, pin = tools.calls("kubectl")
     assert operator[:3] == ["apply", "--server-side", "-k"] and operator[-2:] == ["--kubeconfig", str(loopback)]
     # then kept on the system node group, like etcd

@@ -63,7 +63,7 @@ def test_up_dry_run_json_carries_a_valid_cluster_config(
         "capacityReservationTarget": {"capacityReservationID": RESERVATION}
     }
     assert plan["details"]["create_cluster"][:4] == ["eksctl", "create", "cluster", "-f"]
-    assert [o["kind"] for o in plan["kubernetes"]] == ["DaemonSet", "Service", "Deployment"]
+    assert [o["kind"] for o in plan["kubernetes"]] == ["DaemonSet", "DaemonSet", "Service", "Deployment"]
     assert data["status"]["state"] == "absent" and tools.eksctl() == []
 
 

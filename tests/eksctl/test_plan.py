@@ -33,8 +33,9 @@ def test_the_plan_of_the_seed_p4de_cluster(tmp_path: Path) -> None:
         "EFA (4 interfaces each), AmazonLinux2023 accelerated AMI, 500 GiB gp3 on /dev/xvda, "
         "local NVMe (8000 GB) as RAID0 at /mnt/k8s-disks/0, tainted nvidia.com/gpu=true:NoSchedule, private subnets",
         "GPU nodes in no placement group (a reservation places them)",
-        "eksctl installs the EFA device plugin (its own release)",
         f"apply the nvidia-device-plugin DaemonSet on the GPU nodes ({pin('nvidia-device-plugin').image_ref()})",
+        "apply the aws-efa-k8s-device-plugin DaemonSet on the GPU nodes "
+        f"({pin('efa-device-plugin').image_ref(eks_registry='602401143452.dkr.ecr.us-west-2.amazonaws.com')})",
         "on an existing cluster: create the missing node groups and scale the others to these sizes, nothing else",
     ]
     # 2 x $27.45 + 2 x m5.xlarge $0.192 + the control plane $0.10
@@ -59,7 +60,7 @@ def test_the_plan_of_the_seed_p4de_cluster(tmp_path: Path) -> None:
         "--timeout",
         "40m",
     ]
-    assert [o["kind"] for o in plan.kubernetes] == ["DaemonSet"]
+    assert [o["kind"] for o in plan.kubernetes] == ["DaemonSet", "DaemonSet"]
     assert not (tmp_path / "state").exists()
 
 

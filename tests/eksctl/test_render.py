@@ -151,13 +151,17 @@ def test_a_third_party_instance_type_gets_efa_and_its_device_plugins() -> None:
     )
 
 
-def test_builtin_types_use_eksctls_efa_plugin_and_bottlerocket_its_own_nvidia_plugin() -> None:
+def test_the_pinned_efa_plugin_on_every_efa_type_and_bottlerocket_its_own_nvidia_plugin() -> None:
+    # eksctl's own EFA plugin does not tolerate the GPU taint: the pinned one serves the GPU nodes
     config, instance = configure(**VARIANTS["p4de-odcr"])
-    assert [o["metadata"]["name"] for o in device_plugin_objects(config, instance)] == ["nvidia-device-plugin"]
+    names = [o["metadata"]["name"] for o in device_plugin_objects(config, instance)]
+    assert names == ["nvidia-device-plugin", "aws-efa-k8s-device-plugin"]
     config, instance = configure(**VARIANTS["spot-bottlerocket"])
-    assert device_plugin_objects(config, instance) == []
+    assert [o["metadata"]["name"] for o in device_plugin_objects(config, instance)] == ["aws-efa-k8s-device-plugin"]
     gpu = gpu_group(render_cluster_config(config, instance))
     assert gpu["spot"] is True and gpu["amiFamily"] == "Bottlerocket"
+    config, instance = configure(**VARIANTS["no-efa-public"])
+    assert [o["metadata"]["name"] for o in device_plugin_objects(config, instance)] == ["nvidia-device-plugin"]
 
 
 def test_device_plugins_are_valid_kubernetes_objects() -> None:

@@ -6,10 +6,11 @@ The DaemonSets, their images and versions come from the core's EKS layer (:mod:`
 * NVIDIA: eksctl's copy is turned off (``--install-nvidia-plugin=false``) and the pinned one runs on the
   GPU node group only. Bottlerocket's NVIDIA AMIs run the plugin themselves, and an accelerator that is
   not an NVIDIA GPU (``nvidia.com/gpu``) gets none.
-* EFA: eksctl installs its EFA device plugin whenever a node group has ``efaEnabled``, but its DaemonSet
-  runs only on the instance types listed in it (:data:`EKSCTL_EFA_PLUGIN_TYPES`, eksctl 0.205 to
-  0.22x). For any other type with EFA (a plugin's new type, say), the core's EFA plugin DaemonSet is
-  added, so its pods get ``vpc.amazonaws.com/efa`` (two plugins of one resource on a node would fight).
+* EFA: eksctl installs an EFA device plugin of its own whenever a node group has ``efaEnabled``, but
+  its DaemonSet tolerates only ``CriticalAddonsOnly`` and ``aws.amazon.com/efa`` (eksctl's
+  ``pkg/addons/assets/efa-device-plugin.yaml``, checked 2026-12-02): on GPU nodes tainted ``nvidia.com/gpu=true:NoSchedule`` it starts no
+  pod. The core's EFA plugin, pinned and tolerating the taint, runs there instead, for every EFA type:
+  one EFA plugin per node, one version in both backends.
 """
 
 from __future__ import annotations
@@ -23,28 +24,12 @@ if TYPE_CHECKING:
     from fsdp_sdk.config import Config
     from fsdp_sdk.instance_types import InstanceType
 
-__all__ = ["EKSCTL_EFA_PLUGIN_TYPES", "device_plugin_objects"]
+__all__ = ["EKSCTL_EFA_TOLERATIONS", "device_plugin_objects"]
 
-#: Accelerated instance types eksctl's EFA device plugin DaemonSet runs on (its node affinity).
-EKSCTL_EFA_PLUGIN_TYPES = frozenset(
-    {
-        *(f"g4dn.{s}" for s in ("8xlarge", "12xlarge", "16xlarge", "metal")),
-        *(f"{f}.{s}" for f in ("g5", "g6", "g6e") for s in ("8xlarge", "12xlarge", "16xlarge", "24xlarge", "48xlarge")),
-        "gr6.8xlarge",
-        "dl1.24xlarge",
-        "dl2q.24xlarge",
-        "inf1.24xlarge",
-        "p3dn.24xlarge",
-        "p4d.24xlarge",
-        "p4de.24xlarge",
-        "p5.48xlarge",
-        "p5e.48xlarge",
-        "p5en.48xlarge",
-        "trn1.32xlarge",
-        "trn1n.32xlarge",
-        "trn2.48xlarge",
-        "vt1.24xlarge",
-    }
+#: What eksctl's own EFA device plugin DaemonSet tolerates (not the GPU taint).
+EKSCTL_EFA_TOLERATIONS = (
+    {"key": "CriticalAddonsOnly", "operator": "Exists"},
+    {"key": "aws.amazon.com/efa", "operator": "Exists", "effect": "NoSchedule"},
 )
 
 
@@ -55,5 +40,5 @@ def device_plugin_objects(config: Config, instance: InstanceType) -> list[dict[s
         gpu_group(config, instance),
         config.cluster.region,
         nvidia=settings.install_nvidia_device_plugin,
-        efa=instance.name not in EKSCTL_EFA_PLUGIN_TYPES,
+        efa=True,
     )

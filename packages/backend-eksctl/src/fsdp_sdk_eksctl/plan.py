@@ -76,8 +76,6 @@ def make_plan(backend: str, config: Config, instance: InstanceType) -> Plan:
         steps.append(
             "GPU nodes in no placement group" + (" (a reservation places them)" if group.reservation_id else "")
         )
-    if group.efa and not any(o["metadata"]["name"] == "aws-efa-k8s-device-plugin" for o in objects):
-        steps.append("eksctl installs the EFA device plugin (its own release)")
     steps += [
         f"apply the {o['metadata']['name']} DaemonSet on the GPU nodes ({o['spec']['template']['spec']['containers'][0]['image']})"
         for o in objects
