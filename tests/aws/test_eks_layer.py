@@ -319,7 +319,18 @@ def test_render_matrix(instance_type: str, capacity: str, ami: str) -> None:
     assert tf.value(disk["device_name"]) == ("/dev/xvdb" if bottlerocket else "/dev/xvda")
     assert tf.value(disk["ebs"][0]["volume_size"]) == 500
     user_data = tf.value(tf.template["user_data"])
-    assert user_data is not None and ("ephemeral-storage" if bottlerocket else "strategy: RAID0") in user_data
+    assert user_data is not None and user_data.startswith("base64(")
+    raw = inputs["gpu_user_data"]
+    if bottlerocket:  # TOML settings EKS merges into its own
+        import tomllib
+
+        commands = tomllib.loads(raw)["settings"]["bootstrap-commands"]["000-mount-instance-storage"]["commands"]
+        assert commands[0] == ["apiclient", "ephemeral-storage", "init"]
+    else:  # a MIME part of the nodeadm NodeConfig
+        import yaml
+
+        part = raw.split("Content-Type: application/node.eks.aws\n\n", 1)[1].split("--//--", 1)[0]
+        assert yaml.safe_load(part)["spec"]["instance"]["localStorage"] == {"strategy": "RAID0"}
     assert tf.dynamic(tf.nodes, "taint") == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}]
 
 
