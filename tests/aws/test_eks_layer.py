@@ -310,7 +310,8 @@ def test_render_matrix(instance_type: str, capacity: str, ami: str) -> None:
     assert len(interfaces) == min(cards, instance.efa_interfaces)
     for interface in interfaces:
         card, device, kind = interface["network_card_index"], interface["device_index"], interface["interface_type"]
-        assert (device, kind) == ((0, "efa") if card == 0 else (1, "efa-only"))
+        expected = (1, "efa") if cards == 1 else (0, "efa-only")  # single-card types have no card 1
+        assert (device, kind) == ((0, "efa") if card == 0 else expected)
         assert interface["security_groups"] == ["sg-cluster", "sg-efa"]
     assert len(tf.dynamic(tf.template, "capacity_reservation_specification")) == int(reserved)
     markets = tf.dynamic(tf.template, "instance_market_options")

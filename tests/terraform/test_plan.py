@@ -45,7 +45,7 @@ def test_the_default_p5_plan(plugins: Plugins, tmp_path: Path) -> None:
         "system_labels": {"fsdp-sdk.io/node-role": "system"},
         "gpu_network_interfaces": [
             {"network_card_index": 0, "device_index": 0, "interface_type": "efa"},
-            *({"network_card_index": c, "device_index": 1, "interface_type": "efa-only"} for c in range(1, 32)),
+            *({"network_card_index": c, "device_index": 0, "interface_type": "efa-only"} for c in range(1, 32)),
         ],
         "capacity_type": "on-demand",
         "capacity_reservation_id": None,

@@ -120,7 +120,7 @@ resource "aws_launch_template" "gpu" {
   }
 
   # One EFA interface per network card: card 0 carries the primary interface (device 0, efa), every
-  # other card an efa-only interface at device 1 where the type offers it (no VPC address taken).
+  # other card an efa-only interface at its device 0 where the type offers it (no VPC address taken).
   dynamic "network_interfaces" {
     for_each = var.gpu_network_interfaces
 

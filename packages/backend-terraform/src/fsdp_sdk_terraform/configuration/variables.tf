@@ -189,7 +189,7 @@ variable "gpu_network_interfaces" {
     device_index       = number
     interface_type     = string
   }))
-  description = "EFA interfaces of each GPU node: card 0 device 0 the primary (efa), one per further card (efa-only at device 1 where the type offers it); empty turns EFA off."
+  description = "EFA interfaces of each GPU node: card 0 device 0 the primary (efa), one per further card (efa-only at its device 0 where the type offers it); empty turns EFA off."
   default     = []
 
   validation {

@@ -5,7 +5,7 @@ Terraform configuration need, decided once here:
 
 * the instance type's facts and its network cards (``data/eks.json``, a dated table), hence the EFA interfaces:
   card 0 device 0 is the primary interface (``efa``: ENA and EFA), cards 1..N carry ``efa-only`` interfaces at
-  device index 1 where the type offers them (they take no VPC address);
+  their device index 0 where the type offers them (they take no VPC address), else ``efa`` at device index 1;
 * one availability zone (EFA traffic and reservations are zonal: the first of ``cluster.availability_zones``);
 * the placement rule (:func:`placement`): an EFA group without a reservation gets a cluster placement group of
   its own; with a reservation, never a new one (the reservation's instances live where it was made);
@@ -152,13 +152,15 @@ def network_interfaces(instance: InstanceType, *, efa: bool) -> tuple[NetworkInt
     """The EFA interfaces of a node: one per card up to the type's EFA count; none without EFA.
 
     Card 0 device 0 is the primary interface (``efa``, which carries the node's IP); every further card one
-    ``efa-only`` interface at device index 1 where the type offers it (no VPC address used), else ``efa``.
+    ``efa-only`` interface at its device index 0 where the type offers them (no VPC address used), else an ``efa``
+    interface at device index 1.
     """
     if not efa or instance.efa_interfaces == 0:
         return ()
     count = min(instance.efa_interfaces, network_cards(instance))
-    other = "efa-only" if _efa_only(instance) else "efa"
-    return tuple(NetworkInterface(card, 0 if card == 0 else 1, "efa" if card == 0 else other) for card in range(count))
+    if _efa_only(instance):  # AWS's recommendation (efa-acc-inst-types, checked 2026-12-02): device 0 of each card
+        return (NetworkInterface(0, 0, "efa"), *(NetworkInterface(card, 0, "efa-only") for card in range(1, count)))
+    return tuple(NetworkInterface(card, 0 if card == 0 else 1, "efa") for card in range(count))
 
 
 # ---------------------------------------------------------------------------------------------- placement
