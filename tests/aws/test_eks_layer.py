@@ -292,7 +292,10 @@ def test_render_matrix(instance_type: str, capacity: str, ami: str) -> None:
     if bottlerocket:
         assert "000-mount-instance-storage" in gpu["bottlerocket"]["settings"]["bootstrap-commands"]
     else:
-        assert "strategy: RAID0" in gpu["overrideBootstrapCommand"]
+        assert (
+            gpu["preBootstrapCommands"] == ["/usr/bin/setup-local-disks raid0"]
+            and "overrideBootstrapCommand" not in gpu
+        )
 
     # terraform: what the shipped configuration does with the tfvars
     config = _config("terraform", **common, **terraform_ami)

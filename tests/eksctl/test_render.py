@@ -101,10 +101,7 @@ def test_p4de_with_a_capacity_reservation_targets_it_in_its_zone() -> None:
         "availabilityZones": ["us-west-2b"],
         "efaEnabled": True,
         "capacityReservation": {"capacityReservationTarget": {"capacityReservationID": RESERVATION}},
-        "overrideBootstrapCommand": (
-            "apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  instance:\n    localStorage:\n"
-            "      strategy: RAID0\n"
-        ),
+        "preBootstrapCommands": ["/usr/bin/setup-local-disks raid0"],
     }
     # a reservation keeps eksctl from adding a placement group of its own (a cause of partial fulfilment)
     assert not uses_own_placement_group(config, instance)

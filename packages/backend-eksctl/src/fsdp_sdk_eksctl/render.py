@@ -172,9 +172,8 @@ def _gpu_nodegroup(config: Config, instance: InstanceType, settings: EksctlSetti
         if g.bottlerocket:
             group["bottlerocket"] = {"settings": g.local_storage.bottlerocket_settings()}
         elif settings.ami_family == "AmazonLinux2023":
-            import yaml
-
-            group["overrideBootstrapCommand"] = yaml.safe_dump(g.local_storage.nodeadm_config(), sort_keys=False)
+            # eksctl refuses overrideBootstrapCommand without a custom AMI: the AMI's script runs before kubelet
+            group["preBootstrapCommands"] = [g.local_storage.setup_command()]
     if settings.node_repair:
         group["nodeRepairConfig"] = {"enabled": True}
     return group

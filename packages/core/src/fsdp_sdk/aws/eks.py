@@ -270,6 +270,11 @@ class LocalStorage:
             "spec": {"instance": {"localStorage": {"strategy": self.strategy}}},
         }
 
+    def setup_command(self) -> str:
+        """The AL2023 EKS AMI's own script that builds the array, for a boot script before kubelet starts (what
+        nodeadm runs for ``localStorage``; eksctl takes no NodeConfig for EKS AMIs, only ``preBootstrapCommands``)."""
+        return f"/usr/bin/setup-local-disks {self.strategy.lower()}"
+
     def bottlerocket_settings(self) -> dict[str, Any]:
         """Bottlerocket settings whose bootstrap command builds the array and binds kubelet and containerd to it."""
         return {
