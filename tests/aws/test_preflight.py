@@ -197,3 +197,41 @@ def test_bad_credentials_stop_at_the_first_check(stubbed) -> None:
     results = aws_preflight(config, instance, clients={"sts": sts})
     assert [r.check for r in results] == ["aws-credentials"]
     assert results[0].blocking and "the AWS session token has expired" in results[0].message
+
+
+@pytest.mark.parametrize("block", [False, True], ids=["odcr", "capacity-block"])
+@pytest.mark.parametrize("type_matches", [True, False], ids=["type", "other-type"])
+@pytest.mark.parametrize("zone_matches", [True, False], ids=["zone", "other-zone"])
+@pytest.mark.parametrize("state", ["scheduled", "active", "expired"])
+def test_every_mismatch_blocks_whatever_the_state(
+    aws: str, stubbed, routed, state: str, zone_matches: bool, type_matches: bool, block: bool
+) -> None:
+    """Kind, zone and type are checked for a reservation that has not started like for an active one."""
+    cluster: dict[str, Any] = {"capacity_reservation_id": RESERVATION}
+    if block:
+        cluster["capacity_type"] = "capacity-block"
+    if not zone_matches:
+        cluster["availability_zones"] = ["us-west-2a", "us-west-2c"]
+    config, instance = _config(**cluster)
+    fields: dict[str, Any] = {"State": state, "StartDate": NOW + dt.timedelta(hours=5)}
+    if block:
+        fields["ReservationType"] = "capacity-block"
+    if not type_matches:
+        fields["InstanceType"] = "p5en.48xlarge"
+    ec2 = _reservation(stubbed, routed, **fields)
+    quotas = {} if block else {"service_quotas": _quota(stubbed, 9999)}  # a Capacity Block needs no vCPU quota
+    result = _run(config, instance, ec2=ec2, **quotas)["capacity-reservation"]
+    mismatches = [
+        *([] if zone_matches else ["is in us-west-2b, but the GPU nodes go to us-west-2a"]),
+        *([] if type_matches else ["is for p5en.48xlarge, not p4de.24xlarge"]),
+    ]
+    for mismatch in mismatches:
+        assert mismatch in result.message, result.line()
+    if state == "scheduled":
+        assert "it starts at 2026-12-01T17:00+00:00" in result.message, result.line()
+    if mismatches or state == "expired":
+        assert result.blocking, result.line()
+    elif state == "scheduled":
+        assert not result.ok and not result.blocking, result.line()  # a warning: nodes wait for its start
+    else:
+        assert result.ok, result.line()

@@ -98,7 +98,8 @@ def test_a_trainium_like_type_asks_for_neuron_devices_and_no_nvidia_gpus(api: st
         if api == "trainjob"
         else job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["resources"]
     )
-    expected = {"aws.amazon.com/neuron": 16, "vpc.amazonaws.com/efa": 8}
+    # the whole node's cpu and memory share too (Guaranteed), from the type's vCPUs and memory
+    expected = {"cpu": "125", "memory": "478Gi", "aws.amazon.com/neuron": 16, "vpc.amazonaws.com/efa": 8}
     assert resources == {"limits": expected, "requests": expected}
     (pod,) = worker_pods(objects)
     assert pod.spec["tolerations"] == [{"key": "aws.amazon.com/neuron", "operator": "Exists", "effect": "NoSchedule"}]

@@ -73,9 +73,16 @@ def test_up_creates_the_cluster_with_eksctl_then_core_prepares_it(
     assert streamed[-1].endswith('EKS cluster "demo" in "us-west-2" region is ready')
     # core: the plan's Kubernetes objects (the NVIDIA device plugin, etcd), then the Training Operator
     applied = [(w.path.split("/")[-3], w.path.split("/")[-1]) for w in apiserver.writes()]
-    assert sorted(applied) == [("default", "etcd"), ("default", "etcd"), ("kube-system", "nvidia-device-plugin")]
-    (operator,) = tools.calls("kubectl")
+    assert sorted(applied) == [
+        ("default", "etcd"),
+        ("default", "etcd"),
+        ("kube-system", "aws-efa-k8s-device-plugin"),
+        ("kube-system", "nvidia-device-plugin"),
+    ]
+    operator, pin = tools.calls("kubectl")
     assert operator[:3] == ["apply", "--server-side", "-k"] and operator[-2:] == ["--kubeconfig", str(loopback)]
+    # then kept on the system node group, like etcd
+    assert pin[:3] == ["patch", "deployment", "training-operator"] and '"fsdp-sdk.io/node-role":"system"' in pin[8]
     assert status.ready and status.nodes == 2 and status.endpoint.startswith("https://")
     assert json.loads((root / "state.json").read_text())["phase"] == "ready"
 

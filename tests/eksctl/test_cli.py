@@ -63,7 +63,7 @@ def test_up_dry_run_json_carries_a_valid_cluster_config(
         "capacityReservationTarget": {"capacityReservationID": RESERVATION}
     }
     assert plan["details"]["create_cluster"][:4] == ["eksctl", "create", "cluster", "-f"]
-    assert [o["kind"] for o in plan["kubernetes"]] == ["DaemonSet", "Service", "Deployment"]
+    assert [o["kind"] for o in plan["kubernetes"]] == ["DaemonSet", "DaemonSet", "Service", "Deployment"]
     assert data["status"]["state"] == "absent" and tools.eksctl() == []
 
 
@@ -184,3 +184,29 @@ def test_status_shows_node_groups_and_add_ons_as_tables(
     code, out, _ = cli(capsys, "status", "--json", *flags)
     data = json.loads(out)
     assert data["state"] == "ready" and [g["name"] for g in data["details"]["nodegroups"]] == ["gpu", "system"]
+
+
+def test_up_dry_run_shows_the_whole_plan_when_a_check_fails_and_exits_1(
+    eksctl_env: Path,
+    tools: Tools,
+    answers: AwsAnswers,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    (tools.bin_dir / "eksctl").unlink()
+    monkeypatch.setenv("PATH", f"{tools.bin_dir}{os.pathsep}/usr/bin{os.pathsep}/bin")
+    answers.reserve()
+    code, out, err = cli(capsys, "up", "--backend", "eksctl", "--dry-run", *P4DE_ODCR)
+    assert code == 1, err
+    lines = out.splitlines()
+    assert (
+        "  [error] eksctl-installed: eksctl is not on PATH (creates, scales and deletes the cluster); install eksctl: "
+        "https://eksctl.io/installation/ (e.g. the release tarball for your platform)"
+    ) in lines
+    assert any(line.startswith("  [ok] capacity-reservation: ") for line in lines)  # every check on its own line
+    gpu = next(line for line in lines if line.startswith("  4. node group 'gpu': 2 x p4de.24xlarge"))
+    assert "500 GiB gp3 on /dev/xvda" in gpu and "RAID0 at /mnt/k8s-disks/0" in gpu and "nvidia.com/gpu=true" in gpu
+    assert any("nvidia-device-plugin DaemonSet" in line and ":v" in line for line in lines)
+    assert "On-demand cost: $55.38/hour" in lines
+    assert lines[-1] == "'fsdp-sdk up' would stop: 1 preflight check(s) failed (dry run: nothing changed)"
+    assert tools.eksctl() == [] and aws_resources() == {"clusters": [], "nodegroups": [], "stacks": []}

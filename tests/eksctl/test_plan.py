@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from fsdp_sdk import pins
-from fsdp_sdk.pins import default_kubernetes_version
+from fsdp_sdk.pins import default_kubernetes_version, pin
 from fsdp_sdk_eksctl.backend import EksctlBackend
 from fsdp_sdk_eksctl.render import render_cluster_config
 
@@ -41,9 +41,12 @@ def test_the_plan_of_the_seed_p4de_cluster(tmp_path: Path) -> None:
         "VPC 192.168.0.0/16, IAM OIDC provider, add-ons vpc-cni latest, coredns latest, kube-proxy latest",
         "node group 'system': 2 x m5.xlarge, private subnets",
         f"node group 'gpu': 2 x p4de.24xlarge (min 0, max 2) in us-west-2b, capacity reservation {RESERVATION}, "
-        "EFA (4 interfaces each), AmazonLinux2023 accelerated AMI, 500 GiB gp3, private subnets",
-        "eksctl installs the EFA device plugin",
-        "apply the nvidia-device-plugin DaemonSet on the GPU nodes",
+        "EFA (4 interfaces each), AmazonLinux2023 accelerated AMI, 500 GiB gp3 on /dev/xvda, "
+        "local NVMe (8000 GB) as RAID0 at /mnt/k8s-disks/0, tainted nvidia.com/gpu=true:NoSchedule, private subnets",
+        "GPU nodes in no placement group (a reservation places them)",
+        f"apply the nvidia-device-plugin DaemonSet on the GPU nodes ({pin('nvidia-device-plugin').image_ref()})",
+        "apply the aws-efa-k8s-device-plugin DaemonSet on the GPU nodes "
+        f"({pin('efa-device-plugin').image_ref(eks_registry='602401143452.dkr.ecr.us-west-2.amazonaws.com')})",
         "on an existing cluster: create the missing node groups and scale the others to these sizes, nothing else",
     ]
     # 2 x $27.45 + 2 x m5.xlarge $0.192 + the control plane $0.10
@@ -68,7 +71,7 @@ def test_the_plan_of_the_seed_p4de_cluster(tmp_path: Path) -> None:
         "--timeout",
         "40m",
     ]
-    assert [o["kind"] for o in plan.kubernetes] == ["DaemonSet"]
+    assert [o["kind"] for o in plan.kubernetes] == ["DaemonSet", "DaemonSet"]
     assert not (tmp_path / "state").exists()
 
 
@@ -85,7 +88,7 @@ def test_an_unpriced_instance_type_gives_no_total() -> None:
     assert plan.hourly_cost_usd is None
     notes = plan.details["cost"]["notes"]
     assert "p5e.48xlarge has no on-demand list price: GPU nodes not priced" in notes
-    assert "system nodes (r7i.large) not priced: not in the backend's price table" in notes
+    assert "system nodes (r7i.large) not priced: not in the price table" in notes
     assert any(n.startswith("a Capacity Block is paid upfront") for n in notes)
     assert any("Capacity Block cr-0123456789abcdef0" in step for step in plan.steps)
 
@@ -108,7 +111,7 @@ def test_a_plugin_instance_type_is_priced_from_its_record() -> None:
     config, _ = configure(**{"cluster.instance_type": "p6-b200.48xlarge", "cluster.nodes": 16, "cluster.max_nodes": 16})
     plan = EksctlBackend().plan(resolve(config))
     assert plan.hourly_cost_usd == round(16 * 113.93 + 2 * 0.192 + 0.10, 2)
-    assert [o["metadata"]["name"] for o in plan.kubernetes] == ["nvidia-device-plugin", "efa-device-plugin"]
+    assert [o["metadata"]["name"] for o in plan.kubernetes] == ["nvidia-device-plugin", "aws-efa-k8s-device-plugin"]
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from fsdp_sdk.errors import ConfigError
-from fsdp_sdk.pins import default_kubernetes_version
+from fsdp_sdk.pins import default_kubernetes_version, pin
 from fsdp_sdk_eksctl.backend import _yaml
 from fsdp_sdk_eksctl.device_plugins import device_plugin_objects
 from fsdp_sdk_eksctl.render import render_cluster_config, uses_own_placement_group
@@ -93,11 +93,15 @@ def test_p4de_with_a_capacity_reservation_targets_it_in_its_zone() -> None:
         "maxSize": 2,
         "volumeSize": 500,
         "volumeType": "gp3",
+        "volumeIOPS": 16000,
+        "volumeThroughput": 1000,
         "privateNetworking": True,
         "labels": {"fsdp-sdk.io/node-role": "gpu", "fsdp-sdk.io/accelerator": "a100"},
+        "taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}],
         "availabilityZones": ["us-west-2b"],
         "efaEnabled": True,
         "capacityReservation": {"capacityReservationTarget": {"capacityReservationID": RESERVATION}},
+        "preBootstrapCommands": ["/usr/bin/setup-local-disks raid0"],
     }
     # a reservation keeps eksctl from adding a placement group of its own (a cause of partial fulfilment)
     assert not uses_own_placement_group(config, instance)
@@ -133,24 +137,28 @@ def test_a_third_party_instance_type_gets_efa_and_its_device_plugins() -> None:
     assert gpu["instanceType"] == "p6-b200.48xlarge" and gpu["efaEnabled"] is True
     assert gpu["labels"]["fsdp-sdk.io/accelerator"] == "b200"
     objects = {o["metadata"]["name"]: o for o in device_plugin_objects(config, instance)}
-    assert sorted(objects) == ["efa-device-plugin", "nvidia-device-plugin"]
-    efa = objects["efa-device-plugin"]["spec"]["template"]["spec"]
+    assert sorted(objects) == ["aws-efa-k8s-device-plugin", "nvidia-device-plugin"]
+    efa = objects["aws-efa-k8s-device-plugin"]["spec"]["template"]["spec"]
     assert efa["nodeSelector"] == {
-        "eks.amazonaws.com/nodegroup": "gpu",
+        "fsdp-sdk.io/node-role": "gpu",
         "node.kubernetes.io/instance-type": "p6-b200.48xlarge",
     }
-    assert efa["containers"][0]["image"] == (
-        "602401143452.dkr.ecr.us-west-2.amazonaws.com/eks/aws-efa-k8s-device-plugin:v0.5.4"
+    assert efa["containers"][0]["image"] == pin("efa-device-plugin").image_ref(
+        eks_registry="602401143452.dkr.ecr.us-west-2.amazonaws.com"
     )
 
 
-def test_builtin_types_use_eksctls_efa_plugin_and_bottlerocket_its_own_nvidia_plugin() -> None:
+def test_the_pinned_efa_plugin_on_every_efa_type_and_bottlerocket_its_own_nvidia_plugin() -> None:
+    # eksctl's own EFA plugin does not tolerate the GPU taint: the pinned one serves the GPU nodes
     config, instance = configure(**VARIANTS["p4de-odcr"])
-    assert [o["metadata"]["name"] for o in device_plugin_objects(config, instance)] == ["nvidia-device-plugin"]
+    names = [o["metadata"]["name"] for o in device_plugin_objects(config, instance)]
+    assert names == ["nvidia-device-plugin", "aws-efa-k8s-device-plugin"]
     config, instance = configure(**VARIANTS["spot-bottlerocket"])
-    assert device_plugin_objects(config, instance) == []
+    assert [o["metadata"]["name"] for o in device_plugin_objects(config, instance)] == ["aws-efa-k8s-device-plugin"]
     gpu = gpu_group(render_cluster_config(config, instance))
     assert gpu["spot"] is True and gpu["amiFamily"] == "Bottlerocket"
+    config, instance = configure(**VARIANTS["no-efa-public"])
+    assert [o["metadata"]["name"] for o in device_plugin_objects(config, instance)] == ["nvidia-device-plugin"]
 
 
 def test_device_plugins_are_valid_kubernetes_objects() -> None:

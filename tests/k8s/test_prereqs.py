@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from fsdp_sdk.config import Config
-from fsdp_sdk.k8s.cluster_objects import cluster_prerequisites, render_etcd
+from fsdp_sdk.k8s.cluster_objects import _on_system_nodes, cluster_prerequisites, patch_command, render_etcd
 from fsdp_sdk.monitoring import EksAddon, MonitoringComponent
 from fsdp_sdk.pins import pin
 
@@ -70,7 +70,27 @@ def test_install_is_server_side_and_idempotent(
             "tool": "kubectl",
             "stdin": None,
             "argv": ["apply", "--server-side", "-k", OPERATOR_URL, "--kubeconfig", str(kubeconfig)],
-        }
+        },
+        {
+            "tool": "kubectl",
+            "stdin": None,
+            "argv": [
+                "patch",
+                "deployment",
+                "training-operator",
+                "--namespace",
+                "kubeflow",
+                "--type",
+                "merge",
+                "--patch",
+                # a cluster of one's own (no AWS backend): the system nodes are preferred, not required
+                '{"spec":{"template":{"spec":{"affinity":{"nodeAffinity":{"preferredDuringSchedulingIgnoredDuring'
+                'Execution":[{"weight":100,"preference":{"matchExpressions":[{"key":"fsdp-sdk.io/node-role",'
+                '"operator":"In","values":["system"]}]}}]}}}}}}',
+                "--kubeconfig",
+                str(kubeconfig),
+            ],
+        },
     ]
     first = {o["kind"]: o for o in apiserver.objects()}
 
@@ -80,7 +100,7 @@ def test_install_is_server_side_and_idempotent(
     for kind in ("Service", "Deployment"):
         assert second[kind]["spec"] == first[kind]["spec"]
         assert second[kind]["metadata"]["uid"] == first[kind]["metadata"]["uid"]  # updated in place, not recreated
-    assert recorded(fake_kubectl)[1]["argv"][3].endswith("?ref=v1.9.1")
+    assert recorded(fake_kubectl)[2]["argv"][3].endswith("?ref=v1.9.1")
 
 
 def test_install_into_another_namespace_creates_it(
@@ -204,7 +224,8 @@ def test_cluster_prerequisites_render_what_up_applies_in_order() -> None:
         ("ConfigMap", "probe"),
     ]
     assert [c for p in found for c in p.commands(kubeconfig="/k", context="c")] == [
-        ["kubectl", "apply", "--server-side", "-k", OPERATOR_URL, "--kubeconfig", "/k", "--context", "c"]
+        ["kubectl", "apply", "--server-side", "-k", OPERATOR_URL, "--kubeconfig", "/k", "--context", "c"],
+        patch_command("kubeflow", "training-operator", _on_system_nodes(config), kubeconfig="/k", context="c"),
     ]
     assert found[-1].eks_addons == (addon,)
     assert cluster_prerequisites(config) == found[1:3]  # no backend objects, no monitoring: etcd and the operator
@@ -276,4 +297,7 @@ def test_trainjob_install_is_idempotent(
         "deployment/kubeflow-trainer-controller-manager",
         *target,
     ]
-    assert calls == [install, wait, install, wait]
+    patch = patch_command(
+        "kubeflow-system", "kubeflow-trainer-controller-manager", _on_system_nodes(Config()), kubeconfig=str(kubeconfig)
+    )[1:]
+    assert calls == [install, patch, wait, install, patch, wait]

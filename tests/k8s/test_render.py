@@ -72,7 +72,13 @@ def test_pytorchjob_validates_and_has_the_job(plugins: Plugins, pytorchjob_crd: 
     container = pod["containers"][0]
     assert container["name"] == "pytorch"
     assert container["image"] == f"{REGISTRY}/fsdp-sdk-trainer:latest"
-    assert container["resources"]["limits"] == {"nvidia.com/gpu": 8, "vpc.amazonaws.com/efa": 32}
+    # the whole node's share: Guaranteed (requests = limits), never BestEffort
+    assert container["resources"]["limits"] == {
+        "cpu": "189",
+        "memory": "1938Gi",
+        "nvidia.com/gpu": 8,
+        "vpc.amazonaws.com/efa": 32,
+    }
     assert container["resources"]["requests"] == container["resources"]["limits"]
     assert container["command"] == ["torchrun", "-m", "fsdp_trainer"]
     args = container["args"]
@@ -145,7 +151,7 @@ def test_instance_without_rdma_and_c10d(plugins: Plugins, pytorchjob_crd: Path) 
     job = render_job(config, plugins=plugins)[0]
     assert validate_objects([job], crd_paths=[pytorchjob_crd]).ok
     container = worker(job)["template"]["spec"]["containers"][0]
-    assert container["resources"]["limits"] == {"nvidia.com/gpu": 4}
+    assert container["resources"]["limits"] == {"cpu": "94", "memory": "361Gi", "nvidia.com/gpu": 4}
     env = env_of(container)
     assert "FI_PROVIDER" not in env and "FI_EFA_USE_DEVICE_RDMA" not in env
     assert job["spec"]["elasticPolicy"]["rdzvBackend"] == "c10d" and job["spec"]["nprocPerNode"] == "4"

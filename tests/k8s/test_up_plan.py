@@ -145,7 +145,8 @@ def test_up_applies_the_plan_it_showed_then_prepares_the_cluster(
         ("PATCH", "/api/v1/namespaces/default/services/etcd"),
         ("PATCH", "/apis/apps/v1/namespaces/default/deployments/etcd"),
     ]
-    ((call,),) = [recorded(kubectl)]
+    call, patched = recorded(kubectl)
+    assert patched["argv"][:3] == ["patch", "deployment", "training-operator"]
     assert call["argv"][:4] == [
         "apply",
         "--server-side",
@@ -207,7 +208,7 @@ def test_up_applies_the_backends_objects_and_monitoring_it_showed(
         "/api/v1/namespaces/default/services/etcd",
         "/apis/apps/v1/namespaces/default/deployments/etcd",
     ]
-    assert len(recorded(kubectl)) == 1
+    assert [c["argv"][:2] for c in recorded(kubectl)] == [["apply", "--server-side"], ["patch", "deployment"]]
 
 
 # --------------------------------------------------------------------------- the Kubernetes version's support
@@ -298,6 +299,10 @@ def test_up_with_the_trainjob_api_installs_the_trainer_and_its_runtime(
     ]
     client.up(plan)
     calls = [c["argv"] for c in recorded(kubectl)]
-    assert [argv[:2] for argv in calls] == [["apply", "--server-side"], ["wait", "--for=condition=Available"]]
+    assert [argv[:2] for argv in calls] == [
+        ["apply", "--server-side"],
+        ["patch", "deployment"],
+        ["wait", "--for=condition=Available"],
+    ]
     assert calls[0][3].startswith("github.com/kubeflow/trainer.git/manifests/overlays/manager?ref=")
     assert apiserver.get("trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime", "fsdp-sdk-torch-distributed")

@@ -11,6 +11,7 @@ from botocore.stub import ANY
 
 from fsdp_sdk.aws.addons import POD_IDENTITY_TRUST_POLICY, addon_status, disable_addon, enable_addon
 from fsdp_sdk.errors import BackendError
+from fsdp_sdk_observability.cloudwatch import addon_configuration
 
 CLUSTER = "fsdp-sdk"
 REGION = "us-west-2"
@@ -83,6 +84,8 @@ def test_enable_creates_the_pod_identity_role_and_the_addon(stubbed: Any, addon:
             **cw,
             "resolveConflicts": "OVERWRITE",
             "podIdentityAssociations": [{"serviceAccount": "cloudwatch-agent", "roleArn": ROLE_ARN}],
+            # dcgm-exporter runs beside it and holds the DCGM profiling counters: the add-on collects no GPU metrics
+            "configurationValues": json.dumps(addon_configuration(dcgm_exporter_installed=True)),
         },
     )
     eks_stub.add_response("describe_addon", _addon(cw["addonName"], "CREATING"), cw)
@@ -184,6 +187,17 @@ def test_status_of_an_absent_addon(stubbed: Any, addon: Any) -> None:
     eks, eks_stub = stubbed("eks")
     _not_found(eks_stub, "describe_addon", {"clusterName": CLUSTER, "addonName": "amazon-cloudwatch-observability"})
     assert addon_status(CLUSTER, REGION, addon, clients={"eks": eks})["status"] == "absent"
+
+
+def test_one_dcgm_client_per_gpu(make_config: Any, plugins: Any) -> None:
+    """With dcgm-exporter installed the add-on's accelerated compute metrics are off; alone, the add-on keeps them."""
+    beside = make_config({"cluster.name": CLUSTER})
+    [component] = [c for c in plugins.hooks.monitoring_components(beside) if c.name == "cloudwatch"]
+    kubernetes = component.eks_addon.configuration["agent"]["config"]["logs"]["metrics_collected"]["kubernetes"]
+    assert kubernetes == {"enhanced_container_insights": True, "accelerated_compute_metrics": False}
+    alone = make_config({"cluster.name": CLUSTER, "observability.components": ["cloudwatch"]})
+    [component] = [c for c in plugins.hooks.monitoring_components(alone) if c.name == "cloudwatch"]
+    assert component.eks_addon.configuration is None
 
 
 def test_monitor_install_cloudwatch_through_the_client(stubbed: Any, make_config: Any, plugins: Any) -> None:

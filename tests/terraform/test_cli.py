@@ -116,7 +116,9 @@ def test_up_dry_run_shows_terraforms_own_plan_and_changes_nothing(project: Path,
     assert any(step.endswith("(3 to add, 0 to change, 0 to destroy)") for step in plan["steps"])
     zones = plan["filled"]["cluster.availability_zones"]  # chosen by the preflight checks against moto
     assert zones[0].startswith("us-west-2") and len(zones) >= 2
-    assert [c["check"] for c in plan["preflight"]][:3] == ["terraform", "aws-credentials", "aws-region"]
+    checks = [c["check"] for c in plan["preflight"]]
+    assert checks[:4] == ["terraform", "kubectl-installed", "git-installed", "aws-installed"]
+    assert checks[4:6] == ["aws-credentials", "aws-region"]
     assert [(o["kind"], o["metadata"]["name"]) for o in plan["kubernetes"]] == [
         ("DaemonSet", "nvidia-device-plugin"),
         ("DaemonSet", "aws-efa-k8s-device-plugin"),
@@ -149,8 +151,9 @@ def test_up_run_status_scale_down_through_the_cli(project: Path, apiserver, caps
         ("PATCH", "/apis/apps/v1/namespaces/kube-system/daemonsets/aws-efa-k8s-device-plugin"),
         ("PATCH", "/apis/apps/v1/namespaces/kube-system/daemonsets/nvidia-device-plugin"),
     ]
-    (operator,) = recorded(tmp_path / "kubectl.jsonl")
+    operator, pin = recorded(tmp_path / "kubectl.jsonl")
     assert operator["argv"][:3] == ["apply", "--server-side", "-k"]
+    assert pin["argv"][:3] == ["patch", "deployment", "training-operator"]
 
     code, out, err = _cli(capsys, "status", "-c", "cluster.yaml", "--json")
     assert code == 0, err

@@ -215,12 +215,14 @@ def test_the_gpu_launch_template_has_efa_reservations_capacity_blocks_and_placem
         "placement",
     }
     (interface,) = dynamics["network_interfaces"]["content"]
-    assert _unquote(interface["interface_type"]) == "efa"
+    assert interface["interface_type"] == "${network_interfaces.value.interface_type}"
+    assert dynamics["network_interfaces"]["for_each"] == "${var.gpu_network_interfaces}"
     (market,) = dynamics["instance_market_options"]["content"]
     assert "capacity-block" in dynamics["instance_market_options"]["for_each"]
     assert market["market_type"] == "${instance_market_options.value}"
     (nodes,) = [body for t, n, body in _blocks("resource") if (t, n) == ("aws_eks_node_group", "gpu")]
-    assert nodes["taint"][0]["key"] == "${var.gpu_taint_key}"
+    (taints,) = [spec for entry in nodes["dynamic"] for name, spec in entry.items() if _unquote(name) == "taint"]
+    assert taints["for_each"] == "${var.gpu_taints}"
 
 
 def test_every_variable_has_a_type_a_description_and_validations() -> None:
@@ -237,6 +239,7 @@ def test_the_sdk_writes_every_required_variable_and_only_declared_ones(plugins, 
         {},
         {"cluster.capacity_reservation_id": "cr-0123456789abcdef0", "cluster.capacity_type": "capacity-block"},
         {"cluster.efa": "false", "cluster.instance_type": "g5.48xlarge", "cluster.placement_group": "true"},
+        {"terraform.gpu_ami_type": "BOTTLEROCKET_x86_64_NVIDIA"},
     ):
         config = make_config(plugins, tmp_path, **overrides)
         written = terraform_inputs(config, config.instance(plugins), config.section("terraform"))
@@ -262,20 +265,32 @@ GOOD = {
     "gpu_min_nodes": 0,
     "gpu_max_nodes": 2,
     "gpu_ami_type": "AL2023_x86_64_NVIDIA",
-    "gpu_taint_key": "nvidia.com/gpu",
-    "efa_interfaces": 32,
+    "gpu_labels": {"fsdp-sdk.io/node-role": "gpu"},
+    "gpu_taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}],
+    "system_labels": {"fsdp-sdk.io/node-role": "system"},
+    "gpu_network_interfaces": [{"network_card_index": 0, "device_index": 0, "interface_type": "efa"}],
     "capacity_type": "on-demand",
     "capacity_reservation_id": None,
-    "placement_group": False,
-    "node_volume_size_gib": 500,
+    "placement_group": True,
+    "gpu_volume": {"device_name": "/dev/xvda", "size_gib": 500, "iops": 16000, "throughput": 1000},
+    "gpu_user_data": "",
     "tags": {},
 }
 
 BAD = [
     ("availability_zones", ["us-west-2a"], "availability_zones must name 2 to 6 zones: EKS needs subnets in two zones"),
     ("gpu_ami_type", "AL2_x86_64_GPU", "gpu_ami_type must be one of"),
-    ("node_volume_size_gib", 20, "node_volume_size_gib must be between 40 and 16384"),
-    ("efa_interfaces", 65, "efa_interfaces must be a whole number between 0 and 64"),
+    (
+        "gpu_volume",
+        {"device_name": "/dev/xvdb", "size_gib": 20, "iops": 3000, "throughput": 125},
+        "gpu_volume: device /dev/xvda or /dev/xvdb, 40 to 16384 GiB",
+    ),
+    (
+        "gpu_network_interfaces",
+        [{"network_card_index": 0, "device_index": 0, "interface_type": "efa-only"}],
+        "gpu_network_interfaces: at most 64, of type efa or efa-only, card 0 holding the primary efa interface",
+    ),
+    ("gpu_taints", [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}], "gpu_taints effects must be"),
     ("vpc_cidr", "10.0.0.0/24", "vpc_cidr must be an IPv4 CIDR block of /20 or larger"),
     ("system_nodes", 0, "system_nodes must be a whole number between 1 and 100"),
     ("tags", {"aws:owner": "me"}, "tags must have keys of 1-128 characters not starting with aws:"),

@@ -10,7 +10,7 @@ from fsdp_sdk.backends.base import Plan
 from fsdp_sdk_eksctl import commands
 from fsdp_sdk_eksctl.cost import hourly_cost
 from fsdp_sdk_eksctl.device_plugins import device_plugin_objects
-from fsdp_sdk_eksctl.render import efa_enabled, render_cluster_config, uses_own_placement_group
+from fsdp_sdk_eksctl.render import gpu_group, render_cluster_config
 from fsdp_sdk_eksctl.state import StateDir
 
 if TYPE_CHECKING:
@@ -45,9 +45,17 @@ def make_plan(backend: str, config: Config, instance: InstanceType) -> Plan:
     gpu_zone = cluster.availability_zones[0] if cluster.availability_zones else "one of them"
     capacity = _CAPACITY[cluster.capacity_type].format(id=cluster.capacity_reservation_id)
     addons = ", ".join(f"{a['name']} {a['version']}" for a in document["addons"])
-    efa = f"EFA ({instance.efa_interfaces} interfaces each)" if efa_enabled(config, instance) else "no EFA"
+    group = gpu_group(config, instance)
+    efa = f"EFA ({len(group.interfaces)} interfaces each)" if group.efa else "no EFA"
     network = "private subnets" if settings.private_networking else "public subnets"
     ami = settings.gpu_ami or f"{settings.ami_family} accelerated AMI"
+    disk = f"{group.volume.size_gib} GiB gp3 on {group.volume.device}"
+    local = (
+        f"local NVMe ({group.local_storage.nvme_gib} GB) as RAID0 at {group.local_storage.mount_path}"
+        if group.local_storage
+        else "no local NVMe set up"
+    )
+    taints = ", ".join(f"{t.key}={t.value}:{t.effect}" for t in group.taints)
 
     steps = [
         f"write the eksctl ClusterConfig to {paths.config_file}",
@@ -55,18 +63,23 @@ def make_plan(backend: str, config: Config, instance: InstanceType) -> Plan:
         f"VPC {settings.vpc_cidr}, IAM OIDC provider, add-ons {addons}",
         f"node group {settings.system_nodegroup!r}: {cluster.system_nodes} x {cluster.system_instance_type}, {network}",
         f"node group {settings.gpu_nodegroup!r}: {cluster.nodes} x {instance.name} (min {cluster.min_nodes}, "
-        f"max {cluster.max_nodes}) in {gpu_zone}, {capacity}, {efa}, {ami}, "
-        f"{cluster.node_volume_size_gib} GiB gp3, {network}",
+        f"max {cluster.max_nodes}) in {gpu_zone}, {capacity}, {efa}, {ami}, {disk}, {local}, "
+        f"tainted {taints}, {network}",
     ]
-    if cluster.placement_group and settings.placement_group_name:
-        steps.append(f"GPU nodes in the cluster placement group {settings.placement_group_name}")
-    elif uses_own_placement_group(config, instance):
+    if group.placement.kind == "existing":
+        steps.append(f"GPU nodes in the cluster placement group {group.placement.name}")
+    elif group.placement.kind == "new":
         steps.append(
             "GPU nodes in a cluster placement group eksctl adds to the node group's stack (EFA, no reservation)"
         )
-    if efa_enabled(config, instance):
-        steps.append("eksctl installs the EFA device plugin")
-    steps += [f"apply the {o['metadata']['name']} DaemonSet on the GPU nodes" for o in objects]
+    else:
+        steps.append(
+            "GPU nodes in no placement group" + (" (a reservation places them)" if group.reservation_id else "")
+        )
+    steps += [
+        f"apply the {o['metadata']['name']} DaemonSet on the GPU nodes ({o['spec']['template']['spec']['containers'][0]['image']})"
+        for o in objects
+    ]
     steps.append(
         "on an existing cluster: create the missing node groups and scale the others to these sizes, nothing else"
     )
@@ -95,6 +108,15 @@ def make_plan(backend: str, config: Config, instance: InstanceType) -> Plan:
         "timeout_minutes": timeout,
         "create_cluster": commands.create_cluster(str(paths.config_file), timeout_minutes=timeout),
         "cost": cost.to_dict(),
+        "gpu_group": {
+            "zone": group.zone,
+            "placement": group.placement.kind,
+            "interfaces": [[i.card, i.device_index, i.interface_type] for i in group.interfaces],
+            "volume": {"device": group.volume.device, "size_gib": group.volume.size_gib},
+            "local_storage": group.local_storage.mount_path if group.local_storage else None,
+            "labels": dict(group.labels),
+            "taints": [t.to_dict() for t in group.taints],
+        },
     }
     return Plan(
         backend=backend,

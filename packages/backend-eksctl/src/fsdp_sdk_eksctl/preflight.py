@@ -1,7 +1,8 @@
 """The eksctl backend's preflight checks (reads only): its tools, then core's AWS checks.
 
-1. ``eksctl``, ``kubectl`` and ``aws`` are installed (the kubeconfig authenticates with
-   ``aws eks get-token``; the Training Operator installs with ``kubectl``), each with an install hint;
+1. ``eksctl``, ``kubectl``, ``git`` and ``aws`` are installed (the kubeconfig authenticates with
+   ``aws eks get-token``; the Training Operator installs with ``kubectl apply -k github.com/...``, which
+   fetches the overlay with git), each with an install hint;
    eksctl is :data:`~fsdp_sdk_eksctl.commands.MIN_EKSCTL_VERSION` or newer;
 2. :func:`fsdp_sdk.aws.preflight.aws_preflight`: credentials, region and zones, the instance type in
    the GPU zone, the vCPU quota, the capacity reservation or Capacity Block. When the cluster already
@@ -15,7 +16,7 @@ import copy
 import shutil
 from typing import TYPE_CHECKING
 
-from fsdp_sdk.aws.preflight import aws_preflight
+from fsdp_sdk.aws.preflight import CLUSTER_TOOLS, aws_preflight
 from fsdp_sdk.aws.session import aws_client
 from fsdp_sdk.errors import FsdpSdkError
 from fsdp_sdk.preflight import PreflightResult
@@ -28,12 +29,8 @@ if TYPE_CHECKING:
 
 __all__ = ["TOOLS", "eksctl_preflight", "running_gpu_nodes"]
 
-#: The tools the backend runs, and what for.
-TOOLS = {
-    "eksctl": "creates, scales and deletes the cluster",
-    "kubectl": "installs the Kubeflow Training Operator",
-    "aws": "authenticates kubectl and the SDK to the cluster ('aws eks get-token' in the kubeconfig)",
-}
+#: The tools the backend runs, and what for (eksctl, then the ones every AWS backend needs).
+TOOLS = {"eksctl": "creates, scales and deletes the cluster", **CLUSTER_TOOLS}
 
 
 def eksctl_preflight(config: Config, instance: InstanceType) -> list[PreflightResult]:

@@ -37,8 +37,9 @@ What eksctl does with it, and what this module leaves to it (eksctl 0.205 or new
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Any
+
+from fsdp_sdk.aws.eks import GpuNodeGroup, gpu_node_group, system_node_group
 
 if TYPE_CHECKING:
     from fsdp_sdk.config import Config
@@ -50,6 +51,7 @@ __all__ = [
     "CLUSTER_TAG",
     "DEFAULT_ADDONS",
     "efa_enabled",
+    "gpu_group",
     "render_cluster_config",
     "uses_own_placement_group",
 ]
@@ -62,17 +64,12 @@ CLUSTER_TAG = "fsdp-sdk.io/cluster"
 
 
 def uses_own_placement_group(config: Config, instance: InstanceType) -> bool:
-    """Whether eksctl adds a cluster placement group of its own to the GPU node group.
+    """Whether the GPU node group gets a cluster placement group of its own (core's rule: EFA, no reservation).
 
-    It does for EFA node groups without a named placement group or a capacity reservation, whatever
-    ``cluster.placement_group`` says: eksctl cannot be told otherwise.
+    eksctl adds it to the node group's stack itself for EFA node groups without ``placement`` or
+    ``capacityReservation``: the rendered group says so by carrying neither.
     """
-    settings = config.section("eksctl")
-    return (
-        efa_enabled(config, instance)
-        and not config.cluster.capacity_reservation_id
-        and not (config.cluster.placement_group and settings.placement_group_name)
-    )
+    return gpu_group(config, instance).placement.kind == "new"
 
 
 def efa_enabled(config: Config, instance: InstanceType) -> bool:
@@ -111,58 +108,72 @@ def render_cluster_config(config: Config, instance: InstanceType) -> dict[str, A
 
 
 def _system_nodegroup(config: Config, settings: EksctlSettings) -> dict[str, Any]:
-    cluster = config.cluster
+    system = system_node_group(config, settings.system_nodegroup)
     group: dict[str, Any] = {
-        "name": settings.system_nodegroup,
-        "instanceType": cluster.system_instance_type,
+        "name": system.name,
+        "instanceType": system.instance_type,
         "amiFamily": settings.ami_family,
-        "desiredCapacity": cluster.system_nodes,
-        "minSize": cluster.system_nodes,
-        "maxSize": cluster.system_nodes,
+        "desiredCapacity": system.nodes,
+        "minSize": system.nodes,
+        "maxSize": system.nodes,
         "privateNetworking": settings.private_networking,
-        "labels": {"fsdp-sdk.io/node-role": "system"},
+        "labels": dict(system.labels),
     }
-    if cluster.availability_zones:
-        group["availabilityZones"] = list(cluster.availability_zones)
+    if config.cluster.availability_zones:
+        group["availabilityZones"] = list(config.cluster.availability_zones)
     return group
+
+
+def gpu_group(config: Config, instance: InstanceType) -> GpuNodeGroup:
+    """The core's GPU node group record for this backend's settings (AMI family, name, placement group)."""
+    settings: EksctlSettings = config.section("eksctl")
+    name = settings.placement_group_name if config.cluster.placement_group else None
+    return gpu_node_group(
+        config, instance, ami_family=settings.ami_family, name=settings.gpu_nodegroup, placement_group_name=name
+    )
 
 
 def _gpu_nodegroup(config: Config, instance: InstanceType, settings: EksctlSettings) -> dict[str, Any]:
-    cluster = config.cluster
+    g = gpu_group(config, instance)
     group: dict[str, Any] = {
-        "name": settings.gpu_nodegroup,
+        "name": g.name,
         "instanceType": instance.name,
         "amiFamily": settings.ami_family,
-        "desiredCapacity": cluster.nodes,
-        "minSize": cluster.min_nodes,
-        "maxSize": cluster.max_nodes,
-        "volumeSize": cluster.node_volume_size_gib,
-        "volumeType": "gp3",
+        "desiredCapacity": g.nodes,
+        "minSize": g.min_nodes,
+        "maxSize": g.max_nodes,
+        "volumeSize": g.volume.size_gib,
+        "volumeType": g.volume.volume_type,
+        "volumeIOPS": g.volume.iops,
+        "volumeThroughput": g.volume.throughput_mib_s,
         "privateNetworking": settings.private_networking,
-        "labels": {"fsdp-sdk.io/node-role": "gpu", "fsdp-sdk.io/accelerator": _label_value(instance.gpu_model)},
+        "labels": dict(g.labels),
+        "taints": [t.to_dict() for t in g.taints],
     }
+    if g.bottlerocket:
+        # Bottlerocket's /dev/xvda holds the OS only: images and pods live on the data volume
+        group["volumeName"] = g.volume.device
     if settings.gpu_ami:
         group["ami"] = settings.gpu_ami
-    if cluster.availability_zones:
+    if g.zone:
         # EFA node groups must sit in one zone, and reservations are zonal: the first zone is the GPU zone.
-        group["availabilityZones"] = [cluster.availability_zones[0]]
-    if efa_enabled(config, instance):
+        group["availabilityZones"] = [g.zone]
+    if g.efa:
         group["efaEnabled"] = True
-    if cluster.placement_group and settings.placement_group_name:
-        group["placement"] = {"groupName": settings.placement_group_name}
-    if cluster.capacity_type in ("capacity-reservation", "capacity-block"):
-        group["capacityReservation"] = {
-            "capacityReservationTarget": {"capacityReservationID": cluster.capacity_reservation_id}
-        }
-    if cluster.capacity_type == "capacity-block":
-        group["instanceMarketOptions"] = {"marketType": "capacity-block"}
-    if cluster.capacity_type == "spot":
+    if g.placement.kind == "existing":
+        group["placement"] = {"groupName": g.placement.name}
+    if g.reservation_id:
+        group["capacityReservation"] = {"capacityReservationTarget": {"capacityReservationID": g.reservation_id}}
+    if g.market_type:
+        group["instanceMarketOptions"] = {"marketType": g.market_type}
+    if g.capacity_type == "spot":
         group["spot"] = True
+    if g.local_storage is not None:
+        if g.bottlerocket:
+            group["bottlerocket"] = {"settings": g.local_storage.bottlerocket_settings()}
+        elif settings.ami_family == "AmazonLinux2023":
+            # eksctl refuses overrideBootstrapCommand without a custom AMI: the AMI's script runs before kubelet
+            group["preBootstrapCommands"] = [g.local_storage.setup_command()]
     if settings.node_repair:
         group["nodeRepairConfig"] = {"enabled": True}
     return group
-
-
-def _label_value(text: str) -> str:
-    """``text`` as a Kubernetes label value (a plugin's accelerator name may hold spaces)."""
-    return re.sub(r"[^a-z0-9._-]+", "-", text.lower()).strip("-._")[:63] or "unknown"

@@ -118,6 +118,11 @@ class EksctlSettings:
     tags: dict[str, str] = field(default_factory=dict)
     """Tags eksctl puts on every AWS resource it creates (cost allocation, ownership)."""
 
+    @property
+    def gpu_ami_family(self) -> str:
+        """The GPU nodes' AMI family (what the core's EKS layer and the job renderer read)."""
+        return self.ami_family
+
     def validate(self, config: Config) -> None:
         """Refuse settings eksctl would refuse, before anything runs (only when ``cluster.backend`` is ``eksctl``).
 

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
+from fsdp_sdk.aws.eks import hourly_cost
 from fsdp_sdk.aws.kubeconfig import eks_kubeconfig, kubeconfig_path
 from fsdp_sdk.backends.base import ClusterBackend, ClusterState, ClusterStatus, Plan, ProgressCallback, no_progress
 from fsdp_sdk.config import Config
@@ -35,7 +36,7 @@ from fsdp_sdk.tools import ToolError
 from fsdp_sdk_terraform import CONFIGURATION_DIR
 from fsdp_sdk_terraform.changes import PlanChanges
 from fsdp_sdk_terraform.device_plugins import NAMESPACE, render_device_plugins
-from fsdp_sdk_terraform.inputs import check_inputs, terraform_inputs
+from fsdp_sdk_terraform.inputs import check_inputs, gpu_group, terraform_inputs
 from fsdp_sdk_terraform.runner import TerraformRunner
 from fsdp_sdk_terraform.settings import SECTION, TerraformSettings
 from fsdp_sdk_terraform.workdir import (
@@ -77,14 +78,20 @@ def _describe(inputs: Mapping[str, Any]) -> str:
     """What the shipped configuration creates for ``inputs``, in one sentence."""
     zones = inputs["availability_zones"]
     gpu = f"GPU node group {inputs['gpu_nodes']} x {inputs['gpu_instance_type']} in {zones[0] if zones else 'the first zone'}"
-    extras = [f"{inputs['efa_interfaces']} EFA interfaces each" if inputs["efa_interfaces"] else "no EFA"]
+    efa = len(inputs["gpu_network_interfaces"])
+    extras = [f"{efa} EFA interfaces each" if efa else "no EFA"]
     if inputs["capacity_reservation_id"]:
         kind = "Capacity Block" if inputs["capacity_type"] == "capacity-block" else "capacity reservation"
         extras.append(f"{kind} {inputs['capacity_reservation_id']}")
     elif inputs["capacity_type"] == "spot":
         extras.append("spot")
     if inputs["placement_group"]:
-        extras.append("cluster placement group")
+        extras.append("a cluster placement group of its own")
+    volume = inputs["gpu_volume"]
+    extras.append(f"{volume['size_gib']} GiB gp3 on {volume['device_name']}")
+    if inputs["gpu_user_data"]:
+        extras.append("local NVMe as RAID0")
+    extras.append("tainted " + ", ".join(f"{t['key']}={t['value']}:{t['effect']}" for t in inputs["gpu_taints"]))
     return (
         f"VPC {inputs['vpc_cidr']} with private subnets and a NAT gateway in {', '.join(zones) or '(zones to choose)'}; "
         f"EKS {inputs['kubernetes_version']} cluster {inputs['cluster_name']} with its IAM roles and OIDC provider; "
@@ -111,7 +118,9 @@ class TerraformBackend(ClusterBackend):
         backend = backend_block(config, settings)
         source = Path(settings.configuration) if settings.configuration else CONFIGURATION_DIR
         what = _describe(inputs) if settings.configuration is None else f"the configuration in {source}"
-        device_plugins = render_device_plugins(config, instance, settings, inputs["gpu_ami_type"])
+        group = gpu_group(config, instance, settings)
+        device_plugins = render_device_plugins(config, group, settings)
+        cost = hourly_cost(config, instance)
         steps = [
             f"check the terraform binary ({settings.binary}: Terraform 1.5 or newer"
             + (f", exactly {settings.version}" if settings.version else "")
@@ -122,16 +131,19 @@ class TerraformBackend(ClusterBackend):
             f"print what the saved plan adds, changes and destroys, then terraform apply {UP_PLAN}",
         ]
         if device_plugins:
-            names = ", ".join(obj["metadata"]["name"] for obj in device_plugins)
+            names = ", ".join(
+                f"{obj['metadata']['name']} {obj['spec']['template']['spec']['containers'][0]['image']}"
+                for obj in device_plugins
+            )
             steps.append(f"once the cluster is up, apply the device plugins ({names}: DaemonSets in {NAMESPACE})")
-        price = instance.on_demand_usd_per_hour
         return Plan(
             backend=self.name,
             cluster=config.cluster.name,
             steps=steps,
             resources=[{"file": INPUTS_FILE, "content": inputs}, {"file": BACKEND_FILE, "content": backend}],
-            hourly_cost_usd=round(price * config.cluster.nodes, 2) if price is not None else None,
+            hourly_cost_usd=cost.total,
             details={
+                "cost": cost.to_dict(),
                 "workdir": str(workdir.path),
                 "configuration": str(source),
                 "state": state_location(workdir.path, backend),

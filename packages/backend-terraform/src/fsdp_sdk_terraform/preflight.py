@@ -95,14 +95,15 @@ def state_backend_checks(config: Config, clients: dict[str, Any] | None = None) 
 
 
 def terraform_preflight(config: Config, instance: InstanceType) -> list[PreflightResult]:
-    """Every check of the Terraform backend, in order: binary, AWS (credentials, zones, quota, reservation), state.
+    """Every check of the Terraform backend, in order: binary, kubectl/git/aws, AWS (credentials, zones, quota,
+    reservation), state.
 
     :param config: the resolved configuration.
     :param instance: its GPU instance type, as resolving found it (``resolved.instance``).
     """
-    from fsdp_sdk.aws.preflight import aws_preflight
+    from fsdp_sdk.aws.preflight import aws_preflight, cluster_tool_checks
 
-    results = [terraform_binary_check(config)]
+    results = [terraform_binary_check(config), *cluster_tool_checks()]
     aws = aws_preflight(config, instance)
     results += aws
     if all(r.ok for r in aws if r.check == "aws-credentials"):

@@ -112,12 +112,17 @@ class TerraformSettings:
     ``AL2023_x86_64_NVIDIA``."""
     device_plugins: bool = True
     """Apply the NVIDIA and EFA device plugins (DaemonSets in kube-system) once the cluster is up."""
-    nvidia_device_plugin_image: str = "nvcr.io/nvidia/k8s-device-plugin:v0.17.1"
-    """Image of the NVIDIA device plugin DaemonSet."""
+    nvidia_device_plugin_image: str | None = None
+    """Image of the NVIDIA device plugin DaemonSet; default: the pinned one (``fsdp-sdk versions``)."""
     efa_device_plugin_image: str | None = None
-    """Image of the EFA device plugin DaemonSet; default: the EKS registry of ``cluster.region``, tag v0.5.5."""
+    """Image of the EFA device plugin DaemonSet; default: the pinned one, from the EKS registry of ``cluster.region``."""
     tags: dict[str, str] = field(default_factory=dict)
     """Tags added to every AWS resource (``KEY=VALUE,...``)."""
+
+    @property
+    def gpu_ami_family(self) -> str:
+        """The GPU nodes' AMI family (``Bottlerocket`` or ``AmazonLinux2023``), for the core's EKS layer."""
+        return "Bottlerocket" if (self.gpu_ami_type or "").startswith("BOTTLEROCKET") else "AmazonLinux2023"
 
     @property
     def remote_state(self) -> bool:

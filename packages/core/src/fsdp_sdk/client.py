@@ -209,13 +209,15 @@ class Client:
         """
         return self.loaded_plugins.hooks.preflight(self.resolved, action)
 
-    def _checked(self, action: str = "up") -> list[PreflightResult]:
-        """Run the checks, show the failed warnings as progress, and raise for the failed errors."""
+    def _checked(self, action: str = "up", *, collect: bool = False) -> list[PreflightResult]:
+        """Run the checks, show the failed warnings as progress, and raise for the failed errors (unless
+        ``collect``: then they stay in the results, for a dry run to show beside the plan)."""
         results = self.preflight(action)
         for result in results:
             if not result.ok and not result.blocking:
                 self.progress(result.line())
-        raise_for_failures(results)
+        if not collect:
+            raise_for_failures(results)
         return results
 
     def _filled(self, results: Sequence[PreflightResult]) -> dict[str, Any]:
@@ -258,7 +260,7 @@ class Client:
             "control_plane_usd_per_hour": pins.control_plane_usd_per_hour(version, on),
         }
 
-    def plan(self, *, preflight: bool = True, preview: bool = False) -> Plan:
+    def plan(self, *, preflight: bool = True, preview: bool = False, collect: bool = False) -> Plan:
         """What :meth:`up` will do; changes nothing.
 
         Runs the preflight checks first (reads only; a failed check raises), fills in the values
@@ -269,10 +271,15 @@ class Client:
         :param preflight: run the preflight checks (off: plan from the configuration alone).
         :param preview: also ask the backend's tool what the plan would change, reading only
             (:meth:`~fsdp_sdk.backends.base.ClusterBackend.preview`: ``terraform plan``); ``up --dry-run`` does.
-        :raises PreflightError: a check failed.
+        :param collect: keep failed checks in the plan's ``preflight`` instead of raising, and plan anyway
+            (``up --dry-run``: the whole plan shows even without the backend's tool or credentials); the
+            backend's read-only preview is skipped when a check blocks.
+        :raises PreflightError: a check failed (unless ``collect``).
         """
         support = None if self.backend.runs_jobs else self._kubernetes_support()
-        results = self._checked() if preflight else []
+        results = self._checked(collect=collect) if preflight else []
+        if any(r.blocking for r in results):
+            preview = False
         filled = self._filled(results)
         filled.update(self._discovered())
         resolved = self._resolved_with(filled)

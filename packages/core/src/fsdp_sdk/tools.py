@@ -55,6 +55,7 @@ INSTALL_HINTS: dict[str, str] = {
     "docker": "install Docker (https://docs.docker.com/engine/install/), or use --tool finch or --tool buildah",
     "finch": "install Finch: https://runfinch.com/",
     "buildah": "install Buildah: 'apt-get install buildah'",
+    "git": "install git: 'apt-get install git' (or https://git-scm.com/downloads)",
     "aws": "install the AWS CLI v2: https://docs.aws.amazon.com/cli/latest/userguide/getting-started-install.html",
     "helm": "install Helm: https://helm.sh/docs/intro/install/",
     "promtool": "install Prometheus's promtool: 'apt-get install prometheus'",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from fsdp_sdk.aws.eks import system_pod_scheduling
 from fsdp_sdk.monitoring import GENERATED_KEYS_ANNOTATION, MonitoringComponent, ServiceEndpoint
 
 from .common import DASHBOARD_LABEL, image_version, labels, namespace_object, selector
@@ -143,6 +144,7 @@ def grafana_objects(config: Config) -> list[dict[str, Any]]:
                 "template": {
                     "metadata": {"labels": meta_labels},
                     "spec": {
+                        **system_pod_scheduling(config),
                         "automountServiceAccountToken": False,
                         "securityContext": {"runAsNonRoot": True, "runAsUser": 472, "fsGroup": 472},
                         "containers": [

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from fsdp_sdk.aws.eks import system_pod_scheduling
 from fsdp_sdk.monitoring import MonitoringComponent, ServiceEndpoint
 
 from .common import TRAINER_PORT_NAME, image_version, labels, namespace_object, selector
@@ -180,6 +181,7 @@ def _prometheus_objects(config: Config) -> list[dict[str, Any]]:
                 "template": {
                     "metadata": {"labels": meta_labels},
                     "spec": {
+                        **system_pod_scheduling(config),
                         "serviceAccountName": NAME,
                         "securityContext": {"runAsNonRoot": True, "runAsUser": 65534, "fsGroup": 65534},
                         "containers": [

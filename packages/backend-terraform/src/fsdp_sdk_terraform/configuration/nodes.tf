@@ -1,22 +1,25 @@
 # Node groups: a small system group, and the GPU group with one EFA interface per network card,
-# capacity reservation or Capacity Block targeting, and an optional cluster placement group. Both
-# use launch templates; EKS picks the accelerated AL2023 AMI named by gpu_ami_type and bootstraps it.
+# capacity reservation or Capacity Block targeting, and a cluster placement group for EFA groups
+# without a reservation. Both use launch templates; EKS picks the accelerated AMI named by
+# gpu_ami_type and bootstraps it, merging gpu_user_data (the local NVMe RAID0) into its own.
 
 locals {
   reserved = contains(["capacity-reservation", "capacity-block"], var.capacity_type)
   # The EKS node group capacity type for each way of buying the GPU nodes.
-  eks_capacity_type = {
+  eks_capacity_types = {
     "on-demand"            = "ON_DEMAND"
     "capacity-reservation" = "ON_DEMAND"
     "capacity-block"       = "CAPACITY_BLOCK"
     "spot"                 = "SPOT"
-  }[var.capacity_type]
+  }
+  eks_capacity_type = local.eks_capacity_types[var.capacity_type]
   # Node security groups: with their own groups in a launch template, EKS no longer adds the
   # cluster security group by itself.
   gpu_security_groups = compact([
     aws_eks_cluster.this.vpc_config[0].cluster_security_group_id,
-    var.efa_interfaces > 0 ? aws_security_group.efa.id : "",
+    local.efa ? aws_security_group.efa.id : "",
   ])
+  efa = length(var.gpu_network_interfaces) > 0
 }
 
 resource "aws_placement_group" "gpu" {
@@ -24,6 +27,13 @@ resource "aws_placement_group" "gpu" {
 
   name     = "${var.cluster_name}-gpu"
   strategy = "cluster"
+
+  lifecycle {
+    precondition {
+      condition     = !local.reserved
+      error_message = "placement_group must be false with a capacity reservation or Capacity Block: its instances are already placed."
+    }
+  }
 }
 
 resource "aws_launch_template" "system" {
@@ -78,9 +88,7 @@ resource "aws_eks_node_group" "system" {
     version = aws_launch_template.system.latest_version
   }
 
-  labels = {
-    "fsdp-sdk/node-role" = "system"
-  }
+  labels = var.system_labels
 
   depends_on = [
     aws_iam_role_policy_attachment.node,
@@ -94,30 +102,32 @@ resource "aws_launch_template" "gpu" {
   update_default_version = true
   instance_type          = var.gpu_instance_type
   # Without EFA interfaces the groups go on the instance; with them, on each interface.
-  vpc_security_group_ids = var.efa_interfaces > 0 ? null : local.gpu_security_groups
+  vpc_security_group_ids = local.efa ? null : local.gpu_security_groups
+  user_data              = var.gpu_user_data == "" ? null : base64encode(var.gpu_user_data)
 
+  # AL2023: the root volume; Bottlerocket: the data volume (its /dev/xvda holds the OS only).
   block_device_mappings {
-    device_name = "/dev/xvda"
+    device_name = var.gpu_volume.device_name
 
     ebs {
-      volume_size           = var.node_volume_size_gib
+      volume_size           = var.gpu_volume.size_gib
       volume_type           = "gp3"
-      iops                  = 16000
-      throughput            = 1000
+      iops                  = var.gpu_volume.iops
+      throughput            = var.gpu_volume.throughput
       encrypted             = true
       delete_on_termination = true
     }
   }
 
-  # One EFA interface per network card: card 0 carries the primary interface (device 0), every
-  # other card one more EFA interface (device 1).
+  # One EFA interface per network card: card 0 carries the primary interface (device 0, efa), every
+  # other card an efa-only interface at its device 0 where the type offers it (no VPC address taken).
   dynamic "network_interfaces" {
-    for_each = range(var.efa_interfaces)
+    for_each = var.gpu_network_interfaces
 
     content {
-      network_card_index    = network_interfaces.value
-      device_index          = network_interfaces.value == 0 ? 0 : 1
-      interface_type        = "efa"
+      network_card_index    = network_interfaces.value.network_card_index
+      device_index          = network_interfaces.value.device_index
+      interface_type        = network_interfaces.value.interface_type
       security_groups       = local.gpu_security_groups
       delete_on_termination = true
     }
@@ -196,14 +206,16 @@ resource "aws_eks_node_group" "gpu" {
     version = aws_launch_template.gpu.latest_version
   }
 
-  labels = {
-    "fsdp-sdk/node-role" = "gpu"
-  }
+  labels = var.gpu_labels
 
-  taint {
-    key    = var.gpu_taint_key
-    value  = "true"
-    effect = "NO_SCHEDULE"
+  dynamic "taint" {
+    for_each = var.gpu_taints
+
+    content {
+      key    = taint.value.key
+      value  = taint.value.value
+      effect = taint.value.effect
+    }
   }
 
   timeouts {

@@ -146,24 +146,81 @@ variable "gpu_ami_type" {
   }
 }
 
-variable "gpu_taint_key" {
-  type        = string
-  description = "Key of the NoSchedule taint on the GPU nodes: the accelerator's Kubernetes resource (jobs tolerate it)."
-  default     = "nvidia.com/gpu"
+variable "gpu_labels" {
+  type        = map(string)
+  description = "Labels of the GPU nodes (fsdp-sdk.io/node-role = gpu: device plugins and jobs select them)."
+  default     = { "fsdp-sdk.io/node-role" = "gpu" }
 
   validation {
-    condition     = can(regex("^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$", var.gpu_taint_key))
-    error_message = "gpu_taint_key must be a Kubernetes resource name like nvidia.com/gpu."
+    condition     = lookup(var.gpu_labels, "fsdp-sdk.io/node-role", "") == "gpu"
+    error_message = "gpu_labels must hold fsdp-sdk.io/node-role = gpu."
   }
 }
 
-variable "efa_interfaces" {
-  type        = number
-  description = "EFA interfaces per GPU node, one per network card (the instance type's count; 0 turns EFA off)."
+variable "gpu_taints" {
+  type = list(object({
+    key    = string
+    value  = string
+    effect = string
+  }))
+  description = "Taints of the GPU nodes (nvidia.com/gpu=true:NO_SCHEDULE: only pods that tolerate it land there)."
+  default     = [{ key = "nvidia.com/gpu", value = "true", effect = "NO_SCHEDULE" }]
 
   validation {
-    condition     = var.efa_interfaces >= 0 && var.efa_interfaces <= 64 && floor(var.efa_interfaces) == var.efa_interfaces
-    error_message = "efa_interfaces must be a whole number between 0 and 64."
+    condition     = alltrue([for t in var.gpu_taints : contains(["NO_SCHEDULE", "NO_EXECUTE", "PREFER_NO_SCHEDULE"], t.effect)])
+    error_message = "gpu_taints effects must be NO_SCHEDULE, NO_EXECUTE or PREFER_NO_SCHEDULE."
+  }
+}
+
+variable "system_labels" {
+  type        = map(string)
+  description = "Labels of the system nodes (fsdp-sdk.io/node-role = system: etcd, operators and monitoring select them)."
+  default     = { "fsdp-sdk.io/node-role" = "system" }
+
+  validation {
+    condition     = lookup(var.system_labels, "fsdp-sdk.io/node-role", "") == "system"
+    error_message = "system_labels must hold fsdp-sdk.io/node-role = system."
+  }
+}
+
+variable "gpu_network_interfaces" {
+  type = list(object({
+    network_card_index = number
+    device_index       = number
+    interface_type     = string
+  }))
+  description = "EFA interfaces of each GPU node: card 0 device 0 the primary (efa), one per further card (efa-only at its device 0 where the type offers it); empty turns EFA off."
+  default     = []
+
+  validation {
+    condition     = length(var.gpu_network_interfaces) <= 64 && alltrue([for i in var.gpu_network_interfaces : contains(["efa", "efa-only"], i.interface_type) && (i.network_card_index != 0 || (i.device_index == 0 && i.interface_type == "efa"))])
+    error_message = "gpu_network_interfaces: at most 64, of type efa or efa-only, card 0 holding the primary efa interface at device 0."
+  }
+}
+
+variable "gpu_volume" {
+  type = object({
+    device_name = string
+    size_gib    = number
+    iops        = number
+    throughput  = number
+  })
+  description = "The GPU nodes' sized EBS volume: the root /dev/xvda on AL2023, the data volume /dev/xvdb on Bottlerocket (images and pods live there)."
+
+  validation {
+    condition     = contains(["/dev/xvda", "/dev/xvdb"], var.gpu_volume.device_name) && var.gpu_volume.size_gib >= 40 && var.gpu_volume.size_gib <= 16384
+    error_message = "gpu_volume: device /dev/xvda or /dev/xvdb, 40 to 16384 GiB."
+  }
+}
+
+variable "gpu_user_data" {
+  type        = string
+  description = "User data EKS merges into the GPU nodes' bootstrap (AL2023: a MIME part with the nodeadm NodeConfig; Bottlerocket: TOML settings), e.g. the local NVMe RAID0; empty: none."
+  default     = ""
+
+  validation {
+    condition     = length(var.gpu_user_data) <= 16384
+    error_message = "gpu_user_data must be at most 16 KiB (EC2's user data limit)."
   }
 }
 
@@ -191,18 +248,8 @@ variable "capacity_reservation_id" {
 
 variable "placement_group" {
   type        = bool
-  description = "Launch the GPU nodes in a cluster placement group (lowest latency between nodes)."
+  description = "Create a cluster placement group for the GPU nodes (EFA groups without a reservation; never with a reservation, whose instances are already placed)."
   default     = false
-}
-
-variable "node_volume_size_gib" {
-  type        = number
-  description = "Root volume of each GPU node in GiB (container images and datasets)."
-
-  validation {
-    condition     = var.node_volume_size_gib >= 40 && var.node_volume_size_gib <= 16384
-    error_message = "node_volume_size_gib must be between 40 and 16384 (the gp3 volume is provisioned at 16000 IOPS)."
-  }
 }
 
 variable "tags" {

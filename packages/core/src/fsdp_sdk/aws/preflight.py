@@ -35,7 +35,34 @@ if TYPE_CHECKING:
     from fsdp_sdk.config import Config
     from fsdp_sdk.instance_types import InstanceType
 
-__all__ = ["VCPU_QUOTAS", "aws_preflight", "gpu_zone", "quota_code"]
+__all__ = ["CLUSTER_TOOLS", "VCPU_QUOTAS", "aws_preflight", "cluster_tool_checks", "gpu_zone", "quota_code"]
+
+#: Tools every AWS backend's ``up`` runs beside its own, and what for.
+CLUSTER_TOOLS = {
+    "kubectl": "installs the Kubeflow Training Operator",
+    # kustomize fetches the operator's remote overlay (kubectl apply -k github.com/...) with git
+    "git": "fetches the Training Operator's kustomize overlay for 'kubectl apply -k github.com/...'",
+    "aws": "authenticates kubectl and the SDK to the cluster ('aws eks get-token' in the kubeconfig)",
+}
+
+
+def cluster_tool_checks() -> list[PreflightResult]:
+    """One check per tool of :data:`CLUSTER_TOOLS`: on PATH, or what it is needed for and how to install it."""
+    import shutil
+
+    from fsdp_sdk.tools import INSTALL_HINTS
+
+    results = []
+    for name, why in CLUSTER_TOOLS.items():
+        path = shutil.which(name)
+        if path is None:
+            results.append(
+                PreflightResult(f"{name}-installed", False, f"{name} is not on PATH ({why})", INSTALL_HINTS[name])
+            )
+        else:
+            results.append(PreflightResult(f"{name}-installed", True, path))
+    return results
+
 
 #: Service Quotas codes (service ``ec2``) of the vCPU quotas by instance family letter, On-Demand and Spot.
 VCPU_QUOTAS: dict[str, dict[str, tuple[str, str]]] = {
@@ -311,20 +338,31 @@ def _reservation(
         )
     if end is not None and end <= now + dt.timedelta(hours=1):
         problems.append((f"{label} ends at {end.isoformat(timespec='minutes')}", "use a reservation that lasts longer"))
-    if state == "scheduled" and is_block:
+    if state == "scheduled":
+        # not started yet: its kind, zone and type were checked above like an active one's; only its start waits
         start = r.get("StartDate")
         when = f" at {start.isoformat(timespec='minutes')}" if start else ""
-        return (
-            _result(
-                "capacity-reservation",
-                False,
-                f"{summary}; it starts{when}, nodes cannot launch before",
-                "run 'fsdp-sdk up' once the Capacity Block is active",
-                severity="warning",
-            ),
-            r,
-        )
-    if state != "active":
+        if total < nodes:
+            problems.append(
+                (
+                    f"{label} holds {total} instance(s) for {nodes} node(s)",
+                    f"set cluster.nodes to {total} or less, or use a larger reservation",
+                )
+            )
+        if problems:
+            problems.append((f"it starts{when}", f"run 'fsdp-sdk up' once the {kind} is active"))
+        else:
+            return (
+                _result(
+                    "capacity-reservation",
+                    False,
+                    f"{summary}; it starts{when}, nodes cannot launch before",
+                    f"run 'fsdp-sdk up' once the {kind} is active",
+                    severity="warning",
+                ),
+                r,
+            )
+    elif state != "active":
         problems.append((f"{label} is {state}", "use an active reservation"))
     elif free < nodes:
         problems.append(

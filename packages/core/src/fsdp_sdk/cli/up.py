@@ -68,21 +68,32 @@ def up(app: Application, update_kubeconfig: bool, dry_run: bool, as_json: bool) 
     """Plan the cluster the configuration describes, then create it as planned, or confirm it is up.
 
     The preflight checks run first (credentials, quotas, zones, reservations: they read, never change).
-    With --dry-run, prints the plan (steps, hourly cost, the documents it would apply) and changes nothing
+    With --dry-run, prints every check on its own line and the whole plan (node groups, disks, placement,
+    device plugins and their versions, hourly cost, the documents it would apply), even when a check fails
+    (exit status 1 when one would stop 'up'), and changes nothing
     (backends with a planning tool of their own run it read-only: the terraform backend runs 'terraform plan');
     without, applies exactly that plan, then makes a Kubernetes cluster ready for jobs (kubeconfig, etcd,
     the Kubeflow Training Operator, monitoring when observability.enabled). On the local backend this
     starts etcd as a daemon and records it in <cluster.state_dir>/local/state.json.
     """
     client = app.client
-    plan = client.plan(preview=dry_run)
+    plan = client.plan(preview=dry_run, collect=dry_run)
     if dry_run:
-        status = client.up(plan, dry_run=True)
+        blocked = [r for r in plan.preflight if r.blocking]
+        # the current state needs what the failed checks name (the backend's tool, credentials)
+        status = None if blocked else client.up(plan, dry_run=True)
         if as_json:
-            app.echo_json({"plan": plan.to_dict(), "status": status.to_dict()})
-            return
-        _echo_plan(plan)
-        click.echo(f"Current state: {status.state} (dry run: nothing changed)")
+            app.echo_json({"plan": plan.to_dict(), "status": status.to_dict() if status else None})
+        else:
+            _echo_plan(plan)
+            if status is not None:
+                click.echo(f"Current state: {status.state} (dry run: nothing changed)")
+            else:
+                click.echo(
+                    f"'fsdp-sdk up' would stop: {len(blocked)} preflight check(s) failed (dry run: nothing changed)"
+                )
+        if blocked:
+            raise click.exceptions.Exit(1)
         return
     from fsdp_sdk.cli.run_display import live_progress
 

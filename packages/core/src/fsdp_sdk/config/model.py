@@ -139,8 +139,8 @@ def _non_negative(example: int) -> dict[str, Any]:
     return _check(lambda v: v is None or v >= 0, "must not be negative", f"set {{name}} to 0 or more, like {example}")
 
 
-_REGION = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d+$")
-_ZONE = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d+[a-z]$")
+_REGION = re.compile(r"^(eusc-)?[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d+$")
+_ZONE = re.compile(r"^(eusc-)?[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d+[a-z]$")
 _INSTANCE_NAME = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9]+$")
 _RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{8,17}$")
 _K8S_VERSION = re.compile(r"^1\.\d{2}$")

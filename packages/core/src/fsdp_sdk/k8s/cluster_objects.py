@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from fsdp_sdk.aws.eks import system_pod_scheduling
 from fsdp_sdk.errors import ConfigError
 from fsdp_sdk.k8s.render import job_labels
 from fsdp_sdk.pins import pin
@@ -111,6 +112,7 @@ def render_etcd(config: Config, *, image: str = ETCD_IMAGE) -> list[dict[str, An
             "template": {
                 "metadata": {"labels": labels},
                 "spec": {
+                    **system_pod_scheduling(config),  # never on a GPU node a scale-down takes away
                     "containers": [
                         {
                             "name": "etcd",
@@ -178,6 +180,35 @@ def kustomize_command(
     return command
 
 
+def patch_command(
+    namespace: str,
+    deployment: str,
+    patch: Mapping[str, Any],
+    *,
+    kubeconfig: str | None = None,
+    context: str | None = None,
+    dry_run: bool = False,
+    kubectl: str = "kubectl",
+) -> list[str]:
+    """The exact ``kubectl patch deployment --type merge`` command that applies ``patch`` to ``deployment``."""
+    import json
+
+    command = [kubectl, "patch", "deployment", deployment, "--namespace", namespace, "--type", "merge"]
+    command += ["--patch", json.dumps(patch, separators=(",", ":"))]
+    if dry_run:
+        command.append("--dry-run=server")
+    if kubeconfig:
+        command += ["--kubeconfig", str(kubeconfig)]
+    if context:
+        command += ["--context", context]
+    return command
+
+
+def _on_system_nodes(config: Config) -> dict[str, Any]:
+    """The merge patch that puts a Deployment's pods where etcd's go (:func:`system_pod_scheduling`)."""
+    return {"spec": {"template": {"spec": system_pod_scheduling(config)}}}
+
+
 def training_operator_command(
     version: str = TRAINING_OPERATOR_VERSION,
     *,
@@ -214,6 +245,10 @@ class Prerequisite:
         :attr:`after` is applied (a controller whose webhook validates those objects).
     :param after: objects applied once the overlays are in and :attr:`wait_for` is ready (they need the
         overlays' CRDs); not part of a plan's ``kubernetes`` objects, which are applied first.
+    :param patches: ``(namespace, deployment, merge patch)`` applied with ``kubectl patch`` right after the
+        overlays: the upstream overlay is applied as published (pinned by its ``ref``), and its Deployment gets
+        fsdp-sdk's placement (the system node group) this way; re-applying the overlay leaves the patch, since
+        server-side apply owns no ``nodeSelector`` there.
     """
 
     name: str
@@ -224,6 +259,7 @@ class Prerequisite:
     eks_addons: tuple[EksAddon, ...] = ()
     wait_for: tuple[str, str] | None = None
     after: tuple[Mapping[str, Any], ...] = ()
+    patches: tuple[tuple[str, str, Mapping[str, Any]], ...] = ()
 
     def commands(
         self, *, kubeconfig: str | None = None, context: str | None = None, dry_run: bool = False
@@ -233,6 +269,10 @@ class Prerequisite:
         commands = [
             kustomize_command(url, kubeconfig=kubeconfig, context=context, dry_run=dry_run) for url in self.kustomize
         ]
+        for namespace, deployment, patch in self.patches:
+            commands.append(
+                patch_command(namespace, deployment, patch, kubeconfig=kubeconfig, context=context, dry_run=dry_run)
+            )
         if self.wait_for and not dry_run:
             namespace, deployment = self.wait_for
             target = (["--kubeconfig", kubeconfig] if kubeconfig else []) + (["--context", context] if context else [])
@@ -269,8 +309,8 @@ def etcd(config: Config) -> Prerequisite:
     )
 
 
-def training_operator(version: str | None = None) -> Prerequisite:
-    """The Kubeflow Training Operator (PyTorchJob), from its upstream standalone overlay.
+def training_operator(config: Config, version: str | None = None) -> Prerequisite:
+    """The Kubeflow Training Operator (PyTorchJob), from its upstream standalone overlay, on the system nodes.
 
     :param version: its release tag (default: :data:`TRAINING_OPERATOR_VERSION`).
     """
@@ -280,6 +320,7 @@ def training_operator(version: str | None = None) -> Prerequisite:
         "the Kubeflow Training Operator",
         steps=(f"install the Kubeflow Training Operator {version}",),
         kustomize=(training_operator_kustomize_url(version),),
+        patches=((TRAINING_OPERATOR_NAMESPACE, TRAINING_OPERATOR_DEPLOYMENT, _on_system_nodes(config)),),
     )
 
 
@@ -308,7 +349,7 @@ def monitoring(components: Sequence[MonitoringComponent]) -> list[Prerequisite]:
     return found
 
 
-def trainer(version: str | None = None) -> Prerequisite:
+def trainer(config: Config, version: str | None = None) -> Prerequisite:
     """Kubeflow Trainer v2 (TrainJob: its controller, CRDs, webhook and JobSet) from its upstream manager overlay,
     then fsdp-sdk's ``ClusterTrainingRuntime`` once the controller is up.
 
@@ -325,6 +366,7 @@ def trainer(version: str | None = None) -> Prerequisite:
             f"apply the ClusterTrainingRuntime {trainer_v2.RUNTIME_NAME}",
         ),
         kustomize=(trainer_v2.trainer_kustomize_url(version),),
+        patches=((trainer_v2.TRAINER_NAMESPACE, trainer_v2.TRAINER_DEPLOYMENT, _on_system_nodes(config)),),
         wait_for=(trainer_v2.TRAINER_NAMESPACE, trainer_v2.TRAINER_DEPLOYMENT),
         after=(trainer_v2.render_runtime(),),
     )
@@ -343,7 +385,7 @@ def job_prerequisites(
     if not operator:
         return [etcd(config)]
     controller = trainer if (api or config.job.api) == "trainjob" else training_operator
-    return [etcd(config), controller(operator_version)]
+    return [etcd(config), controller(config, operator_version)]
 
 
 def cluster_prerequisites(

@@ -352,19 +352,44 @@ def _command(config: Config) -> tuple[list[str], list[str]]:
     return ["torchrun", "-m", "fsdp_trainer"], trainer_arguments(_trainer_settings(config))
 
 
-def _resources(config: Config, instance: InstanceType) -> dict[str, dict[str, int]]:
-    amounts = {instance.accelerator_resource: config.job.gpu_per_worker or 0}
+def _resources(config: Config, instance: InstanceType) -> dict[str, dict[str, int | str]]:
+    """Accelerators, EFA interfaces, and cpu and memory: the worker's share of the node's allocatable.
+
+    Requests equal limits, so the pod is Guaranteed: the last the kubelet evicts under memory pressure.
+    """
+    from fsdp_sdk.aws.eks import worker_cpu_memory
+
+    gpus = config.job.gpu_per_worker or 0
+    cpu, memory = worker_cpu_memory(instance, gpus)
+    amounts: dict[str, int | str] = {"cpu": cpu, "memory": memory, instance.accelerator_resource: gpus}
     efa = config.job.efa_per_worker or 0
     if efa > 0:
         amounts["vpc.amazonaws.com/efa"] = efa
     return {"limits": dict(amounts), "requests": dict(amounts)}
 
 
-def _volumes(config: Config) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _local_volume(config: Config, instance: InstanceType) -> dict[str, Any]:
+    """The node's disk the workers write to (``/local``).
+
+    On a cluster an AWS backend made, the node group's local NVMe array where it sets one up (a ``hostPath``
+    that outlives the pod: checkpoints survive a restart on the node), else an ``emptyDir`` on the node's volume.
+    On a cluster of one's own, the EKS convention ``/mnt/k8s-disks/0`` (created when missing).
+    """
+    from fsdp_sdk.aws.eks import configured_ami_family, local_storage_host_path
+
+    if configured_ami_family(config) is None:
+        return {"name": "local", "hostPath": {"path": LOCAL_NVME_HOST_PATH, "type": "DirectoryOrCreate"}}
+    path = local_storage_host_path(config, instance)
+    if path is None:
+        return {"name": "local", "emptyDir": {}}
+    return {"name": "local", "hostPath": {"path": path, "type": "Directory"}}
+
+
+def _volumes(config: Config, instance: InstanceType) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Shared memory, the node's disk (``/local``), and the shared filesystem's claim (``/shared``) when set."""
     volumes: list[dict[str, Any]] = [
         {"name": "shm", "emptyDir": {"medium": "Memory"}},
-        {"name": "local", "hostPath": {"path": LOCAL_NVME_HOST_PATH, "type": "DirectoryOrCreate"}},
+        _local_volume(config, instance),
     ]
     mounts = [{"name": "shm", "mountPath": "/dev/shm"}, {"name": "local", "mountPath": LOCAL_MOUNT_PATH}]
     claim = config.job.shared_storage_claim
@@ -419,7 +444,7 @@ def render_pytorchjob(config: Config, instance: InstanceType, image: str, rdzv_i
     """The ``kubeflow.org/v1`` PyTorchJob of a resolved configuration."""
     job = config.job
     command, args = _command(config)
-    volumes, mounts = _volumes(config)
+    volumes, mounts = _volumes(config, instance)
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
         "image": image,
@@ -471,7 +496,7 @@ def render_trainjob(config: Config, instance: InstanceType, image: str, rdzv_id:
 
     job = config.job
     command, args = _command(config)
-    volumes, mounts = _volumes(config)
+    volumes, mounts = _volumes(config, instance)
     trainer: dict[str, Any] = {
         "image": image,
         "command": command,
