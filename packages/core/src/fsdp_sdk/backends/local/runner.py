@@ -323,18 +323,20 @@ class LocalRunner:
         *,
         timeout: float | None = None,
         on_change: Callable[[RunStatus], None] | None = None,
-        poll_s: float = 0.2,
+        poll_s: float = 0.5,
     ) -> RunStatus:
         """Block until the run's record leaves ``running`` (succeeded, failed, interrupted, or lost when its
         ``fsdp-sdk`` process died) or ``timeout`` seconds pass; its last status.
 
         :raises ConfigError: there is no such run.
         """
-        name = self.record(job).run_id  # the latest run is the one asked about, even if another starts meanwhile
+        record = self.record(job)  # the latest run is the one asked about, even if another starts meanwhile
+        run_dir = Path(record.run_dir)
         deadline = None if timeout is None else time.monotonic() + timeout
         last: RunStatus | None = None
         while True:
-            status = self.status(name)
+            record = read_record(run_dir) or record
+            status = self._status(record)
             if on_change is not None and (last is None or last.phase != status.phase):
                 on_change(status)
             last = status
