@@ -169,6 +169,20 @@ def test_the_follower_and_the_shared_rendezvous_reach_back_into_nothing() -> Non
     assert not {m for m in graph["fsdp_sdk.rendezvous"] if m.startswith("fsdp_sdk.k8s")}
 
 
+def test_the_library_does_not_reach_into_the_cli() -> None:
+    """Counting imports inside functions too: no module outside ``fsdp_sdk.cli`` imports the CLI layer (what both
+    print, such as the YAML writer, lives in the library)."""
+    graph = import_graph("fsdp_sdk", type_checking=True, functions=True)
+    reaching = sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        if not module.startswith("fsdp_sdk.cli")
+        for target in targets
+        if target == "fsdp_sdk.cli" or target.startswith("fsdp_sdk.cli.")
+    )
+    assert reaching == []
+
+
 def test_the_graph_sees_imports() -> None:
     """The reader is not blind: known edges of each kind are found."""
     runtime = import_graph("fsdp_sdk")

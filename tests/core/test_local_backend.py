@@ -376,6 +376,47 @@ def test_a_rank_killed_by_the_oom_killer_is_out_of_memory_and_not_restarted(
         assert "out of memory" not in str(err.value)
 
 
+@pytest.mark.parametrize("oom", [True, False])
+def test_an_agent_killed_by_the_oom_killer_is_out_of_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, oom: bool
+) -> None:
+    """The agent itself dies by SIGKILL (the OOM killer took the torchrun process, not a rank): out of memory when
+    the OOM counter rose meanwhile, a plain SIGKILL otherwise."""
+    import os
+    import re
+
+    from fsdp_sdk.backends.local.memory import OOM_COUNTERS_ENV
+    from fsdp_sdk.backends.local.supervisor import Supervisor
+    from fsdp_sdk.errors import RunError
+
+    counters = tmp_path / "memory.events"
+    counters.write_text("low 0\noom 0\noom_kill 2\n")
+    monkeypatch.setenv(OOM_COUNTERS_ENV, str(counters))
+    bump = f"open({str(counters)!r}, 'w').write('oom_kill 3\\n');" if oom else ""
+    plan = _oom_plan(tmp_path, f"import os, signal; {bump} os.kill(os.getpid(), signal.SIGKILL)")
+    launches: list[object] = []
+
+    def relaunch() -> object:
+        launches.append(plan)
+        return plan
+
+    supervisor = Supervisor(plan, dict(os.environ), lambda event: None, relaunch=relaunch, poll_s=0.05)
+    with pytest.raises(RunError) as err:
+        supervisor.run()
+    message = str(err.value)
+    assert launches == [], "an agent killed outright is not restarted"
+    if oom:
+        assert re.search(
+            r"failed: out of memory: agent 0 \(pid \d+\) was killed by SIGKILL while oom_kill in "
+            + re.escape(str(counters))
+            + r" rose from 2 to 3; not restarted \(it would run out again\): use a smaller model or micro batch",
+            message,
+        ), message
+    else:
+        assert re.search(r"agent 0 \(pid \d+\) was killed by SIGKILL; its trainer processes were stopped", message)
+        assert "out of memory" not in message
+
+
 _SUPERVISOR = """
 import json, sys, time
 from pathlib import Path
@@ -402,6 +443,8 @@ def test_job_status_logs_and_stop_on_a_local_run(invoke, state_dir: Path) -> Non
     from fsdp_sdk.backends.local.records import RunRecord
     from fsdp_sdk.processes import ProcessIdentity
 
+    from .conftest import FSDP_SDK
+
     run_dir = state_dir / "local" / "runs" / "busy"
     (run_dir / "logs").mkdir(parents=True)
     (run_dir / "logs" / "agent-0.log").write_text("waiting\n")
@@ -426,8 +469,6 @@ def test_job_status_logs_and_stop_on_a_local_run(invoke, state_dir: Path) -> Non
         assert child.poll() is None, "a process that is not the run's is never signalled"
         record.supervisor = identity.to_dict()
         record.save()
-        from .conftest import FSDP_SDK
-
         follow = subprocess.Popen(
             [FSDP_SDK, "job", "logs", "-f", "busy", "--backend", "local"], stdout=subprocess.PIPE, text=True
         )
@@ -436,11 +477,25 @@ def test_job_status_logs_and_stop_on_a_local_run(invoke, state_dir: Path) -> Non
             log.write('{"step": 2, "loss": 1.9}\n')
         assert follow.stdout.readline().startswith('{"step": 1,')
         assert follow.stdout.readline() == '{"step": 2, "loss": 1.9}\n', "-f prints what is written meanwhile"
+        timed_out = invoke("job", "wait", "busy", "--backend", "local", "--timeout", "0.2")
+        assert timed_out.exit_code == 3 and "timed out after 0.2s: busy is still Running" in timed_out.stderr
+        assert "run busy: Running" in timed_out.stderr
+        listed = invoke("job", "list", "--backend", "local").stdout.splitlines()
+        assert listed[0].split() == ["NAME", "PHASE", "STEPS", "STARTED"]
+        assert listed[1].split() == ["busy", "Running", "-", "1970-01-01T00:16:40Z"]
+        waiter = subprocess.Popen(
+            [FSDP_SDK, "job", "wait", "busy", "--backend", "local", "--json"], stdout=subprocess.PIPE, text=True
+        )
+        kept = invoke("job", "stop", "busy", "--backend", "local", "--keep-rendezvous")
+        assert kept.exit_code == 2 and "--keep-rendezvous" in kept.stderr and child.poll() is None
         stopped = invoke("job", "stop", "busy", "--backend", "local")
         assert stopped.exit_code == 0, stopped.output
         assert stopped.stdout == f"stopped run busy (fsdp-sdk pid {child.pid}): interrupted\n"
         assert child.wait(timeout=10) == 0
         assert follow.wait(timeout=10) == 0, "-f ends with the run"
+        waited, _ = waiter.communicate(timeout=30)
+        assert waiter.returncode == 1, "the wait blocked until the run ended, interrupted: not a success"
+        assert json.loads(waited)["phase"] == "Interrupted" and json.loads(waited)["timed_out"] is False
         assert (
             json.loads(invoke("job", "status", "busy", "--backend", "local", "--json").stdout)["phase"] == "Interrupted"
         )
@@ -449,6 +504,34 @@ def test_job_status_logs_and_stop_on_a_local_run(invoke, state_dir: Path) -> Non
     finally:
         child.kill()
         child.wait()
+
+
+def test_job_wait_and_list_on_local_runs(invoke, state_dir: Path) -> None:
+    """`job wait` exits as on Kubernetes from a local run's record (0 succeeded, 1 failed or lost); `job list`
+    shows the local runs, oldest first, as `job list --json` gives them."""
+    from fsdp_sdk.backends.local.records import RunRecord
+
+    for run_id, state, started in (("ok", "succeeded", 1000.0), ("bad", "failed", 2000.0), ("gone", "running", 3000.0)):
+        run_dir = state_dir / "local" / "runs" / run_id
+        run_dir.mkdir(parents=True)
+        error = "agent 0 exited with code 1: boom" if state == "failed" else None
+        RunRecord(run_id, state, "fsdp", str(run_dir), str(run_dir), 1, 1, 5, started, started + 60, error=error).save()
+    succeeded = invoke("job", "wait", "ok", "--backend", "local", "--json")
+    assert succeeded.exit_code == 0, succeeded.output
+    assert json.loads(succeeded.stdout)["phase"] == "Succeeded" and json.loads(succeeded.stdout)["backend"] == "local"
+    failed = invoke("job", "wait", "bad", "--backend", "local")
+    assert failed.exit_code == 1 and "run bad: Failed (agent 0 exited with code 1: boom)" in failed.stderr
+    assert "phase: Failed" in failed.stdout
+    lost = invoke("job", "wait", "--backend", "local", "--timeout", "5")  # the latest run: its process is gone
+    assert lost.exit_code == 1 and "run gone: Lost" in lost.stderr
+    listed = invoke("job", "list", "--backend", "local", "--json")
+    assert [(r["name"], r["phase"]) for r in json.loads(listed.stdout)] == [
+        ("ok", "Succeeded"),
+        ("bad", "Failed"),
+        ("gone", "Lost"),
+    ]
+    missing = invoke("job", "wait", "nope", "--backend", "local")
+    assert missing.exit_code == 2 and "no local run 'nope'" in missing.stderr
 
 
 def test_a_run_whose_start_callback_fails_is_stopped_and_recorded(state_dir: Path) -> None:

@@ -336,3 +336,30 @@ def test_run_dry_run_is_the_runners_dryrun_and_sends_nothing(apiserver: FakeApiS
     assert lines[0] == "Would run fsdp (run id fsdp-r9) on backend fake-kube in namespace default:"
     assert "kind: PyTorchJob" in lines and "    rdzvId: fsdp-r9" in lines
     assert apiserver.writes() == [], "a dry run is rendered here, not sent"
+
+
+def test_the_kubernetes_runner_follows_jobs_by_name(apiserver: FakeApiServer, kubeconfig: Path) -> None:
+    """What `job status|wait|list|stop` call on a cluster backend: the runner's methods over the job layer."""
+    from fsdp_sdk import Client
+
+    from .tools import kubernetes_plugins
+
+    config = Config.from_dict({"cluster": {"backend": "fake-kube"}, "job": {"registry": REGISTRY}})
+    client = Client(config, plugins=kubernetes_plugins(kubeconfig))
+    runner = client.runner
+    assert runner.kind == "kubernetes"
+    client.submit_job(run_id="fsdp-k1", force=True)
+    apiserver.set_status("kubeflow.org/v1", "PyTorchJob", "fsdp", {"conditions": _conditions("Created", "Running")})
+    status = runner.status("fsdp")
+    assert (status.phase, status.finished, status.label) == ("Running", False, "PyTorchJob default/fsdp")
+    assert [(s.name, s.details["rdzv_id"]) for s in runner.list()] == [("fsdp", "fsdp-k1")]
+    seen: list[str] = []
+    waited = runner.wait_for("fsdp", timeout=0.2, on_change=lambda s: seen.append(s.phase))
+    assert not waited.finished and seen == ["Running"], "a timeout is not an end"
+    apiserver.set_status("kubeflow.org/v1", "PyTorchJob", "fsdp", {"conditions": _conditions("Created", "Suspended")})
+    assert not runner.status().finished, "a suspended job has not ended"
+    stopped = runner.stop("fsdp", keep_rendezvous=True)
+    assert stopped.stopped and stopped.details["rendezvous_keys"] == [] and stopped.warning is None
+    assert str(stopped) == "deleted job default/fsdp; cleared 0 rendezvous key(s)"
+    again = runner.stop("fsdp")
+    assert not again.stopped and again.message == "job default/fsdp does not exist; nothing to stop"

@@ -7,8 +7,9 @@ A runner has TorchX's shape:
   ``fsdp-sdk run --dry-run`` prints it (:meth:`DryRun.lines`, or :meth:`DryRun.to_dict` with ``--json``).
 * :meth:`JobRunner.schedule` ``(dryrun) ->`` :class:`RunHandle`: start exactly that (the agents; the job applied).
 * :meth:`JobRunner.wait` ``(handle) ->`` :class:`~fsdp_sdk.runs.RunResult`: follow it to its end.
-* :meth:`JobRunner.status`, :meth:`JobRunner.logs`, :meth:`JobRunner.stop` by handle or by name, from any
-  process: ``fsdp-sdk job status|logs|stop NAME`` work on local runs and cluster jobs alike.
+* :meth:`JobRunner.status`, :meth:`JobRunner.logs`, :meth:`JobRunner.stop`, :meth:`JobRunner.wait_for` (until
+  it ends, or a timeout) by handle or by name, and :meth:`JobRunner.list`, from any process: the ``fsdp-sdk job
+  status|logs|stop|wait|list`` commands go through them, for local runs and cluster jobs alike.
 
 :class:`fsdp_sdk.Client` picks the runner (:attr:`fsdp_sdk.Client.runner`): the local one
 (:class:`fsdp_sdk.backends.local.runner.LocalRunner`, the supervisor) for the local backend,
@@ -17,6 +18,7 @@ A runner has TorchX's shape:
 
 from __future__ import annotations
 
+import builtins
 import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,13 +27,17 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from fsdp_sdk.errors import RunError
 from fsdp_sdk.runs import JobRef, RunEvent, RunResult
+from fsdp_sdk.yamltext import to_yaml_documents
 
 if TYPE_CHECKING:
     from fsdp_sdk.config import Config
-    from fsdp_sdk.k8s.jobs import JobClient
+    from fsdp_sdk.k8s.jobs import JobClient, JobStatus
     from fsdp_sdk.plugins import Plugins
 
-__all__ = ["DryRun", "JobRunner", "KubernetesRunner", "RunHandle", "RunStatus", "job_ref_name"]
+__all__ = ["DryRun", "JobRunner", "KubernetesRunner", "RunHandle", "RunStatus", "RunStopped", "job_ref_name"]
+
+#: The phases of a job that has ended (local runs: also ``Interrupted`` and ``Lost``).
+ENDED_PHASES = ("Succeeded", "Failed", "Interrupted", "Lost")
 
 
 def job_ref_name(job_name: str, run_id: str) -> str:
@@ -110,8 +116,6 @@ class DryRun:
         lines += ["  " + shlex.join(command) for command in self.commands]
         lines += [f"  ({note})" for note in self.notes]
         if self.objects:
-            from fsdp_sdk.cli.output import to_yaml_documents
-
             lines += to_yaml_documents(list(self.objects)).rstrip("\n").splitlines()
         return lines
 
@@ -147,7 +151,8 @@ class RunStatus:
 
     :param name: the job's (local: the run's) name.
     :param backend: where it runs.
-    :param phase: ``Running``, ``Succeeded``, ``Failed``, ``Interrupted``, ``Lost``, or the Kubernetes job's phase.
+    :param phase: ``Running``, ``Succeeded``, ``Failed``, ``Interrupted``, ``Lost``, or the Kubernetes job's phase
+        (``Pending``, ``Created``, ``Running``, ``Restarting``, ``Suspended``, ``Succeeded``, ``Failed``).
     :param message: the cause of a failure, when known.
     :param details: everything else known (the local run's record; the job's replica counts).
     """
@@ -160,8 +165,21 @@ class RunStatus:
 
     @property
     def finished(self) -> bool:
-        """Whether it has ended."""
-        return self.phase not in ("Running", "Created", "Restarting", "Pending")
+        """Whether it has ended (a suspended Kubernetes job has not)."""
+        return self.phase in ENDED_PHASES
+
+    @property
+    def succeeded(self) -> bool:
+        """Whether it ended successfully."""
+        return self.phase == "Succeeded"
+
+    @property
+    def label(self) -> str:
+        """How a status line names it: ``PyTorchJob default/fsdp``, or ``run fsdp-1a2b`` for a local run."""
+        kind, namespace = self.details.get("kind"), self.details.get("namespace")
+        if kind and namespace:
+            return f"{kind} {namespace}/{self.name}"
+        return f"run {self.name}"
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -172,6 +190,32 @@ class RunStatus:
             "message": self.message,
             **dict(self.details),
         }
+
+
+@dataclass(frozen=True)
+class RunStopped:
+    """What :meth:`JobRunner.stop` did.
+
+    :param name: the job's (local: the run's) name.
+    :param stopped: something was stopped (``False``: the job did not exist or was not running).
+    :param message: the line that says what was done.
+    :param details: the runner's own facts (Kubernetes: ``deleted``, ``rendezvous_keys``, ``rendezvous_error``;
+        local: the run's ``status`` after it).
+    :param warning: what went wrong without undoing the stop (the rendezvous keys could not be cleared).
+    """
+
+    name: str
+    stopped: bool
+    message: str
+    details: Mapping[str, Any] = field(default_factory=dict)
+    warning: str | None = None
+
+    def __str__(self) -> str:
+        return self.message
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return {"name": self.name, "stopped": self.stopped, "message": self.message, **dict(self.details)}
 
 
 class JobRunner(Protocol):
@@ -217,8 +261,27 @@ class JobRunner(Protocol):
         """Print the leader's log (every worker's with ``all_workers``) through ``out``."""
         ...
 
-    def stop(self, job: RunHandle | str | None = None) -> str:
-        """Stop the job; returns a line saying what was done."""
+    def stop(self, job: RunHandle | str | None = None, *, keep_rendezvous: bool = False) -> RunStopped:
+        """Stop the job (and clear its rendezvous keys unless ``keep_rendezvous``); what was done."""
+        ...
+
+    def wait_for(
+        self,
+        job: RunHandle | str | None = None,
+        *,
+        timeout: float | None = None,
+        on_change: Callable[[RunStatus], None] | None = None,
+    ) -> RunStatus:
+        """Block until the job ends or ``timeout`` seconds pass (``None``: no limit); its last status (check
+        :attr:`RunStatus.finished` to tell a timeout from an end).
+
+        :param on_change: called with the status at the start and at each change of phase.
+        """
+        ...
+
+    def list(self) -> builtins.list[RunStatus]:
+        """Every job this runner knows of: the local runs' records, or the jobs of the configured kind in the
+        namespace."""
         ...
 
 
@@ -322,11 +385,40 @@ class KubernetesRunner:
             raise RunError(f"job {handle.job.name}: finished without a trainer summary")
         return RunResult(handle.job, summary)
 
-    def status(self, job: RunHandle | str | None = None) -> RunStatus:
-        """The job's phase and replica counts."""
-        status = self.jobs.status(job.job if isinstance(job, RunHandle) else job)
+    def run_status(self, status: JobStatus) -> RunStatus:
+        """A job layer's :class:`~fsdp_sdk.k8s.jobs.JobStatus` as a :class:`RunStatus` (its facts in ``details``)."""
         data = status.to_dict()
         return RunStatus(status.name, self.jobs.config.cluster.backend, status.phase, status.message or None, data)
+
+    def status(self, job: RunHandle | str | None = None) -> RunStatus:
+        """The job's phase and replica counts."""
+        return self.run_status(self.jobs.status(job.job if isinstance(job, RunHandle) else job))
+
+    def list(self) -> builtins.list[RunStatus]:
+        """Every job of the configured kind (``job.api``) in the namespace."""
+        return [self.run_status(status) for status in self.jobs.list()]
+
+    def wait_for(
+        self,
+        job: RunHandle | str | None = None,
+        *,
+        timeout: float | None = None,
+        on_change: Callable[[RunStatus], None] | None = None,
+    ) -> RunStatus:
+        """Follow the job's status through the API's watch (resumed across API server failures) until it succeeds
+        or fails, or ``timeout`` passes.
+
+        :raises KubernetesError: the job does not exist or was deleted meanwhile.
+        """
+        changed: Callable[[JobStatus], None] | None = None
+        if on_change is not None:
+            said = on_change
+
+            def changed(status: JobStatus) -> None:
+                said(self.run_status(status))
+
+        ref = job.job if isinstance(job, RunHandle) else job
+        return self.run_status(self.jobs.wait_for_completion(ref, timeout=timeout, on_change=changed))
 
     def logs(
         self,
@@ -339,13 +431,26 @@ class KubernetesRunner:
         """The leader's log (or every worker's)."""
         self.jobs.logs(job.job if isinstance(job, RunHandle) else job, follow=follow, all_workers=all_workers, out=out)
 
-    def stop(self, job: RunHandle | str | None = None) -> str:
-        """Delete the job and clear its rendezvous keys."""
+    def stop(self, job: RunHandle | str | None = None, *, keep_rendezvous: bool = False) -> RunStopped:
+        """Delete the job (its pods go in the background) and clear its rendezvous keys in etcd unless
+        ``keep_rendezvous``; a cleanup that fails is the outcome's :attr:`~RunStopped.warning`."""
         name = job.job.name if isinstance(job, RunHandle) else job or self.jobs.config.job.name
-        result = self.jobs.stop(name)
+        result = self.jobs.stop(name, clear_rendezvous=not keep_rendezvous)
+        details = {
+            "deleted": result.deleted,
+            "rendezvous_keys": result.rendezvous_keys,
+            "rendezvous_error": result.rendezvous_error,
+        }
+        warning = (
+            f"the rendezvous keys were not cleared: {result.rendezvous_error}" if result.rendezvous_error else None
+        )
         if not result.deleted:
-            return f"job {self.jobs.namespace}/{name} does not exist; nothing to stop"
-        return f"deleted job {self.jobs.namespace}/{name}; cleared {len(result.rendezvous_keys)} rendezvous key(s)"
+            message = f"job {self.jobs.namespace}/{name} does not exist; nothing to stop"
+        else:
+            message = (
+                f"deleted job {self.jobs.namespace}/{name}; cleared {len(result.rendezvous_keys)} rendezvous key(s)"
+            )
+        return RunStopped(name, result.deleted, message, details, warning)
 
 
 def _events_from_lines(on_event: Callable[[RunEvent], None], config: Config) -> Callable[[str], None]:

@@ -1,4 +1,7 @@
-"""``fsdp-sdk job``: render, submit and follow training jobs on Kubernetes.
+"""``fsdp-sdk job``: render, submit and follow training jobs on Kubernetes; follow local runs.
+
+``status``, ``logs``, ``stop``, ``wait`` and ``list`` go through the job runner (:mod:`fsdp_sdk.runner`): the
+local one for the local backend's runs, the Kubernetes one for cluster jobs (:func:`_runner` picks).
 
 Exit codes of ``job wait`` and ``job submit --wait``: 0 the job succeeded, 1 it failed,
 3 it was still running when ``--timeout`` passed (2 is a usage or configuration error,
@@ -8,14 +11,16 @@ as everywhere).
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from fsdp_sdk.cli.application import Application
 from fsdp_sdk.cli.options import common_options, json_option, kube_options, nodes_option, setting, workers_option
+
+if TYPE_CHECKING:
+    from fsdp_sdk.runner import JobRunner, RunStatus
 
 __all__ = ["job"]
 
@@ -46,13 +51,16 @@ def _timeout_option(default: float | None) -> Callable[[F], F]:
     )
 
 
-@click.group(short_help="Render, submit and follow training jobs (status, logs, stop: local runs too).")
+@click.group(short_help="Render, submit and follow training jobs (status, logs, stop, wait, list: local runs too).")
 def job() -> None:
     """Render, submit and follow PyTorch FSDP training jobs (Kubeflow PyTorchJob or TrainJob).
 
     NAME defaults to job.name. The cluster comes from --kubeconfig, the backend's
     kubeconfig, $KUBECONFIG, or ~/.kube/config, in that order. Requests the API server
     fails for a moment (5xx, 429, dropped connections) are retried with backoff.
+
+    On the local backend, status, logs, stop, wait and list are about local runs
+    (NAME is a run id; default: the latest run).
     """
 
 
@@ -174,26 +182,28 @@ def _report_validation(objects: list[dict[str, Any]], crds: tuple[str, ...], k8s
         raise click.exceptions.Exit(1)
 
 
-def _local_runner(app: Application, name: str | None) -> Any:
-    """The local backend's runner when a job command is about a local run: on the local backend, NAME is a local
-    run, or no kubeconfig reaches a cluster; else None (the Kubernetes job layer)."""
+def _runner(app: Application, name: str | None) -> JobRunner:
+    """The runner a job command is about: the local backend's (its runs) when the backend runs jobs itself and
+    either no kubeconfig reaches a cluster or NAME is a local run; else the Kubernetes job layer's."""
     client = app.client
-    if not client.backend.runs_jobs:
-        return None
-    runner: Any = client.runner
-    if client.kubeconfig() is None:
-        return runner
-    if name is not None:
-        from fsdp_sdk.errors import ConfigError
-
-        with contextlib.suppress(ConfigError):
-            runner.record(name)  # a local run of that name
+    if client.backend.runs_jobs:
+        runner = client.runner
+        if client.kubeconfig() is None:
             return runner
-    return None
+        if name is not None:
+            from fsdp_sdk.errors import ConfigError
+
+            with contextlib.suppress(ConfigError):
+                runner.status(name)  # a local run of that name
+                return runner
+        from fsdp_sdk.runner import KubernetesRunner
+
+        return KubernetesRunner(client.jobs)  # a kubeconfig was given: a cluster job
+    return client.runner
 
 
-def _say_status(status: Any) -> None:
-    line = f"{status.kind} {status.namespace}/{status.name}: {status.phase}"
+def _say_status(status: RunStatus) -> None:
+    line = f"{status.label}: {status.phase}"
     click.echo(f"{line} ({status.message})" if status.message else line, err=True)
 
 
@@ -244,6 +254,7 @@ def submit(
     'job wait'; Ctrl-C then leaves the job running.
     """
     from fsdp_sdk.k8s.jobs import EXIT_TIMEOUT
+    from fsdp_sdk.runner import KubernetesRunner
 
     with _render_warnings():
         ref = app.client.submit_job(
@@ -268,14 +279,17 @@ def submit(
             click.echo(line)
         return
     click.echo(line, err=True)
+    runner = KubernetesRunner(jobs)
     try:
         if follow_logs:
-            result = jobs.follow(ref, on_output=click.echo, timeout=timeout, on_change=_say_status)
-            status = result.status
+            result = jobs.follow(
+                ref, on_output=click.echo, timeout=timeout, on_change=lambda s: _say_status(runner.run_status(s))
+            )
+            status = runner.run_status(result.status)
             if result.log_error:
                 click.echo(f"warning: {result.log_error}", err=True)
         else:
-            status = jobs.wait_for_completion(ref, timeout=timeout, on_change=_say_status)
+            status = runner.wait_for(ref.name, timeout=timeout, on_change=_say_status)
     except KeyboardInterrupt:
         click.echo(
             f"\ndetached from {kind} {ref.namespace}/{ref.name}, which keeps running: "
@@ -288,7 +302,7 @@ def submit(
     _exit_for(status, timeout, EXIT_TIMEOUT)
 
 
-def _exit_for(status: Any, timeout: float | None, exit_timeout: int) -> None:
+def _exit_for(status: RunStatus, timeout: float | None, exit_timeout: int) -> None:
     if not status.finished:
         click.echo(f"timed out after {timeout:g}s: {status.name} is still {status.phase}", err=True)
         raise click.exceptions.Exit(exit_timeout)
@@ -296,11 +310,12 @@ def _exit_for(status: Any, timeout: float | None, exit_timeout: int) -> None:
         raise click.exceptions.Exit(1)
 
 
-def _print_status(status: Any) -> None:
+def _print_status(status: RunStatus) -> None:
     from fsdp_sdk.cli.output import key_values
 
     data = status.to_dict()
-    data["replicas"] = {k: ", ".join(f"{n} {c}" for n, c in v.items()) for k, v in status.replicas.items()}
+    if isinstance(data.get("replicas"), dict):  # a cluster job's per-replica counts on one line each
+        data["replicas"] = {k: ", ".join(f"{n} {c}" for n, c in v.items()) for k, v in data["replicas"].items()}
     click.echo(key_values(data))
 
 
@@ -317,36 +332,63 @@ def status(app: Application, as_json: bool, name: str | None) -> None:
     On the local backend NAME is a run id (default: the latest run): its state
     (Running, Succeeded, Failed, Interrupted, Lost), steps and cause of failure.
     """
-    runner = _local_runner(app, name)
-    if runner is not None:
-        from fsdp_sdk.cli.output import key_values
-
-        local = runner.status(name)
-        click.echo(json.dumps(local.to_dict(), indent=2, default=str) if as_json else key_values(local.to_dict()))
-        return
-    result = app.client.jobs.status(name)
+    result = _runner(app, name).status(name)
     if as_json:
         app.echo_json(result.to_dict())
     else:
         _print_status(result)
 
 
-@job.command("list", short_help="List the jobs in the namespace.")
+@job.command("list", short_help="List the jobs in the namespace (local runs too).")
 @common_options
 @kube_options
 @_api_option
 @json_option
 @click.pass_obj
 def list_jobs(app: Application, as_json: bool) -> None:
-    """List the jobs of the configured kind in the namespace."""
+    """List the jobs of the configured kind in the namespace.
+
+    On the local backend: the local runs (oldest first), with their state and steps.
+    """
     from fsdp_sdk.cli.output import table
 
-    jobs = app.client.jobs.list()
+    runner = _runner(app, None)
+    jobs = runner.list()
     if as_json:
         app.echo_json([j.to_dict() for j in jobs])
         return
-    rows = [(j.name, j.phase, sum(c.get("active", 0) for c in j.replicas.values()), j.rdzv_id, j.created) for j in jobs]
+    if runner.kind == "local":
+        rows: list[tuple[Any, ...]] = [
+            (j.name, j.phase, _steps(j.details), _started(j.details.get("started_at"))) for j in jobs
+        ]
+        click.echo(table(["name", "phase", "steps", "started"], rows))
+        return
+    rows = [
+        (
+            j.name,
+            j.phase,
+            sum(c.get("active", 0) for c in (j.details.get("replicas") or {}).values()),
+            j.details.get("rdzv_id"),
+            j.details.get("created"),
+        )
+        for j in jobs
+    ]
     click.echo(table(["name", "phase", "active", "rdzv id", "created"], rows))
+
+
+def _steps(details: Any) -> str | None:
+    done, total = details.get("steps"), details.get("total_steps")
+    if done is None:
+        return None
+    return f"{done}/{total}" if total else str(done)
+
+
+def _started(when: Any) -> str | None:
+    import datetime
+
+    if not isinstance(when, (int, float)):
+        return None
+    return datetime.datetime.fromtimestamp(when, tz=datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @job.command(short_help="Print the leader's log (or every worker's).")
@@ -374,18 +416,14 @@ def logs(
     On the local backend NAME is a run id (default: the latest run) and the
     logs are its agents' (runs/<id>/logs/agent-<i>.log).
     """
-    runner = _local_runner(app, name)
-    if runner is not None:
-        runner.logs(name, follow=follow, all_workers=all_workers, out=lambda line: click.echo(line))
-        return
-    app.client.jobs.logs(name, follow=follow, all_workers=all_workers, out=lambda line: click.echo(line))
+    _runner(app, name).logs(name, follow=follow, all_workers=all_workers, out=lambda line: click.echo(line))
 
 
 @job.command(short_help="Delete a job and clear its rendezvous state.")
 @common_options
 @kube_options
 @_api_option
-@click.option("--keep-rendezvous", is_flag=True, help="Leave the job's keys in etcd.")
+@click.option("--keep-rendezvous", is_flag=True, help="Leave the job's keys in etcd (cluster jobs).")
 @json_option
 @_name_argument
 @click.pass_obj
@@ -405,32 +443,13 @@ def stop(
     checked to be the run's, stops every agent and records it interrupted);
     run it again, or 'fsdp-sdk run --resume NAME', to continue it.
     """
-    runner = _local_runner(app, name)
-    if runner is not None:
-        line = runner.stop(name)
-        if as_json:
-            app.echo_json({"name": name, "message": line, "status": runner.status(name).to_dict()})
-        else:
-            click.echo(line)
-        return
-    jobs = app.client.jobs
-    name = name or jobs.config.job.name
-    result = jobs.stop(name, clear_rendezvous=not keep_rendezvous)
+    result = _runner(app, name).stop(name, keep_rendezvous=keep_rendezvous)
     if as_json:
-        app.echo_json(
-            {
-                "name": name,
-                "deleted": result.deleted,
-                "rendezvous_keys": result.rendezvous_keys,
-                "rendezvous_error": result.rendezvous_error,
-            }
-        )
-    elif not result.deleted:
-        click.echo(f"job {jobs.namespace}/{name} does not exist; nothing to stop")
+        app.echo_json(result.to_dict())
     else:
-        click.echo(f"deleted job {jobs.namespace}/{name}; cleared {len(result.rendezvous_keys)} rendezvous key(s)")
-    if result.rendezvous_error:
-        click.echo(f"warning: the rendezvous keys were not cleared: {result.rendezvous_error}", err=True)
+        click.echo(result.message)
+    if result.warning:
+        click.echo(f"warning: {result.warning}", err=True)
 
 
 @job.command(short_help="Wait for a job to end (exit 0 succeeded, 1 failed, 3 timed out).")
@@ -454,12 +473,14 @@ def wait(
     \b
     Exit status: 0 succeeded, 1 failed, 3 still running after --timeout seconds.
     The API server may fail meanwhile (an upgrade, throttling): the wait goes on.
+    On the local backend NAME is a run id (default: the latest run), waited for
+    until its record leaves running (interrupted and lost runs exit 1).
     """
     from fsdp_sdk.k8s.jobs import EXIT_TIMEOUT
 
     if poll is not None:
         click.echo("warning: --poll is ignored: status changes come from the API's watch", err=True)
-    result = app.client.jobs.wait_for_completion(name, timeout=timeout, on_change=_say_status)
+    result = _runner(app, name).wait_for(name, timeout=timeout, on_change=_say_status)
     if as_json:
         app.echo_json({**result.to_dict(), "timed_out": not result.finished})
     else:

@@ -3,8 +3,8 @@
 ``dryrun`` renders the run's plan (:func:`~fsdp_sdk.backends.local.plan.render_run`); ``schedule`` brings the
 local cluster up when needed, takes the run's lock, writes its record and starts the agents
 (:class:`~fsdp_sdk.backends.local.supervisor.Supervisor`); ``wait`` follows them to the end in this process.
-``status``, ``logs`` and ``stop`` work from any process, by run id: they read ``runs/<id>/run.json`` and
-``logs/agent-*.log``; ``stop`` interrupts the run's supervising ``fsdp-sdk`` process as Ctrl-C would, after
+``status``, ``logs``, ``stop``, ``wait_for`` and ``list`` work from any process, by run id: they read
+``runs/<id>/run.json`` and ``logs/agent-*.log`` (``wait_for`` until the record leaves ``running``); ``stop`` interrupts the run's supervising ``fsdp-sdk`` process as Ctrl-C would, after
 checking it is still that process (:class:`~fsdp_sdk.processes.ProcessIdentity`: pid, creation time and
 command line, recorded in ``run.json``).
 
@@ -14,6 +14,7 @@ finished, ``Client.run`` returns its recorded summary, and its record is kept.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import json
 import os
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from fsdp_sdk.backends.base import ProgressCallback, no_progress
 from fsdp_sdk.backends.local.records import RunLock, RunRecord, list_runs, read_record, validate_run_id
 from fsdp_sdk.errors import BackendError, ConfigError, RunError
-from fsdp_sdk.runner import DryRun, RunHandle, RunStatus, job_ref_name
+from fsdp_sdk.runner import DryRun, RunHandle, RunStatus, RunStopped, job_ref_name
 from fsdp_sdk.runs import JobRef, RunEvent, RunResult
 
 if TYPE_CHECKING:
@@ -311,15 +312,50 @@ class LocalRunner:
 
     def status(self, job: RunHandle | str | None = None) -> RunStatus:
         """The run's state from its record (``Lost``: its ``fsdp-sdk`` process died without recording an end)."""
-        record = self.record(job)
+        return self._status(self.record(job))
+
+    def list(self) -> builtins.list[RunStatus]:
+        """Every local run with a record, oldest first."""
+        return [self._status(record) for record in list_runs(self.runs_dir)]
+
+    def wait_for(
+        self,
+        job: RunHandle | str | None = None,
+        *,
+        timeout: float | None = None,
+        on_change: Callable[[RunStatus], None] | None = None,
+        poll_s: float = 0.5,
+    ) -> RunStatus:
+        """Block until the run's record leaves ``running`` (succeeded, failed, interrupted, or lost when its
+        ``fsdp-sdk`` process died) or ``timeout`` seconds pass; its last status.
+
+        :raises ConfigError: there is no such run.
+        """
+        record = self.record(job)  # the latest run is the one asked about, even if another starts meanwhile
+        run_dir = Path(record.run_dir)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        last: RunStatus | None = None
+        while True:
+            record = read_record(run_dir) or record
+            status = self._status(record)
+            if on_change is not None and (last is None or last.phase != status.phase):
+                on_change(status)
+            last = status
+            if status.finished or (deadline is not None and time.monotonic() >= deadline):
+                return status
+            wait = poll_s if deadline is None else max(0.0, min(poll_s, deadline - time.monotonic()))
+            time.sleep(wait)
+
+    @staticmethod
+    def _status(record: RunRecord) -> RunStatus:
         phase = _PHASES.get(record.state, record.state.capitalize())
         details = {**record.to_dict(), "logs": str(Path(record.run_dir) / "logs")}
         details.pop("settings", None)
         details.pop("supervisor", None)
-        return RunStatus(record.run_id, self.backend.name, phase, record.error, details)
+        return RunStatus(record.run_id, "local", phase, record.error, details)
 
     @staticmethod
-    def _log_files(record: RunRecord, all_workers: bool) -> list[Path]:
+    def _log_files(record: RunRecord, all_workers: bool) -> builtins.list[Path]:
         """Every agent's log, or the leader's (none while no trainer has printed ``master_addr=`` yet)."""
         logs = sorted((Path(record.run_dir) / "logs").glob("agent-*.log"), key=lambda p: p.name)
         return logs if all_workers else [log for log in logs if _has_leader(log)][:1]
@@ -350,26 +386,41 @@ class LocalRunner:
                 return
             time.sleep(poll_s)
 
-    def stop(self, job: RunHandle | str | None = None, *, timeout: float = STOP_TIMEOUT_S) -> str:
+    def stop(
+        self, job: RunHandle | str | None = None, *, keep_rendezvous: bool = False, timeout: float = STOP_TIMEOUT_S
+    ) -> RunStopped:
         """Stop a running run as Ctrl-C in its terminal would: interrupt its supervising ``fsdp-sdk`` process (which
-        stops every agent and rank and records the run ``interrupted``), once checked to be that very process.
+        stops every agent and rank, clears the run's rendezvous keys and records the run ``interrupted``), once
+        checked to be that very process.
 
+        :param keep_rendezvous: refused: a local run's keys are cleared by the run itself as it stops.
+        :raises ConfigError: ``keep_rendezvous``.
         :raises BackendError: the recorded process is not the run's any more, or the run did not end in time.
         """
         from fsdp_sdk.processes import ProcessIdentity
 
+        if keep_rendezvous:
+            raise ConfigError(
+                "--keep-rendezvous",
+                "a local run clears its own rendezvous keys as it stops; the option is for cluster jobs",
+                "leave --keep-rendezvous out",
+            )
         if isinstance(job, RunHandle) and isinstance(job.state, _LocalRun):  # scheduled by this process
             run = job.state
             if run.supervisor is not None:
                 run.supervisor.stop()
             if run.ended:
-                return f"run {job.job.run_id} is not running ({run.record.state}); nothing to stop"
+                return self._stopped(
+                    job.job.run_id, False, f"run {job.job.run_id} is not running ({run.record.state}); nothing to stop"
+                )
             self._finish(run, "interrupted", None)
-            return f"stopped run {job.job.run_id}: interrupted"
+            return self._stopped(job.job.run_id, True, f"stopped run {job.job.run_id}: interrupted")
         record = self.record(job)
         run_dir = Path(record.run_dir)
         if not RunLock(run_dir).held_elsewhere():
-            return f"run {record.run_id} is not running ({record.state}); nothing to stop"
+            return self._stopped(
+                record.run_id, False, f"run {record.run_id} is not running ({record.state}); nothing to stop"
+            )
         identity = ProcessIdentity.from_dict(record.supervisor)
         if identity is None:
             raise BackendError(
@@ -391,7 +442,12 @@ class LocalRunner:
             time.sleep(0.1)
         after = read_record(run_dir)
         state = after.state if after is not None else "?"
-        return f"stopped run {record.run_id} (fsdp-sdk pid {identity.pid}): {state}"
+        return self._stopped(record.run_id, True, f"stopped run {record.run_id} (fsdp-sdk pid {identity.pid}): {state}")
+
+    def _stopped(self, run_id: str, stopped: bool, message: str) -> RunStopped:
+        """The outcome of :meth:`stop`, with the run's status after it."""
+        status = self.status(run_id)
+        return RunStopped(run_id, stopped, message, {"status": status.to_dict()})
 
 
 class _LocalRun:
