@@ -30,14 +30,18 @@ if TYPE_CHECKING:
 __all__ = [
     "METRICS_PORT",
     "METRICS_PORT_NAME",
+    "JOBSET_DEPLOYMENT",
+    "JOBSET_NAMESPACES",
     "NODE_JOB",
     "PATCH_MANAGER",
+    "RUNTIME_CRD",
     "RUNTIME_NAME",
     "TRAINER_DEPLOYMENT",
     "TRAINER_NAMESPACE",
     "TRAINJOB_CRD",
     "check_trainer_installed",
     "render_runtime",
+    "runtime_metrics_port",
     "trainer_kustomize_url",
 ]
 
@@ -55,6 +59,10 @@ TRAINER_NAMESPACE = "kubeflow-system"
 TRAINER_DEPLOYMENT = "kubeflow-trainer-controller-manager"
 TRAINJOB_CRD = "trainjobs.trainer.kubeflow.org"
 RUNTIME_CRD = "clustertrainingruntimes.trainer.kubeflow.org"
+#: JobSet's controller: in the Trainer's namespace when its manager overlay installed it (the overlay's
+#: ``third-party/jobset``), in ``jobset-system`` when JobSet's own release manifests did.
+JOBSET_DEPLOYMENT = "jobset-controller-manager"
+JOBSET_NAMESPACES = (TRAINER_NAMESPACE, "jobset-system")
 
 
 def trainer_kustomize_url(version: str | None = None) -> str:
@@ -113,6 +121,20 @@ def render_runtime() -> dict[str, Any]:
             },
         },
     }
+
+
+def runtime_metrics_port(runtime: dict[str, Any]) -> int | None:
+    """The port a ``ClusterTrainingRuntime`` declares as :data:`METRICS_PORT_NAME` on its ``node`` container, if any."""
+    jobs = ((runtime.get("spec") or {}).get("template") or {}).get("spec", {}).get("replicatedJobs") or []
+    for job in jobs:
+        if job.get("name") != NODE_JOB:
+            continue
+        pod = (((job.get("template") or {}).get("spec") or {}).get("template") or {}).get("spec") or {}
+        for container in pod.get("containers") or []:
+            for port in container.get("ports") or []:
+                if port.get("name") == METRICS_PORT_NAME:
+                    return int(port["containerPort"])
+    return None
 
 
 def _install_hint() -> str:
