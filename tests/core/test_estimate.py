@@ -471,8 +471,9 @@ def test_estimate_json_of_a_cluster_backend_carries_the_control_plane_price_of_e
     }
     assert cost["usd_per_hour"] == pytest.approx(2 * 27.45 + 0.6)
     text = invoke(*cluster)
-    assert "plus the EKS control plane, $0.60/h (Kubernetes 1.34, extended support on 2026-12-03, until 2027-12-02)" in (
-        text.stdout
+    assert (
+        "plus the EKS control plane, $0.60/h (Kubernetes 1.34, extended support on 2026-12-03, until 2027-12-02)"
+        in text.stdout
     )
     assert "warning: Kubernetes 1.34 is in EKS extended support until 2027-12-02" in text.stderr
     local = json.loads(invoke(*args, "--json").stdout)["cost"]  # the local backend runs no control plane

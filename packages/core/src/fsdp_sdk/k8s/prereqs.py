@@ -337,7 +337,10 @@ class Prereqs:
         crd = "apiextensions.k8s.io/v1", "CustomResourceDefinition"
         status.trainjob_crd = kube.get(*crd, trainer_v2.TRAINJOB_CRD) is not None
         status.runtime_crd = kube.get(*crd, trainer_v2.RUNTIME_CRD) is not None
-        for name, there in ((trainer_v2.TRAINJOB_CRD, status.trainjob_crd), (trainer_v2.RUNTIME_CRD, status.runtime_crd)):
+        for name, there in (
+            (trainer_v2.TRAINJOB_CRD, status.trainjob_crd),
+            (trainer_v2.RUNTIME_CRD, status.runtime_crd),
+        ):
             if not there:
                 status.problems.append(f"the {name} CRD is missing: {install}")
         if not status.runtime_crd:

@@ -28,10 +28,10 @@ if TYPE_CHECKING:
     from fsdp_sdk.k8s.kube import Kube
 
 __all__ = [
-    "METRICS_PORT",
-    "METRICS_PORT_NAME",
     "JOBSET_DEPLOYMENT",
     "JOBSET_NAMESPACES",
+    "METRICS_PORT",
+    "METRICS_PORT_NAME",
     "NODE_JOB",
     "PATCH_MANAGER",
     "RUNTIME_CRD",
