@@ -142,7 +142,8 @@ def _install_hint() -> str:
 
 
 def check_trainer_installed(kube: Kube) -> None:
-    """Refuse ``--api trainjob`` on a cluster without the Trainer: its CRD, its controller, fsdp-sdk's runtime.
+    """Refuse ``--api trainjob`` on a cluster without the Trainer: its CRD, its controller, JobSet's controller (which
+    runs a TrainJob's pods), fsdp-sdk's runtime.
 
     :raises ConfigError: one of them is missing; the message names the install command.
     """
@@ -152,6 +153,8 @@ def check_trainer_installed(kube: Kube) -> None:
         missing = f"no TrainJob CRD ({TRAINJOB_CRD})"
     elif kube.get("apps/v1", "Deployment", TRAINER_DEPLOYMENT, TRAINER_NAMESPACE) is None:
         missing = f"no Kubeflow Trainer controller (deployment {TRAINER_NAMESPACE}/{TRAINER_DEPLOYMENT})"
+    elif all(kube.get("apps/v1", "Deployment", JOBSET_DEPLOYMENT, ns) is None for ns in JOBSET_NAMESPACES):
+        missing = f"no JobSet controller (deployment {JOBSET_DEPLOYMENT} in {' or '.join(JOBSET_NAMESPACES)})"
     elif kube.get("trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime", RUNTIME_NAME) is None:
         missing = f"no ClusterTrainingRuntime {RUNTIME_NAME}"
     if missing:
