@@ -110,10 +110,11 @@ RUN apt-get update \\
  && if [ -n "$nccl" ]; then apt-get purge -y --allow-change-held-packages $nccl; fi \\
  && rm -rf /var/lib/apt/lists/*
 
-# libfabric with the EFA provider, and the aws-ofi-nccl plugin the installer bundles (under
-# /opt/amazon/ofi-nccl/lib/<arch>: the one NCCL plugin of the image). No kernel module (--skip-kmod: the
-# host's), no /etc/security/limits.d file (--skip-limit-conf: the container runtime sets limits), no
-# fi_info check (--no-verify: no EFA device while building).
+# libfabric with the EFA provider, and the aws-ofi-nccl plugin the installer bundles (the one NCCL plugin of
+# the image; /opt/amazon/ofi-nccl/lib/<arch> in recent installers, its place and name vary, so the next step
+# finds it). The flags are AWS's for containers (EC2 user guide, efa-installer-containers): no kernel module
+# (--skip-kmod: the host's), no limits file (--skip-limit-conf: the container runtime sets ulimits), no device
+# check (--no-verify: lspci finds no EFA while building).
 RUN cd /tmp \\
  && curl -fsSL "https://efa-installer.amazonaws.com/aws-efa-installer-${EFA_INSTALLER_VERSION}.tar.gz" | tar xz \\
  && cd aws-efa-installer \\
