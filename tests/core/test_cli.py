@@ -142,16 +142,19 @@ def test_versions_lists_every_pin_and_the_kubernetes_calendar_with_their_state(i
     assert {"kubeflow-trainer", "jobset", "efa-installer", "aws-ofi-nccl", "nccl", "cuda-base", "torchao"} <= {
         c["name"] for c in report["components"]
     }
-    states = {k["version"]: k["state"] for k in report["kubernetes"]}
-    assert states["1.31"] == "past end of life" and states["1.33"] == "in extended support"
-    assert states["1.34"] == "newer available" and states["1.35"] == "current"
-    assert report["default_kubernetes_version"] == "1.35"
+    states = {k["version"]: (k["state"], k["support"], k["control_plane_usd_per_hour"]) for k in report["kubernetes"]}
+    assert states["1.31"] == ("past end of life", "ended", None)
+    assert states["1.33"] == ("in extended support", "extended", 0.6)
+    assert states["1.34"] == states["1.35"] == ("newer available", "standard", 0.1)
+    assert states["1.36"] == ("current", "standard", 0.1)
+    assert report["default_kubernetes_version"] == "1.36"
     later = {
         k["version"]: k for k in json.loads(invoke("versions", "--json", "--on", "2026-12-03").stdout)["kubernetes"]
     }
     assert later["1.34"]["state"] == "in extended support" and later["1.34"]["control_plane_usd_per_hour"] == 0.6
+    assert later["1.34"]["support"] == "extended" and later["1.34"]["until"] == "2027-12-02"
     text = invoke("versions", "--on", "2026-12-02").stdout
     assert "grafana" in text and "newer available: 13.2" in text
-    assert "1.35        current: standard support until 2027-03-27" in text
+    assert "1.36        current: standard support until 2027-08-02" in text
     bad = invoke("versions", "--on", "soon")
     assert bad.exit_code == 2 and "--on: 'soon' is not a date" in bad.stderr

@@ -58,7 +58,7 @@ def test_defaults_are_those_of_the_design() -> None:
         2,
         0,
         None,
-        "1.35",  # the newest version in EKS standard support on the pins table's date
+        "1.36",  # the newest version in EKS standard support on the pins table's date
         True,
     )
     release = kubernetes_release(c.cluster.kubernetes_version)

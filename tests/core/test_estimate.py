@@ -447,3 +447,34 @@ def test_an_eks_cluster_adds_its_control_plane_at_the_price_of_its_support_state
     monkeypatch.setattr(pins, "today", lambda: datetime.date(2027, 12, 3))  # past extended support: refused
     with pytest.raises(ConfigError, match=r"^cluster.kubernetes_version: Kubernetes 1.34 left EKS extended support"):
         eks.estimate(model="llama2-7b", nodes=2, instance_type="p4de.24xlarge", scaling=False)
+
+
+def test_estimate_json_of_a_cluster_backend_carries_the_control_plane_price_of_extended_support(
+    invoke, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import datetime
+
+    from fsdp_sdk import pins
+
+    monkeypatch.setattr(pins, "today", lambda: datetime.date(2026, 12, 3))  # 1.34's standard support ended 12-02
+    args = ["estimate", "--model", "llama2-7b", "--instance-type", "p4de.24xlarge", "--nodes", "2"]
+    cluster = [*args, "--set", "cluster.backend=eksctl", "--set", "cluster.kubernetes_version=1.34"]
+    result = invoke(*cluster, "--json")
+    assert result.exit_code == 0, result.stderr
+    cost = json.loads(result.stdout)["cost"]
+    assert cost["control_plane"] == {
+        "kubernetes_version": "1.34",
+        "support": "extended",
+        "usd_per_hour": 0.6,
+        "on": "2026-12-03",
+        "until": "2027-12-02",
+    }
+    assert cost["usd_per_hour"] == pytest.approx(2 * 27.45 + 0.6)
+    text = invoke(*cluster)
+    assert (
+        "plus the EKS control plane, $0.60/h (Kubernetes 1.34, extended support on 2026-12-03, until 2027-12-02)"
+        in text.stdout
+    )
+    assert "warning: Kubernetes 1.34 is in EKS extended support until 2027-12-02" in text.stderr
+    local = json.loads(invoke(*args, "--json").stdout)["cost"]  # the local backend runs no control plane
+    assert local["control_plane"] is None and local["usd_per_hour"] == pytest.approx(2 * 27.45)

@@ -51,7 +51,6 @@ def test_dockerfile_pins_every_version_from_the_table() -> None:
         '"python-etcd==${PYTHON_ETCD_VERSION}"',
         '"torch==${TORCH_VERSION}"',
         '"torchao==${TORCHAO_VERSION}"',
-        '--no-deps "nvidia-nccl-cu13==${NCCL_VERSION}"',
         "ENV NCCL_NET_PLUGIN=ofi",
         "COPY trainer/ /opt/fsdp-trainer/",
         'pip install --no-cache-dir "/opt/fsdp-trainer[hub,prometheus]"',
@@ -72,8 +71,29 @@ def test_dockerfile_builds_nothing_twice_and_checks_the_plugin_nccl_finds() -> N
     # the check looks for the file NCCL opens (libnccl-net-<NCCL_NET_PLUGIN>.so) on the library path, fails otherwise
     assert "libnccl-net-${NCCL_NET_PLUGIN}.so" in check and "exit 1" in check and "libfabric.*not found" in check
     assert f"ENV LD_LIBRARY_PATH={NCCL_NET_PLUGIN_DIR}:" in text
-    assert text.index('--no-deps "nvidia-nccl-cu13') > text.index("/opt/fsdp-trainer[hub,prometheus]")
-    assert text.index("is not on LD_LIBRARY_PATH") > text.index("--no-deps")
+    assert text.index("is not on LD_LIBRARY_PATH") > text.index("/opt/fsdp-trainer[hub,prometheus]")
+    assert "./efa_installer.sh -y --skip-kmod --skip-limit-conf --no-verify" in text  # as the field runs it in images
+
+
+def test_the_image_runs_the_nccl_torch_pins_and_only_that_one() -> None:
+    text = render_dockerfile()
+    runs = text.split("\nRUN ")[1:]
+    assert "--no-deps" not in text
+    # the base image's NCCL packages are purged, in the step that installs the build tools
+    apt = next(run for run in runs if "apt-get install" in run)
+    assert "'libnccl*'" in apt and "apt-get purge -y --allow-change-held-packages $nccl" in apt
+    # torch is installed first; every later pip install is constrained to it (none can swap torch and its NCCL)
+    installs = [run for run in runs if "pip install" in run]
+    assert not any("nccl" in run for run in installs)  # no NCCL installed over torch's
+    torch_step = next(run for run in installs if '"torch==${TORCH_VERSION}" --index-url' in run)
+    assert 'echo "torch==${TORCH_VERSION}" > /opt/fsdp-sdk/constraints.txt' in torch_step
+    later = torch_step.split("constraints.txt", 1)[1:] + installs[installs.index(torch_step) + 1 :]
+    assert later and all("PIP_CONSTRAINT=/opt/fsdp-sdk/constraints.txt python -m pip install" in r for r in later)
+    # the check: pip's requirements hold, torch requires nvidia-nccl-cu13 == the table's NCCL, no system libnccl
+    check = next(run for run in runs if "is not on LD_LIBRARY_PATH" in run)
+    assert "python -m pip check" in check and "m.requires('torch')" in check
+    assert "v == '${NCCL_VERSION}' and req" in check and "/usr/lib/*-linux-gnu/libnccl.so*" in check
+    assert pin("nccl").version == BUILD_ARGS["NCCL_VERSION"] and "torch" in pin("nccl").source
 
 
 def test_build_writes_the_context_and_runs_the_first_tool(

@@ -58,19 +58,23 @@ def test_submit_applies_server_side(apiserver: FakeApiServer, kubeconfig: Path, 
 
 
 def install_trainer_objects(apiserver: FakeApiServer, trainjob_crd: Path) -> list[dict]:
-    """What 'prereqs install --api trainjob' leaves on a cluster: the TrainJob CRD, the controller, our runtime."""
-    from fsdp_sdk.k8s.trainer_v2 import TRAINER_DEPLOYMENT, TRAINER_NAMESPACE, render_runtime
+    """What 'prereqs install --api trainjob' leaves on a cluster: the TrainJob CRD, the controller, JobSet's controller,
+    our runtime."""
+    from fsdp_sdk.k8s.trainer_v2 import JOBSET_DEPLOYMENT, TRAINER_DEPLOYMENT, TRAINER_NAMESPACE, render_runtime
 
     labels = {"app.kubernetes.io/name": "trainer"}
     pod = {"metadata": {"labels": labels}, "spec": {"containers": [{"name": "manager", "image": "trainer:v2.3.0"}]}}
     objects = [
         yaml.safe_load(trainjob_crd.read_text()),
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": TRAINER_DEPLOYMENT, "namespace": TRAINER_NAMESPACE},
-            "spec": {"selector": {"matchLabels": labels}, "template": pod},
-        },
+        *(
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": name, "namespace": TRAINER_NAMESPACE},
+                "spec": {"selector": {"matchLabels": labels}, "template": pod},
+            }
+            for name in (TRAINER_DEPLOYMENT, JOBSET_DEPLOYMENT)
+        ),
         render_runtime(),
     ]
     return [apiserver.put(o) for o in objects]
@@ -98,6 +102,14 @@ def test_trainjob_on_a_cluster_without_the_trainer_is_refused_with_the_install_c
     apiserver.delete("apps/v1", "Deployment", installed[1]["metadata"]["name"], installed[1]["metadata"]["namespace"])
     code, _, err = cli(capsys, "job", "submit", "--api", "trainjob")
     assert code == 2 and "no Kubeflow Trainer controller (deployment kubeflow-system/" in err
+    apiserver.put(installed[1])
+    apiserver.delete("apps/v1", "Deployment", installed[2]["metadata"]["name"], installed[2]["metadata"]["namespace"])
+    code, _, err = cli(capsys, "job", "submit", "--api", "trainjob")
+    assert code == 2 and err.count("\n") == 1, err
+    assert (
+        "which has no JobSet controller (deployment jobset-controller-manager in kubeflow-system or jobset-system)"
+        in err
+    )
     assert apiserver.writes() == []  # nothing sent
 
 

@@ -301,3 +301,89 @@ def test_trainjob_install_is_idempotent(
         "kubeflow-system", "kubeflow-trainer-controller-manager", _on_system_nodes(Config()), kubeconfig=str(kubeconfig)
     )[1:]
     assert calls == [install, patch, wait, install, patch, wait]
+
+
+def _controller(name: str, namespace: str, image: str, ready: int) -> dict:
+    labels = {"app.kubernetes.io/name": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": {"containers": [{"name": "manager", "image": image}]}},
+        },
+        "status": {"readyReplicas": ready},
+    }
+
+
+def test_trainjob_status_checks_the_trainer_jobset_their_crds_and_the_runtime(
+    apiserver: FakeApiServer,
+    kubeconfig: Path,
+    fake_kubectl: Path,
+    trainjob_crd: Path,
+    clustertrainingruntime_crd: Path,
+    capsys,
+) -> None:
+    from fsdp_sdk.k8s.trainer_v2 import render_runtime
+
+    install = "run 'fsdp-sdk prereqs install --api trainjob'"
+    code, out, _ = cli(capsys, "prereqs", "status", "--api", "trainjob", "--json")
+    report = json.loads(out)
+    assert code == 1 and report["api"] == "trainjob" and report["healthy"] is False
+    assert "training_operator" not in report and "pytorchjob_crd" not in report
+    assert report["problems"][2:] == [  # after etcd's deployment and service; no runtime looked for without its CRD
+        "Kubeflow Trainer is not installed (no deployment kubeflow-system/kubeflow-trainer-controller-manager): "
+        + install,
+        "JobSet's controller is not installed (no deployment jobset-controller-manager in kubeflow-system or "
+        "jobset-system): " + install,
+        f"the trainjobs.trainer.kubeflow.org CRD is missing: {install}",
+        f"the clustertrainingruntimes.trainer.kubeflow.org CRD is missing: {install}",
+    ]
+
+    cli(capsys, "prereqs", "install", "--skip-operator")
+    apiserver.set_status("apps/v1", "Deployment", "etcd", {"readyReplicas": 1})
+    trainer_image = f"ghcr.io/kubeflow/trainer/trainer-controller-manager:{pin('kubeflow-trainer').version}"
+    apiserver.put(_controller("kubeflow-trainer-controller-manager", "kubeflow-system", trainer_image, 1))
+    apiserver.put(_controller("jobset-controller-manager", "kubeflow-system", pin("jobset").image_ref(), 0))
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    for crd in (trainjob_crd, clustertrainingruntime_crd):
+        apiserver.put(yaml.load(crd.read_text(), Loader=loader))
+    stale = render_runtime()  # a runtime applied by an fsdp-sdk that declared another port
+    stale["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0][
+        "ports"
+    ][0]["containerPort"] = 9500
+    apiserver.put(stale)
+    code, out, _ = cli(capsys, "prereqs", "status", "--set", "job.api=trainjob", "--json")  # job.api picks it too
+    report = json.loads(out)
+    assert code == 1 and report["healthy"] is False
+    assert report["kubeflow_trainer"] == {
+        "deployment": True,
+        "ready_replicas": 1,
+        "image": trainer_image,
+        "namespace": "kubeflow-system",
+    }
+    assert report["jobset"] == {"deployment": True, "ready_replicas": 0, "namespace": "kubeflow-system"}
+    assert report["crds"] == {
+        "trainjobs.trainer.kubeflow.org": True,
+        "clustertrainingruntimes.trainer.kubeflow.org": True,
+    }
+    assert report["runtime"] == {"name": "fsdp-sdk-torch-distributed", "installed": True, "metrics_port": 9500}
+    assert report["problems"] == [
+        "JobSet's controller kubeflow-system/jobset-controller-manager has no ready replica",
+        "the ClusterTrainingRuntime fsdp-sdk-torch-distributed declares 9500 as fsdp-metrics, fsdp-sdk's jobs use "
+        f"9464: {install}",
+    ]
+
+    apiserver.delete("apps/v1", "Deployment", "jobset-controller-manager", "kubeflow-system")
+    apiserver.put(_controller("jobset-controller-manager", "jobset-system", pin("jobset").image_ref(), 1))
+    apiserver.put(render_runtime())
+    code, out, _ = cli(capsys, "prereqs", "status", "--api", "trainjob", "--json")
+    report = json.loads(out)
+    assert code == 0, report
+    assert report["jobset"]["namespace"] == "jobset-system" and report["runtime"]["metrics_port"] == 9464
+    assert report["problems"] == []
+    code, out, _ = cli(capsys, "prereqs", "status", "--api", "trainjob")
+    assert code == 0 and "healthy: True" in out and "api: trainjob" in out and "kubeflow_trainer:" in out
+    code, out, _ = cli(capsys, "prereqs", "status", "--json")  # the same cluster, asked about PyTorchJob
+    assert code == 1 and json.loads(out)["api"] == "pytorchjob"

@@ -226,6 +226,36 @@ def test_rendered_job_carries_the_trainer_endpoint(make_config: Any, plugins: An
     ][0].get("args", [])
 
 
+def test_a_trainjob_scrapes_the_port_its_runtime_declares_or_is_refused(make_config: Any, plugins: Any) -> None:
+    """One ClusterTrainingRuntime declares the metrics port of every TrainJob: the pods' annotations and the trainer's
+    endpoint agree with it, and another configured port is one line naming the setting, not a silent mismatch."""
+    from fsdp_sdk.errors import ConfigError
+    from fsdp_sdk.k8s.render import render_job, worker_pods
+    from fsdp_sdk.k8s.trainer_v2 import render_runtime, runtime_metrics_port
+
+    declared = runtime_metrics_port(render_runtime())
+    job = render_job(make_config(), api="trainjob", rdzv_id="fsdp-1234abcd", plugins=plugins)[0]
+    args = job["spec"]["trainer"]["args"]
+    (pod,) = worker_pods([job])
+    assert declared == 9464
+    assert int(args[args.index("--metrics.prometheus_port") + 1]) == declared
+    assert pod.annotations["prometheus.io/port"] == str(declared)
+    moved = make_config({"monitoring.trainer_metrics_port": 9500})
+    assert render_job(moved, api="pytorchjob", rdzv_id="fsdp-1234abcd", plugins=plugins)  # a PyTorchJob declares it
+    with pytest.raises(ConfigError) as refused:
+        render_job(moved, api="trainjob", rdzv_id="fsdp-1234abcd", plugins=plugins)
+    message = str(refused.value)
+    assert message.startswith("monitoring.trainer_metrics_port: 9500 is not the port fsdp-sdk's ClusterTrainingRuntime")
+    assert "use 9464 with --api trainjob" in message and "\n" not in message
+    with pytest.raises(ConfigError, match=r"^trainer.metrics.prometheus_port: 9600 "):
+        render_job(
+            make_config({"trainer.metrics.prometheus_port": 9600}),
+            api="trainjob",
+            rdzv_id="fsdp-1234abcd",
+            plugins=plugins,
+        )
+
+
 def test_bad_settings_are_one_line_errors(make_config: Any) -> None:
     from fsdp_sdk.errors import ConfigError
 

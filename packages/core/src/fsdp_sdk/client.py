@@ -514,9 +514,9 @@ class Client:
             operator=operator, operator_version=operator_version, api=api or self.config.job.api, progress=self.progress
         )
 
-    def prereq_status(self) -> PrereqStatus:
-        """What is installed on the cluster, and what is missing."""
-        return self.prereqs().status()
+    def prereq_status(self, *, api: str | None = None) -> PrereqStatus:
+        """What is installed on the cluster for the job API ``api`` (default ``job.api``), and what is missing."""
+        return self.prereqs().status(api=api)
 
     def monitoring_components(self, config: Config | None = None) -> list[MonitoringComponent]:
         """The monitoring components plugins render for this configuration (pure), filtered by

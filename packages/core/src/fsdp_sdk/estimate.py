@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_TOKENS",
+    "ControlPlaneCost",
     "CostEstimate",
     "Estimate",
     "EstimateUnavailable",
@@ -234,6 +235,27 @@ class SpeedEstimate:
 
 
 @dataclass(frozen=True)
+class ControlPlaneCost:
+    """The EKS control plane of a cluster backend, priced by its Kubernetes version's support state on a day."""
+
+    kubernetes_version: str
+    support: str
+    """``standard`` or ``extended`` (a version past extended support is refused before it is priced)."""
+    usd_per_hour: float
+    on: str
+    """The day the state and price are for (``fsdp_sdk.pins.today()``), ISO format."""
+    until: str
+    """The last day of that support state."""
+
+    def describe(self) -> str:
+        """``$0.60/h (Kubernetes 1.34, extended support on 2026-12-03, until 2027-12-02)``."""
+        return (
+            f"${self.usd_per_hour:.2f}/h (Kubernetes {self.kubernetes_version}, {self.support} support on {self.on}, "
+            f"until {self.until})"
+        )
+
+
+@dataclass(frozen=True)
 class CostEstimate:
     """What the nodes cost, and what training costs at the estimated speed."""
 
@@ -246,6 +268,8 @@ class CostEstimate:
     hours_to_train: float | None
     usd_to_train: float | None
     price_note: str = ""
+    control_plane: ControlPlaneCost | None = None
+    """The EKS control plane included in :attr:`usd_per_hour` (None on the local backend)."""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -545,18 +569,22 @@ def _speed(autotune: ModuleType, inputs: _Inputs, mfu: float | None) -> tuple[Sp
     return speed, "", notes
 
 
-def _control_plane(config: Config) -> tuple[float, str]:
-    """The EKS control plane's price per hour today for a cluster backend (nothing for the local one), and a note."""
+def _control_plane(config: Config) -> ControlPlaneCost | None:
+    """The EKS control plane's price per hour today for a cluster backend (None for the local one).
+
+    :raises ConfigError: EKS creates no cluster of ``cluster.kubernetes_version`` today.
+    """
     if config.cluster.backend == "local":
-        return 0.0, ""
+        return None
     from fsdp_sdk import pins
 
     version, on = config.cluster.kubernetes_version, pins.today()
     pins.check_kubernetes_version(version, on)  # refuses a version EKS creates no cluster of
-    price = pins.control_plane_usd_per_hour(version, on)
     release = pins.kubernetes_release(version)
-    state = release.state(on) if release else "standard"
-    return price, f"; plus the EKS control plane, ${price:.2f}/h (Kubernetes {version}, {state} support on {on})"
+    assert release is not None  # check_kubernetes_version refused a version the calendar lacks
+    support = release.state(on)
+    until = release.end_of_standard if support == "standard" else release.end_of_extended
+    return ControlPlaneCost(version, support, pins.control_plane_usd_per_hour(version, on), on.isoformat(), until)
 
 
 def _cost(
@@ -564,17 +592,20 @@ def _cost(
     nodes: int,
     speed: SpeedEstimate | None,
     tokens: float,
-    control_plane: tuple[float, str] = (0.0, ""),
+    control_plane: ControlPlaneCost | None = None,
 ) -> CostEstimate:
     price = instance.on_demand_usd_per_hour
-    hourly = price * nodes + control_plane[0] if price is not None else None
+    plane = control_plane.usd_per_hour if control_plane is not None else 0.0
+    hourly = price * nodes + plane if price is not None else None
     note = "" if price is not None else f"{instance.name} has no on-demand price ({instance.notes or 'none listed'})"
     if price is not None and instance.price_date:
-        note = f"on-demand us-east-1 price as of {instance.price_date}{control_plane[1]}"
+        note = f"on-demand us-east-1 price as of {instance.price_date}"
+    if control_plane is not None:
+        note = "; ".join(filter(None, [note, f"plus the EKS control plane, {control_plane.describe()}"]))
     hours = tokens / speed.tokens_per_s / 3600 if speed is not None else None
     per_billion = hourly / (speed.tokens_per_s * 3600) * 1e9 if hourly is not None and speed is not None else None
     usd = hourly * hours if hourly is not None and hours is not None else None
-    return CostEstimate(hourly, per_billion, tokens, hours, usd, note)
+    return CostEstimate(hourly, per_billion, tokens, hours, usd, note, control_plane)
 
 
 def _settings(inputs: _Inputs) -> dict[str, Any]:

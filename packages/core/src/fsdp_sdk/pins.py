@@ -189,7 +189,8 @@ def versions_report(on: datetime.date) -> dict[str, Any]:
 
     A component is ``current`` or ``newer available`` (the table saw a newer release than the pin); a Kubernetes
     version is ``current`` (the newest in standard support), ``newer available`` (in standard support, a newer one
-    too), ``in extended support`` or ``past end of life`` (EKS creates no cluster of it).
+    too), ``in extended support`` or ``past end of life`` (EKS creates no cluster of it), its ``support`` the EKS
+    state behind it (``standard``, ``extended``, ``ended``) with the control plane's price per hour on ``on``.
     """
     releases = kubernetes_releases()
     standard = [r.version for r in releases if r.state(on) == "standard"]
@@ -207,6 +208,7 @@ def versions_report(on: datetime.date) -> dict[str, Any]:
             {
                 "version": release.version,
                 "state": said,
+                "support": state,
                 "until": until if state != "ended" else None,
                 "released": release.released,
                 "end_of_standard_support": release.end_of_standard,

@@ -10,12 +10,15 @@ The usual ``prometheus.io/*`` annotations are added too, for Prometheus setups t
 
 A TrainJob gets the trainer options, and the annotations on its pods through fsdp-sdk's runtime patch;
 fsdp-sdk's ClusterTrainingRuntime declares the port (``fsdp-metrics``, 9464: a runtime patch cannot add
-one). A job with its own ``job.command`` is left as it is.
+one), and one runtime serves every TrainJob of the cluster, so a TrainJob whose endpoint would listen on
+another port is refused (one line naming the setting). A job with its own ``job.command`` is left as it is.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+
+from fsdp_sdk.errors import ConfigError
 
 from .common import TRAINER_PORT_NAME
 from .settings import parse_duration, settings_of
@@ -41,6 +44,22 @@ def trainer_port(config: Config) -> int:
     """The port of the trainer's endpoint: the trainer setting when given, else ``monitoring.trainer_metrics_port``."""
     given = (config.trainer.get("metrics") or {}).get("prometheus_port")
     return int(given) if given else settings_of(config).trainer_metrics_port
+
+
+def _check_trainjob_port(config: Config, port: int) -> None:
+    """Refuse a TrainJob whose endpoint would not listen on the port fsdp-sdk's runtime declares."""
+    from fsdp_sdk.k8s.trainer_v2 import METRICS_PORT, RUNTIME_NAME
+
+    if port == METRICS_PORT:
+        return
+    given = (config.trainer.get("metrics") or {}).get("prometheus_port")
+    field = "trainer.metrics.prometheus_port" if given else "monitoring.trainer_metrics_port"
+    raise ConfigError(
+        field,
+        f"{port} is not the port fsdp-sdk's ClusterTrainingRuntime {RUNTIME_NAME} declares for TrainJobs "
+        f"({METRICS_PORT}), so Prometheus would scrape a port nothing listens on",
+        f"use {METRICS_PORT} with --api trainjob, or submit as a PyTorchJob (--api pytorchjob)",
+    )
 
 
 def _options(args: list[str], config: Config) -> list[str]:
@@ -80,6 +99,7 @@ def add_trainer_endpoint(config: Config, objects: list[dict[str, Any]]) -> None:
             trainer = obj["spec"].get("trainer") or {}
             if trainer.get("command") != _TRAINER_COMMAND:
                 continue
+            _check_trainjob_port(config, port)
             trainer["args"] = _options(trainer.get("args") or [], config)
             for pod in worker_pods([obj]):  # the pods of fsdp-sdk's runtime patch; the runtime declares the port
                 pod.annotations.update(_annotations(port))

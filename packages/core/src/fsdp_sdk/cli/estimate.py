@@ -284,6 +284,14 @@ def _echo_estimate(est: Estimate) -> None:
         if cost.usd_per_billion_tokens is not None and cost.usd_to_train is not None:
             line += f"; ${cost.usd_per_billion_tokens:,.2f} per billion tokens, ${cost.usd_to_train:,.0f} to train"
         click.echo(line)
+    plane = cost.control_plane
+    if plane is not None and plane.support != "standard":
+        click.echo(
+            f"warning: Kubernetes {plane.kubernetes_version} is in EKS {plane.support} support until {plane.until}: "
+            f"its control plane costs ${plane.usd_per_hour:.2f}/h ('fsdp-sdk versions' lists the versions in "
+            "standard support)",
+            err=True,
+        )
     if len(est.scaling) > 1:
         click.echo()
         scaling_rows = [

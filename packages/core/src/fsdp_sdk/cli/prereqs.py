@@ -10,9 +10,10 @@ from fsdp_sdk.cli.options import common_options, json_option, kube_options
 __all__ = ["prereqs"]
 
 
-@click.group(short_help="Install and check etcd and the Kubeflow Training Operator.")
+@click.group(short_help="Install and check etcd and the Kubeflow job controller.")
 def prereqs() -> None:
-    """Prepare a cluster for training jobs: etcd (rendezvous) and the Kubeflow Training Operator."""
+    """Prepare a cluster for training jobs: etcd (rendezvous) and the Kubeflow job controller (the Training
+    Operator, or Kubeflow Trainer v2 with --api trainjob)."""
 
 
 @prereqs.command(short_help="Install etcd and the Training Operator (idempotent).")
@@ -65,17 +66,27 @@ def install(
     click.echo("prerequisites installed; 'fsdp-sdk prereqs status' shows when they are ready")
 
 
-@prereqs.command(short_help="Show whether etcd and the Training Operator are installed and healthy.")
+@prereqs.command(short_help="Show whether etcd and the job controller are installed and healthy.")
 @common_options
 @kube_options
+@click.option(
+    "--api",
+    type=click.Choice(["pytorchjob", "trainjob"]),
+    default=None,
+    help="The job API to check for: pytorchjob (Training Operator) or trainjob (Kubeflow Trainer v2, JobSet and "
+    "fsdp-sdk's runtime). Default: job.api (pytorchjob).",
+)
 @json_option
 @click.pass_obj
-def status(app: Application, as_json: bool) -> None:
-    """Report the etcd deployment (ready replicas) and service, the Training Operator deployment in
-    the kubeflow namespace, and the PyTorchJob CRD. Exits 1 when something is missing or not ready."""
+def status(app: Application, api: str | None, as_json: bool) -> None:
+    """Report the etcd deployment (ready replicas) and service, then the job controller of the job API: the
+    Training Operator deployment in the kubeflow namespace and the PyTorchJob CRD; or, with --api trainjob, the
+    Kubeflow Trainer controller in kubeflow-system, the TrainJob and ClusterTrainingRuntime CRDs, JobSet's
+    controller and fsdp-sdk's ClusterTrainingRuntime (with the metrics port it declares).
+    Exits 1 when something is missing or not ready."""
     from fsdp_sdk.cli.output import key_values
 
-    result = app.client.prereq_status()
+    result = app.client.prereq_status(api=api)
     if as_json:
         app.echo_json(result.to_dict())
     else:

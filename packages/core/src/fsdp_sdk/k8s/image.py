@@ -2,10 +2,16 @@
 
 The image is a CUDA devel base with the AWS EFA installer, which brings libfabric and the
 aws-ofi-nccl plugin built for it (the image builds no plugin of its own), GDRCopy's library,
-then PyTorch with the NCCL of the table, torchao (FP8 training), python-etcd (torch's etcd-v2
-rendezvous client) and the trainer package from ``packages/trainer``. A build step fails the
-build unless exactly one NCCL network plugin is where NCCL looks for it
-(``libnccl-net-${NCCL_NET_PLUGIN}.so`` on ``LD_LIBRARY_PATH``) and its libfabric resolves.
+then PyTorch with the NCCL its wheel pins (the base image's own NCCL packages are removed, so
+torch's is the only one), torchao (FP8 training), python-etcd (torch's etcd-v2 rendezvous client)
+and the trainer package from ``packages/trainer``. A build step fails the build unless exactly one
+NCCL network plugin is where NCCL looks for it (``libnccl-net-${NCCL_NET_PLUGIN}.so`` on
+``LD_LIBRARY_PATH``), its libfabric resolves, and torch's NCCL is the one of the table.
+
+The image sets only where things are (``NCCL_NET_PLUGIN``, ``LD_LIBRARY_PATH``); how NCCL and
+libfabric run (``FI_PROVIDER``, ``FI_EFA_USE_DEVICE_RDMA``, ``FI_EFA_FORK_SAFE``,
+``NCCL_SOCKET_IFNAME``, ``NCCL_DEBUG``) is set by the rendered job
+(:func:`fsdp_sdk.k8s.render.worker_environment`), in one place.
 
 Every version is a build argument whose default comes from the pins table
 (:mod:`fsdp_sdk.pins`, :func:`build_args`); ``--build-arg NAME=VALUE`` overrides one. The image is
@@ -95,14 +101,20 @@ ARG TORCHAO_VERSION
 ARG PYTHON_ETCD_VERSION
 
 ENV DEBIAN_FRONTEND=noninteractive
+# The base's NCCL packages go: torch loads the NCCL its wheel pins, and one NCCL in the image is one to check.
 RUN apt-get update \\
  && apt-get install -y --no-install-recommends \\
       build-essential ca-certificates curl git libhwloc-dev pkg-config \\
       python3 python3-dev python3-venv python-is-python3 \\
+ && nccl="$(dpkg-query -W -f '${db:Status-Abbrev} ${Package}\\n' 'libnccl*' 2>/dev/null | awk '$1 == "ii" {print $2}')" \\
+ && if [ -n "$nccl" ]; then apt-get purge -y --allow-change-held-packages $nccl; fi \\
  && rm -rf /var/lib/apt/lists/*
 
-# libfabric with the EFA provider and the aws-ofi-nccl plugin the installer bundles (the one NCCL
-# plugin of the image); no kernel module (the host has it), no MPI.
+# libfabric with the EFA provider, and the aws-ofi-nccl plugin the installer bundles (the one NCCL plugin of
+# the image; /opt/amazon/ofi-nccl/lib/<arch> in recent installers, its place and name vary, so the next step
+# finds it). The flags are AWS's for containers (EC2 user guide, efa-installer-containers): no kernel module
+# (--skip-kmod: the host's), no limits file (--skip-limit-conf: the container runtime sets ulimits), no device
+# check (--no-verify: lspci finds no EFA while building).
 RUN cd /tmp \\
  && curl -fsSL "https://efa-installer.amazonaws.com/aws-efa-installer-${EFA_INSTALLER_VERSION}.tar.gz" | tar xz \\
  && cd aws-efa-installer \\
@@ -129,19 +141,20 @@ RUN cd /tmp \\
  && make -j"$(nproc)" prefix=/opt/gdrcopy CUDA=/usr/local/cuda lib lib_install \\
  && cd / && rm -rf "/tmp/gdrcopy-${GDRCOPY_VERSION}"
 
+# torch with the NCCL its wheel pins (nvidia-nccl-cu13): the NCCL torch was built and tested with.
+# Later installs run under a constraint on torch, so none can swap it (and its NCCL) for a PyPI build.
 RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:${PATH}
 RUN python -m pip install --no-cache-dir --upgrade pip \\
  && python -m pip install --no-cache-dir "torch==${TORCH_VERSION}" --index-url "${TORCH_INDEX_URL}" \\
- && python -m pip install --no-cache-dir "torchao==${TORCHAO_VERSION}" "python-etcd==${PYTHON_ETCD_VERSION}"
+ && mkdir -p /opt/fsdp-sdk && echo "torch==${TORCH_VERSION}" > /opt/fsdp-sdk/constraints.txt \\
+ && PIP_CONSTRAINT=/opt/fsdp-sdk/constraints.txt python -m pip install --no-cache-dir \\
+      "torchao==${TORCHAO_VERSION}" "python-etcd==${PYTHON_ETCD_VERSION}"
 
 COPY trainer/ /opt/fsdp-trainer/
-RUN python -m pip install --no-cache-dir "/opt/fsdp-trainer[hub,prometheus]"
+RUN PIP_CONSTRAINT=/opt/fsdp-sdk/constraints.txt python -m pip install --no-cache-dir "/opt/fsdp-trainer[hub,prometheus]"
 
-# The NCCL of the table over the one torch's wheel pins (last, so no later resolution puts torch's back).
-RUN python -m pip install --no-cache-dir --no-deps "nvidia-nccl-cu13==${NCCL_VERSION}"
-
-# Fail the build unless NCCL will find its network plugin, with its libfabric, and the pinned NCCL is installed.
+# Fail the build unless NCCL will find its network plugin, with its libfabric, and torch's NCCL is the table's.
 RUN set -eu; \\
     plugin=""; \\
     for dir in $(printf '%s' "$LD_LIBRARY_PATH" | tr ':' ' '); do \\
@@ -153,8 +166,12 @@ RUN set -eu; \\
     fi; \\
     if ldd "$plugin" | grep -E 'libfabric.*not found'; then echo "$plugin cannot load libfabric" >&2; exit 1; fi; \\
     echo "NCCL net plugin: $(readlink -f "$plugin") (aws-ofi-nccl ${AWS_OFI_NCCL_VERSION} expected)"; \\
+    python -m pip check; \\
     python -c "import importlib.metadata as m, sys; v = m.version('nvidia-nccl-cu13'); \\
-sys.exit(0 if v == '${NCCL_VERSION}' else 'nvidia-nccl-cu13 ' + v + ' installed, ${NCCL_VERSION} pinned')"
+req = [r for r in m.requires('torch') or [] if r.replace(' ', '').startswith('nvidia-nccl-cu13==')]; \\
+sys.exit(0 if v == '${NCCL_VERSION}' and req else 'torch ${TORCH_VERSION} brings nvidia-nccl-cu13 ' + v + \\
+' (' + ', '.join(req or ['no pin']) + '), the table says ${NCCL_VERSION}: set NCCL_VERSION to the one torch pins')"; \\
+    if ls /usr/lib/*-linux-gnu/libnccl.so* >/dev/null 2>&1; then echo "a second NCCL is in /usr/lib" >&2; exit 1; fi
 
 WORKDIR /workspace
 CMD ["torchrun", "-m", "fsdp_trainer", "--help"]

@@ -8,7 +8,8 @@ this module acts on those lists:
   ``kubectl apply --server-side -k`` for their kustomize overlays (through the tool runner,
   its output streamed as progress) and enables their EKS add-ons;
 * :class:`Prereqs` is ``prereqs install`` / ``prereqs status`` on one cluster: etcd and the
-  Training Operator.
+  job controller of the job API: the Training Operator (``pytorchjob``), or Kubeflow Trainer v2
+  with JobSet and fsdp-sdk's ``ClusterTrainingRuntime`` (``trainjob``).
 
 Both steps are idempotent: applying again changes nothing.
 """
@@ -111,8 +112,14 @@ def install_prerequisites(
 
 @dataclass
 class PrereqStatus:
-    """What ``prereqs status`` reports."""
+    """What ``prereqs status`` reports: etcd, and the job controller of :attr:`api` with what it needs.
 
+    ``pytorchjob``: the Training Operator's deployment and the PyTorchJob CRD. ``trainjob``: Kubeflow Trainer's
+    controller, the TrainJob and ClusterTrainingRuntime CRDs, JobSet's controller, and fsdp-sdk's runtime with the
+    metrics port it declares.
+    """
+
+    api: str = "pytorchjob"
     etcd_deployment: bool = False
     etcd_ready_replicas: int = 0
     etcd_service: bool = False
@@ -120,38 +127,89 @@ class PrereqStatus:
     operator_ready_replicas: int = 0
     operator_image: str | None = None
     pytorchjob_crd: bool = False
+    trainer_deployment: bool = False
+    trainer_ready_replicas: int = 0
+    trainer_image: str | None = None
+    jobset_deployment: bool = False
+    jobset_ready_replicas: int = 0
+    jobset_namespace: str | None = None
+    trainjob_crd: bool = False
+    runtime_crd: bool = False
+    runtime: bool = False
+    runtime_metrics_port: int | None = None
     problems: list[str] = field(default_factory=list)
 
     @property
     def healthy(self) -> bool:
-        """Everything installed and ready."""
-        return (
-            self.etcd_deployment
-            and self.etcd_ready_replicas > 0
-            and self.etcd_service
-            and self.operator_deployment
-            and self.operator_ready_replicas > 0
-            and self.pytorchjob_crd
-        )
+        """Everything the job API needs is installed and ready."""
+        etcd = self.etcd_deployment and self.etcd_ready_replicas > 0 and self.etcd_service
+        if self.api == "trainjob":
+            from fsdp_sdk.k8s.trainer_v2 import METRICS_PORT
+
+            return (
+                etcd
+                and self.trainer_deployment
+                and self.trainer_ready_replicas > 0
+                and self.jobset_deployment
+                and self.jobset_ready_replicas > 0
+                and self.trainjob_crd
+                and self.runtime_crd
+                and self.runtime
+                and self.runtime_metrics_port == METRICS_PORT
+            )
+        return etcd and self.operator_deployment and self.operator_ready_replicas > 0 and self.pytorchjob_crd
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (``prereqs status --json``)."""
-        return {
+        """JSON-ready form (``prereqs status --json``): the keys of :attr:`api`'s controller only."""
+        data: dict[str, Any] = {
             "healthy": self.healthy,
+            "api": self.api,
             "etcd": {
                 "deployment": self.etcd_deployment,
                 "ready_replicas": self.etcd_ready_replicas,
                 "service": self.etcd_service,
             },
-            "training_operator": {
+        }
+        if self.api == "trainjob":
+            from fsdp_sdk.k8s import trainer_v2
+
+            data["kubeflow_trainer"] = {
+                "deployment": self.trainer_deployment,
+                "ready_replicas": self.trainer_ready_replicas,
+                "image": self.trainer_image,
+                "namespace": trainer_v2.TRAINER_NAMESPACE,
+            }
+            data["jobset"] = {
+                "deployment": self.jobset_deployment,
+                "ready_replicas": self.jobset_ready_replicas,
+                "namespace": self.jobset_namespace,
+            }
+            data["crds"] = {trainer_v2.TRAINJOB_CRD: self.trainjob_crd, trainer_v2.RUNTIME_CRD: self.runtime_crd}
+            data["runtime"] = {
+                "name": trainer_v2.RUNTIME_NAME,
+                "installed": self.runtime,
+                "metrics_port": self.runtime_metrics_port,
+            }
+        else:
+            data["training_operator"] = {
                 "deployment": self.operator_deployment,
                 "ready_replicas": self.operator_ready_replicas,
                 "image": self.operator_image,
                 "namespace": TRAINING_OPERATOR_NAMESPACE,
-            },
-            "pytorchjob_crd": self.pytorchjob_crd,
-            "problems": list(self.problems),
-        }
+            }
+            data["pytorchjob_crd"] = self.pytorchjob_crd
+        data["problems"] = list(self.problems)
+        return data
+
+
+def _deployment(kube: Kube, name: str, namespace: str) -> tuple[bool, int, str | None]:
+    """Whether the deployment exists, its ready replicas and its first container's image."""
+    found = kube.get("apps/v1", "Deployment", name, namespace)
+    if found is None:
+        return False, 0, None
+    ready = int((found.get("status") or {}).get("readyReplicas") or 0)
+    containers = ((found.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers") or [{}]
+    return True, ready, containers[0].get("image")
 
 
 class Prereqs:
@@ -211,11 +269,11 @@ class Prereqs:
             prerequisites, self.kube, kubeconfig=self.kubeconfig, context=self.context, progress=progress
         )
 
-    def status(self) -> PrereqStatus:
-        """Read what is installed; changes nothing."""
+    def status(self, *, api: str | None = None) -> PrereqStatus:
+        """Read what is installed for the job API ``api`` (default ``job.api``); changes nothing."""
         if self.kube is None:
             raise KubernetesError("prereqs status: no cluster connection; pass --kubeconfig or set KUBECONFIG")
-        status = PrereqStatus()
+        status = PrereqStatus(api=api or self.config.job.api)
         name, namespace = etcd_name(self.config), self.config.job.namespace
         etcd = self.kube.get("apps/v1", "Deployment", name, namespace)
         if etcd is None:
@@ -231,19 +289,71 @@ class Prereqs:
         status.etcd_service = self.kube.get("v1", "Service", name, namespace) is not None
         if not status.etcd_service:
             status.problems.append(f"etcd service {namespace}/{name} is missing: run 'fsdp-sdk prereqs install'")
-        operator = self.kube.get("apps/v1", "Deployment", TRAINING_OPERATOR_DEPLOYMENT, TRAINING_OPERATOR_NAMESPACE)
-        if operator is None:
+        if status.api == "trainjob":
+            self._trainer_status(self.kube, status)
+            return status
+        present, ready, image = _deployment(self.kube, TRAINING_OPERATOR_DEPLOYMENT, TRAINING_OPERATOR_NAMESPACE)
+        status.operator_deployment, status.operator_ready_replicas, status.operator_image = present, ready, image
+        if not present:
             status.problems.append("the Training Operator is not installed: run 'fsdp-sdk prereqs install'")
-        else:
-            status.operator_deployment = True
-            status.operator_ready_replicas = int((operator.get("status") or {}).get("readyReplicas") or 0)
-            containers = operator["spec"]["template"]["spec"].get("containers") or [{}]
-            status.operator_image = containers[0].get("image")
-            if not status.operator_ready_replicas:
-                status.problems.append("the Training Operator deployment has no ready replica")
+        elif not ready:
+            status.problems.append("the Training Operator deployment has no ready replica")
         status.pytorchjob_crd = (
             self.kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", PYTORCHJOB_CRD) is not None
         )
         if not status.pytorchjob_crd:
             status.problems.append(f"the {PYTORCHJOB_CRD} CRD is missing: run 'fsdp-sdk prereqs install'")
         return status
+
+    @staticmethod
+    def _trainer_status(kube: Kube, status: PrereqStatus) -> None:
+        """Kubeflow Trainer's controller, its CRDs, JobSet's controller and fsdp-sdk's runtime, into ``status``."""
+        from fsdp_sdk.k8s import trainer_v2
+
+        install = "run 'fsdp-sdk prereqs install --api trainjob'"
+        where = f"{trainer_v2.TRAINER_NAMESPACE}/{trainer_v2.TRAINER_DEPLOYMENT}"
+        present, ready, image = _deployment(kube, trainer_v2.TRAINER_DEPLOYMENT, trainer_v2.TRAINER_NAMESPACE)
+        status.trainer_deployment, status.trainer_ready_replicas, status.trainer_image = present, ready, image
+        if not present:
+            status.problems.append(f"Kubeflow Trainer is not installed (no deployment {where}): {install}")
+        elif not ready:
+            status.problems.append(f"the Kubeflow Trainer deployment {where} has no ready replica")
+        for jobset_namespace in trainer_v2.JOBSET_NAMESPACES:
+            present, ready, _ = _deployment(kube, trainer_v2.JOBSET_DEPLOYMENT, jobset_namespace)
+            if present:
+                status.jobset_deployment, status.jobset_ready_replicas = True, ready
+                status.jobset_namespace = jobset_namespace
+                break
+        if not status.jobset_deployment:
+            places = " or ".join(trainer_v2.JOBSET_NAMESPACES)
+            status.problems.append(
+                f"JobSet's controller is not installed (no deployment {trainer_v2.JOBSET_DEPLOYMENT} in {places}): "
+                f"{install}"
+            )
+        elif not status.jobset_ready_replicas:
+            status.problems.append(
+                f"JobSet's controller {status.jobset_namespace}/{trainer_v2.JOBSET_DEPLOYMENT} has no ready replica"
+            )
+        crd = "apiextensions.k8s.io/v1", "CustomResourceDefinition"
+        status.trainjob_crd = kube.get(*crd, trainer_v2.TRAINJOB_CRD) is not None
+        status.runtime_crd = kube.get(*crd, trainer_v2.RUNTIME_CRD) is not None
+        for name, there in (
+            (trainer_v2.TRAINJOB_CRD, status.trainjob_crd),
+            (trainer_v2.RUNTIME_CRD, status.runtime_crd),
+        ):
+            if not there:
+                status.problems.append(f"the {name} CRD is missing: {install}")
+        if not status.runtime_crd:
+            return  # the runtime's kind is not served without its CRD
+        runtime = kube.get("trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime", trainer_v2.RUNTIME_NAME)
+        if runtime is None:
+            status.problems.append(f"the ClusterTrainingRuntime {trainer_v2.RUNTIME_NAME} is missing: {install}")
+            return
+        status.runtime = True
+        status.runtime_metrics_port = trainer_v2.runtime_metrics_port(runtime)
+        if status.runtime_metrics_port != trainer_v2.METRICS_PORT:
+            declared = status.runtime_metrics_port or "no port"
+            status.problems.append(
+                f"the ClusterTrainingRuntime {trainer_v2.RUNTIME_NAME} declares {declared} as "
+                f"{trainer_v2.METRICS_PORT_NAME}, fsdp-sdk's jobs use {trainer_v2.METRICS_PORT}: {install}"
+            )

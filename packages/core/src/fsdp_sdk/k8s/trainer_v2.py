@@ -28,16 +28,20 @@ if TYPE_CHECKING:
     from fsdp_sdk.k8s.kube import Kube
 
 __all__ = [
+    "JOBSET_DEPLOYMENT",
+    "JOBSET_NAMESPACES",
     "METRICS_PORT",
     "METRICS_PORT_NAME",
     "NODE_JOB",
     "PATCH_MANAGER",
+    "RUNTIME_CRD",
     "RUNTIME_NAME",
     "TRAINER_DEPLOYMENT",
     "TRAINER_NAMESPACE",
     "TRAINJOB_CRD",
     "check_trainer_installed",
     "render_runtime",
+    "runtime_metrics_port",
     "trainer_kustomize_url",
 ]
 
@@ -55,6 +59,10 @@ TRAINER_NAMESPACE = "kubeflow-system"
 TRAINER_DEPLOYMENT = "kubeflow-trainer-controller-manager"
 TRAINJOB_CRD = "trainjobs.trainer.kubeflow.org"
 RUNTIME_CRD = "clustertrainingruntimes.trainer.kubeflow.org"
+#: JobSet's controller: in the Trainer's namespace when its manager overlay installed it (the overlay's
+#: ``third-party/jobset``), in ``jobset-system`` when JobSet's own release manifests did.
+JOBSET_DEPLOYMENT = "jobset-controller-manager"
+JOBSET_NAMESPACES = (TRAINER_NAMESPACE, "jobset-system")
 
 
 def trainer_kustomize_url(version: str | None = None) -> str:
@@ -115,12 +123,27 @@ def render_runtime() -> dict[str, Any]:
     }
 
 
+def runtime_metrics_port(runtime: dict[str, Any]) -> int | None:
+    """The port a ``ClusterTrainingRuntime`` declares as :data:`METRICS_PORT_NAME` on its ``node`` container, if any."""
+    jobs = ((runtime.get("spec") or {}).get("template") or {}).get("spec", {}).get("replicatedJobs") or []
+    for job in jobs:
+        if job.get("name") != NODE_JOB:
+            continue
+        pod = (((job.get("template") or {}).get("spec") or {}).get("template") or {}).get("spec") or {}
+        for container in pod.get("containers") or []:
+            for port in container.get("ports") or []:
+                if port.get("name") == METRICS_PORT_NAME:
+                    return int(port["containerPort"])
+    return None
+
+
 def _install_hint() -> str:
     return f"run 'fsdp-sdk prereqs install --api trainjob' (Kubeflow Trainer {pin('kubeflow-trainer').version})"
 
 
 def check_trainer_installed(kube: Kube) -> None:
-    """Refuse ``--api trainjob`` on a cluster without the Trainer: its CRD, its controller, fsdp-sdk's runtime.
+    """Refuse ``--api trainjob`` on a cluster without the Trainer: its CRD, its controller, JobSet's controller (which
+    runs a TrainJob's pods), fsdp-sdk's runtime.
 
     :raises ConfigError: one of them is missing; the message names the install command.
     """
@@ -130,6 +153,8 @@ def check_trainer_installed(kube: Kube) -> None:
         missing = f"no TrainJob CRD ({TRAINJOB_CRD})"
     elif kube.get("apps/v1", "Deployment", TRAINER_DEPLOYMENT, TRAINER_NAMESPACE) is None:
         missing = f"no Kubeflow Trainer controller (deployment {TRAINER_NAMESPACE}/{TRAINER_DEPLOYMENT})"
+    elif all(kube.get("apps/v1", "Deployment", JOBSET_DEPLOYMENT, ns) is None for ns in JOBSET_NAMESPACES):
+        missing = f"no JobSet controller (deployment {JOBSET_DEPLOYMENT} in {' or '.join(JOBSET_NAMESPACES)})"
     elif kube.get("trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime", RUNTIME_NAME) is None:
         missing = f"no ClusterTrainingRuntime {RUNTIME_NAME}"
     if missing:
