@@ -40,13 +40,17 @@ from fsdp_sdk.plugins import PluginInfo, Plugins, get_plugins
 from fsdp_sdk.preflight import PreflightResult, raise_for_failures
 
 if TYPE_CHECKING:
+    import datetime as dt
+
     from fsdp_sdk.aws.pricing import Price
+    from fsdp_sdk.costs import ClusterCost, JobCost
     from fsdp_sdk.estimate import Estimate
     from fsdp_sdk.instance_types import InstanceType
     from fsdp_sdk.k8s.image import ImageBuild, ImagePush
-    from fsdp_sdk.k8s.jobs import JobClient
+    from fsdp_sdk.k8s.jobs import JobClient, JobStatus
     from fsdp_sdk.k8s.monitoring import Monitoring
     from fsdp_sdk.k8s.prereqs import Prereqs, PrereqStatus
+    from fsdp_sdk.launch import LaunchPlan, LaunchResult
     from fsdp_sdk.monitoring import MonitoringComponent
     from fsdp_sdk.runs import JobRef, RecordedRun, RunEvent, RunResult
 
@@ -264,6 +268,15 @@ class Client:
             if components:
                 steps.append("apply monitoring: " + ", ".join(c.name for c in components))
             steps += [f"enable the EKS add-on {c.eks_addon.name}" for c in components if c.eks_addon is not None]
+            from fsdp_sdk.k8s.idle import render_idle_controller
+
+            idle = render_idle_controller(config)
+            if idle:
+                objects += idle
+                steps.append(
+                    "install the idle scale-to-zero controller: the GPU nodes go to 0 after "
+                    f"{config.cluster.idle_scale_to_zero_minutes} minutes without a training pod"
+                )
         cost, details = plan.hourly_cost_usd, dict(plan.details)
         if any(r.check == "aws-credentials" and r.ok for r in results):
             # The backend priced the GPU nodes from the table (us-east-1, dated); AWS answers for this region.
@@ -307,6 +320,11 @@ class Client:
         status = self.backend.apply(config, plan, progress=self.progress)
         if not self.backend.runs_jobs:
             self._prepare(config, plan)
+            if config.cluster.idle_scale_to_zero_minutes:
+                from fsdp_sdk.k8s.idle import install_identity
+
+                install_identity(config, progress=self.progress)
+            self._record_cost("up", config, status.nodes, plan)
         self.loaded_plugins.hooks.cluster_created(config, status)
         return status
 
@@ -336,7 +354,10 @@ class Client:
         current = self.backend.status(self.config)
         if not dry_run and current.state != "absent":
             self.loaded_plugins.hooks.before_cluster_delete(self.config, current)
-        return self.backend.down(self.config, dry_run=dry_run, progress=self.progress)
+        status = self.backend.down(self.config, dry_run=dry_run, progress=self.progress)
+        if not dry_run and current.state != "absent" and not self.backend.runs_jobs:
+            self._record_cost("down", self.config, 0)
+        return status
 
     def scale(self, nodes: int, *, dry_run: bool = False) -> ClusterStatus:
         """Change the number of nodes.
@@ -364,11 +385,73 @@ class Client:
                 if not result.ok and not result.blocking:
                     self.progress(result.line())
             raise_for_failures(results)
-        return self.backend.scale(self.config, nodes, dry_run=dry_run, progress=self.progress)
+        status = self.backend.scale(self.config, nodes, dry_run=dry_run, progress=self.progress)
+        if not dry_run and not self.backend.runs_jobs:
+            self._record_cost("scale", self.config, nodes)
+        return status
 
     def status(self) -> ClusterStatus:
         """The cluster's current state."""
         return self.backend.status(self.config)
+
+    def _record_cost(self, event: str, config: Config, nodes: int, plan: Plan | None = None) -> None:
+        """Add a line to the cluster's cost ledger (:mod:`fsdp_sdk.costs`): the nodes from now on, at which prices."""
+        import datetime as dt
+
+        from fsdp_sdk.costs import LedgerEntry, read_ledger, record
+
+        cluster, state_dir = config.cluster.name, config.cluster.state_dir
+        previous = read_ledger(state_dir, cluster)
+        if plan is not None:
+            price = self.hourly_price(config).usd_per_hour if "price" in plan.details else None
+            if price is None:
+                price = config.instance(self.loaded_plugins).on_demand_usd_per_hour
+            total = plan.hourly_cost_usd
+            fixed = total - price * config.cluster.nodes if total is not None and price is not None else 0.0
+        elif previous:
+            price, fixed = previous[-1].usd_per_node_hour, previous[-1].fixed_usd_per_hour
+        else:
+            price, fixed = config.instance(self.loaded_plugins).on_demand_usd_per_hour, 0.0
+        entry = LedgerEntry(dt.datetime.now(dt.timezone.utc), event, nodes, price, max(0.0, fixed), config.cluster.instance_type)
+        try:
+            record(state_dir, cluster, entry)
+        except OSError as error:
+            self.progress(f"could not record the cost ledger: {error}")
+
+    def cost(self, *, now: dt.datetime | None = None) -> ClusterCost:
+        """What the cluster has cost since ``up`` (GPU node-hours x the plan's price, plus the control plane and
+        system nodes), and per hour now; see :mod:`fsdp_sdk.costs`.
+
+        :param now: the time to count to (default: now).
+        """
+        import datetime as dt
+
+        from fsdp_sdk.costs import ClusterCost, cluster_cost, read_ledger
+
+        if self.backend.runs_jobs:
+            return ClusterCost(0.0, 0.0, 0.0, None, 0.0)
+        entries = read_ledger(self.config.cluster.state_dir, self.config.cluster.name)
+        return cluster_cost(entries, now=now or dt.datetime.now(dt.timezone.utc))
+
+    def job_cost(self, job: JobStatus, *, now: dt.datetime | None = None) -> JobCost:
+        """What a Kubernetes job has cost: its nodes x its hours (creation to end, or now) x the price of a node-hour
+        (:meth:`hourly_price`, the plan's source).
+
+        :param job: the job's status (``client.jobs.status(name)``).
+        :param now: the time to count to for a job still running (default: now).
+        """
+        import datetime as dt
+
+        from fsdp_sdk.costs import job_cost, parse_time
+
+        return job_cost(
+            nodes=job.nodes or self.config.job.num_workers,
+            started=parse_time(job.created),
+            ended=parse_time(job.completed),
+            usd_per_node_hour=self.hourly_price().usd_per_hour,
+            now=now or dt.datetime.now(dt.timezone.utc),
+            local=self.backend.runs_jobs,
+        )
 
     def kubeconfig(self) -> Path | None:
         """The kubeconfig jobs use: the one given to the client, else ``cluster.kubeconfig``, else the backend's (when
@@ -736,6 +819,62 @@ class Client:
             raise RunError(f"job {job.name}: finished without a trainer summary")
         hooks.job_finished(config, job, True, summary)
         return RunResult(job, summary)
+
+    def launch_plan(
+        self,
+        *,
+        trainer_args: Sequence[str] = (),
+        down: bool = False,
+        force: bool = False,
+        trainer_src: str | os.PathLike[str] | None = None,
+        build_args: Mapping[str, str] | None = None,
+    ) -> LaunchPlan:
+        """What :meth:`launch` will do, and at what cost (see :func:`fsdp_sdk.launch.plan_launch`); changes nothing."""
+        from fsdp_sdk.launch import plan_launch
+
+        return plan_launch(
+            self,
+            trainer_args=trainer_args,
+            down=down,
+            force=force,
+            trainer_src=Path(trainer_src) if trainer_src else None,
+            build_args=build_args,
+        )
+
+    def launch(
+        self,
+        plan: LaunchPlan | None = None,
+        *,
+        trainer_src: str | os.PathLike[str] | None = None,
+        build_args: Mapping[str, str] | None = None,
+        tool: str | None = None,
+        force: bool = False,
+        on_output: Callable[[str], None] | None = None,
+        on_event: Callable[[RunEvent], None] | None = None,
+        on_submitted: Callable[[JobRef], None] | None = None,
+        on_finished: Callable[[RunResult | None, BaseException | None], None] | None = None,
+    ) -> LaunchResult:
+        """From zero to a finished job: the cluster (``up``, or its GPU nodes scaled back up), the prerequisites,
+        the image (built and pushed only when its content changed), the job submitted and followed, and the cluster
+        deleted after it when the plan says ``down`` (see :func:`fsdp_sdk.launch.launch`).
+
+        :param plan: from :meth:`launch_plan` (default: a fresh one).
+        """
+        from fsdp_sdk.launch import launch
+
+        plan = plan or self.launch_plan(force=force, trainer_src=trainer_src, build_args=build_args)
+        return launch(
+            self,
+            plan,
+            trainer_src=Path(trainer_src) if trainer_src else None,
+            build_args=build_args,
+            tool=tool,
+            force=force,
+            on_output=on_output,
+            on_event=on_event,
+            on_submitted=on_submitted,
+            on_finished=on_finished,
+        )
 
     # ------------------------------------------------------------------ estimates
 

@@ -279,12 +279,16 @@ def _print_status(status: Any) -> None:
 @_name_argument
 @click.pass_obj
 def status(app: Application, as_json: bool, name: str | None) -> None:
-    """Show the job's phase (Created, Running, Restarting, Succeeded, Failed) and replica counts."""
-    result = app.client.jobs.status(name)
+    """Show the job's phase (Created, Running, Restarting, Succeeded, Failed), replica counts, and what it has
+    cost so far (its nodes x its hours x the on-demand price of a node-hour, the plan's price source)."""
+    client = app.client
+    result = client.jobs.status(name)
+    cost = client.job_cost(result)
     if as_json:
-        app.echo_json(result.to_dict())
+        app.echo_json({**result.to_dict(), "cost": cost.to_dict()})
     else:
         _print_status(result)
+        click.echo(cost.line())
 
 
 @job.command("list", short_help="List the jobs in the namespace.")
@@ -441,8 +445,9 @@ def report(app: Application, prometheus: str | None, out: str | None, as_json: b
     metrics = collect_run_metrics(app.client, name, prometheus=prometheus, progress=app.progress)
     target = Path(out) if out else Path(f"fsdp-report-{metrics.run}")
     files = write_report(metrics, target)
+    cost = _report_cost(app, name)
     if as_json:
-        app.echo_json({"summary": metrics.summary(), "files": files.to_dict()})
+        app.echo_json({"summary": metrics.summary(), "files": files.to_dict(), "cost": cost.to_dict() if cost else None})
         return
     train = metrics.summary()["training"]
     tps = train["tokens_per_s_per_gpu"]
@@ -451,4 +456,21 @@ def report(app: Application, prometheus: str | None, out: str | None, as_json: b
         + (f"{tps:,.1f} tokens/s per GPU, " if tps is not None else "")
         + f"final loss {train['final_loss']}; metrics from {metrics.source}"
     )
+    if cost is not None:
+        click.echo(cost.line())
     click.echo(f"wrote {files.html}")
+
+
+def _report_cost(app: Application, name: str | None) -> Any:
+    """The run's cost for its report (:class:`fsdp_sdk.costs.JobCost`); None when the job is gone."""
+    from fsdp_sdk.errors import FsdpSdkError
+
+    client = app.client
+    if client.backend.runs_jobs:
+        from fsdp_sdk.costs import JobCost
+
+        return JobCost(0.0, client.config.job.num_workers, 0.0, 0.0, local=True)
+    try:
+        return client.job_cost(client.jobs.status(name))
+    except FsdpSdkError:
+        return None
