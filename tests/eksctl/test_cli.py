@@ -168,7 +168,7 @@ def test_status_shows_node_groups_and_add_ons_as_tables(
 ) -> None:
     loopback = apiserver.write_kubeconfig(tmp_path / "loopback")
     flags = ("--backend", "eksctl", "--set", f"cluster.kubeconfig={loopback}")
-    code, _, err = cli(capsys, "up", *flags)
+    code, _, err = cli(capsys, "up", "--yes", *flags)
     assert code == 0, err
     code, out, err = cli(capsys, "status", *flags)
     assert code == 0, err

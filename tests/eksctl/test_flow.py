@@ -67,7 +67,7 @@ def test_up_run_down(
     monkeypatch.setenv("FSDP_SDK_CLUSTER__KUBECONFIG", str(loopback))
     monkeypatch.setenv("FSDP_SDK_JOB__REGISTRY", "123456789012.dkr.ecr.us-west-2.amazonaws.com")
 
-    code, out, err = cli(capsys, "up")
+    code, out, err = cli(capsys, "up", "--yes")
     assert code == 0, err
     assert "state: ready" in out.splitlines()
     assert apiserver.get("apps/v1", "Deployment", "etcd") is not None
