@@ -184,3 +184,15 @@ def test_status_shows_node_groups_and_add_ons_as_tables(
     code, out, _ = cli(capsys, "status", "--json", *flags)
     data = json.loads(out)
     assert data["state"] == "ready" and [g["name"] for g in data["details"]["nodegroups"]] == ["gpu", "system"]
+
+
+def test_up_asks_before_creating_a_cluster_and_refuses_without_a_terminal(
+    eksctl_env: Path, tools: Tools, answers: AwsAnswers, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = cli(capsys, "up", "--backend", "eksctl")
+    assert code == 2
+    error = err.strip().splitlines()[-1]
+    assert error.startswith("Error: --yes: create cluster 'fsdp-sdk' (eksctl) ($")
+    assert error.endswith("/hour) needs a confirmation; pass --yes to go ahead without a prompt")
+    assert "On-demand cost: $" in err  # the plan with its hourly cost came first
+    assert tools.eksctl() == [] and aws_resources()["clusters"] == []

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import threading
@@ -148,6 +149,14 @@ def test_launch(
     assert "Run " in out and "final loss 1.2500" in out
     assert '{"step": 2, "loss": 1.0}' in out  # the leader's log, followed (piped: as the trainer printed it)
     _image_in_ecr(tag)
+
+    # What it has cost so far: the job (its nodes x hours x the plan's price), the cluster (from its ledger).
+    code, out, err = cli(capsys, "job", "status", "fsdp")
+    assert code == 0, err
+    assert re.search(r"^cost: \$[\d,.]+ \(2 node\(s\) x \d+:\d\d:\d\d x \$[\d,.]+/node-hour\)$", out, re.M), out
+    code, out, err = cli(capsys, "status", "--json")
+    cost = json.loads(out)["cost"]
+    assert cost["since"] is not None and cost["usd_per_hour"] > 0 and cost["usd"] >= 0
 
     # Again, interrupted: the cluster is there and ECR holds the tag, so nothing is created or built.
     code, out, err = _launch(capsys, apiserver, *args, "--yes", "--down", interrupt=True)

@@ -97,7 +97,7 @@ def up(app: Application, update_kubeconfig: bool, yes: bool, dry_run: bool, as_j
     from fsdp_sdk.cli.run_display import live_progress
 
     _echo_plan(plan, app.progress)
-    if not client.backend.runs_jobs and client.status().state == "absent":
+    if not yes and not client.backend.runs_jobs and client.status().state == "absent":
         from fsdp_sdk.cli.launch import confirm
 
         confirm(f"create cluster {plan.cluster!r} ({plan.backend})", plan.hourly_cost_usd, yes=yes)
