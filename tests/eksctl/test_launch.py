@@ -126,6 +126,14 @@ def test_launch(
     monkeypatch.setenv("FSDP_SDK_JOB__REGISTRY", REGISTRY)
     args = ("--preset", "tiny", "--steps", "20", "--trainer-src", str(trainer))
 
+    # The plan alone (--dry-run --json): what would be done and what it costs, nothing changed.
+    code, out, err = cli(capsys, "launch", *args, "--dry-run", "--json")
+    assert code == 0, err
+    plan = json.loads(out)
+    assert plan["cluster_state"] == "absent" and plan["build"] is True and plan["image_tag"].startswith("src-")
+    assert plan["steps"][0].startswith("create the cluster") and plan["cluster_plan"]["backend"] == "eksctl"
+    assert plan["hourly_cost_usd"] > 0 and plan["usd_to_train"] > 0 and plan["estimate"]["memory"]["fits"]
+
     # Without a terminal and without --yes: one line, exit 2, nothing created.
     code, out, err = cli(capsys, "launch", *args)
     assert code == 2, err
@@ -133,7 +141,7 @@ def test_launch(
     assert len(error) == 1 and "--yes" in error[0] and "/hour" in error[0]
     assert "Cluster cost: $" in err and "to train 20 steps" in err  # the plan and its cost came first
     assert tools.eksctl() == [] and tools.calls("docker") == []
-    assert aws_resources()["clusters"] == []
+    assert aws_resources()["clusters"] == [] and not (eksctl_env / "costs").exists()
 
     # From zero: the cluster, the image (built and pushed under its content tag), the job, its summary.
     code, out, err = _launch(capsys, apiserver, *args, "--yes")

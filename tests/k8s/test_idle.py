@@ -191,3 +191,53 @@ def test_the_shipped_script_reads_pods_and_keeps_its_state_in_the_apiserver() ->
         assert view.read_state() == {idle_controller.LAST_BUSY_KEY: T0.isoformat(), "last-action": "busy"}
         cm = server.get("v1", "ConfigMap", STATE_CONFIGMAP, namespace="ml")
         assert cm is not None and cm["data"]["last-action"] == "busy"
+
+
+def test_install_identity_creates_the_role_its_one_policy_and_the_association(
+    aws: str, stubbed: Callable[..., tuple[Any, Any]]
+) -> None:
+    """IAM and STS in moto; EKS's add-on and Pod Identity calls (moto lacks them) answered by a Stubber that checks
+    each request against the service model and the expected parameters."""
+    from fsdp_sdk.aws.session import aws_client
+    from fsdp_sdk.k8s.idle import install_identity
+
+    config = _config(idle_scale_to_zero_minutes=30)
+    iam, sts = aws_client("iam", "us-west-2"), aws_client("sts", "us-west-2")
+    account = sts.get_caller_identity()["Account"]
+    eks, stubber = stubbed("eks", "us-west-2")
+    addon = {"clusterName": "demo", "addonName": "eks-pod-identity-agent"}
+    stubber.add_client_error("describe_addon", "ResourceNotFoundException", expected_params=addon)
+    stubber.add_response("create_addon", {"addon": {**addon, "status": "CREATING"}}, {**addon, "resolveConflicts": "OVERWRITE"})
+    where = {"clusterName": "demo", "namespace": "ml", "serviceAccount": CONTROLLER_NAME}
+    stubber.add_response("list_pod_identity_associations", {"associations": []}, where)
+    role_arn = f"arn:aws:iam::{account}:role/fsdp-sdk-idle-demo"
+    stubber.add_response("create_pod_identity_association", {"association": {}}, {**where, "roleArn": role_arn})
+    lines: list[str] = []
+
+    assert install_identity(config, clients={"eks": eks, "iam": iam, "sts": sts}, progress=lines.append) == role_arn
+    stubber.assert_no_pending_responses()
+    role = iam.get_role(RoleName="fsdp-sdk-idle-demo")["Role"]
+    trust = role["AssumeRolePolicyDocument"]
+    assert trust["Statement"][0]["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+    assert iam.list_role_policies(RoleName="fsdp-sdk-idle-demo")["PolicyNames"] == ["scale-gpu-nodegroup"]
+    assert iam.list_attached_role_policies(RoleName="fsdp-sdk-idle-demo")["AttachedPolicies"] == []
+    policy = iam.get_role_policy(RoleName="fsdp-sdk-idle-demo", PolicyName="scale-gpu-nodegroup")["PolicyDocument"]
+    assert policy == scaling_policy(config, account)
+    assert any("associated IAM role fsdp-sdk-idle-demo" in line for line in lines)
+
+
+def test_up_plans_the_controller_with_the_cluster(tmp_path: Any) -> None:
+    """The controller's objects are part of the plan `up` applies (and `up --dry-run` shows)."""
+    from fsdp_sdk import Client
+
+    from .tools import kubernetes_plugins
+
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("")
+    client = Client.from_dict(
+        {"cluster": {"backend": "fake-kube", "idle_scale_to_zero_minutes": 45, "state_dir": str(tmp_path)}},
+        plugins=kubernetes_plugins(kubeconfig),
+    )
+    plan = client.plan(preflight=False)
+    assert any("GPU nodes go to 0 after 45 minutes without a training pod" in step for step in plan.steps)
+    assert [o["metadata"]["name"] for o in plan.kubernetes if o["kind"] == "CronJob"] == [CONTROLLER_NAME]
