@@ -96,7 +96,9 @@ def _image_in_ecr(tag: str) -> None:
     from fsdp_sdk.aws.session import aws_client
 
     manifest = {"schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json"}
-    aws_client("ecr", "us-west-2").put_image(repositoryName="fsdp-sdk-trainer", imageManifest=json.dumps(manifest), imageTag=tag)
+    aws_client("ecr", "us-west-2").put_image(
+        repositoryName="fsdp-sdk-trainer", imageManifest=json.dumps(manifest), imageTag=tag
+    )
 
 
 def test_launch(

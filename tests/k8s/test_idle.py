@@ -33,7 +33,10 @@ ACCOUNT = "123456789012"
 def _config(**cluster: Any) -> Config:
     from fsdp_sdk.plugins import build_plugins
 
-    data = {"cluster": {"backend": "local", "name": "demo", "region": "us-west-2", **cluster}, "job": {"namespace": "ml"}}
+    data = {
+        "cluster": {"backend": "local", "name": "demo", "region": "us-west-2", **cluster},
+        "job": {"namespace": "ml"},
+    }
     return Config.from_dict(data).resolved(build_plugins(autoload=False), validate_trainer=False)
 
 
@@ -54,7 +57,12 @@ def test_objects_validate_and_grant_only_pods_and_the_state_configmap() -> None:
     role = next(o for o in objects if o["kind"] == "Role")
     assert role["rules"] == [
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
-        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [STATE_CONFIGMAP], "verbs": ["get", "update"]},
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": [STATE_CONFIGMAP],
+            "verbs": ["get", "update"],
+        },
     ]
     cron = next(o for o in objects if o["kind"] == "CronJob")
     pod = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
@@ -112,7 +120,12 @@ def test_the_policy_is_accepted_and_simulated_by_iam(aws: str) -> None:
     [
         ([_pod("fsdp-worker-0", "Running", TRAINING)], T0 - dt.timedelta(hours=3), 2, "busy"),
         ([_pod("fsdp-worker-0", "Pending", TRAINING)], None, 2, "busy"),
-        ([_pod("fsdp-worker-0", "Succeeded", TRAINING), _pod("etcd-0", "Running")], T0 - dt.timedelta(minutes=29), 2, "idle"),
+        (
+            [_pod("fsdp-worker-0", "Succeeded", TRAINING), _pod("etcd-0", "Running")],
+            T0 - dt.timedelta(minutes=29),
+            2,
+            "idle",
+        ),
         ([_pod("fsdp-worker-0", "Succeeded", TRAINING)], T0 - dt.timedelta(minutes=30), 2, "scale-to-zero"),
         ([], None, 2, "idle"),  # first run: the clock starts now
         ([], T0 - dt.timedelta(hours=5), 0, "at-zero"),
@@ -207,7 +220,9 @@ def test_install_identity_creates_the_role_its_one_policy_and_the_association(
     eks, stubber = stubbed("eks", "us-west-2")
     addon = {"clusterName": "demo", "addonName": "eks-pod-identity-agent"}
     stubber.add_client_error("describe_addon", "ResourceNotFoundException", expected_params=addon)
-    stubber.add_response("create_addon", {"addon": {**addon, "status": "CREATING"}}, {**addon, "resolveConflicts": "OVERWRITE"})
+    stubber.add_response(
+        "create_addon", {"addon": {**addon, "status": "CREATING"}}, {**addon, "resolveConflicts": "OVERWRITE"}
+    )
     where = {"clusterName": "demo", "namespace": "ml", "serviceAccount": CONTROLLER_NAME}
     stubber.add_response("list_pod_identity_associations", {"associations": []}, where)
     role_arn = f"arn:aws:iam::{account}:role/fsdp-sdk-idle-demo"

@@ -412,7 +412,9 @@ class Client:
             price, fixed = previous[-1].usd_per_node_hour, previous[-1].fixed_usd_per_hour
         else:
             price, fixed = config.instance(self.loaded_plugins).on_demand_usd_per_hour, 0.0
-        entry = LedgerEntry(dt.datetime.now(dt.timezone.utc), event, nodes, price, max(0.0, fixed), config.cluster.instance_type)
+        entry = LedgerEntry(
+            dt.datetime.now(dt.timezone.utc), event, nodes, price, max(0.0, fixed), config.cluster.instance_type
+        )
         try:
             record(state_dir, cluster, entry)
         except OSError as error:

@@ -128,7 +128,7 @@ def cluster_cost(entries: Sequence[LedgerEntry], *, now: dt.datetime, nodes_now:
         life = life[: ended + 1]
     usd: float | None = 0.0
     node_hours = 0.0
-    for entry, after in zip(life, [*life[1:], None]):
+    for entry, after in zip(life, [*life[1:], None], strict=True):
         if entry.event == "down":
             break
         until = after.at if after is not None else now

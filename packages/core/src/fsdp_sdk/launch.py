@@ -209,11 +209,11 @@ def plan_launch(
     cluster = client.config.cluster
     if backend.runs_jobs:
         cluster_plan = client.plan()
-        steps = ["start etcd on this machine unless it runs"] if cluster_plan.steps else []
+        local_steps = ["start etcd on this machine unless it runs"] if cluster_plan.steps else []
         nodes = job_client.config.job.num_workers
-        steps.append(f"run {client.config.job.name} here: {nodes} simulated node(s), the progress followed")
+        local_steps.append(f"run {client.config.job.name} here: {nodes} simulated node(s), the progress followed")
         if down:
-            steps.append("stop etcd and remove the cluster's state (down)")
+            local_steps.append("stop etcd and remove the cluster's state (down)")
         return LaunchPlan(
             backend=backend.name,
             cluster=cluster.name,
@@ -221,7 +221,7 @@ def plan_launch(
             local=True,
             cluster_state=client.status().state,
             gpu_nodes=0,
-            steps=steps,
+            steps=local_steps,
             cluster_plan=cluster_plan,
             hourly_cost_usd=0.0,
             train_steps=_trainer_steps(job_client),
@@ -389,7 +389,15 @@ def launch(
     :raises KeyboardInterrupt: interrupted; a submitted job keeps running and the cluster is kept.
     """
     if plan.local:
-        return _launch_local(client, plan, force=force, on_output=on_output, on_event=on_event, on_submitted=on_submitted, on_finished=on_finished)
+        return _launch_local(
+            client,
+            plan,
+            force=force,
+            on_output=on_output,
+            on_event=on_event,
+            on_submitted=on_submitted,
+            on_finished=on_finished,
+        )
     from fsdp_sdk.runs import RunResult
 
     if plan.cluster_plan is not None and plan.cluster_state == "absent":

@@ -447,7 +447,9 @@ def report(app: Application, prometheus: str | None, out: str | None, as_json: b
     files = write_report(metrics, target)
     cost = _report_cost(app, name)
     if as_json:
-        app.echo_json({"summary": metrics.summary(), "files": files.to_dict(), "cost": cost.to_dict() if cost else None})
+        app.echo_json(
+            {"summary": metrics.summary(), "files": files.to_dict(), "cost": cost.to_dict() if cost else None}
+        )
         return
     train = metrics.summary()["training"]
     tps = train["tokens_per_s_per_gpu"]

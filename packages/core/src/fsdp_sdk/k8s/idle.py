@@ -156,7 +156,12 @@ def render_idle_controller(config: Config) -> list[dict[str, Any]]:
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": CONTROLLER_NAME},
             "subjects": [{"kind": "ServiceAccount", "name": CONTROLLER_NAME, "namespace": namespace}],
         },
-        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(_SCRIPT_CONFIGMAP), "data": {_SCRIPT: controller_source()}},
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": meta(_SCRIPT_CONFIGMAP),
+            "data": {_SCRIPT: controller_source()},
+        },
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(STATE_CONFIGMAP)},
         {
             "apiVersion": "batch/v1",

@@ -38,9 +38,9 @@ __all__ = [
     "build_image",
     "content_tag",
     "ecr_registry",
-    "image_in_ecr",
     "find_build_tool",
     "find_trainer_source",
+    "image_in_ecr",
     "prepare_context",
     "push_image",
     "render_dockerfile",
@@ -169,7 +169,9 @@ def _context_files(trainer_src: Path) -> list[Path]:
     """The trainer files :func:`prepare_context` copies, in a stable order."""
     import fnmatch
 
-    files = [trainer_src / item for item in ("pyproject.toml", "README.md", "LICENSE") if (trainer_src / item).is_file()]
+    files = [
+        trainer_src / item for item in ("pyproject.toml", "README.md", "LICENSE") if (trainer_src / item).is_file()
+    ]
     for root, dirs, names in os.walk(trainer_src / "src"):
         dirs[:] = sorted(d for d in dirs if not any(fnmatch.fnmatch(d, p) for p in _CONTEXT_IGNORED))
         files += [Path(root) / n for n in sorted(names) if not any(fnmatch.fnmatch(n, p) for p in _CONTEXT_IGNORED)]
