@@ -129,9 +129,12 @@ def test_launch(
     args = ("--preset", "tiny", "--steps", "20", "--trainer-src", str(trainer))
 
     # The plan alone (--dry-run --json): what would be done and what it costs, nothing changed.
-    code, out, err = cli(capsys, "launch", *args, "--dry-run", "--json")
+    code, out, err = cli(capsys, "launch", *args, "--tokens", "300B", "--dry-run", "--json")
     assert code == 0, err
     plan = json.loads(out)
+    speed = plan["estimate"]["speed"]
+    assert plan["tokens"] == 300e9 and plan["hours_to_train"] == pytest.approx(300e9 / speed["tokens_per_s"] / 3600)
+    assert plan["usd_to_train"] == pytest.approx(plan["hours_to_train"] * plan["hourly_cost_usd"])
     assert plan["cluster_state"] == "absent" and plan["build"] is True and plan["image_tag"].startswith("src-")
     assert plan["steps"][0].startswith("create the cluster") and plan["cluster_plan"]["backend"] == "eksctl"
     assert plan["hourly_cost_usd"] > 0 and plan["usd_to_train"] > 0 and plan["estimate"]["memory"]["fits"]

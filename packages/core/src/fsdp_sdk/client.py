@@ -828,6 +828,7 @@ class Client:
         trainer_args: Sequence[str] = (),
         down: bool = False,
         force: bool = False,
+        tokens: float | None = None,
         trainer_src: str | os.PathLike[str] | None = None,
         build_args: Mapping[str, str] | None = None,
     ) -> LaunchPlan:
@@ -839,6 +840,7 @@ class Client:
             trainer_args=trainer_args,
             down=down,
             force=force,
+            tokens=tokens,
             trainer_src=Path(trainer_src) if trainer_src else None,
             build_args=build_args,
         )

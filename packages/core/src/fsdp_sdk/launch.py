@@ -52,7 +52,8 @@ class LaunchPlan:
     :param hourly_cost_usd: what the cluster costs per hour while it runs (0 locally; None when unknown).
     :param estimate: the job's estimate (:meth:`fsdp_sdk.estimate.Estimate.to_dict`), None where none can be made.
     :param train_steps: the optimizer steps asked for (``train.steps``).
-    :param hours_to_train: the estimated hours to train them.
+    :param tokens: the tokens the time and cost are for instead of the steps, when given.
+    :param hours_to_train: the estimated hours to train them (the steps, or the tokens).
     :param usd_to_train: the estimated cost of those hours at :attr:`hourly_cost_usd`.
     :param image: the image reference the job will run (``<registry>/<job.image>:<content tag>``).
     :param image_tag: the content tag.
@@ -76,6 +77,7 @@ class LaunchPlan:
     hourly_cost_usd: float | None = None
     estimate: dict[str, Any] | None = None
     train_steps: int | None = None
+    tokens: float | None = None
     hours_to_train: float | None = None
     usd_to_train: float | None = None
     image: str | None = None
@@ -107,12 +109,16 @@ class LaunchPlan:
             from fsdp_sdk.estimate import summary_lines
 
             lines += summary_lines(self.estimate)
-        if self.hours_to_train is not None and self.train_steps is not None:
+        if self.hours_to_train is not None:
             from fsdp_sdk.cli.run_display import format_duration
 
-            usd = f", about ${self.usd_to_train:,.2f}" if self.usd_to_train is not None else ""
+            what = f"{self.tokens:,.0f} tokens" if self.tokens is not None else f"{self.train_steps} steps"
+            usd = ""
+            if self.usd_to_train is not None:
+                usd = ", under $0.01" if self.usd_to_train < 0.01 else f", about ${self.usd_to_train:,.2f}"
             lines.append(
-                f"  to train {self.train_steps} steps: about {format_duration(self.hours_to_train * 3600)}{usd}"
+                f"  to train {what}: about {format_duration(self.hours_to_train * 3600)} of training{usd} "
+                "(cluster creation and start-up not counted)"
             )
         lines += [f"  ({note})" for note in self.notes]
         return lines
@@ -185,6 +191,7 @@ def plan_launch(
     trainer_args: Sequence[str] = (),
     down: bool = False,
     force: bool = False,
+    tokens: float | None = None,
     trainer_src: str | Path | None = None,
     build_args: Mapping[str, str] | None = None,
     ecr: Any = None,
@@ -194,6 +201,7 @@ def plan_launch(
     :param trainer_args: trainer options as on its command line (``["--train.steps", "200"]``).
     :param down: delete the cluster when the job ends.
     :param force: launch even when the estimate says the job will not fit in its GPUs' memory.
+    :param tokens: estimate the time and cost of training this many tokens (default: the requested steps).
     :param trainer_src: the trainer package the image is built from (default: the installed one).
     :param build_args: build arguments of the image (see :data:`fsdp_sdk.k8s.image.BUILD_ARGS`).
     :param ecr: a boto3 ECR client (default: the shared one).
@@ -277,10 +285,12 @@ def plan_launch(
     train_steps = _trainer_steps(final)
     hours = usd = None
     speed = (estimate or {}).get("speed")
-    if speed and train_steps is not None:
+    if speed and tokens is not None:
+        hours = tokens / float(speed["tokens_per_s"]) / 3600
+    elif speed and train_steps is not None:
         hours = train_steps * float(speed["step_s"]) / 3600
-        if cluster_plan.hourly_cost_usd is not None:
-            usd = hours * cluster_plan.hourly_cost_usd
+    if hours is not None and cluster_plan.hourly_cost_usd is not None:
+        usd = hours * cluster_plan.hourly_cost_usd
     return LaunchPlan(
         backend=backend.name,
         cluster=cluster.name,
@@ -293,6 +303,7 @@ def plan_launch(
         hourly_cost_usd=cluster_plan.hourly_cost_usd,
         estimate=estimate,
         train_steps=train_steps,
+        tokens=tokens,
         hours_to_train=hours,
         usd_to_train=usd,
         image=image,

@@ -44,6 +44,11 @@ def confirm(what: str, plan_cost: float | None, *, yes: bool) -> None:
 @click.option("--down", is_flag=True, help="Delete the cluster when the job ends, successful or not.")
 @click.option("--force", is_flag=True, help="Launch even when the estimate says the job will not fit in GPU memory.")
 @click.option(
+    "--tokens",
+    metavar="N",
+    help="Show the time and cost of training N tokens (2e9, 500M, 1.5B) instead of the requested steps.",
+)
+@click.option(
     "--trainer-src",
     type=click.Path(file_okay=False),
     default=None,
@@ -71,6 +76,7 @@ def launch(
     yes: bool,
     down: bool,
     force: bool,
+    tokens: str | None,
     trainer_src: str | None,
     build_args: tuple[str, ...],
     tool: str | None,
@@ -101,9 +107,14 @@ def launch(
         if not sep or not name:
             raise click.BadParameter(f"{item!r} is not NAME=VALUE", param_hint="--build-arg")
         args[name] = value
+    count = None
+    if tokens is not None:
+        from fsdp_sdk.estimate import parse_tokens
+
+        count = parse_tokens(tokens)
     client = app.client
     plan = client.launch_plan(
-        trainer_args=trainer_args, down=down, force=force, trainer_src=trainer_src, build_args=args
+        trainer_args=trainer_args, down=down, force=force, tokens=count, trainer_src=trainer_src, build_args=args
     )
     if dry_run:
         if as_json:
