@@ -3,12 +3,14 @@ and kubectl, the loopback API server as the cluster's Kubernetes, and a thread p
 
 One test, in the order a user goes: refused without a terminal (nothing created), launched from zero (cluster
 created, image built and pushed under its content tag, job followed to its summary), launched again with Ctrl-C
-(no new cluster, no rebuild: ECR holds that tag; detached with the commands to reattach and stop), and launched
-after a change of the trainer's sources with --down (a rebuild under a new tag, the cluster deleted after the
-summary)."""
+(no new cluster, no rebuild: ECR holds that tag; detached with the commands to reattach and stop), left idle until
+the scale-to-zero controller's logic puts the GPU nodes at 0 (moto's EKS, the loopback API server's pods), and
+launched after a change of the trainer's sources with --down (the nodes scaled back up, a rebuild under a new tag,
+the cluster deleted after the summary)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import re
@@ -20,6 +22,9 @@ from pathlib import Path
 
 import pytest
 
+from fsdp_sdk import idle_controller
+from fsdp_sdk.aws.session import aws_client
+from fsdp_sdk.k8s.idle import STATE_CONFIGMAP
 from k8s.conftest import etcd_endpoint  # noqa: F401 - the real etcd a replaced job's rendezvous keys are cleared in
 from k8s.fake_apiserver import FakeApiServer
 from k8s.tools import cli, install_fake_tools
@@ -185,7 +190,26 @@ def test_launch(
     )
     apiserver.close_log("fsdp-worker-0")
 
-    # A change in the trainer: a new tag, a rebuild; --down deletes the cluster after the summary.
+    # Idle: the scale-to-zero controller's logic (its own Kubernetes client, EKS through boto3) scales the GPU node
+    # group to 0 once no training pod was seen for the idle time.
+    apiserver.set_pod_phase("fsdp-worker-0", "Succeeded")
+    apiserver.put(
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": STATE_CONFIGMAP, "namespace": "default"}}
+    )
+    view = idle_controller.InCluster(
+        "default", STATE_CONFIGMAP, server=apiserver.url, token=apiserver.token, ca_file=None
+    )
+    eks = aws_client("eks", "us-west-2")
+    now = dt.datetime.now(dt.timezone.utc)
+    for minutes, action in ((0, "idle"), (29, "idle"), (30, "scale-to-zero")):
+        at = now + dt.timedelta(minutes=minutes)
+        decision = idle_controller.run_once(view, eks, cluster="fsdp-sdk", nodegroup="gpu", idle_minutes=30, now=at)
+        assert decision.action == action
+    scaling = eks.describe_nodegroup(clusterName="fsdp-sdk", nodegroupName="gpu")["nodegroup"]["scalingConfig"]
+    assert scaling["desiredSize"] == 0
+
+    # A change in the trainer: a new tag, a rebuild; the GPU nodes scaled back up; --down deletes the cluster after
+    # the summary.
     (trainer / "src" / "fsdp_trainer" / "__init__.py").write_text(
         (trainer / "src" / "fsdp_trainer" / "__init__.py").read_text() + "\n# changed\n"
     )
@@ -195,8 +219,13 @@ def test_launch(
     assert [argv[0] for argv in docker] == ["build", "login", "tag", "push"]
     new_tag = docker[0][docker[0].index("-t") + 1].split(":")[1]
     assert new_tag != tag and new_tag.startswith("src-")
-    assert "replacing the finished job" in err
+    assert "replacing the finished job" in err and "scale the GPU nodes from 0 to 2" in err
+    assert tools.eksctl()[1][:3] == ["scale", "nodegroup", "--cluster"] and "2" in tools.eksctl()[1]
     assert "final loss 1.2500" in out and "Deleted cluster 'fsdp-sdk' (--down)." in err
     assert "the job ended: deleting cluster 'fsdp-sdk' (--down)" in err
-    assert [argv[:2] for argv in tools.eksctl()] == [["create", "cluster"], ["delete", "cluster"]]
+    assert [argv[:2] for argv in tools.eksctl()] == [
+        ["create", "cluster"],
+        ["scale", "nodegroup"],
+        ["delete", "cluster"],
+    ]
     assert aws_resources() == {"clusters": [], "nodegroups": [], "stacks": []}
