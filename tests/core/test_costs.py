@@ -38,6 +38,8 @@ def test_cluster_cost_adds_each_interval_of_the_ledger(tmp_path: Path) -> None:
     assert cost.usd_per_hour == pytest.approx(2 * 40.0 + 1.5)
     assert cost.since == T0 and cost.hours == pytest.approx(3.0)
     assert cost.line() == "cost so far: $164.50 (4.0 GPU node-hours in 3:00:00; $81.50/hour now)"
+    idle = cluster_cost(entries, now=T0 + 3 * HOUR, nodes_now=0)  # the idle controller scaled the nodes to 0
+    assert idle.usd_per_hour == pytest.approx(1.5) and idle.usd == pytest.approx(cost.usd)
 
     record(tmp_path, "demo", _entry(T0 + 3 * HOUR, "down", 0))
     ended = cluster_cost(read_ledger(tmp_path, "demo"), now=T0 + 30 * HOUR)

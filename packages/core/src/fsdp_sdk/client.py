@@ -420,11 +420,13 @@ class Client:
         except OSError as error:
             self.progress(f"could not record the cost ledger: {error}")
 
-    def cost(self, *, now: dt.datetime | None = None) -> ClusterCost:
+    def cost(self, *, now: dt.datetime | None = None, nodes_now: int | None = None) -> ClusterCost:
         """What the cluster has cost since ``up`` (GPU node-hours x the plan's price, plus the control plane and
         system nodes), and per hour now; see :mod:`fsdp_sdk.costs`.
 
         :param now: the time to count to (default: now).
+        :param nodes_now: the GPU nodes observed now (``status().nodes``), for the hourly rate: the idle controller
+            may have scaled them to 0 since the ledger's last entry.
         """
         import datetime as dt
 
@@ -433,7 +435,7 @@ class Client:
         if self.backend.runs_jobs:
             return ClusterCost(0.0, 0.0, 0.0, None, 0.0)
         entries = read_ledger(self.config.cluster.state_dir, self.config.cluster.name)
-        return cluster_cost(entries, now=now or dt.datetime.now(dt.timezone.utc))
+        return cluster_cost(entries, now=now or dt.datetime.now(dt.timezone.utc), nodes_now=nodes_now)
 
     def job_cost(self, job: JobStatus, *, now: dt.datetime | None = None) -> JobCost:
         """What a Kubernetes job has cost: its nodes x its hours (creation to end, or now) x the price of a node-hour

@@ -28,7 +28,9 @@ def status(app: Application, as_json: bool) -> None:
     client = app.client
     result = client.status()
     local = client.backend.runs_jobs
-    cost = None if local or (result.state == "absent" and not _has_ledger(client)) else client.cost()
+    cost = (
+        None if local or (result.state == "absent" and not _has_ledger(client)) else client.cost(nodes_now=result.nodes)
+    )
     if as_json:
         data = result.to_dict()
         data["cost"] = {"local": True, "usd": 0.0} if local else cost.to_dict() if cost else None
