@@ -6,7 +6,7 @@ created, image built and pushed under its content tag, job followed to its summa
 (no new cluster, no rebuild: ECR holds that tag; detached with the commands to reattach and stop), left idle until
 the scale-to-zero controller's logic puts the GPU nodes at 0 (moto's EKS, the loopback API server's pods), and
 launched after a change of the trainer's sources with --down (the nodes scaled back up, a rebuild under a new tag,
-the cluster deleted after the summary)."""
+the cluster deleted after the summary), and once more with a job that fails (--down deletes the cluster anyway)."""
 
 from __future__ import annotations
 
@@ -49,9 +49,9 @@ def _following(apiserver: FakeApiServer, since: int) -> bool:
     )
 
 
-def play_the_operator(apiserver: FakeApiServer, stop: threading.Event, *, interrupt: bool = False) -> None:
-    """Wait for a new PyTorchJob, start its leader pod; once launch follows its log, either finish the job
-    (steps, summary, Succeeded) or send SIGINT to this process (the user's Ctrl-C) and then finish it."""
+def play_the_operator(apiserver: FakeApiServer, stop: threading.Event, *, end: str = "Succeeded") -> None:
+    """Wait for a new PyTorchJob, start its leader pod; once launch follows its log, end the job (``Succeeded``:
+    steps, summary; ``Failed``) or, for ``interrupt``, send SIGINT to this process (the user's Ctrl-C)."""
     since = len(apiserver.requests)
 
     def job_is_new() -> bool:
@@ -72,22 +72,21 @@ def play_the_operator(apiserver: FakeApiServer, stop: threading.Event, *, interr
     while not stop.is_set() and not _following(apiserver, since):
         time.sleep(0.01)
     apiserver.append_log("fsdp-worker-0", json.dumps({"step": 1, "loss": 2.0}) + "\n")
-    if interrupt:
+    if end == "interrupt":
         os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while launch follows the log
         return
-    apiserver.append_log("fsdp-worker-0", json.dumps({"step": 2, "loss": 1.0}) + "\n")
-    apiserver.append_log("fsdp-worker-0", json.dumps(SUMMARY) + "\n")
+    if end == "Succeeded":
+        apiserver.append_log("fsdp-worker-0", json.dumps({"step": 2, "loss": 1.0}) + "\n")
+        apiserver.append_log("fsdp-worker-0", json.dumps(SUMMARY) + "\n")
     apiserver.set_status(
-        "kubeflow.org/v1", "PyTorchJob", "fsdp", {"conditions": _conditions("Created", "Running", "Succeeded")}
+        "kubeflow.org/v1", "PyTorchJob", "fsdp", {"conditions": _conditions("Created", "Running", end)}
     )
     apiserver.close_log("fsdp-worker-0")
 
 
-def _launch(capsys: pytest.CaptureFixture[str], apiserver: FakeApiServer, *args: str, interrupt: bool = False):
+def _launch(capsys: pytest.CaptureFixture[str], apiserver: FakeApiServer, *args: str, end: str = "Succeeded"):
     stop = threading.Event()
-    operator = threading.Thread(
-        target=play_the_operator, args=(apiserver, stop), kwargs={"interrupt": interrupt}, daemon=True
-    )
+    operator = threading.Thread(target=play_the_operator, args=(apiserver, stop), kwargs={"end": end}, daemon=True)
     operator.start()
     try:
         return cli(capsys, "launch", *args)
@@ -177,7 +176,7 @@ def test_launch(
     assert cost["since"] is not None and cost["usd_per_hour"] > 0 and cost["usd"] >= 0
 
     # Again, interrupted: the cluster is there and ECR holds the tag, so nothing is created or built.
-    code, out, err = _launch(capsys, apiserver, *args, "--yes", "--down", interrupt=True)
+    code, out, err = _launch(capsys, apiserver, *args, "--yes", "--down", end="interrupt")
     assert code == 130, err
     assert [argv[:2] for argv in tools.eksctl()] == [["create", "cluster"]]
     assert len(tools.calls("docker")) == 4
@@ -228,4 +227,13 @@ def test_launch(
         ["scale", "nodegroup"],
         ["delete", "cluster"],
     ]
+    assert aws_resources() == {"clusters": [], "nodegroups": [], "stacks": []}
+
+    # A job that fails: --down deletes the cluster all the same, and launch exits 1 with the job's error.
+    apiserver.delete("kubeflow.org/v1", "PyTorchJob", "fsdp")  # the loopback server outlives the deleted cluster
+    code, out, err = _launch(capsys, apiserver, *args, "--yes", "--down", end="Failed")
+    assert code == 1
+    assert err.strip().splitlines()[-1] == "Error: job fsdp failed: job failed"
+    assert "the job ended: deleting cluster 'fsdp-sdk' (--down)" in err and "final loss" not in out
+    assert [argv[:2] for argv in tools.eksctl()][-2:] == [["create", "cluster"], ["delete", "cluster"]]
     assert aws_resources() == {"clusters": [], "nodegroups": [], "stacks": []}
