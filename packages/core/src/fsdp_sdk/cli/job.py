@@ -436,6 +436,7 @@ def report(app: Application, prometheus: str | None, out: str | None, as_json: b
     NAME is a job name (Kubernetes; default job.name) or, on the local backend, a run id (default: the
     latest run). The metrics come from Prometheus when there is one (the trainer's endpoint and the DCGM
     exporter), else from the trainer's per-step JSON (metrics.jsonl of a local run, the leader's log).
+    It also says what the run cost: a job's nodes x hours x the on-demand price of a node-hour; a local run, nothing.
     """
     from pathlib import Path
 
@@ -445,7 +446,7 @@ def report(app: Application, prometheus: str | None, out: str | None, as_json: b
     metrics = collect_run_metrics(app.client, name, prometheus=prometheus, progress=app.progress)
     target = Path(out) if out else Path(f"fsdp-report-{metrics.run}")
     files = write_report(metrics, target)
-    cost = _report_cost(app, name)
+    cost = _report_cost(app, name or metrics.run)
     if as_json:
         app.echo_json(
             {"summary": metrics.summary(), "files": files.to_dict(), "cost": cost.to_dict() if cost else None}
@@ -464,14 +465,19 @@ def report(app: Application, prometheus: str | None, out: str | None, as_json: b
 
 
 def _report_cost(app: Application, name: str | None) -> Any:
-    """The run's cost for its report (:class:`fsdp_sdk.costs.JobCost`); None when the job is gone."""
+    """The run's cost for its report (:class:`fsdp_sdk.costs.JobCost`), chosen as ``collect_run_metrics`` chooses
+    the run: a local run costs nothing; a Kubernetes job's is read from its status (None when it is gone)."""
     from fsdp_sdk.errors import FsdpSdkError
 
     client = app.client
-    if client.backend.runs_jobs:
+    if client.backend.runs_jobs and not (client.config.cluster.kubeconfig or app.kubeconfig):
         from fsdp_sdk.costs import JobCost
 
-        return JobCost(0.0, client.config.job.num_workers, 0.0, 0.0, local=True)
+        run = next((r for r in client.runs() if r.run_id == name), None)
+        if run is None:
+            return JobCost(0.0, client.config.job.num_workers, 0.0, 0.0, local=True)
+        nodes = getattr(run, "nodes", client.config.job.num_workers)  # the local backend's records have it
+        return JobCost(0.0, int(nodes), run.duration_s / 3600, 0.0, local=True)
     try:
         return client.job_cost(client.jobs.status(name))
     except FsdpSdkError:
