@@ -437,12 +437,15 @@ class Client:
         entries = read_ledger(self.config.cluster.state_dir, self.config.cluster.name)
         return cluster_cost(entries, now=now or dt.datetime.now(dt.timezone.utc), nodes_now=nodes_now)
 
-    def job_cost(self, job: JobStatus, *, now: dt.datetime | None = None) -> JobCost:
+    def job_cost(
+        self, job: JobStatus, *, now: dt.datetime | None = None, usd_per_node_hour: float | None = None
+    ) -> JobCost:
         """What a Kubernetes job has cost: its nodes x its hours (creation to end, or now) x the price of a node-hour
         (:meth:`hourly_price`, the plan's source).
 
         :param job: the job's status (``client.jobs.status(name)``).
         :param now: the time to count to for a job still running (default: now).
+        :param usd_per_node_hour: the price to use (default: :meth:`hourly_price`'s; pass it to price many jobs).
         """
         import datetime as dt
 
@@ -452,9 +455,8 @@ class Client:
             nodes=job.nodes or self.config.job.num_workers,
             started=parse_time(job.created),
             ended=parse_time(job.completed),
-            usd_per_node_hour=self.hourly_price().usd_per_hour,
+            usd_per_node_hour=usd_per_node_hour if usd_per_node_hour is not None else self.hourly_price().usd_per_hour,
             now=now or dt.datetime.now(dt.timezone.utc),
-            local=self.backend.runs_jobs,
         )
 
     def kubeconfig(self) -> Path | None:

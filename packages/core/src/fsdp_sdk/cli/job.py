@@ -298,15 +298,22 @@ def status(app: Application, as_json: bool, name: str | None) -> None:
 @json_option
 @click.pass_obj
 def list_jobs(app: Application, as_json: bool) -> None:
-    """List the jobs of the configured kind in the namespace."""
+    """List the jobs of the configured kind in the namespace, with what each has cost so far (its nodes x hours x
+    the on-demand price of a node-hour)."""
     from fsdp_sdk.cli.output import table
 
-    jobs = app.client.jobs.list()
+    client = app.client
+    jobs = client.jobs.list()
+    price = client.hourly_price().usd_per_hour if jobs else None
+    costs = [client.job_cost(j, usd_per_node_hour=price) for j in jobs]
     if as_json:
-        app.echo_json([j.to_dict() for j in jobs])
+        app.echo_json([{**j.to_dict(), "cost": c.to_dict()} for j, c in zip(jobs, costs, strict=True)])
         return
-    rows = [(j.name, j.phase, sum(c.get("active", 0) for c in j.replicas.values()), j.rdzv_id, j.created) for j in jobs]
-    click.echo(table(["name", "phase", "active", "rdzv id", "created"], rows))
+    rows = [
+        (j.name, j.phase, sum(c.get("active", 0) for c in j.replicas.values()), j.rdzv_id, j.created, cost.text())
+        for j, cost in zip(jobs, costs, strict=True)
+    ]
+    click.echo(table(["name", "phase", "active", "rdzv id", "created", "cost"], rows))
 
 
 @job.command(short_help="Print the leader's log (or every worker's).")
