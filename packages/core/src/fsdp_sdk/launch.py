@@ -209,10 +209,7 @@ def plan_launch(
     :raises ConfigError: an invalid setting, or a job that will not fit (unless ``force``), or a job of that name
         still running.
     """
-    settings = parse_trainer_args(trainer_args)
-    job_client = derived_client(client, settings)
-    if settings:  # refuse a bad trainer option now, not after the cluster is up
-        job_client.config.resolved(job_client.loaded_plugins)
+    job_client = derived_client(client, parse_trainer_args(trainer_args))  # a bad trainer option: refused here
     backend = client.backend
     cluster = client.config.cluster
     if backend.runs_jobs:
