@@ -168,7 +168,7 @@ def test_status_shows_node_groups_and_add_ons_as_tables(
 ) -> None:
     loopback = apiserver.write_kubeconfig(tmp_path / "loopback")
     flags = ("--backend", "eksctl", "--set", f"cluster.kubeconfig={loopback}")
-    code, _, err = cli(capsys, "up", *flags)
+    code, _, err = cli(capsys, "up", "--yes", *flags)
     assert code == 0, err
     code, out, err = cli(capsys, "status", *flags)
     assert code == 0, err
@@ -210,3 +210,15 @@ def test_up_dry_run_shows_the_whole_plan_when_a_check_fails_and_exits_1(
     assert "On-demand cost: $55.38/hour" in lines
     assert lines[-1] == "'fsdp-sdk up' would stop: 1 preflight check(s) failed (dry run: nothing changed)"
     assert tools.eksctl() == [] and aws_resources() == {"clusters": [], "nodegroups": [], "stacks": []}
+
+
+def test_up_asks_before_creating_a_cluster_and_refuses_without_a_terminal(
+    eksctl_env: Path, tools: Tools, answers: AwsAnswers, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = cli(capsys, "up", "--backend", "eksctl")
+    assert code == 2
+    error = err.strip().splitlines()[-1]
+    assert error.startswith("Error: --yes: create cluster 'fsdp-sdk' (eksctl) ($")
+    assert error.endswith("/hour) needs a confirmation; pass --yes to go ahead without a prompt")
+    assert "On-demand cost: $" in err  # the plan with its hourly cost came first
+    assert tools.eksctl() == [] and aws_resources()["clusters"] == []

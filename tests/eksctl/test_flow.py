@@ -1,6 +1,7 @@
 """``up`` -> ``run`` -> ``down`` through the CLI with the eksctl backend: the recording eksctl creates and deletes the
 cluster in moto, the loopback API server is the cluster's Kubernetes (``cluster.kubeconfig`` points jobs at it),
-and a thread plays the Training Operator: it starts the job's pods and moves the job to Succeeded."""
+and a thread plays the Training Operator: it starts the job's pods and moves the job to Succeeded. The GPU nodes are
+scaled to 0 before the run (what the idle scale-to-zero controller does): ``run`` scales them back up."""
 
 from __future__ import annotations
 
@@ -67,11 +68,14 @@ def test_up_run_down(
     monkeypatch.setenv("FSDP_SDK_CLUSTER__KUBECONFIG", str(loopback))
     monkeypatch.setenv("FSDP_SDK_JOB__REGISTRY", "123456789012.dkr.ecr.us-west-2.amazonaws.com")
 
-    code, out, err = cli(capsys, "up")
+    code, out, err = cli(capsys, "up", "--yes")
     assert code == 0, err
     assert "state: ready" in out.splitlines()
     assert apiserver.get("apps/v1", "Deployment", "etcd") is not None
     assert apiserver.get("apps/v1", "DaemonSet", "nvidia-device-plugin", namespace="kube-system") is not None
+
+    code, out, err = cli(capsys, "scale", "0")  # as the idle scale-to-zero controller would: run scales back up
+    assert code == 0, err
 
     stop = threading.Event()
     operator = threading.Thread(target=play_the_operator, args=(apiserver, stop), daemon=True)
@@ -82,6 +86,7 @@ def test_up_run_down(
         stop.set()
         operator.join(timeout=10)
     assert code == 0, err
+    err_run = err
     result = json.loads(out.strip().splitlines()[-1])
     assert result.pop("run_id") and result.pop("output_dir") is None  # a cluster run's outputs live in the pods
     assert result == SUMMARY
@@ -108,4 +113,11 @@ def test_up_run_down(
     assert "state: absent" in out
     assert aws_resources() == {"clusters": [], "nodegroups": [], "stacks": []}
     assert not (eksctl_env / "eksctl" / "fsdp-sdk").exists()
-    assert [argv[:2] for argv in tools.eksctl()] == [["create", "cluster"], ["delete", "cluster"]]
+    assert [argv[:2] for argv in tools.eksctl()] == [
+        ["create", "cluster"],
+        ["scale", "nodegroup"],
+        ["scale", "nodegroup"],
+        ["delete", "cluster"],
+    ]
+    assert [argv[argv.index("--nodes") + 1] for argv in tools.eksctl()[1:3]] == ["0", "2"]
+    assert "the GPU nodes of cluster 'fsdp-sdk' are at 0: scaling them to 2" in err_run

@@ -88,6 +88,7 @@ def test_job_report_of_a_local_run(isolated: Path, capsys: Any) -> None:
     result = json.loads(out)
     assert result["summary"]["run"] == "run42" and result["summary"]["source"].startswith("metrics.jsonl")
     assert Path(result["files"]["html"]).is_file()
+    assert result["cost"]["local"] is True and result["cost"]["usd"] == 0.0  # a local run: nothing billed
     code, _, err = cli(capsys, "job", "report", "nope", "--backend", "local")
     assert code == 2 and "no local run 'nope'" in err and "recent runs:" in err
 
@@ -122,4 +123,5 @@ def test_job_report_reads_the_leader_log_without_prometheus(
     assert code == 0, err
     assert "kubectl" in err and "reading the leader's log" in err  # why Prometheus was not used
     assert "run train: 12 steps, 1,075.0 tokens/s per GPU" in out and "the leader's log of job default/train" in out
+    assert "cost: " not in out  # the job itself is gone (only its pods are left): no figure rather than a wrong one
     assert (isolated / "r" / "report.html").is_file()

@@ -50,8 +50,8 @@ def alive(pid: int) -> bool:
 def test_up_twice_changes_nothing_the_second_time(
     eksctl_env: Path, tools: Tools, flags: tuple[str, ...], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert cli(capsys, "up", *flags)[0] == 0
-    code, out, err = cli(capsys, "up", *flags)
+    assert cli(capsys, "up", "--yes", *flags)[0] == 0
+    code, out, err = cli(capsys, "up", "--yes", *flags)
     assert code == 0, err
     assert "EKS cluster fsdp-sdk exists and matches the plan: nothing to change" in err
     assert "state: ready" in out.splitlines()
@@ -62,7 +62,7 @@ def test_up_twice_changes_nothing_the_second_time(
 def test_down_twice_is_not_an_error(
     eksctl_env: Path, tools: Tools, flags: tuple[str, ...], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert cli(capsys, "up", *flags)[0] == 0
+    assert cli(capsys, "up", "--yes", *flags)[0] == 0
     code, out, err = cli(capsys, "down", "--dry-run", *flags)
     assert code == 0 and "dry run: nothing changed" in out
     assert f"would delete EKS cluster fsdp-sdk in us-west-2: eksctl {' '.join(DELETE)} --timeout 40m" in err
@@ -84,7 +84,7 @@ def test_down_after_a_failed_up_deletes_what_it_left(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("FAKE_EKSCTL_FAULT", "create-fails")
-    code, _, err = cli(capsys, "up", *flags)
+    code, _, err = cli(capsys, "up", "--yes", *flags)
     error = err.strip().splitlines()[-1]  # stderr also carries the plan and eksctl's streamed output
     assert code == 1 and error.startswith("Error: eksctl exited with status 1 while it tried to create the EKS cluster")
     assert aws_resources() == {"clusters": [], "nodegroups": [], "stacks": ["eksctl-fsdp-sdk-cluster"]}
@@ -107,9 +107,9 @@ def test_up_after_a_failed_up_cleans_up_then_creates(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("FAKE_EKSCTL_FAULT", "create-fails")
-    assert cli(capsys, "up", *flags)[0] == 1
+    assert cli(capsys, "up", "--yes", *flags)[0] == 1
     monkeypatch.delenv("FAKE_EKSCTL_FAULT")
-    code, _, err = cli(capsys, "up", *flags)
+    code, _, err = cli(capsys, "up", "--yes", *flags)
     assert code == 0, err
     assert "an earlier 'up' of fsdp-sdk stopped half-way and left eksctl-fsdp-sdk-cluster (CREATE_COMPLETE)" in err
     assert [argv[:2] for argv in tools.eksctl()] == [
@@ -133,11 +133,11 @@ def test_up_waits_while_cloudformation_still_works_on_a_stack(
 
     monkeypatch.setattr(EksctlBackend, "poll_s", 0.0)
     monkeypatch.setenv("FAKE_EKSCTL_FAULT", "create-fails")
-    assert cli(capsys, "up", *flags)[0] == 1
+    assert cli(capsys, "up", "--yes", *flags)[0] == 1
     monkeypatch.delenv("FAKE_EKSCTL_FAULT")
     # the stack of the interrupted run is still rolling back for two more looks
     answers.stack_states = [{"eksctl-fsdp-sdk-cluster": "ROLLBACK_IN_PROGRESS"}] * 2
-    code, _, err = cli(capsys, "up", *flags)
+    code, _, err = cli(capsys, "up", "--yes", *flags)
     assert code == 0, err
     assert err.count("waiting for eksctl-fsdp-sdk-cluster ROLLBACK_IN_PROGRESS to finish") == 2
     assert [argv[:2] for argv in tools.eksctl()] == [
@@ -159,7 +159,7 @@ def _interrupt_up(tools: Tools, flags: tuple[str, ...], capsys: pytest.CaptureFi
 
     presser = threading.Thread(target=press_ctrl_c, daemon=True)
     presser.start()
-    code, _, err = cli(capsys, "up", *flags)
+    code, _, err = cli(capsys, "up", "--yes", *flags)
     presser.join(timeout=10)
     return code, err
 
@@ -196,7 +196,7 @@ def test_a_second_command_on_a_busy_cluster_is_refused(
     eksctl_env: Path, tools: Tools, flags: tuple[str, ...], capsys: pytest.CaptureFixture[str]
 ) -> None:
     with StateDir.of(eksctl_env, "fsdp-sdk").lock("up"):
-        code, _, err = cli(capsys, "up", *flags)
+        code, _, err = cli(capsys, "up", "--yes", *flags)
     assert code == 1
     assert err.strip().splitlines()[-1] == (
         f"Error: eksctl: cluster fsdp-sdk is busy ('fsdp-sdk up' in pid {os.getpid()}); wait for it to finish, "

@@ -139,7 +139,7 @@ def test_up_run_status_scale_down_through_the_cli(project: Path, apiserver, caps
 
     quota(checks=1, prices=1)  # up plans and checks; run and a smaller scale check nothing on AWS
 
-    code, out, err = _cli(capsys, "up", "-c", "cluster.yaml", "--json")
+    code, out, err = _cli(capsys, "up", "-c", "cluster.yaml", "--yes", "--json")
     assert code == 0, err
     status = json.loads(out)
     assert status["state"] == "ready" and status["nodes"] == 2

@@ -40,16 +40,20 @@ from fsdp_sdk.preflight import PreflightResult, raise_for_failures
 from fsdp_sdk.resolved import Resolved
 
 if TYPE_CHECKING:
+    import datetime as dt
+
     from fsdp_sdk.aws.pricing import Price
+    from fsdp_sdk.costs import ClusterCost, JobCost
     from fsdp_sdk.estimate import Estimate
     from fsdp_sdk.instance_types import InstanceType
     from fsdp_sdk.k8s.cluster_objects import Prerequisite
     from fsdp_sdk.k8s.image import ImageBuild, ImagePush
-    from fsdp_sdk.k8s.jobs import JobClient
+    from fsdp_sdk.k8s.jobs import JobClient, JobStatus
     from fsdp_sdk.k8s.monitoring import Monitoring
     from fsdp_sdk.k8s.prereqs import Prereqs, PrereqStatus
+    from fsdp_sdk.launch import LaunchPlan, LaunchResult
     from fsdp_sdk.monitoring import MonitoringComponent
-    from fsdp_sdk.runner import DryRun, JobRunner
+    from fsdp_sdk.runner import DryRun, JobRunner, RunStatus
     from fsdp_sdk.runs import JobRef, RecordedRun, RunEvent, RunResult
 
 __all__ = ["Client", "JobLayer", "parse_trainer_args"]
@@ -295,6 +299,15 @@ class Client:
             steps.append(f"write the cluster's kubeconfig under {config.cluster.state_dir}")
             steps += [step for p in prerequisites for step in p.steps]
             objects = [dict(o) for p in prerequisites for o in p.objects]
+            from fsdp_sdk.k8s.idle import render_idle_controller
+
+            idle = render_idle_controller(config)
+            if idle:
+                objects += idle
+                steps.append(
+                    "install the idle scale-to-zero controller: the GPU nodes go to 0 after "
+                    f"{config.cluster.idle_scale_to_zero_minutes} minutes without a training pod"
+                )
         cost, details = plan.hourly_cost_usd, dict(plan.details)
         if any(r.check == "aws-credentials" and r.ok for r in results):
             # The backend priced the GPU nodes from the table (us-east-1, dated); AWS answers for this region.
@@ -340,6 +353,11 @@ class Client:
         status = self.backend.apply(config, plan, progress=self.progress)
         if not self.backend.runs_jobs:
             self._prepare(config, plan)
+            if config.cluster.idle_scale_to_zero_minutes:
+                from fsdp_sdk.k8s.idle import install_identity
+
+                install_identity(config, progress=self.progress)
+            self._record_cost("up", config, status.nodes, plan)
         self.loaded_plugins.hooks.cluster_created(config, status)
         return status
 
@@ -379,7 +397,10 @@ class Client:
         current = self.backend.status(self.config)
         if not dry_run and current.state != "absent":
             self.loaded_plugins.hooks.before_cluster_delete(self.config, current)
-        return self.backend.down(self.config, dry_run=dry_run, progress=self.progress)
+        status = self.backend.down(self.config, dry_run=dry_run, progress=self.progress)
+        if not dry_run and current.state != "absent" and not self.backend.runs_jobs:
+            self._record_cost("down", self.config, 0)
+        return status
 
     def scale(self, nodes: int, *, dry_run: bool = False) -> ClusterStatus:
         """Change the number of nodes.
@@ -407,7 +428,10 @@ class Client:
                 if not result.ok and not result.blocking:
                     self.progress(result.line())
             raise_for_failures(results)
-        return self.backend.scale(self.config, nodes, dry_run=dry_run, progress=self.progress)
+        status = self.backend.scale(self.config, nodes, dry_run=dry_run, progress=self.progress)
+        if not dry_run and not self.backend.runs_jobs:
+            self._record_cost("scale", self.config, nodes)
+        return status
 
     def status(self) -> ClusterStatus:
         """The cluster's current state; for an EKS cluster, also when its Kubernetes version leaves standard
@@ -433,6 +457,85 @@ class Client:
                 f"Kubernetes {version}: past EKS extended support since {release.end_of_extended}; upgrade the cluster"
             )
         return dataclasses.replace(status, details={**status.details, "kubernetes_support": said})
+
+    def _record_cost(self, event: str, config: Config, nodes: int, plan: Plan | None = None) -> None:
+        """Add a line to the cluster's cost ledger (:mod:`fsdp_sdk.costs`): the nodes from now on, at which prices."""
+        import datetime as dt
+
+        from fsdp_sdk.costs import LedgerEntry, read_ledger, record
+
+        cluster, state_dir = config.cluster.name, config.cluster.state_dir
+        previous = read_ledger(state_dir, cluster)
+        if plan is not None:
+            price = self.hourly_price().usd_per_hour if "price" in plan.details else None
+            if price is None:
+                price = self.resolved.instance.on_demand_usd_per_hour
+            total = plan.hourly_cost_usd
+            fixed = total - price * config.cluster.nodes if total is not None and price is not None else 0.0
+        elif previous:
+            price, fixed = previous[-1].usd_per_node_hour, previous[-1].fixed_usd_per_hour
+        else:
+            price, fixed = self.resolved.instance.on_demand_usd_per_hour, 0.0
+        entry = LedgerEntry(
+            dt.datetime.now(dt.timezone.utc), event, nodes, price, max(0.0, fixed), config.cluster.instance_type
+        )
+        try:
+            record(state_dir, cluster, entry)
+        except OSError as error:
+            self.progress(f"could not record the cost ledger: {error}")
+
+    def cost(self, *, now: dt.datetime | None = None, nodes_now: int | None = None) -> ClusterCost:
+        """What the cluster has cost since ``up`` (GPU node-hours x the plan's price, plus the control plane and
+        system nodes), and per hour now; see :mod:`fsdp_sdk.costs`.
+
+        :param now: the time to count to (default: now).
+        :param nodes_now: the GPU nodes observed now (``status().nodes``), for the hourly rate: the idle controller
+            may have scaled them to 0 since the ledger's last entry.
+        """
+        import datetime as dt
+
+        from fsdp_sdk.costs import ClusterCost, cluster_cost, read_ledger
+
+        if self.backend.runs_jobs:
+            return ClusterCost(0.0, 0.0, 0.0, None, 0.0)
+        entries = read_ledger(self.config.cluster.state_dir, self.config.cluster.name)
+        return cluster_cost(entries, now=now or dt.datetime.now(dt.timezone.utc), nodes_now=nodes_now)
+
+    def job_cost(
+        self, job: JobStatus | RunStatus, *, now: dt.datetime | None = None, usd_per_node_hour: float | None = None
+    ) -> JobCost:
+        """What a job has cost: its nodes x its hours (creation to end, or now) x the price of a node-hour
+        (:meth:`hourly_price`, the plan's source); a local run costs nothing.
+
+        :param job: the job's status (``client.jobs.status(name)``, or the runner's ``status(name)``).
+        :param now: the time to count to for a job still running (default: now).
+        :param usd_per_node_hour: the price to use (default: :meth:`hourly_price`'s; pass it to price many jobs).
+        """
+        import datetime as dt
+
+        from fsdp_sdk.costs import job_cost, parse_time
+        from fsdp_sdk.runner import RunStatus
+
+        facts = dict(job.details) if isinstance(job, RunStatus) else job.to_dict()
+        nodes = int(facts.get("nodes") or self.config.job.num_workers)
+        now = now or dt.datetime.now(dt.timezone.utc)
+        if isinstance(job, RunStatus) and job.backend == "local":
+            started, ended = facts.get("started_at"), facts.get("ended_at")
+            return job_cost(
+                nodes=nodes,
+                started=dt.datetime.fromtimestamp(started, dt.timezone.utc) if started else None,
+                ended=dt.datetime.fromtimestamp(ended, dt.timezone.utc) if ended else None,
+                usd_per_node_hour=None,
+                now=now,
+                local=True,
+            )
+        return job_cost(
+            nodes=nodes,
+            started=parse_time(facts.get("created")),
+            ended=parse_time(facts.get("completed")),
+            usd_per_node_hour=usd_per_node_hour if usd_per_node_hour is not None else self.hourly_price().usd_per_hour,
+            now=now,
+        )
 
     def kubeconfig(self) -> Path | None:
         """The kubeconfig jobs use: the one given to the client, else ``cluster.kubeconfig``, else the backend's (when
@@ -856,6 +959,64 @@ class Client:
             return
         self.progress(f"{have}: scaling it to {workers} nodes first")
         self.scale(workers)
+
+    def launch_plan(
+        self,
+        *,
+        trainer_args: Sequence[str] = (),
+        down: bool = False,
+        force: bool = False,
+        tokens: float | None = None,
+        trainer_src: str | os.PathLike[str] | None = None,
+        build_args: Mapping[str, str] | None = None,
+    ) -> LaunchPlan:
+        """What :meth:`launch` will do, and at what cost (see :func:`fsdp_sdk.launch.plan_launch`); changes nothing."""
+        from fsdp_sdk.launch import plan_launch
+
+        return plan_launch(
+            self,
+            trainer_args=trainer_args,
+            down=down,
+            force=force,
+            tokens=tokens,
+            trainer_src=Path(trainer_src) if trainer_src else None,
+            build_args=build_args,
+        )
+
+    def launch(
+        self,
+        plan: LaunchPlan | None = None,
+        *,
+        trainer_src: str | os.PathLike[str] | None = None,
+        build_args: Mapping[str, str] | None = None,
+        tool: str | None = None,
+        force: bool = False,
+        on_output: Callable[[str], None] | None = None,
+        on_event: Callable[[RunEvent], None] | None = None,
+        on_submitted: Callable[[JobRef], None] | None = None,
+        on_finished: Callable[[RunResult | None, BaseException | None], None] | None = None,
+    ) -> LaunchResult:
+        """From zero to a finished job: the cluster (``up``, or its GPU nodes scaled back up), the prerequisites,
+        the image (built and pushed only when its content changed), the job submitted and followed, and the cluster
+        deleted after it when the plan says ``down`` (see :func:`fsdp_sdk.launch.launch`).
+
+        :param plan: from :meth:`launch_plan` (default: a fresh one).
+        """
+        from fsdp_sdk.launch import launch
+
+        plan = plan or self.launch_plan(force=force, trainer_src=trainer_src, build_args=build_args)
+        return launch(
+            self,
+            plan,
+            trainer_src=Path(trainer_src) if trainer_src else None,
+            build_args=build_args,
+            tool=tool,
+            force=force,
+            on_output=on_output,
+            on_event=on_event,
+            on_submitted=on_submitted,
+            on_finished=on_finished,
+        )
 
     # ------------------------------------------------------------------ estimates
 

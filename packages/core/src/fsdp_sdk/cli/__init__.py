@@ -34,6 +34,7 @@ COMMANDS: dict[str, str] = {
     "scale": "fsdp_sdk.cli.scale:scale",
     "status": "fsdp_sdk.cli.status:status",
     "run": "fsdp_sdk.cli.run:run",
+    "launch": "fsdp_sdk.cli.launch:launch",
     "runs": "fsdp_sdk.cli.runs:runs",
     "plugins": "fsdp_sdk.cli.plugins:plugins",
     "instance-types": "fsdp_sdk.cli.instance_types:instance_types",

@@ -327,16 +327,19 @@ def _print_status(status: RunStatus) -> None:
 @_name_argument
 @click.pass_obj
 def status(app: Application, as_json: bool, name: str | None) -> None:
-    """Show the job's phase (Created, Running, Restarting, Succeeded, Failed) and replica counts.
+    """Show the job's phase (Created, Running, Restarting, Succeeded, Failed), replica counts, and what it has
+    cost so far (its nodes x its hours x the on-demand price of a node-hour, the plan's price source).
 
     On the local backend NAME is a run id (default: the latest run): its state
-    (Running, Succeeded, Failed, Interrupted, Lost), steps and cause of failure.
+    (Running, Succeeded, Failed, Interrupted, Lost), steps and cause of failure; a local run costs nothing.
     """
     result = _runner(app, name).status(name)
+    cost = app.client.job_cost(result)
     if as_json:
-        app.echo_json(result.to_dict())
+        app.echo_json({**result.to_dict(), "cost": cost.to_dict()})
     else:
         _print_status(result)
+        click.echo(cost.line())
 
 
 @job.command("list", short_help="List the jobs in the namespace (local runs too).")
@@ -346,16 +349,20 @@ def status(app: Application, as_json: bool, name: str | None) -> None:
 @json_option
 @click.pass_obj
 def list_jobs(app: Application, as_json: bool) -> None:
-    """List the jobs of the configured kind in the namespace.
+    """List the jobs of the configured kind in the namespace, with what each has cost so far (its nodes x hours x
+    the on-demand price of a node-hour).
 
     On the local backend: the local runs (oldest first), with their state and steps.
     """
     from fsdp_sdk.cli.output import table
 
+    client = app.client
     runner = _runner(app, None)
     jobs = runner.list()
+    price = client.hourly_price().usd_per_hour if jobs and runner.kind != "local" else None
+    costs = [client.job_cost(j, usd_per_node_hour=price) for j in jobs]
     if as_json:
-        app.echo_json([j.to_dict() for j in jobs])
+        app.echo_json([{**j.to_dict(), "cost": c.to_dict()} for j, c in zip(jobs, costs, strict=True)])
         return
     if runner.kind == "local":
         rows: list[tuple[Any, ...]] = [
@@ -370,10 +377,11 @@ def list_jobs(app: Application, as_json: bool) -> None:
             sum(c.get("active", 0) for c in (j.details.get("replicas") or {}).values()),
             j.details.get("rdzv_id"),
             j.details.get("created"),
+            cost.text(),
         )
-        for j in jobs
+        for j, cost in zip(jobs, costs, strict=True)
     ]
-    click.echo(table(["name", "phase", "active", "rdzv id", "created"], rows))
+    click.echo(table(["name", "phase", "active", "rdzv id", "created", "cost"], rows))
 
 
 def _steps(details: Any) -> str | None:
@@ -518,6 +526,7 @@ def report(app: Application, prometheus: str | None, out: str | None, as_json: b
     NAME is a job name (Kubernetes; default job.name) or, on the local backend, a run id (default: the
     latest run). The metrics come from Prometheus when there is one (the trainer's endpoint and the DCGM
     exporter), else from the trainer's per-step JSON (metrics.jsonl of a local run, the leader's log).
+    It also says what the run cost: a job's nodes x hours x the on-demand price of a node-hour; a local run, nothing.
     """
     from pathlib import Path
 
@@ -527,8 +536,11 @@ def report(app: Application, prometheus: str | None, out: str | None, as_json: b
     metrics = collect_run_metrics(app.client, name, prometheus=prometheus, progress=app.progress)
     target = Path(out) if out else Path(f"fsdp-report-{metrics.run}")
     files = write_report(metrics, target)
+    cost = _report_cost(app, name or metrics.run)
     if as_json:
-        app.echo_json({"summary": metrics.summary(), "files": files.to_dict()})
+        app.echo_json(
+            {"summary": metrics.summary(), "files": files.to_dict(), "cost": cost.to_dict() if cost else None}
+        )
         return
     train = metrics.summary()["training"]
     tps = train["tokens_per_s_per_gpu"]
@@ -537,4 +549,26 @@ def report(app: Application, prometheus: str | None, out: str | None, as_json: b
         + (f"{tps:,.1f} tokens/s per GPU, " if tps is not None else "")
         + f"final loss {train['final_loss']}; metrics from {metrics.source}"
     )
+    if cost is not None:
+        click.echo(cost.line())
     click.echo(f"wrote {files.html}")
+
+
+def _report_cost(app: Application, name: str | None) -> Any:
+    """The run's cost for its report (:class:`fsdp_sdk.costs.JobCost`), chosen as ``collect_run_metrics`` chooses
+    the run: a local run costs nothing; a Kubernetes job's is read from its status (None when it is gone)."""
+    from fsdp_sdk.errors import FsdpSdkError
+
+    client = app.client
+    if client.backend.runs_jobs and not (client.config.cluster.kubeconfig or app.kubeconfig):
+        from fsdp_sdk.costs import JobCost
+
+        run = next((r for r in client.runs() if r.run_id == name), None)
+        if run is None:
+            return JobCost(0.0, client.config.job.num_workers, 0.0, 0.0, local=True)
+        nodes = getattr(run, "nodes", client.config.job.num_workers)  # the local backend's records have it
+        return JobCost(0.0, int(nodes), run.duration_s / 3600, 0.0, local=True)
+    try:
+        return client.job_cost(client.jobs.status(name))
+    except FsdpSdkError:
+        return None

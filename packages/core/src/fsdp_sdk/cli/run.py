@@ -105,6 +105,10 @@ def run(
     display = TerminalDisplay() if terminal else PlainDisplay(output_to_stderr=as_json)
     app.progress_sink = display.progress
     client = app.client
+    if not dry_run:
+        from fsdp_sdk.launch import ensure_gpu_nodes
+
+        ensure_gpu_nodes(client)  # scaled to 0 by the idle controller: back to cluster.nodes
     started: list[str] = []
     began = time.monotonic()
     try:

@@ -20,12 +20,12 @@ def runs(app: Application, as_json: bool) -> None:
     \b
     STATE is running, succeeded, failed, interrupted (Ctrl-C or SIGTERM), or lost
     (its fsdp-sdk process was killed). 'fsdp-sdk run --resume ID' continues a run
-    from its latest checkpoint. With --json, a list of objects (run_id, state,
-    steps, total_steps, final_loss, tokens_per_s, duration_s, output_dir, error...).
+    from its latest checkpoint. COST is "local": runs on this machine are not billed. With --json, a list of objects (run_id, state,
+    steps, total_steps, final_loss, tokens_per_s, duration_s, output_dir, error, cost...).
     """
     records = app.client.runs()
     if as_json:
-        app.echo_json([r.to_dict() for r in records])
+        app.echo_json([{**r.to_dict(), "cost": {"usd": 0.0, "local": True}} for r in records])
         return
     if not records:
         click.echo("no runs yet ('fsdp-sdk run' starts one)")
@@ -38,8 +38,9 @@ def runs(app: Application, as_json: bool) -> None:
             f"{r.final_loss:.4f}" if isinstance(r.final_loss, (int, float)) else None,
             f"{r.tokens_per_s:,.0f}" if isinstance(r.tokens_per_s, (int, float)) else None,
             format_duration(r.duration_s),
+            "local",
             r.output_dir,
         )
         for r in records
     ]
-    click.echo(table(["id", "state", "steps", "loss", "tokens/s", "duration", "directory"], rows))
+    click.echo(table(["id", "state", "steps", "loss", "tokens/s", "duration", "cost", "directory"], rows))

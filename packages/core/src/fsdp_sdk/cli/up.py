@@ -61,10 +61,20 @@ def _echo_plan(plan: Plan, echo: Callable[[str], None] = click.echo) -> None:
     help="Also add the cluster to ~/.kube/config and make it the current context (by default its kubeconfig "
     "stays under the state directory).",
 )
+@click.option(
+    "--idle-scale-to-zero",
+    type=click.IntRange(min=1),
+    metavar="MINUTES",
+    expose_value=False,
+    callback=setting("cluster.idle_scale_to_zero_minutes"),
+    help="Install a controller that scales the GPU nodes to 0 after MINUTES without a training pod "
+    "(cluster.idle_scale_to_zero_minutes); 'launch' and 'run' scale them back up.",
+)
+@click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation before creating paid resources.")
 @dry_run_option
 @json_option
 @click.pass_obj
-def up(app: Application, update_kubeconfig: bool, dry_run: bool, as_json: bool) -> None:
+def up(app: Application, update_kubeconfig: bool, yes: bool, dry_run: bool, as_json: bool) -> None:
     """Plan the cluster the configuration describes, then create it as planned, or confirm it is up.
 
     The preflight checks run first (credentials, quotas, zones, reservations: they read, never change).
@@ -72,7 +82,8 @@ def up(app: Application, update_kubeconfig: bool, dry_run: bool, as_json: bool) 
     device plugins and their versions, hourly cost, the documents it would apply), even when a check fails
     (exit status 1 when one would stop 'up'), and changes nothing
     (backends with a planning tool of their own run it read-only: the terraform backend runs 'terraform plan');
-    without, applies exactly that plan, then makes a Kubernetes cluster ready for jobs (kubeconfig, etcd,
+    without, asks for a confirmation with the hourly cost before creating a cluster (--yes skips it; without a
+    terminal --yes is required), then applies exactly that plan, then makes a Kubernetes cluster ready for jobs (kubeconfig, etcd,
     the Kubeflow Training Operator, monitoring when observability.enabled). On the local backend this
     starts etcd as a daemon and records it in <cluster.state_dir>/local/state.json.
     """
@@ -98,6 +109,10 @@ def up(app: Application, update_kubeconfig: bool, dry_run: bool, as_json: bool) 
     from fsdp_sdk.cli.run_display import live_progress
 
     _echo_plan(plan, app.progress)
+    if not yes and not client.backend.runs_jobs and client.status().state == "absent":
+        from fsdp_sdk.cli.launch import confirm
+
+        confirm(f"create cluster {plan.cluster!r} ({plan.backend})", plan.hourly_cost_usd, yes=yes)
     with live_progress(app, "creating the cluster", enabled=not as_json):
         status = client.up(plan)
         if update_kubeconfig:

@@ -240,6 +240,9 @@ class ClusterConfig(Fields):
     """Kubernetes version of the control plane (default: the newest in EKS standard support, ``fsdp-sdk versions``)."""
     efa: bool = True
     """Whether to enable Elastic Fabric Adapter networking on the nodes."""
+    idle_scale_to_zero_minutes: int | None = field(default=None, metadata=_positive(30))
+    """Scale the GPU nodes to 0 after this many minutes without a training pod (an in-cluster CronJob that ``up``
+    installs); ``launch`` and ``run`` scale them back up. Unset: the nodes stay until ``scale`` or ``down``."""
     kubeconfig: Path | None = None
     """A kubeconfig file to reach the cluster with, instead of the one the backend writes (behind a proxy, with
     your own authentication, or a cluster the backend did not create)."""

@@ -51,8 +51,11 @@ __all__ = [
     "ImagePush",
     "build_args",
     "build_image",
+    "content_tag",
+    "ecr_registry",
     "find_build_tool",
     "find_trainer_source",
+    "image_in_ecr",
     "prepare_context",
     "push_image",
     "render_dockerfile",
@@ -236,6 +239,40 @@ def prepare_context(context: Path, trainer_src: Path, build_args: Mapping[str, s
     return dockerfile
 
 
+_CONTEXT_IGNORED = ("__pycache__", "*.pyc", "*.egg-info", ".pytest_cache", "build", "dist")
+
+
+def _context_files(trainer_src: Path) -> list[Path]:
+    """The trainer files :func:`prepare_context` copies, in a stable order."""
+    import fnmatch
+
+    files = [
+        trainer_src / item for item in ("pyproject.toml", "README.md", "LICENSE") if (trainer_src / item).is_file()
+    ]
+    for root, dirs, names in os.walk(trainer_src / "src"):
+        dirs[:] = sorted(d for d in dirs if not any(fnmatch.fnmatch(d, p) for p in _CONTEXT_IGNORED))
+        files += [Path(root) / n for n in sorted(names) if not any(fnmatch.fnmatch(n, p) for p in _CONTEXT_IGNORED)]
+    return files
+
+
+def content_tag(trainer_src: str | os.PathLike[str] | None = None, build_args: Mapping[str, str] | None = None) -> str:
+    """The image tag that names the build's content: ``src-`` and 16 hex digits of a SHA-256 over the Dockerfile
+    (with its build arguments) and every file of the trainer package that goes into the build context.
+
+    The same sources give the same tag, so an image already in the registry under it need not be built again.
+
+    :raises ConfigError: no trainer package (see :func:`find_trainer_source`).
+    """
+    import hashlib
+
+    source = find_trainer_source(trainer_src)
+    digest = hashlib.sha256(render_dockerfile(build_args).encode())
+    for path in _context_files(source):
+        digest.update(b"\0" + path.relative_to(source).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes())
+    return f"src-{digest.hexdigest()[:16]}"
+
+
 def find_build_tool(name: str | None = None) -> str:
     """The container tool to use: ``name`` if given, else the first of :data:`BUILD_TOOLS` on ``PATH``.
 
@@ -333,6 +370,48 @@ class ImagePush:
     dry_run: bool = False
 
 
+def ecr_registry(config: Config) -> tuple[str | None, str]:
+    """``(registry id, region)`` of ``job.registry``: ``(None, cluster.region)`` when it is unset (the account's).
+
+    :raises ConfigError: ``job.registry`` is not an Amazon ECR registry.
+    """
+    if not config.job.registry:
+        return None, config.cluster.region
+    match = _ECR_HOST.match(config.job.registry.strip().rstrip("/"))
+    if not match:
+        raise ConfigError(
+            "job.registry",
+            f"{config.job.registry!r} is not an Amazon ECR registry",
+            "use <account>.dkr.ecr.<region>.amazonaws.com, or push with your own tool",
+        )
+    return match.group(1), match.group(2)
+
+
+def image_in_ecr(config: Config, tag: str, *, ecr: Any = None) -> bool:
+    """Whether ECR holds ``<job.image>:<tag>`` in the registry :func:`push_image` would push to (read only).
+
+    A repository that does not exist yet holds nothing.
+
+    :raises ConfigError: ``job.registry`` is not an ECR registry.
+    :raises AwsError: ECR refused the request (access denied names the IAM action).
+    """
+    from fsdp_sdk.aws.session import aws_client, aws_errors, error_code
+
+    registry_id, region = ecr_registry(config)
+    ecr = ecr or aws_client("ecr", region)
+    request: dict[str, Any] = {"repositoryName": config.job.image, "imageIds": [{"imageTag": tag}]}
+    if registry_id:
+        request["registryId"] = registry_id
+    with aws_errors("ecr", f"look up the image {config.job.image}:{tag}"):
+        try:
+            found = ecr.describe_images(**request)
+        except Exception as error:
+            if error_code(error) in ("ImageNotFoundException", "RepositoryNotFoundException"):
+                return False
+            raise
+    return bool(found.get("imageDetails"))
+
+
 def push_image(
     config: Config,
     *,
@@ -355,17 +434,7 @@ def push_image(
     from fsdp_sdk.aws.session import aws_client, aws_errors, error_code
 
     chosen = find_build_tool(tool)
-    region = config.cluster.region
-    registry_id = None
-    if config.job.registry:
-        match = _ECR_HOST.match(config.job.registry.strip().rstrip("/"))
-        if not match:
-            raise ConfigError(
-                "job.registry",
-                f"{config.job.registry!r} is not an Amazon ECR registry",
-                "use <account>.dkr.ecr.<region>.amazonaws.com, or push with your own tool",
-            )
-        registry_id, region = match.group(1), match.group(2)
+    registry_id, region = ecr_registry(config)
     ecr = ecr or aws_client("ecr", region)
     repository = config.job.image
     with aws_errors("ecr", f"log in to ECR and find the repository {repository}"):

@@ -91,6 +91,10 @@ class JobStatus:
     rdzv_id: str | None = None
     rdzv_backend: str | None = None
     created: str | None = None
+    completed: str | None = None
+    """When the job ended (``status.completionTime``, else its last condition's time once it has ended)."""
+    nodes: int = 0
+    """Nodes (replicas) the job asked for; 0 when the object does not say."""
 
     @property
     def finished(self) -> bool:
@@ -114,6 +118,8 @@ class JobStatus:
             "rdzv_id": self.rdzv_id,
             "rdzv_backend": self.rdzv_backend,
             "created": self.created,
+            "completed": self.completed,
+            "nodes": self.nodes,
         }
 
     @classmethod
@@ -129,8 +135,14 @@ class JobStatus:
             replicas[kind] = {k: int(counts.get(k) or 0) for k in ("active", "succeeded", "failed")}
         for job in status.get("jobsStatus") or []:
             replicas[job.get("name", "?")] = {k: int(job.get(k) or 0) for k in ("active", "succeeded", "failed")}
-        elastic = (obj.get("spec") or {}).get("elasticPolicy") or {}
+        spec = obj.get("spec") or {}
+        elastic = spec.get("elasticPolicy") or {}
         meta = obj.get("metadata") or {}
+        completed = status.get("completionTime")
+        if completed is None and phase in ("Succeeded", "Failed"):
+            completed = (phases.get(phase) or {}).get("lastTransitionTime")
+        nodes = sum(int((r or {}).get("replicas") or 0) for r in (spec.get("pytorchReplicaSpecs") or {}).values())
+        nodes = nodes or int((spec.get("trainer") or {}).get("numNodes") or 0)
         return cls(
             name=meta.get("name", "?"),
             namespace=meta.get("namespace", ""),
@@ -141,6 +153,8 @@ class JobStatus:
             rdzv_id=elastic.get("rdzvId") or (meta.get("labels") or {}).get(RUN_ID_LABEL),
             rdzv_backend=elastic.get("rdzvBackend"),
             created=meta.get("creationTimestamp"),
+            completed=completed,
+            nodes=nodes,
         )
 
 

@@ -1,0 +1,504 @@
+"""From zero to a running job in one call: :func:`plan_launch` says what :func:`launch` will do, and at what cost.
+
+::
+
+    from fsdp_sdk import Client
+
+    client = Client.from_sources(overrides={"cluster.backend": "eksctl", "trainer.model.preset": "llama3-8b"})
+    plan = client.launch_plan(trainer_args=["--train.steps", "200"])
+    print(plan.lines())                 # the steps, the hourly cost, the estimate: nothing changed yet
+    result = client.launch(plan, on_output=print)
+
+On a cluster backend the plan is made of the public :class:`~fsdp_sdk.Client` calls, in order: the cluster's plan
+(preflight checks, hourly cost), :meth:`~fsdp_sdk.Client.up` when the cluster is absent, :meth:`~fsdp_sdk.Client.scale`
+when its GPU nodes were scaled to 0, :meth:`~fsdp_sdk.Client.install_prereqs` when something is missing, the image
+built and pushed only when ECR lacks its content tag (:func:`fsdp_sdk.k8s.image.content_tag`), the job submitted
+(:meth:`~fsdp_sdk.Client.submit_job`) and followed to its summary, then :meth:`~fsdp_sdk.Client.down` with ``down``.
+On the local backend it is :meth:`~fsdp_sdk.Client.run`, which costs nothing.
+
+Planning reads (AWS, the cluster, ECR) and changes nothing, so ``launch --dry-run`` shows exactly what would be done.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fsdp_sdk.config import Setting, parse_trainer_args
+from fsdp_sdk.errors import ConfigError, FsdpSdkError
+
+if TYPE_CHECKING:
+    from fsdp_sdk.backends.base import Plan
+    from fsdp_sdk.client import Client
+    from fsdp_sdk.runs import JobRef, RunEvent, RunResult
+
+__all__ = ["LaunchPlan", "LaunchResult", "derived_client", "ensure_gpu_nodes", "launch", "plan_launch"]
+
+
+@dataclasses.dataclass
+class LaunchPlan:
+    """What :func:`launch` will do, and what it costs; made by :func:`plan_launch` (reads only).
+
+    :param backend: the cluster backend.
+    :param cluster: the cluster name.
+    :param job: the job's name (``job.name``; locally the run's id is made at start).
+    :param local: the backend runs jobs itself (no cluster, no image, no cost).
+    :param cluster_state: the cluster's state now (``absent``, ``ready``...).
+    :param gpu_nodes: its GPU nodes now.
+    :param steps: what will be done, in order, one line each.
+    :param cluster_plan: the cluster's plan (:meth:`Client.plan`): what ``up`` applies when the cluster is absent.
+    :param hourly_cost_usd: what the cluster costs per hour while it runs (0 locally; None when unknown).
+    :param estimate: the job's estimate (:meth:`fsdp_sdk.estimate.Estimate.to_dict`), None where none can be made.
+    :param train_steps: the optimizer steps asked for (``train.steps``).
+    :param tokens: the tokens the time and cost are for instead of the steps, when given.
+    :param hours_to_train: the estimated hours to train them (the steps, or the tokens).
+    :param usd_to_train: the estimated cost of those hours at :attr:`hourly_cost_usd`.
+    :param image: the image reference the job will run (``<registry>/<job.image>:<content tag>``).
+    :param image_tag: the content tag.
+    :param build: build and push the image (ECR does not hold that tag yet).
+    :param install_prereqs: install etcd / the Training Operator on an existing cluster that lacks them.
+    :param scale_to: scale the GPU nodes to this many first (they are at 0).
+    :param replace: a finished job of the same name is replaced (deleted, then submitted again).
+    :param down: delete the cluster when the job ends.
+    :param notes: what the plan could not find out (an estimate not made...).
+    :param trainer_args: the trainer options the job runs with (as on the trainer's command line).
+    """
+
+    backend: str
+    cluster: str
+    job: str
+    local: bool
+    cluster_state: str
+    gpu_nodes: int
+    steps: list[str]
+    cluster_plan: Plan | None = None
+    hourly_cost_usd: float | None = None
+    estimate: dict[str, Any] | None = None
+    train_steps: int | None = None
+    tokens: float | None = None
+    hours_to_train: float | None = None
+    usd_to_train: float | None = None
+    image: str | None = None
+    image_tag: str | None = None
+    build: bool = False
+    install_prereqs: bool = False
+    scale_to: int | None = None
+    replace: bool = False
+    down: bool = False
+    notes: list[str] = dataclasses.field(default_factory=list)
+    trainer_args: tuple[str, ...] = ()
+    registry: str | None = None
+
+    @property
+    def creates_paid_resources(self) -> bool:
+        """Whether launching starts anything billed by the hour (a new cluster, GPU nodes scaled up, a job)."""
+        return not self.local
+
+    def cost_lines(self) -> list[str]:
+        """The hourly cost and the job's estimate, as a person reads them."""
+        if self.local:
+            return ["Cost: local (this machine; nothing billed)"]
+        lines = []
+        if self.hourly_cost_usd is not None:
+            lines.append(f"Cluster cost: ${self.hourly_cost_usd:,.2f}/hour while it runs")
+        else:
+            lines.append("Cluster cost: unknown (the instance type has no on-demand price)")
+        if self.estimate is not None:
+            from fsdp_sdk.estimate import summary_lines
+
+            lines += summary_lines(self.estimate)
+        if self.hours_to_train is not None:
+            from fsdp_sdk.cli.run_display import format_duration
+
+            what = f"{self.tokens:,.0f} tokens" if self.tokens is not None else f"{self.train_steps} steps"
+            usd = ""
+            if self.usd_to_train is not None:
+                usd = ", under $0.01" if self.usd_to_train < 0.01 else f", about ${self.usd_to_train:,.2f}"
+            lines.append(
+                f"  to train {what}: about {format_duration(self.hours_to_train * 3600)} of training{usd} "
+                "(cluster creation and start-up not counted)"
+            )
+        lines += [f"  ({note})" for note in self.notes]
+        return lines
+
+    def lines(self) -> list[str]:
+        """The whole plan: what will be done, then the cost."""
+        head = f"Launch {self.job} on {self.backend} cluster {self.cluster!r} ({self.cluster_state}):"
+        return [head, *(f"  {n}. {step}" for n, step in enumerate(self.steps, 1)), *self.cost_lines()]
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (``launch --dry-run --json``)."""
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "cluster_plan"}
+        data["trainer_args"] = list(self.trainer_args)
+        data["cluster_plan"] = self.cluster_plan.to_dict() if self.cluster_plan is not None else None
+        return data
+
+
+@dataclasses.dataclass
+class LaunchResult:
+    """How :func:`launch` ended: the run's result, and whether the cluster was deleted after it."""
+
+    result: RunResult
+    plan: LaunchPlan
+    deleted_cluster: bool = False
+
+
+def derived_client(client: Client, settings: Sequence[Setting]) -> Client:
+    """A client like ``client`` whose configuration has ``settings`` on top (same plugins, progress, kubeconfig)."""
+    from fsdp_sdk.client import Client
+
+    if not settings:
+        return client
+    config = client.config.with_overrides(list(settings))
+    derived = Client(
+        config,
+        plugins=client.loaded_plugins,
+        progress=client.progress,
+        kubeconfig=client._kubeconfig,
+        kube_context=client.kube_context,
+        hermetic=client.hermetic,
+    )
+    return derived
+
+
+def ensure_gpu_nodes(client: Client, *, nodes: int | None = None) -> int | None:
+    """Scale the GPU nodes back up when a cluster's are at 0 (after the idle scale-to-zero controller's work).
+
+    :param nodes: how many (default ``cluster.nodes``, at least ``job.num_workers``).
+    :returns: the number scaled to, or None when nothing was done (local backend, cluster not ready, nodes there).
+    """
+    if client.backend.runs_jobs:
+        return None
+    status = client.status()
+    if status.state != "ready" or status.nodes > 0:
+        return None
+    wanted = nodes or max(client.config.cluster.nodes, client.config.job.num_workers)
+    client.progress(f"the GPU nodes of cluster {status.cluster!r} are at 0: scaling them to {wanted}")
+    client.scale(wanted)
+    return wanted
+
+
+def _trainer_steps(client: Client) -> int | None:
+    steps = (client.config.trainer.get("train") or {}).get("steps")
+    return steps if isinstance(steps, int) else None
+
+
+def plan_launch(
+    client: Client,
+    *,
+    trainer_args: Sequence[str] = (),
+    down: bool = False,
+    force: bool = False,
+    tokens: float | None = None,
+    trainer_src: str | Path | None = None,
+    build_args: Mapping[str, str] | None = None,
+    ecr: Any = None,
+) -> LaunchPlan:
+    """What :func:`launch` will do for ``client``'s configuration; reads (AWS, the cluster, ECR), changes nothing.
+
+    :param trainer_args: trainer options as on its command line (``["--train.steps", "200"]``).
+    :param down: delete the cluster when the job ends.
+    :param force: launch even when the estimate says the job will not fit in its GPUs' memory.
+    :param tokens: estimate the time and cost of training this many tokens (default: the requested steps).
+    :param trainer_src: the trainer package the image is built from (default: the installed one).
+    :param build_args: build arguments of the image (see :data:`fsdp_sdk.k8s.image.BUILD_ARGS`).
+    :param ecr: a boto3 ECR client (default: the shared one).
+    :raises PreflightError: a preflight check failed.
+    :raises ConfigError: an invalid setting, or a job that will not fit (unless ``force``), or a job of that name
+        still running.
+    """
+    job_client = derived_client(client, parse_trainer_args(trainer_args))  # a bad trainer option: refused here
+    backend = client.backend
+    cluster = client.config.cluster
+    if backend.runs_jobs:
+        cluster_plan = client.plan()
+        local_steps = ["start etcd on this machine unless it runs"] if cluster_plan.steps else []
+        nodes = job_client.config.job.num_workers
+        local_steps.append(f"run {client.config.job.name} here: {nodes} simulated node(s), the progress followed")
+        if down:
+            local_steps.append("stop etcd and remove the cluster's state (down)")
+        return LaunchPlan(
+            backend=backend.name,
+            cluster=cluster.name,
+            job=client.config.job.name,
+            local=True,
+            cluster_state=client.status().state,
+            gpu_nodes=0,
+            steps=local_steps,
+            cluster_plan=cluster_plan,
+            hourly_cost_usd=0.0,
+            train_steps=_trainer_steps(job_client),
+            down=down,
+            trainer_args=tuple(trainer_args),
+        )
+
+    from fsdp_sdk.k8s.image import content_tag, ecr_registry, image_in_ecr
+
+    status = client.status()
+    absent = status.state == "absent"
+    steps: list[str] = []
+    cluster_plan = client.plan()
+    if absent:
+        steps.append(f"create the cluster ({len(cluster_plan.steps)} steps: 'fsdp-sdk up --dry-run' lists them)")
+    elif status.state != "ready":
+        raise ConfigError(
+            "cluster",
+            f"cluster {cluster.name!r} is {status.state}",
+            "wait for it ('fsdp-sdk status'), or repair it with 'fsdp-sdk up'",
+        )
+    scale_to = None
+    if not absent and status.nodes == 0:
+        scale_to = max(cluster.nodes, client.config.job.num_workers)
+        steps.append(f"scale the GPU nodes from 0 to {scale_to}")
+    install = False
+    if not absent:
+        prereqs = client.prereq_status()
+        if not prereqs.healthy:
+            install = True
+            steps.append("install the prerequisites (etcd, the Kubeflow Training Operator)")
+
+    tag = content_tag(trainer_src, build_args)
+    present = image_in_ecr(client.config, tag, ecr=ecr)
+    registry = client.config.job.registry or _account_registry(ecr_registry(client.config)[1], ecr)
+    image = f"{registry}/{client.config.job.image}:{tag}"
+    if present:
+        steps.append(f"use the image {image}: ECR holds it (its content has not changed)")
+    else:
+        steps.append(f"build the image {client.config.job.image}:{tag} and push it to ECR ({image})")
+
+    job_name = client.config.job.name
+    replace = False
+    if not absent:
+        replace = _existing_job(client, job_name)
+    submit = f"submit the job {job_name}" + (" (replacing the finished job of that name)" if replace else "")
+    steps += [submit, "follow the leader's log to the end, then print the summary"]
+    if down:
+        steps.append(f"delete cluster {cluster.name!r} when the job ends (down)")
+
+    final = derived_client(job_client, [Setting("job.tag", tag, "image content tag", "launch")])
+    estimate, notes = _estimate(final, force)
+    train_steps = _trainer_steps(final)
+    hours = usd = None
+    speed = (estimate or {}).get("speed")
+    if speed and tokens is not None:
+        hours = tokens / float(speed["tokens_per_s"]) / 3600
+    elif speed and train_steps is not None:
+        hours = train_steps * float(speed["step_s"]) / 3600
+    if hours is not None and cluster_plan.hourly_cost_usd is not None:
+        usd = hours * cluster_plan.hourly_cost_usd
+    return LaunchPlan(
+        backend=backend.name,
+        cluster=cluster.name,
+        job=job_name,
+        local=False,
+        cluster_state=status.state,
+        gpu_nodes=status.nodes,
+        steps=steps,
+        cluster_plan=cluster_plan,
+        hourly_cost_usd=cluster_plan.hourly_cost_usd,
+        estimate=estimate,
+        train_steps=train_steps,
+        tokens=tokens,
+        hours_to_train=hours,
+        usd_to_train=usd,
+        image=image,
+        image_tag=tag,
+        build=not present,
+        install_prereqs=install,
+        scale_to=scale_to,
+        replace=replace,
+        down=down,
+        notes=notes,
+        trainer_args=tuple(trainer_args),
+        registry=registry,
+    )
+
+
+def _account_registry(region: str, ecr: Any) -> str:
+    """The account's default ECR registry host, as ECR's authorization token names it."""
+    import re
+
+    from fsdp_sdk.aws.session import aws_client, aws_errors
+
+    ecr = ecr or aws_client("ecr", region)
+    with aws_errors("ecr", "find the account's ECR registry"):
+        endpoint = ecr.get_authorization_token()["authorizationData"][0]["proxyEndpoint"]
+    return re.sub(r"^https?://", "", str(endpoint)).rstrip("/")
+
+
+def _existing_job(client: Client, name: str) -> bool:
+    """Whether a finished job named ``name`` is there (to replace); refuses one that still runs."""
+    from fsdp_sdk.errors import KubernetesError
+
+    try:
+        jobs = client.jobs.list()
+    except KubernetesError:
+        return False  # the job kind is not served yet: the prerequisites install it
+    status = next((job for job in jobs if job.name == name), None)
+    if status is None:
+        return False
+    if not status.finished:
+        raise ConfigError(
+            "job.name",
+            f"job {name!r} is {status.phase} on the cluster",
+            f"follow it with 'fsdp-sdk job logs -f {name}', stop it with 'fsdp-sdk job stop {name}', "
+            "or launch under another name (--set job.name=...)",
+        )
+    return True
+
+
+def _estimate(client: Client, force: bool) -> tuple[dict[str, Any] | None, list[str]]:
+    """The job's estimate (refusing a job that will not fit unless ``force``), and why there is none."""
+    from fsdp_sdk.estimate import EstimateUnavailable, fit_problem
+
+    try:
+        estimate = client.estimate(scaling=False)
+    except EstimateUnavailable as exc:
+        return None, [f"no estimate: {exc}"]
+    problem = fit_problem(estimate)
+    if problem and not force:
+        raise ConfigError(
+            "estimate",
+            problem,
+            "use more nodes, a smaller micro batch or activation checkpointing ('fsdp-sdk estimate --recommend' "
+            "lists what fits), or launch it anyway with --force",
+        )
+    return estimate.to_dict(), []
+
+
+def launch(
+    client: Client,
+    plan: LaunchPlan,
+    *,
+    trainer_src: str | Path | None = None,
+    build_args: Mapping[str, str] | None = None,
+    tool: str | None = None,
+    force: bool = False,
+    on_output: Callable[[str], None] | None = None,
+    on_event: Callable[[RunEvent], None] | None = None,
+    on_submitted: Callable[[JobRef], None] | None = None,
+    on_finished: Callable[[RunResult | None, BaseException | None], None] | None = None,
+) -> LaunchResult:
+    """Do what ``plan`` says: the cluster, its nodes, the prerequisites, the image, the job, followed to its end.
+
+    :param plan: from :func:`plan_launch` (what ``launch --dry-run`` showed).
+    :param trainer_src: as for :func:`plan_launch` (the same sources give the same content tag).
+    :param build_args: as for :func:`plan_launch`.
+    :param tool: the container build tool (default: the first of docker, finch, buildah).
+    :param force: submit even when the estimate says the job will not fit.
+    :param on_output: receives each line of the leader's log.
+    :param on_event: receives the run's events (steps, phases) when ``on_output`` is not given.
+    :param on_submitted: called with the job once it is submitted (a Ctrl-C after it leaves the job running).
+    :param on_finished: called when the job ended (its result, or the error it ended with), before ``plan.down``
+        deletes the cluster.
+    :raises RunError: the job failed (after ``plan.down`` deleted the cluster, when asked).
+    :raises KeyboardInterrupt: interrupted; a submitted job keeps running and the cluster is kept.
+    """
+    if plan.local:
+        return _launch_local(
+            client,
+            plan,
+            force=force,
+            on_output=on_output,
+            on_event=on_event,
+            on_submitted=on_submitted,
+            on_finished=on_finished,
+        )
+    from fsdp_sdk.runs import RunResult
+
+    if plan.cluster_plan is not None and plan.cluster_state == "absent":
+        client.up(plan.cluster_plan)
+    elif plan.scale_to:
+        client.scale(plan.scale_to)
+    if plan.install_prereqs:
+        client.install_prereqs()
+    settings = [
+        *parse_trainer_args(plan.trainer_args),
+        Setting("job.tag", plan.image_tag, "image content tag", "launch"),
+        Setting("job.registry", plan.registry, "image registry", "launch"),
+    ]
+    job_client = derived_client(client, settings)
+    if plan.build:
+        context = Path(client.config.cluster.state_dir) / "image" / client.config.cluster.name
+        job_client.build_image(context=context, trainer_src=trainer_src, tool=tool, build_args=build_args)
+        job_client.push_image(tool=tool)
+    job = job_client.submit_job(force=force, replace=plan.replace)
+    if on_submitted is not None:
+        on_submitted(job)
+    if on_output is None and on_event is not None:
+        on_output = _events_from_lines(on_event, _trainer_steps(job_client))
+    try:
+        summary = job_client.jobs.wait(job, on_output=on_output)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as error:
+        job_client.loaded_plugins.hooks.job_finished(job_client.config, job, False, None)
+        _finish(client, plan, None, error, on_finished)
+        raise
+    job_client.loaded_plugins.hooks.job_finished(job_client.config, job, True, summary)
+    result = RunResult(job, summary)
+    deleted = _finish(client, plan, result, None, on_finished)
+    return LaunchResult(result, plan, deleted)
+
+
+def _finish(
+    client: Client,
+    plan: LaunchPlan,
+    result: RunResult | None,
+    error: BaseException | None,
+    on_finished: Callable[[RunResult | None, BaseException | None], None] | None,
+) -> bool:
+    if on_finished is not None:
+        on_finished(result, error)
+    if not plan.down:
+        return False
+    client.progress(f"the job ended: deleting cluster {plan.cluster!r} (--down)")
+    try:
+        client.down()
+    except FsdpSdkError as failure:
+        if error is None:
+            raise
+        client.progress(f"could not delete cluster {plan.cluster!r}: {failure}; run 'fsdp-sdk down'")
+        return False
+    return True
+
+
+def _launch_local(
+    client: Client,
+    plan: LaunchPlan,
+    *,
+    force: bool,
+    on_output: Callable[[str], None] | None,
+    on_event: Callable[[RunEvent], None] | None,
+    on_submitted: Callable[[JobRef], None] | None,
+    on_finished: Callable[[RunResult | None, BaseException | None], None] | None,
+) -> LaunchResult:
+    try:
+        result = client.run(
+            trainer_args=plan.trainer_args,
+            force=force,
+            on_output=on_output,
+            on_event=on_event,
+            on_started=on_submitted,
+        )
+    except KeyboardInterrupt:
+        raise
+    except BaseException as error:
+        _finish(client, plan, None, error, on_finished)
+        raise
+    deleted = _finish(client, plan, result, None, on_finished)
+    return LaunchResult(result, plan, deleted)
+
+
+def _events_from_lines(on_event: Callable[[RunEvent], None], total: int | None) -> Callable[[str], None]:
+    """The leader's log lines as the run events a local run gives (steps, output)."""
+    from fsdp_sdk.runs import leader_line_event
+
+    def line(text: str) -> None:
+        event = leader_line_event(text, total)
+        if event is not None:
+            on_event(event)
+
+    return line

@@ -1,0 +1,258 @@
+"""The idle scale-to-zero controller: its objects validate, its IAM policy allows only the node group's two calls on
+that node group, its logic scales to 0 after the idle time (stubbed EKS, a fake pod list, a fixed clock), and the
+shipped script talks to a Kubernetes API server as its Role allows (the loopback API server)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from fsdp_sdk import idle_controller
+from fsdp_sdk.config import Config
+from fsdp_sdk.k8s.idle import (
+    CONTROLLER_NAME,
+    STATE_CONFIGMAP,
+    controller_source,
+    render_idle_controller,
+    role_name,
+    scaling_policy,
+)
+from fsdp_sdk.k8s.validate import validate_objects
+from fsdp_sdk.pins import pin
+
+from .fake_apiserver import FakeApiServer
+
+T0 = dt.datetime(2026, 12, 2, 3, 0, tzinfo=dt.timezone.utc)
+ACCOUNT = "123456789012"
+
+
+def _config(**cluster: Any) -> Config:
+    from fsdp_sdk.plugins import build_plugins
+
+    data = {
+        "cluster": {"backend": "local", "name": "demo", "region": "us-west-2", **cluster},
+        "job": {"namespace": "ml"},
+    }
+    return Config.from_dict(data).resolved(build_plugins(autoload=False), validate_trainer=False)
+
+
+def _pod(name: str, phase: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": labels or {}}, "status": {"phase": phase}}
+
+
+TRAINING = {"training.kubeflow.org/job-name": "fsdp"}
+
+
+def test_objects_validate_and_grant_only_pods_and_the_state_configmap() -> None:
+    objects = render_idle_controller(_config(idle_scale_to_zero_minutes=30))
+    report = validate_objects(objects)
+    assert report.ok, report.errors
+    kinds = sorted(o["kind"] for o in objects)
+    assert kinds == ["ConfigMap", "ConfigMap", "CronJob", "Role", "RoleBinding", "ServiceAccount"]
+    assert {o["metadata"]["namespace"] for o in objects} == {"ml"}
+    role = next(o for o in objects if o["kind"] == "Role")
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": [STATE_CONFIGMAP],
+            "verbs": ["get", "update"],
+        },
+    ]
+    cron = next(o for o in objects if o["kind"] == "CronJob")
+    pod = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert pod["serviceAccountName"] == CONTROLLER_NAME
+    assert pod["nodeSelector"] == {"fsdp-sdk.io/node-role": "system"}
+    assert container["image"] == pin("idle-controller").image_ref() == "public.ecr.aws/lambda/python:3.13"
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env == {
+        "CLUSTER": "demo",
+        "NODEGROUP": "gpu",
+        "AWS_REGION": "us-west-2",
+        "IDLE_MINUTES": "30",
+        "NAMESPACE": "ml",
+        "STATE_CONFIGMAP": STATE_CONFIGMAP,
+    }
+    script = next(o for o in objects if o["kind"] == "ConfigMap" and "data" in o)
+    assert script["data"]["idle_controller.py"] == controller_source()
+    assert render_idle_controller(_config()) == []  # unset: nothing installed
+
+
+def test_the_policy_allows_only_the_node_group_calls_on_that_node_group() -> None:
+    policy = scaling_policy(_config(idle_scale_to_zero_minutes=30), ACCOUNT)
+    assert policy == {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "ScaleTheGpuNodeGroupOnly",
+                "Effect": "Allow",
+                "Action": ["eks:DescribeNodegroup", "eks:UpdateNodegroupConfig"],
+                "Resource": f"arn:aws:eks:us-west-2:{ACCOUNT}:nodegroup/demo/gpu/*",
+            }
+        ],
+    }
+    assert role_name(_config()) == "fsdp-sdk-idle-demo"
+
+
+def test_the_policy_is_accepted_and_simulated_by_iam(aws: str) -> None:
+    """IAM (moto) takes the role and policy as install_identity writes them; the policy document parses."""
+    from fsdp_sdk.aws.addons import POD_IDENTITY_TRUST_POLICY
+    from fsdp_sdk.aws.session import aws_client
+
+    iam = aws_client("iam", "us-west-2")
+    config = _config(idle_scale_to_zero_minutes=30)
+    iam.create_role(RoleName=role_name(config), AssumeRolePolicyDocument=json.dumps(POD_IDENTITY_TRUST_POLICY))
+    iam.put_role_policy(
+        RoleName=role_name(config), PolicyName="p", PolicyDocument=json.dumps(scaling_policy(config, ACCOUNT))
+    )
+    stored = iam.get_role_policy(RoleName=role_name(config), PolicyName="p")["PolicyDocument"]
+    assert stored["Statement"][0]["Action"] == ["eks:DescribeNodegroup", "eks:UpdateNodegroupConfig"]
+
+
+@pytest.mark.parametrize(
+    ("pods", "last_busy", "desired", "action"),
+    [
+        ([_pod("fsdp-worker-0", "Running", TRAINING)], T0 - dt.timedelta(hours=3), 2, "busy"),
+        ([_pod("fsdp-worker-0", "Pending", TRAINING)], None, 2, "busy"),
+        (
+            [_pod("fsdp-worker-0", "Succeeded", TRAINING), _pod("etcd-0", "Running")],
+            T0 - dt.timedelta(minutes=29),
+            2,
+            "idle",
+        ),
+        ([_pod("fsdp-worker-0", "Succeeded", TRAINING)], T0 - dt.timedelta(minutes=30), 2, "scale-to-zero"),
+        ([], None, 2, "idle"),  # first run: the clock starts now
+        ([], T0 - dt.timedelta(hours=5), 0, "at-zero"),
+    ],
+)
+def test_decide(pods: list[dict[str, Any]], last_busy: dt.datetime | None, desired: int, action: str) -> None:
+    decision = idle_controller.decide(pods, desired=desired, last_busy=last_busy, now=T0, idle_minutes=30)
+    assert decision.action == action
+    assert decision.last_busy == (T0 if action == "busy" or last_busy is None else last_busy)
+
+
+class FakeCluster:
+    """The pods and the state ConfigMap the controller sees."""
+
+    def __init__(self, pods: list[dict[str, Any]]) -> None:
+        self.pod_list, self.state = pods, {}  # type: ignore[var-annotated]
+
+    def pods(self) -> list[dict[str, Any]]:
+        return self.pod_list
+
+    def read_state(self) -> dict[str, str]:
+        return dict(self.state)
+
+    def write_state(self, data: dict[str, str]) -> None:
+        self.state = {**self.state, **data}
+
+
+def _nodegroup(desired: int) -> dict[str, Any]:
+    return {
+        "nodegroup": {
+            "nodegroupName": "gpu",
+            "clusterName": "demo",
+            "scalingConfig": {"minSize": 0, "maxSize": 4, "desiredSize": desired},
+        }
+    }
+
+
+def test_scales_to_zero_after_the_idle_time_across_runs(stubbed: Callable[..., tuple[Any, Any]]) -> None:
+    eks, stubber = stubbed("eks", "us-west-2")
+    cluster = FakeCluster([_pod("fsdp-worker-0", "Running", TRAINING)])
+    ng = {"clusterName": "demo", "nodegroupName": "gpu"}
+
+    def run(at: dt.datetime) -> str:
+        return idle_controller.run_once(cluster, eks, cluster="demo", nodegroup="gpu", idle_minutes=30, now=at).action
+
+    stubber.add_response("describe_nodegroup", _nodegroup(2), ng)
+    assert run(T0) == "busy"  # a job runs
+    cluster.pod_list = [_pod("fsdp-worker-0", "Succeeded", TRAINING)]
+    stubber.add_response("describe_nodegroup", _nodegroup(2), ng)
+    assert run(T0 + dt.timedelta(minutes=20)) == "idle"  # 20 min since the job was last seen
+    assert cluster.state[idle_controller.LAST_BUSY_KEY] == T0.isoformat()
+    stubber.add_response("describe_nodegroup", _nodegroup(2), ng)
+    stubber.add_response(
+        "update_nodegroup_config",
+        {"update": {"id": "u-1", "status": "InProgress", "type": "ConfigUpdate"}},
+        {**ng, "scalingConfig": {"minSize": 0, "desiredSize": 0, "maxSize": 4}},
+    )
+    assert run(T0 + dt.timedelta(minutes=30)) == "scale-to-zero"
+    stubber.add_response("describe_nodegroup", _nodegroup(0), ng)
+    assert run(T0 + dt.timedelta(minutes=31)) == "at-zero"  # no second update
+    stubber.assert_no_pending_responses()
+    assert cluster.state["last-action"] == "at-zero"
+
+
+def test_the_shipped_script_reads_pods_and_keeps_its_state_in_the_apiserver() -> None:
+    """The script's own Kubernetes client (standard library only) against the loopback API server."""
+    with FakeApiServer() as server:
+        server.put({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": STATE_CONFIGMAP, "namespace": "ml"}})
+        server.add_pod("fsdp-worker-0", labels=TRAINING, namespace="ml")
+        view = idle_controller.InCluster("ml", STATE_CONFIGMAP, server=server.url, token=server.token, ca_file=None)
+        pods = view.pods()
+        assert [p["metadata"]["name"] for p in pods] == ["fsdp-worker-0"]
+        assert idle_controller.is_training_pod(pods[0])
+        view.write_state({idle_controller.LAST_BUSY_KEY: T0.isoformat()})
+        view.write_state({"last-action": "busy"})
+        assert view.read_state() == {idle_controller.LAST_BUSY_KEY: T0.isoformat(), "last-action": "busy"}
+        cm = server.get("v1", "ConfigMap", STATE_CONFIGMAP, namespace="ml")
+        assert cm is not None and cm["data"]["last-action"] == "busy"
+
+
+def test_install_identity_creates_the_role_its_one_policy_and_the_association(
+    aws: str, stubbed: Callable[..., tuple[Any, Any]]
+) -> None:
+    """IAM and STS in moto; EKS's add-on and Pod Identity calls (moto lacks them) answered by a Stubber that checks
+    each request against the service model and the expected parameters."""
+    from fsdp_sdk.aws.session import aws_client
+    from fsdp_sdk.k8s.idle import install_identity
+
+    config = _config(idle_scale_to_zero_minutes=30)
+    iam, sts = aws_client("iam", "us-west-2"), aws_client("sts", "us-west-2")
+    account = sts.get_caller_identity()["Account"]
+    eks, stubber = stubbed("eks", "us-west-2")
+    addon = {"clusterName": "demo", "addonName": "eks-pod-identity-agent"}
+    stubber.add_client_error("describe_addon", "ResourceNotFoundException", expected_params=addon)
+    stubber.add_response(
+        "create_addon", {"addon": {**addon, "status": "CREATING"}}, {**addon, "resolveConflicts": "OVERWRITE"}
+    )
+    where = {"clusterName": "demo", "namespace": "ml", "serviceAccount": CONTROLLER_NAME}
+    stubber.add_response("list_pod_identity_associations", {"associations": []}, where)
+    role_arn = f"arn:aws:iam::{account}:role/fsdp-sdk-idle-demo"
+    stubber.add_response("create_pod_identity_association", {"association": {}}, {**where, "roleArn": role_arn})
+    lines: list[str] = []
+
+    assert install_identity(config, clients={"eks": eks, "iam": iam, "sts": sts}, progress=lines.append) == role_arn
+    stubber.assert_no_pending_responses()
+    role = iam.get_role(RoleName="fsdp-sdk-idle-demo")["Role"]
+    trust = role["AssumeRolePolicyDocument"]
+    assert trust["Statement"][0]["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+    assert iam.list_role_policies(RoleName="fsdp-sdk-idle-demo")["PolicyNames"] == ["scale-gpu-nodegroup"]
+    assert iam.list_attached_role_policies(RoleName="fsdp-sdk-idle-demo")["AttachedPolicies"] == []
+    policy = iam.get_role_policy(RoleName="fsdp-sdk-idle-demo", PolicyName="scale-gpu-nodegroup")["PolicyDocument"]
+    assert policy == scaling_policy(config, account)
+    assert any("associated IAM role fsdp-sdk-idle-demo" in line for line in lines)
+
+
+def test_up_plans_the_controller_with_the_cluster(tmp_path: Any) -> None:
+    """The controller's objects are part of the plan `up` applies (and `up --dry-run` shows)."""
+    from fsdp_sdk import Client
+
+    from .tools import kubernetes_plugins
+
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("")
+    client = Client.from_dict(
+        {"cluster": {"backend": "fake-kube", "idle_scale_to_zero_minutes": 45, "state_dir": str(tmp_path)}},
+        plugins=kubernetes_plugins(kubeconfig),
+    )
+    plan = client.plan(preflight=False)
+    assert any("GPU nodes go to 0 after 45 minutes without a training pod" in step for step in plan.steps)
+    assert [o["metadata"]["name"] for o in plan.kubernetes if o["kind"] == "CronJob"] == [CONTROLLER_NAME]
