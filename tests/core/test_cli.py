@@ -127,3 +127,44 @@ def test_version(invoke) -> None:
     from fsdp_sdk import __version__
 
     assert invoke("--version").stdout == f"fsdp-sdk, version {__version__}\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "corrected"),
+    [
+        (
+            ["run", "--parallel.api", "fsdp1"],
+            "fsdp-sdk run -- --parallel.api fsdp1",
+        ),
+        (
+            ["run", "--nodes", "2", "--train.lr=1e-3", "--preset", "tiny", "--auto", "--", "--train.steps", "3"],
+            "fsdp-sdk run --nodes 2 --preset tiny -- --train.lr=1e-3 --auto --train.steps 3",
+        ),
+        (
+            ["bench", "scale", "--nodes", "1,2", "--out", "r", "--model.preset", "tiny"],
+            "fsdp-sdk bench scale --nodes 1,2 --out r -- --model.preset tiny",
+        ),
+        (
+            ["estimate", "--model", "llama2-7b", "--parallel.sharding", "hybrid_shard"],
+            "fsdp-sdk estimate --model llama2-7b -- --parallel.sharding hybrid_shard",
+        ),
+    ],
+)
+def test_a_trainer_option_before_the_separator_gets_the_corrected_command(invoke, args, corrected) -> None:
+    result = invoke(*args)
+    assert result.exit_code == 2
+    option = next(a for a in args if "." in a and a.startswith("--")).split("=")[0]
+    assert result.stderr == (
+        f"Error: {option} is a trainer option: trainer options go after '--', as in: {corrected}\n"
+    )
+
+
+def test_a_trainer_option_on_a_command_without_trainer_arguments_is_a_set(invoke) -> None:
+    result = invoke("job", "render", "--parallel.api", "fsdp1", "--model.preset=tiny")
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "Error: --parallel.api is a trainer option: 'fsdp-sdk job render' takes it as --set section.field=VALUE: "
+        "fsdp-sdk job render --set parallel.api=fsdp1 --set model.preset=tiny\n"
+    )
+    other = invoke("run", "--bogus")  # not a trainer option: click's own message
+    assert other.exit_code == 2 and "No such option '--bogus'" in other.stderr and "trainer" not in other.stderr

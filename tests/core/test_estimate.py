@@ -427,3 +427,25 @@ def test_up_dry_run_shows_the_estimate_when_a_model_is_given(invoke):
         "data.source=synthetic",
     )
     assert hub.exit_code == 0 and "estimate skipped" in hub.stderr and "Estimate for" not in hub.stdout
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_recommend_prints_the_flags_that_apply_its_top_row(invoke, compiled):
+    args = ["estimate", "--model", "llama3.1-8b", "--instance-type", "p5.48xlarge", "--nodes", "2", "--seq-len", "4096"]
+    args += ["--compile"] if compiled else []
+    text = invoke(*args, "--recommend", "--top", "2").stdout
+    assert "budget: compile.memory_budget, the share of activation memory compiled blocks keep" in text
+    apply = next(line for line in text.splitlines() if line.startswith("apply #1: fsdp-sdk run [options] -- "))
+    flags = apply.split(" -- ", 1)[1].split()
+    assert flags[:2] == ["--parallel.sharding", flags[1]] and "--train.micro_batch_size" in flags
+    assert ("--compile.memory_budget" in flags) == compiled
+    sets = next(line for line in text.splitlines() if line.startswith("  (on any command"))
+    assert "--set parallel.sharding=" in sets and "--set train.micro_batch_size=" in sets
+    top = json.loads(invoke(*args, "--recommend", "--top", "1", "--json").stdout)["candidates"][0]
+    assert top["trainer_args"] == flags
+    # the flags give exactly the top row
+    applied = json.loads(invoke(*args, "--json", "--", *flags).stdout)
+    if top["settings"]["ac_mode"] != "selective":  # ac.every means nothing then
+        applied["settings"].pop("ac_every"), top["settings"].pop("ac_every")
+    assert applied["settings"] == top["settings"] and applied["memory"]["peak_gib"] == top["memory"]["peak_gib"]
+    assert applied["speed"]["tokens_per_s"] == pytest.approx(top["speed"]["tokens_per_s"])

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import difflib
 import functools
 import os
 import re
@@ -113,6 +112,12 @@ class Secret:
 
     def __hash__(self) -> int:
         return hash(("Secret", self._value))
+
+
+def _close_matches(word: str, possibilities: Iterable[str], n: int = 1, cutoff: float = 0.6) -> list[str]:
+    import difflib  # only for errors and warnings: not on the start-up path
+
+    return difflib.get_close_matches(word, list(possibilities), n=n, cutoff=cutoff)
 
 
 #: ``cluster.state_dir`` when ``$FSDP_SDK_STATE_DIR`` is not set (or not read: ``Client.from_dict``).
@@ -573,7 +578,7 @@ class Config(Fields):
             conflict = registry.conflict(name)
             if conflict is not None:
                 raise self._error("cluster.instance_type", *plugins.explain(conflict))
-            close = difflib.get_close_matches(name, registry.names(), n=1)
+            close = _close_matches(name, registry.names(), n=1)
             hint = f"did you mean {close[0]}? " if close else ""
             also = plugins.failed_registrations_note("fsdp_sdk_register_instance_types", "types")
             raise self._error(
@@ -790,7 +795,9 @@ def setting_from_pair(item: str, *, source: str = "--set") -> Setting:
     key, sep, value = item.partition("=")
     if not sep or not key.strip():
         raise ConfigError(
-            source, f"{item!r} is not KEY=VALUE", "e.g. --set job.num_workers=4 or --set model.preset=tiny"
+            source,
+            f"{secrets.mask_refused(item)!r} is not KEY=VALUE",
+            "e.g. --set job.num_workers=4 or --set model.preset=tiny",
         )
     return Setting(key.strip(), value, key.strip(), source)
 
@@ -958,7 +965,7 @@ def _unknown_key(key: str, known: list[str], source: str) -> ConfigError:
             f"pip install {package}",
             source=source,
         )
-    close = difflib.get_close_matches(key, known, n=1)
+    close = _close_matches(key, known, n=1)
     fix = f"did you mean {close[0]}?" if close else f"known keys: {', '.join(known)}"
     return ConfigError(key, "unknown setting", fix, source=source)
 
@@ -1005,7 +1012,7 @@ def _read_dotenv(path: Path, classes: Mapping[str, type], warnings: list[str]) -
                 if SEED_NOT_READ[name]:
                     warnings.append(f"{name} (from {source} line {entry.line}) is not read: {SEED_NOT_READ[name]}")
                 continue
-            close = difflib.get_close_matches(name, [*names, *SEED_NOT_READ], n=1, cutoff=0.85)
+            close = _close_matches(name, [*names, *SEED_NOT_READ], n=1, cutoff=0.85)
             if close:
                 warnings.append(
                     f"{name} (from {source} line {entry.line}) is not read by fsdp-sdk; did you mean {close[0]}?"
@@ -1048,7 +1055,7 @@ def _env_setting(name: str, value: str, source: str, classes: Mapping[str, type]
     if section in KNOWN_PLUGIN_SECTIONS and section not in classes:
         raise _unknown_key(".".join(parts), [], source)
     known = [f"{ENV_PREFIX}{s.upper()}__{n.upper()}" for s, cls in classes.items() for n in _field_names(cls)]
-    close = difflib.get_close_matches(name, known, n=1)
+    close = _close_matches(name, known, n=1)
     fix = (
         f"did you mean {close[0]}?"
         if close

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import click
 
 from fsdp_sdk.cli.application import Application
-from fsdp_sdk.cli.options import common_options, json_option, kube_options, setting
+from fsdp_sdk.cli.options import common_options, complete_run_names, json_option, kube_options, setting
 
 __all__ = ["job"]
 
@@ -421,7 +421,7 @@ def wait(
     help="Directory of the report (default: ./fsdp-report-<run>).",
 )
 @json_option
-@click.argument("name", required=False, metavar="[NAME]")
+@click.argument("name", required=False, metavar="[NAME]", shell_complete=complete_run_names)
 @click.pass_obj
 def report(app: Application, prometheus: str | None, out: str | None, as_json: bool, name: str | None) -> None:
     """Read a run's metrics and write report.html (self-contained), throughput.png, mfu.png, loss.png,

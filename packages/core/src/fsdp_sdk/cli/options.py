@@ -73,6 +73,27 @@ def complete_presets(ctx: click.Context, param: click.Parameter, incomplete: str
     return [name for name in sorted(PRESETS) if name.startswith(incomplete)]
 
 
+def complete_run_names(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    """Shell completion of local run ids, newest first: the directories under ``<state dir>/local/runs`` that hold
+    a ``run.json`` (``$FSDP_SDK_STATE_DIR`` or ``~/.local/state/fsdp-sdk``). Reads one directory, imports
+    nothing, so it answers as fast as the CLI starts."""
+    import os
+
+    state = os.environ.get("FSDP_SDK_STATE_DIR") or os.path.expanduser("~/.local/state/fsdp-sdk")
+    runs = os.path.join(state, "local", "runs")
+    try:
+        entries = [e for e in os.scandir(runs) if e.name.startswith(incomplete) and e.is_dir()]
+    except OSError:
+        return []
+    found = []
+    for entry in entries:
+        try:
+            found.append((os.stat(os.path.join(entry.path, "run.json")).st_mtime, entry.name))
+        except OSError:
+            continue
+    return [name for _, name in sorted(found, reverse=True)]
+
+
 def _app(ctx: click.Context) -> Application:
     return ctx.ensure_object(Application)
 
@@ -90,6 +111,8 @@ def setting(path: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
 
 
 def _set_pairs(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> None:
+    if not values:  # click calls this for every command line: without --set, import nothing
+        return
     from fsdp_sdk.config import setting_from_pair
     from fsdp_sdk.errors import ConfigError
 
