@@ -162,3 +162,21 @@ def test_masking_keeps_ordinary_values() -> None:
     assert secrets.mask_refused(line) == line  # a commit hash is no AWS secret key
     assert secrets.mask_refused(f"export HF_TOKEN {FRESH_HF}") == "export HF_TOKEN **********"
     assert secrets.mask_refused("HF_TOKEN_SECRET hf-token") == "HF_TOKEN_SECRET hf-token"  # a Secret's name
+
+
+@pytest.mark.parametrize(
+    ("files", "flags"),
+    [
+        ({"c.yaml": f"job:\n  env:\n    HF_TOKEN {FRESH_HF}\n"}, ("-c", "c.yaml")),  # YAML: a string, not a mapping
+        ({"c.yaml": f"job:\n  registry: {FRESH_KEY_ID} x\n"}, ("-c", "c.yaml")),
+        ({}, ("--set", f"job.env=HF_TOKEN {FRESH_SECRET}")),
+        ({}, ("--set", f"job.num_workers={FRESH_HF}")),  # a token pasted into the wrong setting
+        ({}, ("--set", "job.env=API_KEY my-own-value")),  # a value under a name that holds secrets
+    ],
+)
+def test_a_refused_value_from_yaml_or_set_is_masked(work: Path, files: dict[str, str], flags: tuple[str, ...]) -> None:
+    for name, text in files.items():
+        (work / name).write_text(text)
+    code, output = _cli("config", "show", *flags)
+    assert code == 2 and output.startswith("Error: ") and "**********" in output, output
+    assert all(c not in output for c in (*FRESH, "my-own-value")), output

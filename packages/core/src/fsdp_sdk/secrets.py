@@ -28,6 +28,7 @@ __all__ = [
     "SECRET_VALUE",
     "forget_all",
     "known",
+    "mask_error",
     "mask_refused",
     "redact",
     "redact_data",
@@ -126,10 +127,24 @@ def mask_refused(line: str) -> str:
         lines.append(part)
     line = "\n".join(lines)
 
-    def replace(match: re.Match[str]) -> str:
-        found = match.group(0)
-        if len(found) == 40 and not found.startswith("hf_") and not _looks_like_aws_secret(found):
-            return found
-        return MASK
+    return re.sub(SECRET_VALUE, _mask_value, line)
 
-    return re.sub(SECRET_VALUE, replace, line)
+
+def mask_error(message: str) -> str:
+    """An error message with what it quotes of the user's input passed through :func:`mask_refused`, and values
+    that look like secrets (:data:`SECRET_VALUE`) masked anywhere in it: a refused value is echoed, and it may be
+    a token pasted into the wrong setting (``--set job.registry=hf_...``, ``HF_TOKEN hf_...`` as ``job.env``).
+    """
+    quoted = re.sub(
+        r"'([^'\n]*)'|\"([^\"\n]*)\"",
+        lambda m: f"'{mask_refused(m[1])}'" if m[1] is not None else f'"{mask_refused(m[2])}"',
+        message,
+    )
+    return re.sub(SECRET_VALUE, _mask_value, quoted)
+
+
+def _mask_value(match: re.Match[str]) -> str:
+    found = match.group(0)
+    if len(found) == 40 and not found.startswith("hf_") and not _looks_like_aws_secret(found):
+        return found
+    return MASK

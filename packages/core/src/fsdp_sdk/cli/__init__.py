@@ -194,13 +194,13 @@ class LazyGroup(click.Group):
 
                 message = misplaced_trainer_option_hint(exc, args, prog_name or "fsdp-sdk")
                 if message is not None:
-                    click.echo(f"Error: {message}", err=True)
+                    _echo_error(message)
                     sys.exit(exc.exit_code)
             hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
-            click.echo(f"Error: {' '.join(exc.format_message().split())}{hint}", err=True)
+            _echo_error(f"{' '.join(exc.format_message().split())}{hint}")
             sys.exit(exc.exit_code)
         except click.ClickException as exc:
-            click.echo(f"Error: {' '.join(exc.format_message().split())}", err=True)
+            _echo_error(" ".join(exc.format_message().split()))
             sys.exit(exc.exit_code)
         except click.Abort:
             click.echo("Aborted.", err=True)
@@ -210,16 +210,13 @@ class LazyGroup(click.Group):
                 import traceback
 
                 traceback.print_exc()
-            click.echo(f"Error: {exc}", err=True)
+            _echo_error(str(exc))
             sys.exit(exc.exit_code)
         except Exception as exc:
             if debug:
                 raise
             message = " ".join(str(exc).split())
-            click.echo(
-                f"Error: unexpected {type(exc).__name__}: {message} (run again with --debug for the traceback)",
-                err=True,
-            )
+            _echo_error(f"unexpected {type(exc).__name__}: {message} (run again with --debug for the traceback)")
             sys.exit(1)
         sys.exit(result if isinstance(result, int) else 0)
 
@@ -230,6 +227,13 @@ class LazyGroup(click.Group):
         if name is not None and self.get_command(ctx, name) is None and name in self._unavailable:
             raise click.UsageError(f"command {name!r} is not available here ({self._unavailable[name]})", ctx)
         return super().resolve_command(ctx, args)
+
+
+def _echo_error(message: str) -> None:
+    """Print ``Error: message`` on stderr, with what it quotes of the input masked where it looks like a secret."""
+    from fsdp_sdk.secrets import mask_error
+
+    click.echo(f"Error: {mask_error(message)}", err=True)
 
 
 def _warn(message: str) -> None:
