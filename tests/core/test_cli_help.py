@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 
 import pytest
 
 from .conftest import FSDP_SDK
+from .test_startup import loaded_modules
 
 
 def test_global_options_have_their_own_section(invoke) -> None:
@@ -92,14 +92,16 @@ def test_completion_of_run_names_instance_types_for_estimate_and_reports(state_d
 
 def test_completing_a_run_name_imports_neither_plugins_nor_configuration(state_dir) -> None:
     _local_runs(state_dir, "exp1")
-    env = {**os.environ, "_FSDP_SDK_COMPLETE": "bash_complete", "COMP_WORDS": "fsdp-sdk run --resume ", "COMP_CWORD": "3"}
+    env = {
+        **os.environ,
+        "_FSDP_SDK_COMPLETE": "bash_complete",
+        "COMP_WORDS": "fsdp-sdk run --resume ",
+        "COMP_CWORD": "3",
+    }
     result = subprocess.run([FSDP_SDK], env=env, capture_output=True, text=True, timeout=60)
     assert result.stdout.splitlines() == ["plain,exp1"]
-    traced = subprocess.run(
-        [sys.executable, "-X", "importtime", FSDP_SDK], env=env, capture_output=True, text=True, timeout=60
-    )
-    modules = {line.split("|")[-1].strip() for line in traced.stderr.splitlines() if line.startswith("import time:")}
-    assert "fsdp_sdk.cli.run" in modules, "the importtime output was not parsed"
+    modules = loaded_modules(env=env)
+    assert "fsdp_sdk.cli.run" in modules, "the module list was not read"
     assert not modules & {"fsdp_sdk.plugins", "fsdp_sdk.config", "fsdp_sdk.client", "fsdp_sdk.entry_points"}
 
 

@@ -189,7 +189,11 @@ def test_a_local_point_is_not_set_beside_an_estimate_of_another_machine() -> Non
         "p5.48xlarge nodes"
     }
     cluster = Client.from_sources(
-        overrides={"cluster.backend": "eksctl", "cluster.instance_type": "p5.48xlarge", "trainer.model.preset": "llama2-7b"},
+        overrides={
+            "cluster.backend": "eksctl",
+            "cluster.instance_type": "p5.48xlarge",
+            "trainer.model.preset": "llama2-7b",
+        },
         read_default_env_file=False,
     )
     estimated = point_estimate(cluster, 8)

@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -34,7 +35,8 @@ def bare_path(tmp_path: Path) -> dict[str, str]:
     """A PATH with the script's own tools, no etcd/promtool/chromium, and an apt-get and sudo that fail if run."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for tool in ("bash", "python3", "dirname", "id", "sed"):
+    (bin_dir / "python3").symlink_to(Path(sys.executable).resolve())  # this virtualenv's, resolved: the base one
+    for tool in ("bash", "dirname", "id", "sed"):
         found = shutil.which(tool)
         assert found is not None, tool
         (bin_dir / tool).symlink_to(found)
@@ -60,7 +62,10 @@ def test_stages_and_test_only_packages(bare_path: dict[str, str]) -> None:
     assert "prometheus" not in lines[1] and "chromium" not in lines[1]  # only the tests need them
     assert "scripts/setup.sh --test" in lines[0]
     venv = bare_path["VENV"]
-    assert lines[-1] == f"setup: then: run the CLI as {venv}/bin/fsdp-sdk, or put it on PATH for this shell: source {venv}/bin/activate"
+    assert (
+        lines[-1]
+        == f"setup: then: run the CLI as {venv}/bin/fsdp-sdk, or put it on PATH for this shell: source {venv}/bin/activate"
+    )
 
     tests = _dry_run(bare_path, "--test")
     assert tests.returncode == 0, tests.stderr

@@ -142,7 +142,11 @@ def expand(
     substitution = _SUBSTITUTION.search(written)
     if substitution is not None:
         start = substitution.start()
-        return None, f"is a command substitution ({_short(secrets.mask_refused(written[start:]))}) that fsdp-sdk does not run", None
+        return (
+            None,
+            f"is a command substitution ({_short(secrets.mask_refused(written[start:]))}) that fsdp-sdk does not run",
+            None,
+        )
     problems: list[tuple[str, str]] = []
 
     def replace(match: re.Match[str]) -> str:

@@ -76,4 +76,6 @@ def misplaced_trainer_option_hint(error: click.NoSuchOption, args: Sequence[str]
         else:
             sets += ["--set", f"{key}={inline if sep else (value or 'VALUE')}"]
     corrected = shlex.join([prog_name, *kept, *sets])
-    return f"{option} is a trainer option: '{error.ctx.command_path}' takes it as --set section.field=VALUE: {corrected}"
+    return (
+        f"{option} is a trainer option: '{error.ctx.command_path}' takes it as --set section.field=VALUE: {corrected}"
+    )
