@@ -76,12 +76,12 @@ class LazyGroup(click.Group):
         self,
         *args: Any,
         lazy_commands: dict[str, str] | None = None,
-        short_help: dict[str, str] | None = None,
+        lazy_short_help: dict[str, str] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self.lazy_commands = dict(lazy_commands or {})
-        self.short_help = dict(short_help or {})
+        self.lazy_short_help = dict(lazy_short_help or {})
         self._plugin_commands: dict[str, click.Command] | None = None
         self._unavailable: dict[str, str] = {}
 
@@ -120,14 +120,14 @@ class LazyGroup(click.Group):
         return sorted(names)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        """The commands section of ``--help``: built-in commands not yet loaded are listed from :attr:`short_help`
+        """The commands section of ``--help``: built-in commands not yet loaded are listed from :attr:`lazy_short_help`
         (importing none of them), the others as click lists them."""
         rows: list[tuple[str, str]] = []
         names = self.list_commands(ctx)
         limit = formatter.width - 6 - max((len(name) for name in names), default=0)
         for name in names:
-            if name not in self.commands and name in self.short_help and name in self.lazy_commands:
-                rows.append((name, self.short_help[name]))
+            if name not in self.commands and name in self.lazy_short_help and name in self.lazy_commands:
+                rows.append((name, self.lazy_short_help[name]))
                 continue
             command = self.get_command(ctx, name)
             if command is not None and not command.hidden:
@@ -258,7 +258,7 @@ class _Redacting:
 @click.group(
     cls=LazyGroup,
     lazy_commands=COMMANDS,
-    short_help=SHORT_HELP,
+    lazy_short_help=SHORT_HELP,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
 @common_options
