@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -76,12 +77,20 @@ def run_once(command: list[str], env: dict[str, str], cwd: str, cold_cache: str 
         shutil.rmtree(cold_cache, ignore_errors=True)
         os.makedirs(cold_cache)
         env = {**env, "XDG_CACHE_HOME": cold_cache}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     result = subprocess.run(command, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     elapsed = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if result.returncode != 0:
         sys.exit(f"{' '.join(command)} failed ({result.returncode}): {result.stderr.decode()[-500:]}")
+    _CPU.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
     return elapsed
+
+
+#: The CPU seconds (user + system) of each run, in the order run: on a shared machine the wall clock also counts
+#: the time the command waited for a core, its CPU time only what it did.
+_CPU: list[float] = []
 
 
 def time_commands(
@@ -96,7 +105,12 @@ def time_commands(
             elapsed = run_once(command, env, where[name], cold_cache if name.endswith(COLD) else None)
             if round_:
                 timings[name].append(elapsed)
+                CPU_TIMINGS.setdefault(name, []).append(_CPU[-1])
     return timings
+
+
+#: CPU seconds of the measured runs of each case (filled by :func:`time_commands`).
+CPU_TIMINGS: dict[str, list[float]] = {}
 
 
 def main() -> None:
@@ -129,10 +143,12 @@ def main() -> None:
         where["fsdp-sdk config show (seed .env)"] = seed
         timings = time_commands(cases, where, args.runs, env, str(Path(cwd) / "cold-cache"))
         minimums = {name: min(values) for name, values in timings.items()}
+        cpu = {name: statistics.median(values) for name, values in CPU_TIMINGS.items()}
         medians = {name: statistics.median(values) for name, values in timings.items()}
 
     floor = medians["python -c 'import click, pluggy'"]
     ratios = {name: value / floor for name, value in medians.items()}
+    cpu_ratios = {name: value / cpu["python -c 'import click, pluggy'"] for name, value in cpu.items()}
     if args.json:
         record = {
             "date": time.strftime("%Y-%m-%d"),
@@ -142,8 +158,12 @@ def main() -> None:
             "median_s": medians,
             "min_s": minimums,
             "ratio": ratios,
+            "cpu_median_s": cpu,
+            "cpu_ratio": cpu_ratios,
+            "load_average": os.getloadavg(),
             "target_ratio": TARGET_RATIO,
             "timings_s": timings,
+            "cpu_s": CPU_TIMINGS,
         }
         print(json.dumps(record))
     else:
@@ -151,8 +171,9 @@ def main() -> None:
         for name in cases:
             print(
                 f"  {name:44s} median {medians[name] * 1000:7.1f} ms  min {minimums[name] * 1000:7.1f} ms"
-                f"   {ratios[name]:4.2f}x"
+                f"   {ratios[name]:4.2f}x   CPU {cpu[name] * 1000:6.1f} ms {cpu_ratios[name]:4.2f}x"
             )
+        print(f"load average {', '.join(f'{x:.1f}' for x in os.getloadavg())} (on {os.cpu_count()} CPUs)")
         print(f"target: each fsdp-sdk command <= {TARGET_RATIO:g}x the click + pluggy import")
     missed = [name for name in cases if name.startswith("fsdp-sdk") and ratios[name] > TARGET_RATIO]
     if missed and not args.no_check:
