@@ -143,6 +143,13 @@ def test_completion_install_for_zsh_and_fish(invoke, home, tmp_path, monkeypatch
     line = (tmp_path / "zdot" / ".zshrc").read_text()
     assert "compinit" in line and str(home / ".local/share/fsdp-sdk/completion.zsh") in line
     assert "compdef" in (home / ".local/share/fsdp-sdk/completion.zsh").read_text()
+    dotfiles = tmp_path / "dotfiles" / "zshrc"
+    dotfiles.parent.mkdir()
+    dotfiles.write_text("setopt autocd\n")
+    (tmp_path / "zdot" / ".zshrc").unlink()
+    (tmp_path / "zdot" / ".zshrc").symlink_to(dotfiles)  # a dotfiles repository's link stays a link
+    assert invoke("completion", "install", "--shell", "zsh").exit_code == 0
+    assert (tmp_path / "zdot" / ".zshrc").is_symlink() and dotfiles.read_text() == f"setopt autocd\n{line}"
     fish = invoke("completion", "install", "--shell", "fish")
     assert fish.exit_code == 0 and (home / ".config/fish/completions/fsdp-sdk.fish").is_file()
     assert not (home / ".config/fish/config.fish").exists()  # fish loads its completions directory itself

@@ -97,6 +97,7 @@ def install_completion(shell: str) -> list[str]:
         write_atomic(script, source)
         done.append(f"wrote {script}")
     if rc is not None:
+        rc = rc.resolve()  # a dotfiles link: write its target, keep the link
         line = _rc_line(shell, script)
         lines = rc.read_text(encoding="utf-8").splitlines() if rc.is_file() else []
         kept = [each for each in lines if not each.rstrip().endswith(MARKER)]
