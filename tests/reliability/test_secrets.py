@@ -160,6 +160,8 @@ def test_a_refused_set_pair_masks_a_token(work: Path) -> None:
 def test_masking_keeps_ordinary_values() -> None:
     line = "MODEL_NAME meta-llama/Llama-2-7b-hf d3b07384d113edec49eaa6238ad5ff00d3b07384 p5.48xlarge"
     assert secrets.mask_refused(line) == line  # a commit hash is no AWS secret key
+    path = "/Users/Ann1/Projects2/fsdp/Config3/run/x"  # 40 characters, mixed case and digits
+    assert secrets.mask_error(f"cannot read {path!r}") == f"cannot read {path!r}"  # nor a path
     assert secrets.mask_refused(f"export HF_TOKEN {FRESH_HF}") == "export HF_TOKEN **********"
     assert secrets.mask_refused("HF_TOKEN_SECRET hf-token") == "HF_TOKEN_SECRET hf-token"  # a Secret's name
 

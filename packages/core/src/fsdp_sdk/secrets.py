@@ -145,6 +145,6 @@ def mask_error(message: str) -> str:
 
 def _mask_value(match: re.Match[str]) -> str:
     found = match.group(0)
-    if len(found) == 40 and not found.startswith("hf_") and not _looks_like_aws_secret(found):
-        return found
+    if len(found) == 40 and not found.startswith("hf_") and (found[0] == "/" or not _looks_like_aws_secret(found)):
+        return found  # a hex digest, a word, a path: not a secret access key
     return MASK
