@@ -160,11 +160,26 @@ def test_a_trainer_option_before_the_separator_gets_the_corrected_command(invoke
 
 
 def test_a_trainer_option_on_a_command_without_trainer_arguments_is_a_set(invoke) -> None:
-    result = invoke("job", "render", "--parallel.api", "fsdp1", "--model.preset=tiny")
+    result = invoke("up", "--dry-run", "--parallel.api", "fsdp1", "--model.preset=tiny")
     assert result.exit_code == 2
     assert result.stderr == (
-        "Error: --parallel.api is a trainer option: 'fsdp-sdk job render' takes it as --set section.field=VALUE: "
-        "fsdp-sdk job render --set parallel.api=fsdp1 --set model.preset=tiny\n"
+        "Error: --parallel.api is a trainer option: 'fsdp-sdk up' takes it as --set section.field=VALUE: "
+        "fsdp-sdk up --dry-run --set parallel.api=fsdp1 --set model.preset=tiny\n"
     )
     other = invoke("run", "--bogus")  # not a trainer option: click's own message
     assert other.exit_code == 2 and "No such option '--bogus'" in other.stderr and "trainer" not in other.stderr
+
+
+def test_job_render_and_submit_take_trainer_options_after_the_separator(invoke) -> None:
+    """As ``run`` does: what ``job render -- --train.steps 7`` prints is what ``job submit`` with them applies."""
+    result = invoke("job", "render", "--", "--train.steps", "7", "--model.preset", "tiny")
+    assert result.exit_code == 0, result.stderr
+    assert '- "--train.steps"\n' in result.stdout and '- "7"\n' in result.stdout
+    misplaced = invoke("job", "submit", "--wait", "--train.steps", "7")
+    assert misplaced.exit_code == 2 and misplaced.stderr == (
+        "Error: --train.steps is a trainer option: trainer options go after '--', as in: "
+        "fsdp-sdk job submit --wait -- --train.steps 7\n"
+    )
+    bad = invoke("job", "render", "--", "--train.steps", "many")
+    assert bad.exit_code == 2 and "--train.steps (from trainer arguments): 'many' is not an integer" in bad.stderr
+    assert "[-- TRAINER OPTIONS]" in invoke("job", "submit", "--help").stdout

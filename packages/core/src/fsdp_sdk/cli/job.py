@@ -14,7 +14,14 @@ from typing import Any, TypeVar
 import click
 
 from fsdp_sdk.cli.application import Application
-from fsdp_sdk.cli.options import common_options, complete_run_names, json_option, kube_options, setting
+from fsdp_sdk.cli.options import (
+    common_options,
+    complete_run_names,
+    json_option,
+    kube_options,
+    setting,
+    trainer_args_argument,
+)
 
 __all__ = ["job"]
 
@@ -67,7 +74,7 @@ def _render_options(function: F) -> F:
     ]
     for option in reversed(options):
         function = option(function)
-    return function
+    return trainer_args_argument(function)
 
 
 @contextlib.contextmanager
@@ -117,6 +124,8 @@ def render(
     k8s_version: str,
 ) -> None:
     """Print the objects 'job submit' would apply, as multi-document YAML; nothing is sent anywhere.
+
+    Trainer options go after '--', as for 'run' (fsdp-sdk job render -- --train.steps 20).
 
     The Hugging Face token never appears: the job references the Secret, and the
     Secret is printed without its data. Without job.registry the image gets a
@@ -202,6 +211,7 @@ def submit(
     as_json: bool,
 ) -> None:
     """Run the preflight checks, render the job and apply it with server-side apply (field manager fsdp-sdk).
+    Trainer options go after '--', as for 'run' (fsdp-sdk job submit --wait -- --train.steps 20).
 
     \b
     A job the estimate says will not fit in its GPUs' memory is refused (see

@@ -244,6 +244,28 @@ def trainer_options(steps_help: str = "Optimizer steps (trainer.train.steps).") 
     return decorate
 
 
+def _trainer_settings(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
+    if values and not ctx.resilient_parsing:
+        from fsdp_sdk.config import parse_trainer_args
+
+        for each in parse_trainer_args(values):
+            _app(ctx).set(each.path, each.value, each.origin.name, each.origin.source)
+    return values
+
+
+def trainer_args_argument(function: F) -> F:
+    """``[-- TRAINER OPTIONS]`` for commands that pass them on as settings (``job render``, ``job submit``): each
+    ``--section.field VALUE`` after ``--`` is the trainer setting ``section.field``, as ``run`` takes them."""
+    return click.argument(
+        "trainer_args",
+        nargs=-1,
+        type=click.UNPROCESSED,
+        metavar="[-- TRAINER OPTIONS]",
+        expose_value=False,
+        callback=_trainer_settings,
+    )(function)
+
+
 def json_option(function: F) -> F:
     """``--json``: print the result as JSON on stdout."""
     return click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")(function)
