@@ -11,9 +11,13 @@ figures and the ratios; the target is at most 2x the floor for every command.
     python bench/cli_startup.py -n 31 --json
 
 Every command runs once unmeasured first, with bytecode caching on (in a
-temporary ``PYTHONPYCACHEPREFIX``), so all three are measured with warm ``.pyc``
-files, as an installed CLI runs. Exits with status 1 when either command misses
-the target (``--no-check`` to only report).
+temporary ``PYTHONPYCACHEPREFIX``), so all are measured with warm ``.pyc``
+files, as an installed CLI runs. ``--help`` and ``config show`` are measured
+twice: with the entry-point cache warm (as after a user's first command) and
+cold (an empty ``$XDG_CACHE_HOME`` for every run, as on a fresh HOME or after
+installing a package: the first command scans every distribution on
+``sys.path``). Exits with status 1 when a command misses the target
+(``--no-check`` to only report).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -61,28 +66,51 @@ def console_script() -> list[str]:
     return [str(script)]
 
 
-def run_once(command: list[str], env: dict[str, str], cwd: str) -> float:
-    """Wall-clock seconds of one execution."""
+#: Cases run with an empty entry-point cache each time end with this.
+COLD = " (cache cold)"
+
+
+def run_once(command: list[str], env: dict[str, str], cwd: str, cold_cache: str | None = None) -> float:
+    """Wall-clock seconds of one execution; with ``cold_cache``, ``$XDG_CACHE_HOME`` is that directory, emptied
+    before the run (outside the time)."""
+    if cold_cache is not None:
+        shutil.rmtree(cold_cache, ignore_errors=True)
+        os.makedirs(cold_cache)
+        env = {**env, "XDG_CACHE_HOME": cold_cache}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     result = subprocess.run(command, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     elapsed = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if result.returncode != 0:
         sys.exit(f"{' '.join(command)} failed ({result.returncode}): {result.stderr.decode()[-500:]}")
+    _CPU.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
     return elapsed
 
 
+#: The CPU seconds (user + system) of each run, in the order run: on a shared machine the wall clock also counts
+#: the time the command waited for a core, its CPU time only what it did.
+_CPU: list[float] = []
+
+
 def time_commands(
-    cases: dict[str, list[str]], where: dict[str, str], runs: int, env: dict[str, str]
+    cases: dict[str, list[str]], where: dict[str, str], runs: int, env: dict[str, str], cold_cache: str
 ) -> dict[str, list[float]]:
     """``runs`` timings of each case after one unmeasured warm-up, taken in turn (one run of each case, then
-    the next round) so that a slow spell of a shared machine falls on every case alike."""
+    the next round) so that a slow spell of a shared machine falls on every case alike. Cases named ``... (cache
+    cold)`` run with an empty ``cold_cache`` as ``$XDG_CACHE_HOME``."""
     timings: dict[str, list[float]] = {name: [] for name in cases}
     for round_ in range(runs + 1):
         for name, command in cases.items():
-            elapsed = run_once(command, env, where[name])
+            elapsed = run_once(command, env, where[name], cold_cache if name.endswith(COLD) else None)
             if round_:
                 timings[name].append(elapsed)
+                CPU_TIMINGS.setdefault(name, []).append(_CPU[-1])
     return timings
+
+
+#: CPU seconds of the measured runs of each case (filled by :func:`time_commands`).
+CPU_TIMINGS: dict[str, list[float]] = {}
 
 
 def main() -> None:
@@ -98,20 +126,29 @@ def main() -> None:
         # Bytecode caches as users have them (written on the warm-up run), kept out of the source tree:
         # with PYTHONDONTWRITEBYTECODE set, every run would recompile the editable sources.
         env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-        env.update(FSDP_SDK_STATE_DIR=str(Path(cwd) / "state"), PYTHONPYCACHEPREFIX=str(Path(cwd) / "pycache"))
+        env.update(
+            FSDP_SDK_STATE_DIR=str(Path(cwd) / "state"),
+            PYTHONPYCACHEPREFIX=str(Path(cwd) / "pycache"),
+            XDG_CACHE_HOME=str(Path(cwd) / "cache"),  # the warm entry-point cache, written by the warm-up round
+        )
         cases = {
             "python -c 'import click, pluggy'": [sys.executable, "-c", "import click, pluggy"],
             "fsdp-sdk --help": [*script, "--help"],
+            "fsdp-sdk --help" + COLD: [*script, "--help"],
             "fsdp-sdk config show": [*script, "config", "show"],
+            "fsdp-sdk config show" + COLD: [*script, "config", "show"],
         }
         where = {name: cwd for name in cases}
         cases["fsdp-sdk config show (seed .env)"] = [*script, "config", "show"]
         where["fsdp-sdk config show (seed .env)"] = seed
-        timings = time_commands(cases, where, args.runs, env)
+        timings = time_commands(cases, where, args.runs, env, str(Path(cwd) / "cold-cache"))
+        minimums = {name: min(values) for name, values in timings.items()}
+        cpu = {name: statistics.median(values) for name, values in CPU_TIMINGS.items()}
         medians = {name: statistics.median(values) for name, values in timings.items()}
 
     floor = medians["python -c 'import click, pluggy'"]
     ratios = {name: value / floor for name, value in medians.items()}
+    cpu_ratios = {name: value / cpu["python -c 'import click, pluggy'"] for name, value in cpu.items()}
     if args.json:
         record = {
             "date": time.strftime("%Y-%m-%d"),
@@ -119,15 +156,24 @@ def main() -> None:
             "cpus": os.cpu_count(),
             "runs": args.runs,
             "median_s": medians,
+            "min_s": minimums,
             "ratio": ratios,
+            "cpu_median_s": cpu,
+            "cpu_ratio": cpu_ratios,
+            "load_average": os.getloadavg(),
             "target_ratio": TARGET_RATIO,
             "timings_s": timings,
+            "cpu_s": CPU_TIMINGS,
         }
         print(json.dumps(record))
     else:
         print(f"median of {args.runs} runs each ({os.cpu_count()} CPUs, {sys.version.split()[0]})")
         for name in cases:
-            print(f"  {name:34s} {medians[name] * 1000:7.1f} ms   {ratios[name]:4.2f}x")
+            print(
+                f"  {name:44s} median {medians[name] * 1000:7.1f} ms  min {minimums[name] * 1000:7.1f} ms"
+                f"   {ratios[name]:4.2f}x   CPU {cpu[name] * 1000:6.1f} ms {cpu_ratios[name]:4.2f}x"
+            )
+        print(f"load average {', '.join(f'{x:.1f}' for x in os.getloadavg())} (on {os.cpu_count()} CPUs)")
         print(f"target: each fsdp-sdk command <= {TARGET_RATIO:g}x the click + pluggy import")
     missed = [name for name in cases if name.startswith("fsdp-sdk") and ratios[name] > TARGET_RATIO]
     if missed and not args.no_check:

@@ -158,3 +158,59 @@ def test_versions_lists_every_pin_and_the_kubernetes_calendar_with_their_state(i
     assert "1.36        current: standard support until 2027-08-02" in text
     bad = invoke("versions", "--on", "soon")
     assert bad.exit_code == 2 and "--on: 'soon' is not a date" in bad.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "corrected"),
+    [
+        (
+            ["run", "--parallel.api", "fsdp1"],
+            "fsdp-sdk run -- --parallel.api fsdp1",
+        ),
+        (
+            ["run", "--nodes", "2", "--train.lr=1e-3", "--preset", "tiny", "--auto", "--", "--train.steps", "3"],
+            "fsdp-sdk run --nodes 2 --preset tiny -- --train.lr=1e-3 --auto --train.steps 3",
+        ),
+        (
+            ["bench", "scale", "--nodes", "1,2", "--out", "r", "--model.preset", "tiny"],
+            "fsdp-sdk bench scale --nodes 1,2 --out r -- --model.preset tiny",
+        ),
+        (
+            ["estimate", "--model", "llama2-7b", "--parallel.sharding", "hybrid_shard"],
+            "fsdp-sdk estimate --model llama2-7b -- --parallel.sharding hybrid_shard",
+        ),
+    ],
+)
+def test_a_trainer_option_before_the_separator_gets_the_corrected_command(invoke, args, corrected) -> None:
+    result = invoke(*args)
+    assert result.exit_code == 2
+    option = next(a for a in args if "." in a and a.startswith("--")).split("=")[0]
+    assert result.stderr == (
+        f"Error: {option} is a trainer option: trainer options go after '--', as in: {corrected}\n"
+    )
+
+
+def test_a_trainer_option_on_a_command_without_trainer_arguments_is_a_set(invoke) -> None:
+    result = invoke("up", "--dry-run", "--parallel.api", "fsdp1", "--model.preset=tiny")
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "Error: --parallel.api is a trainer option: 'fsdp-sdk up' takes it as --set section.field=VALUE: "
+        "fsdp-sdk up --dry-run --set parallel.api=fsdp1 --set model.preset=tiny\n"
+    )
+    other = invoke("run", "--bogus")  # not a trainer option: click's own message
+    assert other.exit_code == 2 and "No such option '--bogus'" in other.stderr and "trainer" not in other.stderr
+
+
+def test_job_render_and_submit_take_trainer_options_after_the_separator(invoke) -> None:
+    """As ``run`` does: what ``job render -- --train.steps 7`` prints is what ``job submit`` with them applies."""
+    result = invoke("job", "render", "--", "--train.steps", "7", "--model.preset", "tiny")
+    assert result.exit_code == 0, result.stderr
+    assert '- "--train.steps"\n' in result.stdout and '- "7"\n' in result.stdout
+    misplaced = invoke("job", "submit", "--wait", "--train.steps", "7")
+    assert misplaced.exit_code == 2 and misplaced.stderr == (
+        "Error: --train.steps is a trainer option: trainer options go after '--', as in: "
+        "fsdp-sdk job submit --wait -- --train.steps 7\n"
+    )
+    bad = invoke("job", "render", "--", "--train.steps", "many")
+    assert bad.exit_code == 2 and "--train.steps (from trainer arguments): 'many' is not an integer" in bad.stderr
+    assert "[-- TRAINER OPTIONS]" in invoke("job", "submit", "--help").stdout

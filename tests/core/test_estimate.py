@@ -478,3 +478,25 @@ def test_estimate_json_of_a_cluster_backend_carries_the_control_plane_price_of_e
     assert "warning: Kubernetes 1.34 is in EKS extended support until 2027-12-02" in text.stderr
     local = json.loads(invoke(*args, "--json").stdout)["cost"]  # the local backend runs no control plane
     assert local["control_plane"] is None and local["usd_per_hour"] == pytest.approx(2 * 27.45)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_recommend_prints_the_flags_that_apply_its_top_row(invoke, compiled):
+    args = ["estimate", "--model", "llama3.1-8b", "--instance-type", "p5.48xlarge", "--nodes", "2", "--seq-len", "4096"]
+    args += ["--compile"] if compiled else []
+    text = invoke(*args, "--recommend", "--top", "2").stdout
+    assert "budget: compile.memory_budget, the share of activation memory compiled blocks keep" in text
+    apply = next(line for line in text.splitlines() if line.startswith("apply #1: fsdp-sdk run [options] -- "))
+    flags = apply.split(" -- ", 1)[1].split()
+    assert flags[:2] == ["--parallel.sharding", flags[1]] and "--train.micro_batch_size" in flags
+    assert ("--compile.memory_budget" in flags) == compiled
+    sets = next(line for line in text.splitlines() if line.startswith("  (on any command"))
+    assert "--set parallel.sharding=" in sets and "--set train.micro_batch_size=" in sets
+    top = json.loads(invoke(*args, "--recommend", "--top", "1", "--json").stdout)["candidates"][0]
+    assert top["trainer_args"] == flags
+    # the flags give exactly the top row
+    applied = json.loads(invoke(*args, "--json", "--", *flags).stdout)
+    if top["settings"]["ac_mode"] != "selective":  # ac.every means nothing then
+        applied["settings"].pop("ac_every"), top["settings"].pop("ac_every")
+    assert applied["settings"] == top["settings"] and applied["memory"]["peak_gib"] == top["memory"]["peak_gib"]
+    assert applied["speed"]["tokens_per_s"] == pytest.approx(top["speed"]["tokens_per_s"])

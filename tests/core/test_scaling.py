@@ -11,7 +11,7 @@ import pytest
 
 from fsdp_sdk.client import Client
 from fsdp_sdk.errors import ConfigError
-from fsdp_sdk.scaling import CSV_COLUMNS, ScalingSweep, parse_node_counts, run_sweep
+from fsdp_sdk.scaling import CSV_COLUMNS, ScalingSweep, parse_node_counts, point_estimate, run_sweep
 
 #: A tiny job that takes seconds per point on CPU; c10d rendezvous (no etcd needed).
 TINY = {
@@ -65,11 +65,11 @@ def test_local_sweep_writes_csv_json_and_chart_and_resumes_after_an_interruption
         assert p["tokens_per_s"] > 0 and p["tokens_per_s_per_gpu"] == pytest.approx(p["tokens_per_s"] / p["gpus"])
         assert p["step_time_s"] == pytest.approx(2 * 64 / p["tokens_per_s_per_gpu"])
         assert p["mfu"] is None and p["peak_mem_gib"] is None  # CPU: no peak FLOPs, no CUDA memory
-        assert p["estimated_tokens_per_s_per_gpu"] > 0 and p["estimate_basis"] == "p5.48xlarge"
+        assert "estimated_tokens_per_s" not in p and "p5.48xlarge nodes" in p["estimate_error"]  # CPU: no estimate
     assert one["efficiency"] == 1.0 and two["efficiency"] == pytest.approx(
         two["tokens_per_s_per_gpu"] / one["tokens_per_s_per_gpu"]
     )
-    assert one["estimated_efficiency"] == 1.0 and 0 < two["estimated_efficiency"] <= 1.0
+    assert one["estimated_efficiency"] is None and two["estimated_efficiency"] is None
 
     recorded = json.loads((out / "scaling.json").read_text())
     assert recorded["settings"]["backend"] == "local" and recorded["settings"]["gpus_per_node"] == 1
@@ -113,7 +113,7 @@ def test_a_failed_point_is_recorded_and_the_sweep_goes_on(tmp_path: Path, invoke
     assert result.exit_code == 1, result.stderr[-2000:]
     point = json.loads((out / "scaling.json").read_text())["points"][0]
     assert point["status"] == "failed" and point["nodes"] == 2 and point["error"]
-    assert "'none' runs one process" in point["estimate_error"]
+    assert point["estimate_error"].startswith("not estimated: the run is measured on this machine")
     assert "failed" in result.stdout
     # recorded: the same command does not run it again (and still reports it)
     again = invoke(
@@ -179,3 +179,35 @@ def test_bad_sweeps_are_one_line_exit_2(invoke, tmp_path: Path, args, names) -> 
     assert result.exit_code == 2, (result.stdout, result.stderr)
     assert names in result.stderr and result.stderr.count("\n") == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_a_local_point_is_not_set_beside_an_estimate_of_another_machine() -> None:
+    """Locally the sweep measures this machine: an estimate of cluster.instance_type nodes (p5.48xlarge by default,
+    112.7M tokens/s beside 13.9k measured on CPU) is not recorded or drawn; a cluster point gets its own."""
+    assert point_estimate(_client(), 1) == {
+        "estimate_error": "not estimated: the run is measured on this machine, and the estimate models "
+        "p5.48xlarge nodes"
+    }
+    cluster = Client.from_sources(
+        overrides={
+            "cluster.backend": "eksctl",
+            "cluster.instance_type": "p5.48xlarge",
+            "trainer.model.preset": "llama2-7b",
+        },
+        read_default_env_file=False,
+    )
+    estimated = point_estimate(cluster, 8)
+    assert estimated["estimate_basis"] == "p5.48xlarge" and estimated["estimated_tokens_per_s"] > 0
+
+
+def test_the_chart_is_written_readable_like_the_csv_and_json(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    settings = {"backend": "local", "instance_type": "p5.48xlarge", "gpus_per_node": 1, "trainer": {}}
+    sweep = ScalingSweep(tmp_path, settings)
+    for nodes, per_gpu in ((1, 14000.0), (2, 13000.0)):
+        sweep.record({"nodes": nodes, "gpus": nodes, "status": "ok", "tokens_per_s": per_gpu * nodes,
+                      "tokens_per_s_per_gpu": per_gpu})  # fmt: skip
+    assert sweep.warnings == [] and sweep.chart_path.read_bytes()[:4] == b"\x89PNG"
+    modes = {p.name: oct(p.stat().st_mode & 0o777) for p in (sweep.json_path, sweep.csv_path, sweep.chart_path)}
+    assert modes == {"scaling.json": "0o644", "scaling.csv": "0o644", "scaling.png": "0o644"}
+    assert not list(tmp_path.glob(".scaling*"))

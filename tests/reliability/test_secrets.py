@@ -120,3 +120,65 @@ def test_tools_never_echo_a_secret(work: Path, tmp_path: Path, monkeypatch: pyte
     with pytest.raises(ToolError) as info:
         run_tool([str(tool)], step="leak", progress=seen.append)
     assert AWS_SECRET not in str(info.value) + "".join(seen) and "key **********" in str(info.value)
+
+
+#: Canaries no source registers before the line that holds them is refused (the malformed line is the first one).
+FRESH_HF = "hf_FRESHcanary9Qw8Er7Ty6Ui5Op4As3Df"
+FRESH_KEY_ID = "AKIAFRESHCANARY98765"
+FRESH_SECRET = "fRESHcanary/Secret+Key0123456789abcdEFGH"  # 40 characters, mixed-case base64 like AWS's
+FRESH = (FRESH_HF, FRESH_KEY_ID, FRESH_SECRET)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        f"HF_TOKEN {FRESH_HF}",  # the '=' forgotten
+        f"export AWS_SECRET_ACCESS_KEY {FRESH_SECRET}",
+        f"AWS_ACCESS_KEY_ID: {FRESH_KEY_ID}",  # YAML habits
+        f"MODEL_NAME {FRESH_HF}",  # a token under a name that holds none
+        f"BAD LINE {FRESH_KEY_ID} {FRESH_SECRET}",
+        f'HF_TOKEN="{FRESH_HF}',  # a quote never closed
+        f"HF_TOKEN='{FRESH_HF}' trailing",  # text after the closing quote
+        f"CMD=$(echo {FRESH_HF})",  # a command substitution, named in the error
+    ],
+)
+def test_a_refused_env_line_masks_what_looks_like_a_secret(work: Path, line: str) -> None:
+    (work / ".env").write_text(f"{line}\nNUM_WORKERS=2\n")
+    code, output = _cli("config", "show")
+    assert code == 2 and (".env line 1" in output or "command substitution" in output), output
+    assert all(c not in output for c in FRESH), output
+    assert "**********" in output
+
+
+def test_a_refused_set_pair_masks_a_token(work: Path) -> None:
+    code, output = _cli("config", "show", "--set", f"job.hf_token {FRESH_HF}")
+    assert code == 2 and "is not KEY=VALUE" in output and FRESH_HF not in output
+    code, output = _cli("config", "show", "--set", f"HF_TOKEN:{FRESH_HF}")
+    assert code == 2 and FRESH_HF not in output
+
+
+def test_masking_keeps_ordinary_values() -> None:
+    line = "MODEL_NAME meta-llama/Llama-2-7b-hf d3b07384d113edec49eaa6238ad5ff00d3b07384 p5.48xlarge"
+    assert secrets.mask_refused(line) == line  # a commit hash is no AWS secret key
+    path = "/Users/Ann1/Projects2/fsdp/Config3/run/x"  # 40 characters, mixed case and digits
+    assert secrets.mask_error(f"cannot read {path!r}") == f"cannot read {path!r}"  # nor a path
+    assert secrets.mask_refused(f"export HF_TOKEN {FRESH_HF}") == "export HF_TOKEN **********"
+    assert secrets.mask_refused("HF_TOKEN_SECRET hf-token") == "HF_TOKEN_SECRET hf-token"  # a Secret's name
+
+
+@pytest.mark.parametrize(
+    ("files", "flags"),
+    [
+        ({"c.yaml": f"job:\n  env:\n    HF_TOKEN {FRESH_HF}\n"}, ("-c", "c.yaml")),  # YAML: a string, not a mapping
+        ({"c.yaml": f"job:\n  registry: {FRESH_KEY_ID} x\n"}, ("-c", "c.yaml")),
+        ({}, ("--set", f"job.env=HF_TOKEN {FRESH_SECRET}")),
+        ({}, ("--set", f"job.num_workers={FRESH_HF}")),  # a token pasted into the wrong setting
+        ({}, ("--set", "job.env=API_KEY my-own-value")),  # a value under a name that holds secrets
+    ],
+)
+def test_a_refused_value_from_yaml_or_set_is_masked(work: Path, files: dict[str, str], flags: tuple[str, ...]) -> None:
+    for name, text in files.items():
+        (work / name).write_text(text)
+    code, output = _cli("config", "show", *flags)
+    assert code == 2 and output.startswith("Error: ") and "**********" in output, output
+    assert all(c not in output for c in (*FRESH, "my-own-value")), output

@@ -2,7 +2,7 @@
 
 ``@dataclass`` generates each of these methods from source text for every class (``exec`` of a new function);
 for the few dozen classes imported on each start of ``fsdp-sdk`` that is a measurable part of its start-up (see
-bench/reports/2026-12-01-cpu-cli-startup.md). A class declared ``@dataclass(eq=False, repr=False)`` (with
+bench/reports/2026-12-02-cpu-cli-startup.md). A class declared ``@dataclass(eq=False, repr=False)`` (with
 ``frozen=True`` where it is frozen) deriving from :class:`Fields` or :class:`FrozenFields` behaves as the generated
 methods would: equal when of the same class with equal compared fields, shown with its ``repr`` fields, hashable
 when frozen.

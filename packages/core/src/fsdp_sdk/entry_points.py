@@ -119,8 +119,9 @@ def _write_cache(path: str, dirs: dict[str, Any]) -> None:
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         temporary = f"{path}.{os.getpid()}.tmp"
+        text = json.dumps({"version": _CACHE_VERSION, "dirs": dirs})  # one shot: C encoder (json.dump is Python's)
         with open(temporary, "w", encoding="utf-8") as file:
-            json.dump({"version": _CACHE_VERSION, "dirs": dirs}, file)
+            file.write(text)
         os.replace(temporary, path)  # atomic: a concurrent start reads the old cache or the new one
     except OSError:
         pass

@@ -142,7 +142,11 @@ def expand(
     substitution = _SUBSTITUTION.search(written)
     if substitution is not None:
         start = substitution.start()
-        return None, f"is a command substitution ({_short(written[start:])}) that fsdp-sdk does not run", None
+        return (
+            None,
+            f"is a command substitution ({_short(secrets.mask_refused(written[start:]))}) that fsdp-sdk does not run",
+            None,
+        )
     problems: list[tuple[str, str]] = []
 
     def replace(match: re.Match[str]) -> str:
@@ -189,7 +193,7 @@ def read_env_file(path: Path, environ: Mapping[str, str]) -> list[EnvEntry]:
         line, reason, shown = error.args
         raise ConfigError(
             f"{path.name} line {line}",
-            f"{secrets.redact(_short(shown, 80))!r} {reason}",
+            f"{_short(secrets.mask_refused(shown), 80)!r} {reason}",
             "write NAME=VALUE (quotes around values with spaces), or comment the line out with #",
         ) from None
     for name, written, single_quoted, line, _ in assignments:

@@ -110,7 +110,7 @@ class LaunchPlan:
 
             lines += summary_lines(self.estimate)
         if self.hours_to_train is not None:
-            from fsdp_sdk.cli.run_display import format_duration
+            from fsdp_sdk.runs import format_duration
 
             what = f"{self.tokens:,.0f} tokens" if self.tokens is not None else f"{self.train_steps} steps"
             usd = ""

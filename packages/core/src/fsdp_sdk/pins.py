@@ -11,7 +11,7 @@ import dataclasses
 import datetime
 import functools
 import json
-from importlib import resources
+import os
 from typing import Any
 
 from fsdp_sdk._fields import FrozenFields
@@ -66,7 +66,9 @@ class Pin(FrozenFields):
 @functools.cache
 def table() -> dict[str, Any]:
     """The raw table, parsed once per process."""
-    text = resources.files("fsdp_sdk").joinpath("data/pins.json").read_text(encoding="utf-8")
+    # a plain file beside this module: importlib.resources would add zipfile and tempfile to the CLI's start-up
+    with open(os.path.join(os.path.dirname(__file__), "data", "pins.json"), encoding="utf-8") as file:
+        text = file.read()
     data: dict[str, Any] = json.loads(text)
     return data
 

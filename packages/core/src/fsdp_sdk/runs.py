@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-__all__ = ["JobRef", "RecordedRun", "RunEvent", "RunResult", "leader_line_event"]
+__all__ = ["JobRef", "RecordedRun", "RunEvent", "RunResult", "format_duration", "leader_line_event"]
 
 
 @dataclass(frozen=True)
@@ -164,3 +164,13 @@ class RecordedRun(Protocol):
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict with at least the fields above."""
         ...
+
+
+def format_duration(seconds: float | None) -> str:
+    """``1:02:03`` or ``2:03``; ``-`` when unknown."""
+    if seconds is None or seconds != seconds or seconds < 0:
+        return "-"
+    s = round(seconds)
+    hours, rest = divmod(s, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from fsdp_sdk.client import Client
     from fsdp_sdk.config import Config
 
-__all__ = ["CSV_COLUMNS", "ScalingSweep", "parse_node_counts", "run_sweep"]
+__all__ = ["CSV_COLUMNS", "LOCAL_ESTIMATE_NOTE", "ScalingSweep", "parse_node_counts", "point_estimate", "run_sweep"]
 
 RESULTS_JSON, RESULTS_CSV, CHART = "scaling.json", "scaling.csv", "scaling.png"
 #: Columns of ``scaling.csv``; ``scaling.json`` holds the same per point, and more.
@@ -172,6 +172,12 @@ class ScalingSweep:
         return self.warnings
 
 
+#: Why a point of a sweep on a backend that runs jobs on this machine has no estimate.
+LOCAL_ESTIMATE_NOTE = (
+    "not estimated: the run is measured on this machine, and the estimate models {instance_type} nodes"
+)
+
+
 def _sweep_settings(config: Config, client: Client) -> dict[str, Any]:
     """What makes two sweeps comparable: backend, instance type, GPUs per node, trainer settings."""
     trainer = json.loads(json.dumps(config.trainer, default=str))
@@ -198,7 +204,12 @@ def _measured(summary: Mapping[str, Any], tokens_per_gpu_step: int) -> dict[str,
     }
 
 
-def _estimated(client: Client, gpus_per_node: int) -> dict[str, Any]:
+def point_estimate(client: Client, gpus_per_node: int) -> dict[str, Any]:
+    """The estimate recorded beside a measured point: the ``estimated_*`` figures for ``cluster.instance_type``
+    nodes, or only ``estimate_error`` saying why there is none. A backend that runs jobs on this machine (local)
+    gets none: its measurement is of this machine, not of the instance type the estimate models."""
+    if client.backend.runs_jobs:
+        return {"estimate_error": LOCAL_ESTIMATE_NOTE.format(instance_type=client.config.cluster.instance_type)}
     try:
         est = client.estimate(gpus_per_node=gpus_per_node, scaling=False)
     except ConfigError as exc:  # no trainer here, a Hub-only model, settings the model cannot take
@@ -290,7 +301,7 @@ def run_sweep(
         progress(f"{label}: starting")
         gpus = n * (sweep.settings["gpus_per_node"] or 1)
         record: dict[str, Any] = {"nodes": n, "gpus": gpus, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        record.update(_estimated(point_client, sweep.settings["gpus_per_node"] or 1))
+        record.update(point_estimate(point_client, sweep.settings["gpus_per_node"] or 1))
         begin = time.monotonic()
         try:
             _scale(point_client, n, progress)

@@ -6,10 +6,11 @@ and says how to get the chart.
 
 from __future__ import annotations
 
-import os
-import tempfile
+import io
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from fsdp_sdk.files import write_atomic
 
 if TYPE_CHECKING:
     from fsdp_sdk.scaling import ScalingSweep
@@ -52,7 +53,8 @@ def write_chart(sweep: ScalingSweep, path: Path) -> list[str]:
             )
     trainer = sweep.settings.get("trainer", {})
     model = (trainer.get("model") or {}).get("name_or_path") or (trainer.get("model") or {}).get("preset") or "tiny"
-    where = f"{sweep.settings.get('backend')} / {sweep.settings.get('instance_type')}"
+    backend = sweep.settings.get("backend")
+    where = f"{backend} / {'this machine' if backend == 'local' else sweep.settings.get('instance_type')}"
     left.set(
         xlabel="nodes", ylabel="tokens/s (all GPUs)", title=f"{model} throughput ({where})", xscale="log", yscale="log"
     )
@@ -72,12 +74,10 @@ def write_chart(sweep: ScalingSweep, path: Path) -> list[str]:
         if axis.get_legend_handles_labels()[0]:
             axis.legend(fontsize=8)
     fig.tight_layout()
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
-    os.close(fd)
+    image = io.BytesIO()
     try:
-        fig.savefig(tmp, dpi=120)
-        os.replace(tmp, path)
+        fig.savefig(image, format="png", dpi=120)
     finally:
         plt.close(fig)
-        Path(tmp).unlink(missing_ok=True)
+    write_atomic(path, image.getvalue())  # 0644, like scaling.json and scaling.csv
     return []

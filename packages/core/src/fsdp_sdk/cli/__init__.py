@@ -25,7 +25,7 @@ from fsdp_sdk.cli.application import Application
 from fsdp_sdk.cli.options import common_options, format_global_options_apart
 from fsdp_sdk.errors import FsdpSdkError
 
-__all__ = ["COMMANDS", "LazyGroup", "cli", "main"]
+__all__ = ["COMMANDS", "SHORT_HELP", "LazyGroup", "cli", "main"]
 
 #: Built-in commands: name -> "module:attribute". Modules are imported only when needed.
 COMMANDS: dict[str, str] = {
@@ -46,15 +46,46 @@ COMMANDS: dict[str, str] = {
     "estimate": "fsdp_sdk.cli.estimate:estimate",
     "bench": "fsdp_sdk.cli.bench:bench",
     "versions": "fsdp_sdk.cli.versions:versions",
+    "completion": "fsdp_sdk.cli.completion:completion",
+}
+
+#: The one-line help ``fsdp-sdk --help`` lists for the built-in commands, so that listing them imports none of their
+#: modules (a test checks each line is the command's own ``short_help``). A command missing here is imported.
+SHORT_HELP: dict[str, str] = {
+    "up": "Create the cluster (local backend: start etcd).",
+    "down": "Delete the cluster (local backend: stop etcd).",
+    "scale": "Change the number of nodes.",
+    "status": "Show the cluster's state.",
+    "run": "Run the FSDP trainer and print its summary.",
+    "launch": "Create what is missing, run the job and follow it (one command).",
+    "runs": "List the local runs: state, steps, loss, tokens/s, duration.",
+    "plugins": "List plugins, the backends they provide, and their problems.",
+    "instance-types": "List the known GPU instance types.",
+    "config": "Inspect the configuration.",
+    "prereqs": "Install and check etcd and the Kubeflow job controller.",
+    "image": "Build the trainer image and push it to ECR.",
+    "job": "Render, submit and follow training jobs (status, logs, stop, wait, list: local runs too).",
+    "monitor": "Install and use GPU and training monitoring (DCGM, Prometheus, Grafana, CloudWatch).",
+    "estimate": "Estimate memory per GPU, speed and cost of a training job.",
+    "bench": "Measure the configured job: a node-count scaling sweep.",
+    "versions": "List every pinned version and its state today.",
+    "completion": "Shell completion: install it, or print its script.",
 }
 
 
 class LazyGroup(click.Group):
     """A group whose commands come from an import table and from plugins, loaded on demand."""
 
-    def __init__(self, *args: Any, lazy_commands: dict[str, str] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        lazy_commands: dict[str, str] | None = None,
+        lazy_short_help: dict[str, str] | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.lazy_commands = dict(lazy_commands or {})
+        self.lazy_short_help = dict(lazy_short_help or {})
         self._plugin_commands: dict[str, click.Command] | None = None
         self._unavailable: dict[str, str] = {}
 
@@ -91,6 +122,23 @@ class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         names = set(self.commands) | set(self.lazy_commands) | set(self.plugin_commands())
         return sorted(names)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The commands section of ``--help``: built-in commands not yet loaded are listed from :attr:`lazy_short_help`
+        (importing none of them), the others as click lists them."""
+        rows: list[tuple[str, str]] = []
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max((len(name) for name in names), default=0)
+        for name in names:
+            if name not in self.commands and name in self.lazy_short_help and name in self.lazy_commands:
+                rows.append((name, self.lazy_short_help[name]))
+                continue
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in self.commands:
@@ -145,11 +193,18 @@ class LazyGroup(click.Group):
             click.echo(exc.ctx.get_help())
             sys.exit(0)
         except click.UsageError as exc:
+            if isinstance(exc, click.NoSuchOption):  # a trainer option before '--' gets the corrected command
+                from fsdp_sdk.cli.usage_hints import misplaced_trainer_option_hint
+
+                message = misplaced_trainer_option_hint(exc, args, prog_name or "fsdp-sdk")
+                if message is not None:
+                    _echo_error(message)
+                    sys.exit(exc.exit_code)
             hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
-            click.echo(f"Error: {' '.join(exc.format_message().split())}{hint}", err=True)
+            _echo_error(f"{' '.join(exc.format_message().split())}{hint}")
             sys.exit(exc.exit_code)
         except click.ClickException as exc:
-            click.echo(f"Error: {' '.join(exc.format_message().split())}", err=True)
+            _echo_error(" ".join(exc.format_message().split()))
             sys.exit(exc.exit_code)
         except click.Abort:
             click.echo("Aborted.", err=True)
@@ -159,16 +214,13 @@ class LazyGroup(click.Group):
                 import traceback
 
                 traceback.print_exc()
-            click.echo(f"Error: {exc}", err=True)
+            _echo_error(str(exc))
             sys.exit(exc.exit_code)
         except Exception as exc:
             if debug:
                 raise
             message = " ".join(str(exc).split())
-            click.echo(
-                f"Error: unexpected {type(exc).__name__}: {message} (run again with --debug for the traceback)",
-                err=True,
-            )
+            _echo_error(f"unexpected {type(exc).__name__}: {message} (run again with --debug for the traceback)")
             sys.exit(1)
         sys.exit(result if isinstance(result, int) else 0)
 
@@ -179,6 +231,13 @@ class LazyGroup(click.Group):
         if name is not None and self.get_command(ctx, name) is None and name in self._unavailable:
             raise click.UsageError(f"command {name!r} is not available here ({self._unavailable[name]})", ctx)
         return super().resolve_command(ctx, args)
+
+
+def _echo_error(message: str) -> None:
+    """Print ``Error: message`` on stderr, with what it quotes of the input masked where it looks like a secret."""
+    from fsdp_sdk.secrets import mask_error
+
+    click.echo(f"Error: {mask_error(message)}", err=True)
 
 
 def _warn(message: str) -> None:
@@ -203,6 +262,7 @@ class _Redacting:
 @click.group(
     cls=LazyGroup,
     lazy_commands=COMMANDS,
+    lazy_short_help=SHORT_HELP,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
 @common_options

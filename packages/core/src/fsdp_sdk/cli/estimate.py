@@ -8,7 +8,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from fsdp_sdk.cli.application import Application
-from fsdp_sdk.cli.options import common_options, json_option, model_options, nodes_option, setting, setting_option
+from fsdp_sdk.cli.options import (
+    common_options,
+    complete_instance_types,
+    json_option,
+    model_options,
+    nodes_option,
+    setting,
+    setting_option,
+)
 
 if TYPE_CHECKING:
     from fsdp_sdk.estimate import Estimate
@@ -39,6 +47,7 @@ def _job_options(function: F) -> F:
         setting_option(
             "--instance-type",
             metavar="TYPE",
+            shell_complete=complete_instance_types,
             path="cluster.instance_type",
             help="Instance type of the nodes (cluster.instance_type); any registered one.",
         ),
@@ -196,7 +205,8 @@ def estimate(
             model=model, trainer_overrides=overrides, mfu=mfu, tokens=count, network_efficiency=network_efficiency
         )
         if as_json:
-            app.echo_json({"candidates": [e.to_dict() for e in found[:top]], "fitting": len(found)})
+            candidates = [{**e.to_dict(), "trainer_args": recommended_trainer_args(e)} for e in found[:top]]
+            app.echo_json({"candidates": candidates, "fitting": len(found)})
         else:
             _echo_recommendations(found[:top], len(found))
         if not found:
@@ -209,6 +219,19 @@ def estimate(
         app.echo_json(est.to_dict())
         return
     _echo_estimate(est)
+
+
+def recommended_trainer_args(est: Estimate) -> list[str]:
+    """The trainer options that apply the combination ``est`` of ``--recommend`` (the other settings stay as
+    configured): sharding, activation checkpointing, micro-batch and, for compiled runs, the memory budget."""
+    s = est.settings
+    args = ["--parallel.sharding", str(s["sharding"]), "--ac.mode", str(s["ac_mode"])]
+    if s["ac_mode"] == "selective":
+        args += ["--ac.every", str(s["ac_every"])]
+    args += ["--train.micro_batch_size", str(s["micro_batch_size"])]
+    if s["compile"]:
+        args += ["--compile.memory_budget", f"{s['memory_budget']:g}"]
+    return args
 
 
 def _gib(value: float | None) -> str:
@@ -359,3 +382,13 @@ def _echo_recommendations(found: list[Estimate], fitting: int) -> None:
         "$/B tokens",
     ]
     click.echo(table(headers, rows))
+    click.echo(
+        "budget: compile.memory_budget, the share of activation memory compiled blocks keep for backward "
+        "(1: all of it; below 1 the cheapest operations are recomputed to make room for a larger micro batch)"
+    )
+    import shlex
+
+    args = recommended_trainer_args(found[0])
+    click.echo(f"apply #1: fsdp-sdk run [options] -- {shlex.join(args)}")
+    sets = " ".join(f"--set {key[2:]}={value}" for key, value in zip(args[::2], args[1::2], strict=True))
+    click.echo(f"  (on any command, e.g. job submit: {sets})")

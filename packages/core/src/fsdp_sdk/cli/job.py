@@ -17,7 +17,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from fsdp_sdk.cli.application import Application
-from fsdp_sdk.cli.options import common_options, json_option, kube_options, nodes_option, setting, workers_option
+from fsdp_sdk.cli.options import (
+    common_options,
+    complete_run_names,
+    json_option,
+    kube_options,
+    nodes_option,
+    setting,
+    trainer_args_argument,
+    workers_option,
+)
 
 if TYPE_CHECKING:
     from fsdp_sdk.runner import JobRunner, RunStatus
@@ -78,7 +87,7 @@ def _render_options(function: F) -> F:
     ]
     for option in reversed(options):
         function = option(function)
-    return function
+    return trainer_args_argument(function)
 
 
 @contextlib.contextmanager
@@ -140,6 +149,8 @@ def render(
 
     The rendezvous id (and so the output) is the same on every call for the
     same configuration unless --rdzv-id or --fresh-id says otherwise.
+
+    Trainer options go after '--', as for 'run' (fsdp-sdk job render -- --train.steps 20).
 
     The Hugging Face token never appears: the job references the Secret, and the
     Secret is printed without its data. Without job.registry the image gets a
@@ -245,6 +256,7 @@ def submit(
     as_json: bool,
 ) -> None:
     """Run the preflight checks, render the job and apply it with server-side apply (field manager fsdp-sdk).
+    Trainer options go after '--', as for 'run' (fsdp-sdk job submit --wait -- --train.steps 20).
 
     \b
     A job the estimate says will not fit in its GPUs' memory is refused (see
@@ -515,7 +527,7 @@ def wait(
     help="Directory of the report (default: ./fsdp-report-<run>).",
 )
 @json_option
-@click.argument("name", required=False, metavar="[NAME]")
+@click.argument("name", required=False, metavar="[NAME]", shell_complete=complete_run_names)
 @click.pass_obj
 def report(app: Application, prometheus: str | None, out: str | None, as_json: bool, name: str | None) -> None:
     """Read a run's metrics and write report.html (self-contained), throughput.png, mfu.png, loss.png,

@@ -73,6 +73,27 @@ def complete_presets(ctx: click.Context, param: click.Parameter, incomplete: str
     return [name for name in sorted(PRESETS) if name.startswith(incomplete)]
 
 
+def complete_run_names(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    """Shell completion of local run ids, newest first: the directories under ``<state dir>/local/runs`` that hold
+    a ``run.json`` (``$FSDP_SDK_STATE_DIR`` or ``~/.local/state/fsdp-sdk``). Reads one directory, imports
+    nothing, so it answers as fast as the CLI starts."""
+    import os
+
+    state = os.environ.get("FSDP_SDK_STATE_DIR") or os.path.expanduser("~/.local/state/fsdp-sdk")
+    runs = os.path.join(state, "local", "runs")
+    try:
+        entries = [e for e in os.scandir(runs) if e.name.startswith(incomplete) and e.is_dir()]
+    except OSError:
+        return []
+    found = []
+    for entry in entries:
+        try:
+            found.append((os.stat(os.path.join(entry.path, "run.json")).st_mtime, entry.name))
+        except OSError:
+            continue
+    return [name for _, name in sorted(found, reverse=True)]
+
+
 def _app(ctx: click.Context) -> Application:
     return ctx.ensure_object(Application)
 
@@ -175,6 +196,8 @@ class FirstNameOption(click.Option):
 
 
 def _set_pairs(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> None:
+    if not values:  # click calls this for every command line: without --set, import nothing
+        return
     from fsdp_sdk.config import setting_from_pair
     from fsdp_sdk.errors import ConfigError
 
@@ -300,6 +323,28 @@ def trainer_options(steps_help: str = "Optimizer steps (trainer.train.steps).") 
         return function
 
     return decorate
+
+
+def _trainer_settings(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
+    if values and not ctx.resilient_parsing:
+        from fsdp_sdk.config import parse_trainer_args
+
+        for each in parse_trainer_args(values):
+            _app(ctx).set(each.path, each.value, each.origin.name, each.origin.source)
+    return values
+
+
+def trainer_args_argument(function: F) -> F:
+    """``[-- TRAINER OPTIONS]`` for commands that pass them on as settings (``job render``, ``job submit``): each
+    ``--section.field VALUE`` after ``--`` is the trainer setting ``section.field``, as ``run`` takes them."""
+    return click.argument(
+        "trainer_args",
+        nargs=-1,
+        type=click.UNPROCESSED,
+        metavar="[-- TRAINER OPTIONS]",
+        expose_value=False,
+        callback=_trainer_settings,
+    )(function)
 
 
 def json_option(function: F) -> F:

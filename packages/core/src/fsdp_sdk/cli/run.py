@@ -11,6 +11,7 @@ import click
 from fsdp_sdk.cli.application import Application
 from fsdp_sdk.cli.options import (
     common_options,
+    complete_run_names,
     dry_run_option,
     json_option,
     nodes_option,
@@ -35,12 +36,14 @@ from fsdp_sdk.cli.options import (
     "--run-id",
     "run_id",
     metavar="NAME",
+    shell_complete=complete_run_names,
     help="Name of the run (local: its directory under runs/). Running a name again continues that run from its "
     "latest checkpoint. Default: a fresh <job.name>-<date>-<time>-<hex>.",
 )
 @click.option(
     "--resume",
     metavar="RUN_ID",
+    shell_complete=complete_run_names,
     help="Continue local run RUN_ID from its latest checkpoint with the settings it was started with "
     "(settings given here win); 'fsdp-sdk runs' lists the runs.",
 )

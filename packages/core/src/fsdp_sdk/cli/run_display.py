@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from fsdp_sdk.runs import format_duration
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -39,16 +41,6 @@ __all__ = [
     "live_progress",
     "summary_lines",
 ]
-
-
-def format_duration(seconds: float | None) -> str:
-    """``1:02:03`` or ``2:03``; ``-`` when unknown."""
-    if seconds is None or seconds != seconds or seconds < 0:
-        return "-"
-    s = round(seconds)
-    hours, rest = divmod(s, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
 def _number(value: Any, digits: int = 0) -> str:

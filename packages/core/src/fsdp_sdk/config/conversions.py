@@ -7,13 +7,12 @@ A bad value raises a one-line :class:`~fsdp_sdk.errors.ConfigError` naming the s
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import functools
 import os
 import re
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -32,6 +31,13 @@ KNOWN_PLUGIN_SECTIONS = {
 }
 
 
+def close_matches(word: str, possibilities: Iterable[str], n: int = 1, cutoff: float = 0.6) -> list[str]:
+    """``difflib.get_close_matches``, imported only for errors and warnings: not on the start-up path."""
+    import difflib
+
+    return difflib.get_close_matches(word, list(possibilities), n=n, cutoff=cutoff)
+
+
 def _unknown_key(key: str, known: list[str], source: str) -> ConfigError:
     section = key.split(".", 1)[0]
     installed = {k.split(".", 1)[0] for k in known}
@@ -43,7 +49,7 @@ def _unknown_key(key: str, known: list[str], source: str) -> ConfigError:
             f"pip install {package}",
             source=source,
         )
-    close = difflib.get_close_matches(key, known, n=1)
+    close = close_matches(key, known, n=1)
     fix = f"did you mean {close[0]}?" if close else f"known keys: {', '.join(known)}"
     return ConfigError(key, "unknown setting", fix, source=source)
 

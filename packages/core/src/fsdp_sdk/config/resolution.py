@@ -8,9 +8,9 @@ validates the trainer section; each refusal is a one-line :class:`~fsdp_sdk.erro
 from __future__ import annotations
 
 import copy
-import difflib
 from typing import TYPE_CHECKING
 
+from fsdp_sdk.config.conversions import close_matches
 from fsdp_sdk.config.model import Config, _add_sections
 from fsdp_sdk.errors import ConfigError
 
@@ -37,7 +37,7 @@ def find_instance_type(config: Config, plugins: Plugins) -> InstanceType:
         conflict = registry.conflict(name)
         if conflict is not None:
             raise config._error("cluster.instance_type", *plugins.explain(conflict))
-        close = difflib.get_close_matches(name, registry.names(), n=1)
+        close = close_matches(name, registry.names(), n=1)
         hint = f"did you mean {close[0]}? " if close else ""
         also = plugins.failed_registrations_note("fsdp_sdk_register_instance_types", "types")
         raise config._error(

@@ -7,7 +7,6 @@ YAML and the ``.env`` reader (:mod:`fsdp_sdk.envfile`) are imported when a file 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -15,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from fsdp_sdk import secrets
-from fsdp_sdk.config.conversions import KNOWN_PLUGIN_SECTIONS, _apply, _field_names, _unknown_key
+from fsdp_sdk.config.conversions import KNOWN_PLUGIN_SECTIONS, _apply, _field_names, _unknown_key, close_matches
 from fsdp_sdk.config.model import (
     STATE_DIR_ENV,
     ClusterConfig,
@@ -73,7 +72,9 @@ def setting_from_pair(item: str, *, source: str = "--set") -> Setting:
     key, sep, value = item.partition("=")
     if not sep or not key.strip():
         raise ConfigError(
-            source, f"{item!r} is not KEY=VALUE", "e.g. --set job.num_workers=4 or --set model.preset=tiny"
+            source,
+            f"{secrets.mask_refused(item)!r} is not KEY=VALUE",
+            "e.g. --set job.num_workers=4 or --set model.preset=tiny",
         )
     return Setting(key.strip(), value, key.strip(), source)
 
@@ -252,7 +253,7 @@ def _read_dotenv(path: Path, classes: Mapping[str, type], warnings: list[str]) -
                 if SEED_NOT_READ[name]:
                     warnings.append(f"{name} (from {source} line {entry.line}) is not read: {SEED_NOT_READ[name]}")
                 continue
-            close = difflib.get_close_matches(name, [*names, *SEED_NOT_READ], n=1, cutoff=0.85)
+            close = close_matches(name, [*names, *SEED_NOT_READ], n=1, cutoff=0.85)
             if close:
                 warnings.append(
                     f"{name} (from {source} line {entry.line}) is not read by fsdp-sdk; did you mean {close[0]}?"
@@ -295,7 +296,7 @@ def _env_setting(name: str, value: str, source: str, classes: Mapping[str, type]
     if section in KNOWN_PLUGIN_SECTIONS and section not in classes:
         raise _unknown_key(".".join(parts), [], source)
     known = [f"{ENV_PREFIX}{s.upper()}__{n.upper()}" for s, cls in classes.items() for n in _field_names(cls)]
-    close = difflib.get_close_matches(name, known, n=1)
+    close = close_matches(name, known, n=1)
     fix = (
         f"did you mean {close[0]}?"
         if close
