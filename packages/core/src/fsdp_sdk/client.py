@@ -40,6 +40,7 @@ from fsdp_sdk.plugins import PluginInfo, Plugins, get_plugins
 from fsdp_sdk.preflight import PreflightResult, raise_for_failures
 
 if TYPE_CHECKING:
+    from fsdp_sdk.aws.checkpoint_bucket import BucketUsage, CheckpointStore
     from fsdp_sdk.aws.pricing import Price
     from fsdp_sdk.estimate import Estimate
     from fsdp_sdk.instance_types import InstanceType
@@ -243,6 +244,9 @@ class Client:
         results = self._checked() if preflight else []
         filled = self._filled(results)
         filled.update(self._discovered())
+        store = self._checkpoint_store(self._config_with(filled), inspect=preflight)
+        if store is not None and not store.named:
+            filled["cluster.checkpoint_bucket"] = store.bucket
         config = self._config_with(filled)
         plan = self.backend.plan(config)
         if plan.backend != self.backend.name or plan.cluster != config.cluster.name:
@@ -253,9 +257,12 @@ class Client:
         if not self.backend.runs_jobs:
             prerequisites = self._prerequisites(config, plan.kubernetes)
             steps.append(f"write the cluster's kubeconfig under {config.cluster.state_dir}")
+            steps += store.steps() if store is not None else []
             steps += [step for p in prerequisites for step in p.steps]
             objects = [dict(o) for p in prerequisites for o in p.objects]
         cost, details = plan.hourly_cost_usd, dict(plan.details)
+        if store is not None:
+            details["checkpoints"] = store.to_dict()
         if any(r.check == "aws-credentials" and r.ok for r in results):
             # The backend priced the GPU nodes from the table (us-east-1, dated); AWS answers for this region.
             price = self.hourly_price(config)
@@ -296,10 +303,88 @@ class Client:
                 "plan", f"was made for {plan.backend}/{plan.cluster}", "make the plan with this client's plan()"
             )
         status = self.backend.apply(config, plan, progress=self.progress)
+        if "checkpoints" in plan.details and self.backend.eks_cluster:
+            self._make_checkpoint_store(config, plan)
         if not self.backend.runs_jobs:
             self._prepare(config, plan)
         self.loaded_plugins.hooks.cluster_created(config, status)
         return status
+
+    # ------------------------------------------------------------------ checkpoint bucket
+
+    @functools.cached_property
+    def _account(self) -> str:
+        from fsdp_sdk.aws.checkpoint_bucket import account_id
+
+        return account_id(self.config.cluster.region)
+
+    def _checkpoint_store(self, config: Config, *, inspect: bool = False) -> CheckpointStore | None:
+        """The checkpoint bucket and access of an EKS backend's cluster (:mod:`fsdp_sdk.aws.checkpoint_bucket`);
+        ``None`` for other backends. The bucket is ``cluster.checkpoint_bucket``, else named after the account.
+
+        :param inspect: look at the bucket (reads only): refuses one in another region, or one these credentials
+            cannot use, before anything is created.
+        """
+        if not self.backend.eks_cluster:
+            return None
+        from fsdp_sdk.aws.checkpoint_bucket import inspect_bucket, plan_store
+
+        account = None if config.cluster.checkpoint_bucket else self._account
+        store = plan_store(config, account=account)
+        return inspect_bucket(store) if inspect else store
+
+    def _make_checkpoint_store(self, config: Config, plan: Plan) -> None:
+        """Create or adopt the plan's checkpoint bucket, then the pods' role and Pod Identity association."""
+        from fsdp_sdk.aws.checkpoint_bucket import CheckpointStore, ensure_access, ensure_bucket
+
+        store = CheckpointStore.from_dict(plan.details["checkpoints"])
+        ensure_bucket(store, progress=self.progress)
+        ensure_access(store, progress=self.progress)
+
+    def _job_config(self, config: Config, *, strict: bool = True) -> Config:
+        """``config`` with ``cluster.checkpoint_bucket`` filled in (the derived name) where an EKS backend's job
+        would checkpoint to it: what ``up`` created, found again from the account id.
+
+        :param strict: raise when the account cannot be found (no credentials); off, warn and render without it.
+        """
+        if not self.backend.eks_cluster or config.cluster.checkpoint_bucket:
+            return config
+        from fsdp_sdk.k8s.render import checkpoint_dir
+
+        trial = config.with_overrides([Setting("cluster.checkpoint_bucket", "fsdp-sdk")])
+        if checkpoint_dir(trial) is None:
+            return config
+        from fsdp_sdk.aws.checkpoint_bucket import plan_store
+        from fsdp_sdk.errors import FsdpSdkError
+
+        try:
+            account = self._account
+        except FsdpSdkError as error:
+            if strict:
+                raise
+            import warnings
+
+            from fsdp_sdk.k8s.render import RenderWarning
+
+            warnings.warn(
+                RenderWarning(f"the checkpoint bucket is unknown ({error}): the preview keeps checkpoints on the nodes"),
+                stacklevel=3,
+            )
+            return config
+        bucket = plan_store(config, account=account).bucket
+        filled = config.with_overrides([Setting("cluster.checkpoint_bucket", bucket, "cluster.checkpoint_bucket", "up")])
+        return filled.resolved(self.loaded_plugins, validate_trainer=False)
+
+    def checkpoint_usage(self) -> tuple[CheckpointStore, list[BucketUsage] | None] | None:
+        """The checkpoint bucket (as found: absent, ours, adopted) and what ``down(delete_checkpoints=True)`` would
+        delete from it, by job prefix (``None`` when the bucket does not exist); ``None`` for backends without one."""
+        from fsdp_sdk.aws.checkpoint_bucket import bucket_usage, inspect_bucket
+
+        store = self._checkpoint_store(self.config)
+        if store is None:
+            return None
+        store = inspect_bucket(store)
+        return store, bucket_usage(store) if store.found != "absent" else None
 
     def _prerequisites(self, config: Config, backend_objects: Sequence[Mapping[str, Any]] = ()) -> list[Prerequisite]:
         """What core applies to a new Kubernetes cluster (pure): the backend's objects, etcd, the Training
@@ -328,15 +413,38 @@ class Client:
             progress=self.progress,
         )
 
-    def down(self, *, dry_run: bool = False) -> ClusterStatus:
+    def down(self, *, dry_run: bool = False, delete_checkpoints: bool = False) -> ClusterStatus:
         """Delete the cluster and the state kept for it; deleting an absent cluster is not an error.
 
+        On EKS backends the pods' checkpoint role goes with the cluster (its Pod Identity associations with the
+        EKS cluster); the checkpoint bucket stays, unless ``delete_checkpoints``.
+
         :param dry_run: change nothing.
+        :param delete_checkpoints: also empty and delete the checkpoint bucket (of an adopted bucket, only the
+            objects under the job namespace's prefix: the bucket stays). :meth:`checkpoint_usage` says what that is.
         """
         current = self.backend.status(self.config)
         if not dry_run and current.state != "absent":
             self.loaded_plugins.hooks.before_cluster_delete(self.config, current)
-        return self.backend.down(self.config, dry_run=dry_run, progress=self.progress)
+        status = self.backend.down(self.config, dry_run=dry_run, progress=self.progress)
+        store = self._checkpoint_store(self.config)
+        if store is None:
+            return status
+        from fsdp_sdk.aws.checkpoint_bucket import delete_checkpoints as delete_bucket
+        from fsdp_sdk.aws.checkpoint_bucket import remove_access
+
+        where = f"s3://{store.bucket}"
+        if dry_run:
+            kept = "deleted" if delete_checkpoints else "kept"
+            return dataclasses.replace(status, details={**status.details, "checkpoint_bucket": f"{where} ({kept})"})
+        remove_access(store.cluster, store.region, progress=self.progress)
+        if delete_checkpoints:
+            gone = delete_bucket(store, progress=self.progress)
+            shown = f"{where} (deleted)" if gone else f"{where} (emptied under {store.prefix}, kept: adopted)"
+        else:
+            shown = f"{where} (kept; 'down --delete-checkpoints' deletes it)"
+            self.progress(f"kept the checkpoint bucket {where}")
+        return dataclasses.replace(status, details={**status.details, "checkpoint_bucket": shown})
 
     def scale(self, nodes: int, *, dry_run: bool = False) -> ClusterStatus:
         """Change the number of nodes.
@@ -367,8 +475,19 @@ class Client:
         return self.backend.scale(self.config, nodes, dry_run=dry_run, progress=self.progress)
 
     def status(self) -> ClusterStatus:
-        """The cluster's current state."""
-        return self.backend.status(self.config)
+        """The cluster's current state; on EKS backends, with its checkpoint bucket (``details["checkpoint_bucket"]``)."""
+        status = self.backend.status(self.config)
+        if not self.backend.eks_cluster:
+            return status
+        from fsdp_sdk.aws.checkpoint_bucket import bucket_summary
+        from fsdp_sdk.errors import FsdpSdkError
+
+        try:
+            store = self._checkpoint_store(self.config)
+            shown = bucket_summary(store) if store is not None else None
+        except FsdpSdkError as error:
+            shown = f"unknown: {error}"
+        return dataclasses.replace(status, details={**status.details, "checkpoint_bucket": shown})
 
     def kubeconfig(self) -> Path | None:
         """The kubeconfig jobs use: the one given to the client, else ``cluster.kubeconfig``, else the backend's (when
@@ -565,7 +684,7 @@ class Client:
         from fsdp_sdk.k8s.render import render_job
 
         return render_job(
-            self.config,
+            self._job_config(self.config, strict=not preview),
             rdzv_id=rdzv_id,
             create_secret=create_secret,
             api=api,
@@ -625,8 +744,15 @@ class Client:
         if not force:
             self.check_fits()
         jobs = self.jobs
+        config = self._job_config(self.config)
         job = jobs.submit(
-            run_id=run_id, create_secret=create_secret, api=api, dry_run=dry_run, replace=replace, unique=unique
+            None if config is self.config else config,
+            run_id=run_id,
+            create_secret=create_secret,
+            api=api,
+            dry_run=dry_run,
+            replace=replace,
+            unique=unique,
         )
         if not dry_run:
             self.loaded_plugins.hooks.job_submitted(jobs.config, job)
@@ -661,7 +787,9 @@ class Client:
         :param on_event: receives :class:`~fsdp_sdk.runs.RunEvent` s: phases, steps and restarts from backends
             that run jobs themselves; the leader's steps and lines from a Kubernetes job (unless ``on_output``).
         :param on_started: called with the job once its processes are started (before the hooks hear of it).
-        :param resume: continue the local run of that id with its recorded settings; settings given here win.
+        :param resume: continue the local run of that id with its recorded settings (settings given here win); on a
+            Kubernetes cluster, submit the job of that name again, replacing the one there: it resumes from the
+            newest complete checkpoint it left (the checkpoint bucket, the shared claim, or the node's disk).
         :raises ConfigError: a trainer setting is invalid, ``resume`` names no run, or the job will not fit (see
             :meth:`check_fits`).
         :raises RunError: the run failed.
@@ -671,11 +799,10 @@ class Client:
             for key, value in (trainer_overrides or {}).items()
         ]
         settings += parse_trainer_args(trainer_args)
-        config = self.config.with_overrides(settings).resolved(self.loaded_plugins) if settings else self.config
         if resume is not None and not self.backend.runs_jobs:
-            raise ConfigError(
-                "--resume", f"backend {self.backend.name!r} does not keep run records", "re-submit the job instead"
-            )
+            # a Kubernetes job's checkpoints live under its name (the checkpoint bucket, the shared claim, the disk)
+            settings.append(Setting("job.name", resume, "--resume", "command line"))
+        config = self.config.with_overrides(settings).resolved(self.loaded_plugins) if settings else self.config
         if self.backend.runs_jobs:
             from fsdp_sdk.backends.local.backend import new_run_id
 
@@ -719,7 +846,7 @@ class Client:
         from fsdp_sdk.runs import RunResult
 
         jobs = self.jobs
-        job = jobs.submit(config, run_id=run_id, dry_run=dry_run)
+        job = jobs.submit(self._job_config(config), run_id=run_id, dry_run=dry_run, replace=resume is not None)
         if dry_run:
             return RunResult(job, {}, dry_run=True)
         if on_started is not None:

@@ -34,7 +34,8 @@ from fsdp_sdk.cli.options import common_options, dry_run_option, json_option, se
     "--resume",
     metavar="RUN_ID",
     help="Continue local run RUN_ID from its latest checkpoint with the settings it was started with "
-    "(settings given here win); 'fsdp-sdk runs' lists the runs.",
+    "(settings given here win); 'fsdp-sdk runs' lists the runs. On a cluster: submit the job named RUN_ID again, "
+    "replacing it; it resumes from its latest checkpoint (the checkpoint bucket, job.shared_storage_claim).",
 )
 @click.option("--force", is_flag=True, help="Run even when the estimate says the job will not fit in the GPUs' memory.")
 @dry_run_option
@@ -93,7 +94,7 @@ def run(
             force=force,
             dry_run=dry_run,
             on_event=display.event,
-            on_started=lambda job: started.append(job.run_id),
+            on_started=lambda job: started.append(job.run_id if client.backend.runs_jobs else job.name),
         )
     except (KeyboardInterrupt, RunError) as exc:
         display.close()
