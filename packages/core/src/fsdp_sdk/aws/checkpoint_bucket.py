@@ -546,9 +546,15 @@ def remove_access(
     iam = _client(clients, "iam", region)
     eks = _client(clients, "eks", region)
     try:
+        associations: list[dict[str, Any]] = []
+        token: str | None = None
         with aws_errors("eks", f"list the EKS Pod Identity associations of cluster {cluster}"):
-            pages = eks.get_paginator("list_pod_identity_associations").paginate(clusterName=cluster)
-            associations = [a for page in pages for a in page.get("associations") or []]
+            while True:
+                page = eks.list_pod_identity_associations(clusterName=cluster, **({"nextToken": token} if token else {}))
+                associations += page.get("associations") or []
+                token = page.get("nextToken")
+                if not token:
+                    break
     except BackendError as error:
         if getattr(error, "code", "") != "ResourceNotFoundException":
             raise
