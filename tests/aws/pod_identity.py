@@ -11,21 +11,28 @@ _IDS = itertools.count(1)
 
 
 class PodIdentity:
-    """An EKS client: the Pod Identity operations answered through the Stubber, the rest by ``moto`` (moto's EKS
-    client; its clusters are the ones that exist).
+    """An EKS client: the Pod Identity operations answered through the Stubber, the rest by moto's EKS client (whose
+    clusters are the ones that exist).
 
-    :param moto: moto's EKS client.
     :param stubbed: the ``stubbed`` fixture (``stubbed("eks") -> (client, stubber)``).
+    :param region: the region of its clusters.
     """
 
-    def __init__(self, moto: Any, stubbed: Callable[..., tuple[Any, Any]], region: str = "us-west-2") -> None:
-        self._moto = moto
+    def __init__(self, stubbed: Callable[..., tuple[Any, Any]], region: str = "us-west-2") -> None:
         self._client, self._stubber = stubbed("eks", region)
         self.region = region
         self.associations: dict[str, dict[str, Any]] = {}
         self.calls: list[tuple[str, dict[str, Any]]] = []
 
+    @property
+    def _moto(self) -> Any:
+        from fsdp_sdk.aws.session import aws_client
+
+        return aws_client("eks", self.region)  # the moto server of the ``aws`` fixture
+
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
         return getattr(self._moto, name)
 
     def _cluster_exists(self, name: str) -> bool:

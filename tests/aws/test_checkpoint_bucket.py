@@ -161,7 +161,7 @@ def test_the_policy_allows_nothing_outside_the_prefix() -> None:
 
 
 @pytest.fixture
-def clients(aws: str, stubbed: Callable[..., tuple[Any, Any]]) -> dict[str, Any]:
+def clients(aws: str, pod_identity: PodIdentity) -> dict[str, Any]:
     """moto's S3, IAM, STS and EKS (with a cluster ``demo``); Pod Identity through the Stubber."""
     eks = aws_client("eks", REGION)
     role = aws_client("iam", REGION).create_role(RoleName="eks-cluster", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
@@ -170,7 +170,7 @@ def clients(aws: str, stubbed: Callable[..., tuple[Any, Any]]) -> dict[str, Any]
         "s3": aws_client("s3", REGION),
         "iam": aws_client("iam", REGION),
         "sts": aws_client("sts", REGION),
-        "eks": PodIdentity(eks, stubbed),
+        "eks": pod_identity,
     }
 
 
