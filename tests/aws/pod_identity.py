@@ -36,7 +36,10 @@ class PodIdentity:
         return getattr(self._moto, name)
 
     def _cluster_exists(self, name: str) -> bool:
-        return name in self._moto.list_clusters()["clusters"]
+        clusters = self._moto.list_clusters()["clusters"]
+        for key in [k for k, a in self.associations.items() if a["clusterName"] not in clusters]:
+            del self.associations[key]  # EKS deletes a cluster's associations with it
+        return name in clusters
 
     def _answer(self, operation: str, params: dict[str, Any], response: dict[str, Any] | None) -> Any:
         self.calls.append((operation, params))
@@ -88,8 +91,3 @@ class PodIdentity:
     def delete_pod_identity_association(self, **params: Any) -> Any:
         association = self.associations.pop(params["associationId"])
         return self._answer("delete_pod_identity_association", params, {"association": association})
-
-    def delete_cluster_associations(self, cluster: str) -> None:
-        """What EKS does when it deletes a cluster: its associations go with it."""
-        for key in [k for k, a in self.associations.items() if a["clusterName"] == cluster]:
-            del self.associations[key]
