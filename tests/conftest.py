@@ -112,7 +112,9 @@ def aws(
     monkeypatch.setattr(
         fsdp_sdk.aws.checkpoint_bucket,
         "aws_client",
-        lambda service, region: pod_identity if (service, region) == ("eks", AWS_TEST_REGION) else aws_client(service, region),
+        lambda service, region: (
+            pod_identity if (service, region) == ("eks", AWS_TEST_REGION) else aws_client(service, region)
+        ),
     )
     yield moto_endpoint
     reset_sessions()

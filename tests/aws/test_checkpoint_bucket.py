@@ -48,7 +48,12 @@ def test_the_derived_name_is_deterministic_and_valid() -> None:
     long_a = derived_bucket_name(ACCOUNT, "ap-southeast-2", "a" * 90)
     long_b = derived_bucket_name(ACCOUNT, "ap-southeast-2", "a" * 91)
     assert len(long_a) <= 63 and len(long_b) <= 63 and long_a != long_b  # cut, then told apart by a hash
-    for name in (long_a, long_b, derived_bucket_name(ACCOUNT, REGION, "x-s3alias"), derived_bucket_name(ACCOUNT, REGION, "ends-")):
+    for name in (
+        long_a,
+        long_b,
+        derived_bucket_name(ACCOUNT, REGION, "x-s3alias"),
+        derived_bucket_name(ACCOUNT, REGION, "ends-"),
+    ):
         assert grammar.bucket_name_problem(name) is None, name
     assert derived_bucket_name(ACCOUNT, REGION, "x-s3alias") != f"fsdp-sdk-{ACCOUNT}-{REGION}-x-s3alias"
 

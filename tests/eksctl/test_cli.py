@@ -42,9 +42,16 @@ def test_up_dry_run_prints_the_plan_and_changes_nothing(
     assert "On-demand cost: $55.38/hour" in lines
     bucket = "fsdp-sdk-123456789012-us-west-2-fsdp-sdk"
     assert f"  chosen by the preflight checks: cluster.checkpoint_bucket={bucket}" in lines
-    assert any(line.endswith(f"create the S3 bucket {bucket} in us-west-2 for checkpoints: versioning off, public access "
-                              "blocked, SSE-S3, incomplete multipart uploads aborted after 3 days") for line in lines)
-    assert any("EKS Pod Identity association: ServiceAccount default/fsdp-trainer -> fsdp-sdk-" in line for line in lines)
+    assert any(
+        line.endswith(
+            f"create the S3 bucket {bucket} in us-west-2 for checkpoints: versioning off, public access "
+            "blocked, SSE-S3, incomplete multipart uploads aborted after 3 days"
+        )
+        for line in lines
+    )
+    assert any(
+        "EKS Pod Identity association: ServiceAccount default/fsdp-trainer -> fsdp-sdk-" in line for line in lines
+    )
     assert lines[-1] == "Current state: absent (dry run: nothing changed)"
     assert tools.eksctl() == [] and tools.calls("kubectl") == []
     assert aws_resources() == {"clusters": [], "nodegroups": [], "stacks": []}

@@ -354,9 +354,9 @@ def test_the_shared_claim_wins_over_the_bucket(plugins: Plugins) -> None:
 
 def test_a_checkpoint_dir_the_user_gave_is_kept(plugins: Plugins) -> None:
     given = f"s3://{BUCKET}/default/experiments/run-7"
-    pod = worker(
-        render_job(bucket_config(trainer={"checkpoint": {"dir": given}}), plugins=plugins)[0]
-    )["template"]["spec"]
+    pod = worker(render_job(bucket_config(trainer={"checkpoint": {"dir": given}}), plugins=plugins)[0])["template"][
+        "spec"
+    ]
     args = pod["containers"][0]["args"]
     assert args[args.index("--checkpoint.dir") + 1] == given and pod["serviceAccountName"] == "fsdp-trainer"
     local = worker(render_job(bucket_config(trainer={"checkpoint": {"enabled": False}}), plugins=plugins)[0])
@@ -405,6 +405,9 @@ def test_a_bucket_name_s3_refuses_is_a_configuration_error() -> None:
         ("xn--bucket", "starts with 'xn--'"),
         ("checkpoints-s3alias", "ends with '-s3alias'"),
     ):
-        with pytest.raises(ConfigError, match=rf"^cluster.checkpoint_bucket \(from dict\): {re.escape(repr(name))} {re.escape(problem)}") as refused:
+        with pytest.raises(
+            ConfigError,
+            match=rf"^cluster.checkpoint_bucket \(from dict\): {re.escape(repr(name))} {re.escape(problem)}",
+        ) as refused:
             Config.from_dict({"cluster": {"checkpoint_bucket": name}})
         assert "\n" not in str(refused.value)

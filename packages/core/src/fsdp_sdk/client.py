@@ -367,12 +367,16 @@ class Client:
             from fsdp_sdk.k8s.render import RenderWarning
 
             warnings.warn(
-                RenderWarning(f"the checkpoint bucket is unknown ({error}): the preview keeps checkpoints on the nodes"),
+                RenderWarning(
+                    f"the checkpoint bucket is unknown ({error}): the preview keeps checkpoints on the nodes"
+                ),
                 stacklevel=3,
             )
             return config
         bucket = plan_store(config, account=account).bucket
-        filled = config.with_overrides([Setting("cluster.checkpoint_bucket", bucket, "cluster.checkpoint_bucket", "up")])
+        filled = config.with_overrides(
+            [Setting("cluster.checkpoint_bucket", bucket, "cluster.checkpoint_bucket", "up")]
+        )
         return filled.resolved(self.loaded_plugins, validate_trainer=False)
 
     def checkpoint_usage(self) -> tuple[CheckpointStore, list[BucketUsage] | None] | None:

@@ -248,7 +248,9 @@ class CheckpointStore:
     def steps(self) -> list[str]:
         """The plan's sentences."""
         if self.found == "adopted":
-            bucket = f"adopt the S3 bucket {self.bucket} in {self.region} for checkpoints (its settings left as they are)"
+            bucket = (
+                f"adopt the S3 bucket {self.bucket} in {self.region} for checkpoints (its settings left as they are)"
+            )
         else:
             verb = {"ours": "keep", None: "create (or adopt)"}.get(self.found, "create")
             bucket = (
@@ -307,8 +309,8 @@ def account_id(region: str, *, clients: Clients | None = None) -> str:
 
 def _bucket_region(s3: Any, bucket: str) -> str:
     with aws_errors("s3", f"read the region of the S3 bucket {bucket}"):
-        location = s3.get_bucket_location(Bucket=bucket).get("LocationConstraint")
-    return {None: "us-east-1", "": "us-east-1", "EU": "eu-west-1"}.get(location, location)
+        location = s3.get_bucket_location(Bucket=bucket).get("LocationConstraint") or "us-east-1"
+    return "eu-west-1" if location == "EU" else str(location)  # no constraint: us-east-1; "EU": the old eu-west-1
 
 
 def inspect_bucket(store: CheckpointStore, *, clients: Clients | None = None) -> CheckpointStore:
@@ -550,7 +552,9 @@ def remove_access(
         token: str | None = None
         with aws_errors("eks", f"list the EKS Pod Identity associations of cluster {cluster}"):
             while True:
-                page = eks.list_pod_identity_associations(clusterName=cluster, **({"nextToken": token} if token else {}))
+                page = eks.list_pod_identity_associations(
+                    clusterName=cluster, **({"nextToken": token} if token else {})
+                )
                 associations += page.get("associations") or []
                 token = page.get("nextToken")
                 if not token:
@@ -689,4 +693,3 @@ def bucket_summary(store: CheckpointStore, *, clients: Clients | None = None) ->
     found = inspect_bucket(store, clients=clients)
     where = f"s3://{store.bucket} ({store.region})"
     return where if found.found != "absent" else f"{where}, absent: 'fsdp-sdk up' creates it"
-

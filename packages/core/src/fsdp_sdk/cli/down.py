@@ -77,7 +77,11 @@ def _checkpoints_to_delete(client: Client) -> list[str]:
     objects, size = sum(u.objects for u in usage), sum(u.bytes for u in usage)
     from fsdp_sdk.aws.checkpoint_bucket import BucketUsage
 
-    where = f"s3://{store.bucket}" if store.found == "ours" else f"s3://{store.bucket}/{store.prefix} (adopted bucket: kept)"
+    where = (
+        f"s3://{store.bucket}"
+        if store.found == "ours"
+        else f"s3://{store.bucket}/{store.prefix} (adopted bucket: kept)"
+    )
     click.echo(f"--delete-checkpoints deletes {where}: {BucketUsage('', objects, size).summary()}", err=True)
     for entry in usage:
         click.echo(f"  {entry.line()}", err=True)
