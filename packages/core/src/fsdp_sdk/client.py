@@ -244,7 +244,9 @@ class Client:
         results = self._checked() if preflight else []
         filled = self._filled(results)
         filled.update(self._discovered())
-        store = self._checkpoint_store(self._config_with(filled), inspect=preflight)
+        store = (
+            self._checkpoint_store(self._config_with(filled), inspect=preflight) if self.backend.eks_cluster else None
+        )
         if store is not None and not store.named:
             filled["cluster.checkpoint_bucket"] = store.bucket
         config = self._config_with(filled)
