@@ -6,8 +6,11 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from fsdp_sdk.client import Client
 from fsdp_sdk.config import Config
+from fsdp_sdk.errors import ConfigError
 
 from .fake_apiserver import FakeApiServer
 from .tools import kubernetes_plugins
@@ -96,3 +99,21 @@ def test_run_resume_on_a_cluster_replaces_the_job_of_that_name_on_its_checkpoint
     args = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["args"]
     assert args[args.index("--checkpoint.dir") + 1] == "s3://team-checkpoints/default/exp1/checkpoints"
     assert "--checkpoint.resume" not in args  # resume: auto, from the newest complete checkpoint there
+
+
+def test_a_job_on_the_bucket_without_its_service_account_is_refused(apiserver: FakeApiServer, tmp_path: Path) -> None:
+    plugins = kubernetes_plugins(apiserver.write_kubeconfig(tmp_path / "kubeconfig"))
+    data = {
+        "cluster": {"backend": "fake-kube", "checkpoint_bucket": "team-checkpoints"},
+        "job": {"registry": REGISTRY, "namespace": "team-a"},
+        "trainer": {"model": {"preset": "tiny"}},
+    }
+    client = Client(Config.from_dict(data), plugins=plugins)
+    with pytest.raises(ConfigError) as refused:
+        client.submit_job()
+    assert str(refused.value) == (
+        "cluster.checkpoint_bucket: the job's pods use the checkpoint bucket through ServiceAccount "
+        "team-a/fsdp-trainer, which does not exist; run 'fsdp-sdk up' for this job.namespace (it creates the "
+        "ServiceAccount and its EKS Pod Identity association), or set job.shared_storage_claim"
+    )
+    assert apiserver.writes() == []  # nothing sent

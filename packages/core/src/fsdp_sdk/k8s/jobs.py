@@ -427,7 +427,8 @@ class JobClient:
     def _check_service_account(self, job: dict[str, Any]) -> None:
         """Refuse a job whose pods would run under a ServiceAccount that does not exist (the checkpoint bucket's,
         which ``up`` creates): the operator could not make its pods."""
-        for name in sorted({s["serviceAccountName"] for s in worker_pod_specs([job]) if s.get("serviceAccountName")}):
+        specs = worker_pod_specs([copy.deepcopy(job)])  # a read: missing levels are not added to the job
+        for name in sorted({s["serviceAccountName"] for s in specs if s.get("serviceAccountName")}):
             if self.kube.get("v1", "ServiceAccount", name, self.namespace) is None:
                 raise ConfigError(
                     "cluster.checkpoint_bucket",
