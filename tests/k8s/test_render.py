@@ -326,6 +326,16 @@ def test_workers_checkpoint_to_the_bucket_under_its_service_account(
     assert not [w for w in recwarn if "split across" in str(w.message)]
 
 
+def test_an_output_dir_in_the_container_is_no_worry_with_the_bucket(
+    plugins: Plugins, recwarn: pytest.WarningsRecorder
+) -> None:
+    render_job(bucket_config(trainer={"train": {"output_dir": "/tmp/out"}}), plugins=plugins)
+    assert not [w for w in recwarn if "inside the container" in str(w.message)]
+    without = {"job": {"registry": REGISTRY, "num_workers": 1}, "trainer": {"train": {"output_dir": "/tmp/out"}}}
+    render_job(Config.from_dict(without), plugins=plugins)
+    assert [w for w in recwarn if "inside the container" in str(w.message)]  # without it, the warning stays
+
+
 def test_one_worker_checkpoints_to_the_bucket_too(plugins: Plugins) -> None:
     """A replaced node takes its disk with it: one worker's checkpoints go to the bucket as well."""
     container = worker(render_job(bucket_config(num_workers=1), plugins=plugins)[0])["template"]["spec"]

@@ -335,6 +335,9 @@ def _warn_about_outputs(config: Config) -> None:
     """Say when the trainer's checkpoints would not let a restarted pod resume."""
     job = config.job
     given = (config.trainer.get("train") or {}).get("output_dir")
+    checkpoint = str((config.trainer.get("checkpoint") or {}).get("dir") or checkpoint_dir(config) or "")
+    if checkpoint.startswith("s3://"):
+        return  # the checkpoints outlive the container and the node
     if given and not str(given).startswith((f"{LOCAL_MOUNT_PATH}/", f"{SHARED_MOUNT_PATH}/")):
         warnings.warn(
             RenderWarning(
