@@ -5,7 +5,9 @@
 
 * ``moto_endpoint``: a moto server (``ThreadedMotoServer``) on a free loopback port, once per session;
 * ``aws``: that server as the AWS endpoint of one test (``AWS_ENDPOINT_URL``), with fake credentials,
-  a clean moto state, and the SDK's cached boto3 sessions forgotten before and after;
+  a clean moto state, and the SDK's cached boto3 sessions forgotten before and after; EKS Pod Identity
+  associations, which moto lacks, answered through the Stubber (``pod_identity``) for the checkpoint
+  bucket's access (``fsdp_sdk.aws.checkpoint_bucket``);
 * ``stubbed``: a boto3 client with botocore's ``Stubber`` active, for the APIs moto lacks (Service
   Quotas, capacity reservation details, EKS add-ons): each stubbed request is checked against the
   real service model, and the test fails if an expected request was not made;
@@ -86,9 +88,22 @@ def moto_endpoint() -> Iterator[str]:
 
 
 @pytest.fixture
-def aws(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def pod_identity(stubbed: Callable[..., tuple[Any, Any]]) -> Any:
+    """EKS Pod Identity associations in us-west-2 (``aws.pod_identity.PodIdentity``): every call answered by the
+    Stubber from its state (checked against the EKS model), the clusters moto's; the ``aws`` fixture routes the
+    checkpoint bucket's EKS calls to it."""
+    from aws.pod_identity import PodIdentity
+
+    return PodIdentity(stubbed, AWS_TEST_REGION)
+
+
+@pytest.fixture
+def aws(
+    moto_endpoint: str, monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory, pod_identity: Any
+) -> Iterator[str]:
     """The moto server as this test's AWS (fake credentials, region us-west-2, state reset); yields its URL."""
-    from fsdp_sdk.aws.session import reset_sessions
+    import fsdp_sdk.aws.checkpoint_bucket
+    from fsdp_sdk.aws.session import aws_client, reset_sessions
 
     empty = tmp_path_factory.mktemp("aws-config")
     for name in list(os.environ):
@@ -106,6 +121,13 @@ def aws(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch, tmp_path_factory: p
     with urllib.request.urlopen(request, timeout=10):
         pass
     reset_sessions()
+    monkeypatch.setattr(
+        fsdp_sdk.aws.checkpoint_bucket,
+        "aws_client",
+        lambda service, region: (
+            pod_identity if (service, region) == ("eks", AWS_TEST_REGION) else aws_client(service, region)
+        ),
+    )
     yield moto_endpoint
     reset_sessions()
 

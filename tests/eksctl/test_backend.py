@@ -41,8 +41,12 @@ def test_up_creates_the_cluster_with_eksctl_then_core_prepares_it(
 ) -> None:
     s = session(loopback)
     plan = s.client.plan()
-    assert plan.filled == {"cluster.availability_zones": ["us-west-2a", "us-west-2b", "us-west-2c"]}
+    assert plan.filled == {
+        "cluster.availability_zones": ["us-west-2a", "us-west-2b", "us-west-2c"],
+        "cluster.checkpoint_bucket": "fsdp-sdk-123456789012-us-west-2-demo",  # named after the account
+    }
     assert tools.eksctl() == [] and aws_resources()["clusters"] == []  # planning created nothing
+    assert aws_client("s3", "us-west-2").list_buckets()["Buckets"] == []
 
     status = s.client.up(plan)
 
@@ -76,9 +80,12 @@ def test_up_creates_the_cluster_with_eksctl_then_core_prepares_it(
     assert sorted(applied) == [
         ("default", "etcd"),
         ("default", "etcd"),
+        ("default", "fsdp-trainer"),  # the ServiceAccount of the training pods (EKS Pod Identity)
         ("kube-system", "aws-efa-k8s-device-plugin"),
         ("kube-system", "nvidia-device-plugin"),
     ]
+    buckets = [b["Name"] for b in aws_client("s3", "us-west-2").list_buckets()["Buckets"]]
+    assert buckets == ["fsdp-sdk-123456789012-us-west-2-demo"]
     operator, pin = tools.calls("kubectl")
     assert operator[:3] == ["apply", "--server-side", "-k"] and operator[-2:] == ["--kubeconfig", str(loopback)]
     # then kept on the system node group, like etcd

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from fsdp_sdk.aws.session import aws_client, reset_sessions
 from k8s.fake_apiserver import FakeApiServer
 from k8s.tools import cli
 
@@ -39,9 +40,23 @@ def test_up_dry_run_prints_the_plan_and_changes_nothing(
         line.startswith("  4. node group 'gpu': 2 x p4de.24xlarge (min 0, max 2) in us-west-2b") for line in lines
     )
     assert "On-demand cost: $55.38/hour" in lines
+    bucket = "fsdp-sdk-123456789012-us-west-2-fsdp-sdk"
+    assert f"  chosen by the preflight checks: cluster.checkpoint_bucket={bucket}" in lines
+    assert any(
+        line.endswith(
+            f"create the S3 bucket {bucket} in us-west-2 for checkpoints: versioning off, public access "
+            "blocked, SSE-S3, incomplete multipart uploads aborted after 3 days"
+        )
+        for line in lines
+    )
+    assert any(
+        "EKS Pod Identity association: ServiceAccount default/fsdp-trainer -> fsdp-sdk-" in line for line in lines
+    )
     assert lines[-1] == "Current state: absent (dry run: nothing changed)"
     assert tools.eksctl() == [] and tools.calls("kubectl") == []
     assert aws_resources() == {"clusters": [], "nodegroups": [], "stacks": []}
+    assert aws_client("s3", "us-west-2").list_buckets()["Buckets"] == []
+    assert aws_client("iam", "us-west-2").list_roles(PathPrefix="/fsdp-sdk/")["Roles"] == []
     assert not eksctl_env.exists()
 
 
@@ -63,7 +78,19 @@ def test_up_dry_run_json_carries_a_valid_cluster_config(
         "capacityReservationTarget": {"capacityReservationID": RESERVATION}
     }
     assert plan["details"]["create_cluster"][:4] == ["eksctl", "create", "cluster", "-f"]
-    assert [o["kind"] for o in plan["kubernetes"]] == ["DaemonSet", "DaemonSet", "Service", "Deployment"]
+    assert [o["kind"] for o in plan["kubernetes"]] == [
+        "DaemonSet",
+        "DaemonSet",
+        "Service",
+        "Deployment",
+        "ServiceAccount",
+    ]
+    checkpoints = plan["details"]["checkpoints"]
+    assert (checkpoints["bucket"], checkpoints["found"], checkpoints["prefix"]) == (
+        "fsdp-sdk-123456789012-us-west-2-fsdp-sdk",
+        "absent",
+        "default/",
+    )
     assert data["status"]["state"] == "absent" and tools.eksctl() == []
 
 
@@ -115,6 +142,45 @@ def test_bad_inputs_are_one_line_exit_2_and_create_nothing(
     assert message in err
     assert tools.eksctl() == [] and tools.calls("kubectl") == []
     assert aws_resources() == {"clusters": [], "nodegroups": [], "stacks": []}
+    assert not eksctl_env.exists()
+
+
+def test_bad_checkpoint_buckets_are_one_line_exit_2_and_create_nothing(
+    eksctl_env: Path,
+    tools: Tools,
+    answers: AwsAnswers,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    aws_client("s3", "eu-west-1").create_bucket(
+        Bucket="far-checkpoints", CreateBucketConfiguration={"LocationConstraint": "eu-west-1"}
+    )
+    for args, message in (
+        (
+            ("--set", "cluster.checkpoint_bucket=Team_Checkpoints"),
+            "Error: cluster.checkpoint_bucket (from --set): 'Team_Checkpoints' is not an S3 bucket name",
+        ),
+        (
+            ("--set", "cluster.checkpoint_bucket=far-checkpoints"),
+            "Error: cluster.checkpoint_bucket: the S3 bucket far-checkpoints is in eu-west-1, not in the cluster's "
+            "region us-west-2; name a bucket of this account in us-west-2, or leave cluster.checkpoint_bucket unset",
+        ),
+    ):
+        code, out, err = cli(capsys, "up", "--backend", "eksctl", *args)
+        assert code == 2 and out == "", err
+        assert len(err.strip().splitlines()) == 1 and err.startswith(message), err
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name)
+    reset_sessions()  # the cached sessions hold the credentials they found
+    code, _, err = cli(capsys, "up", "--backend", "eksctl")
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "AWS credentials: none were found" in err
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(name, "testing")
+    reset_sessions()
+    assert tools.eksctl() == [] and tools.calls("kubectl") == []
+    assert aws_resources() == {"clusters": [], "nodegroups": [], "stacks": []}
+    assert [b["Name"] for b in aws_client("s3", "us-west-2").list_buckets()["Buckets"]] == ["far-checkpoints"]
     assert not eksctl_env.exists()
 
 

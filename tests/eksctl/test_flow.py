@@ -1,17 +1,23 @@
 """``up`` -> ``run`` -> ``down`` through the CLI with the eksctl backend: the recording eksctl creates and deletes the
 cluster in moto, the loopback API server is the cluster's Kubernetes (``cluster.kubeconfig`` points jobs at it),
 and a thread plays the Training Operator: it starts the job's pods and moves the job to Succeeded. The GPU nodes are
-scaled to 0 before the run (what the idle scale-to-zero controller does): ``run`` scales them back up."""
+scaled to 0 before the run (what the idle scale-to-zero controller does): ``run`` scales them back up. ``up`` gives the
+cluster its checkpoint bucket (moto's S3) and the pods' access (moto's IAM, EKS Pod Identity through the Stubber),
+the job checkpoints there, ``down`` keeps the bucket and ``down --delete-checkpoints`` deletes it after asking."""
 
 from __future__ import annotations
 
+import io
 import json
+import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from fsdp_sdk.aws.session import aws_client
 from k8s.fake_apiserver import FakeApiServer
 from k8s.tools import cli
 
@@ -21,6 +27,22 @@ pytestmark = pytest.mark.usefixtures("eksctl_env")
 
 JOB_LABEL = "training.kubeflow.org/job-name"
 SUMMARY = {"steps": 20, "final_loss": 1.25, "tokens_per_s_per_gpu": 812.5, "tflops_per_gpu": 41.0}
+BUCKET = "fsdp-sdk-123456789012-us-west-2-fsdp-sdk"
+
+
+def buckets() -> list[str]:
+    return [b["Name"] for b in aws_client("s3", "us-west-2").list_buckets()["Buckets"]]
+
+
+def checkpoint_roles() -> list[str]:
+    return [r["RoleName"] for r in aws_client("iam", "us-west-2").list_roles(PathPrefix="/fsdp-sdk/")["Roles"]]
+
+
+class Terminal(io.StringIO):
+    """A standard input that is a terminal, answering the prompts with its text."""
+
+    def isatty(self) -> bool:
+        return True
 
 
 def _conditions(*types: str) -> list[dict[str, str]]:
@@ -61,6 +83,7 @@ def test_up_run_down(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
     pytorchjob_crd: Path,  # the submitted job is validated against it (skips without ../shared/schemas)
+    pod_identity: Any,
 ) -> None:
     loopback = apiserver.write_kubeconfig(tmp_path / "loopback")
     monkeypatch.setenv("FSDP_SDK_CLUSTER__BACKEND", "eksctl")
@@ -73,6 +96,16 @@ def test_up_run_down(
     assert "state: ready" in out.splitlines()
     assert apiserver.get("apps/v1", "Deployment", "etcd") is not None
     assert apiserver.get("apps/v1", "DaemonSet", "nvidia-device-plugin", namespace="kube-system") is not None
+    assert apiserver.get("v1", "ServiceAccount", "fsdp-trainer") is not None
+    assert buckets() == [BUCKET] and len(checkpoint_roles()) == 1
+    (association,) = pod_identity.associations.values()
+    assert (association["namespace"], association["serviceAccount"]) == ("default", "fsdp-trainer")
+    assert association["roleArn"].endswith(f"/fsdp-sdk/us-west-2/fsdp-sdk/{checkpoint_roles()[0]}")
+    code, out, err = cli(capsys, "up")  # again: the bucket and its access are kept, nothing made twice
+    assert code == 0, err
+    assert buckets() == [BUCKET] and len(checkpoint_roles()) == 1 and len(pod_identity.associations) == 1
+    code, out, err = cli(capsys, "status")
+    assert code == 0 and f"checkpoint_bucket: s3://{BUCKET} (us-west-2)" in out, out
 
     code, out, err = cli(capsys, "scale", "0")  # as the idle scale-to-zero controller would: run scales back up
     assert code == 0, err
@@ -96,9 +129,20 @@ def test_up_run_down(
     assert worker["nodeSelector"] == {"node.kubernetes.io/instance-type": "p4de.24xlarge"}
     limits = worker["containers"][0]["resources"]["limits"]
     assert limits["nvidia.com/gpu"] == 8 and limits["vpc.amazonaws.com/efa"] == 4
+    # the two workers checkpoint to the bucket, as the ServiceAccount Pod Identity gives its role; no credential
+    args = worker["containers"][0]["args"]
+    assert args[args.index("--checkpoint.dir") + 1] == f"s3://{BUCKET}/default/fsdp/checkpoints"
+    assert worker["serviceAccountName"] == "fsdp-trainer"
+    assert {"name": "AWS_REGION", "value": "us-west-2"} in worker["containers"][0]["env"]
+    assert "AWS_SECRET_ACCESS_KEY" not in json.dumps(job) and "AWS_ACCESS_KEY_ID" not in json.dumps(job)
+    s3 = aws_client("s3", "us-west-2")
+    s3.put_object(Bucket=BUCKET, Key="default/fsdp/checkpoints/step_00000020/COMPLETE", Body=b"")
+    s3.put_object(Bucket=BUCKET, Key="default/fsdp/checkpoints/step_00000020/__0_0.distcp", Body=b"x" * 4096)
 
     code, out, err = cli(capsys, "down", "--yes")
     assert code == 0, err
+    assert f"checkpoint_bucket: s3://{BUCKET} (kept; 'down --delete-checkpoints' deletes it)" in out
+    assert buckets() == [BUCKET] and checkpoint_roles() == [] and pod_identity.associations == {}
     assert tools.eksctl()[-1] == [
         "delete",
         "cluster",
@@ -121,3 +165,21 @@ def test_up_run_down(
     ]
     assert [argv[argv.index("--nodes") + 1] for argv in tools.eksctl()[1:3]] == ["0", "2"]
     assert "the GPU nodes of cluster 'fsdp-sdk' are at 0: scaling them to 2" in err_run
+
+    # the checkpoints outlive the cluster; deleting them asks first, listing what they are
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))
+    code, out, err = cli(capsys, "down", "--delete-checkpoints")
+    assert code == 2 and err.strip().splitlines()[-1] == (
+        f"Error: --yes: deleting the checkpoint bucket s3://{BUCKET} (2 objects) needs a confirmation; "
+        "pass --yes to delete without a prompt"
+    )
+    monkeypatch.setattr(sys, "stdin", Terminal("n\n"))
+    code, out, err = cli(capsys, "down", "--delete-checkpoints")
+    assert code == 130 and buckets() == [BUCKET]  # answered no: aborted, nothing deleted
+    assert f"--delete-checkpoints deletes s3://{BUCKET}: 2 objects, 4.0 KiB" in err
+    assert "  default/fsdp/: 2 objects, 4.0 KiB" in err.splitlines()
+    monkeypatch.setattr(sys, "stdin", Terminal("y\n"))
+    code, out, err = cli(capsys, "down", "--delete-checkpoints")
+    assert code == 0, err
+    assert f"Delete the checkpoint bucket s3://{BUCKET} (2 objects)? [y/N]" in err
+    assert f"checkpoint_bucket: s3://{BUCKET} (deleted)" in out and buckets() == []

@@ -38,7 +38,8 @@ def test_the_plan_of_the_seed_p4de_cluster(tmp_path: Path) -> None:
         f"write the eksctl ClusterConfig to {root / 'cluster.yaml'}",
         f"eksctl create cluster: EKS {default_kubernetes_version()} control plane in us-west-2 "
         "(us-west-2b, us-west-2a, us-west-2c), "
-        "VPC 192.168.0.0/16, IAM OIDC provider, add-ons vpc-cni latest, coredns latest, kube-proxy latest",
+        "VPC 192.168.0.0/16, IAM OIDC provider, add-ons vpc-cni latest, coredns latest, kube-proxy latest, "
+        "eks-pod-identity-agent latest",
         "node group 'system': 2 x m5.xlarge, private subnets",
         f"node group 'gpu': 2 x p4de.24xlarge (min 0, max 2) in us-west-2b, capacity reservation {RESERVATION}, "
         "EFA (4 interfaces each), AmazonLinux2023 accelerated AMI, 500 GiB gp3 on /dev/xvda, "

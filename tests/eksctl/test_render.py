@@ -81,7 +81,8 @@ def test_p4de_with_a_capacity_reservation_targets_it_in_its_zone() -> None:
     }
     assert document["availabilityZones"] == ["us-west-2b", "us-west-2a", "us-west-2c"]
     assert document["iam"] == {"withOIDC": True}
-    assert [a["name"] for a in document["addons"]] == ["vpc-cni", "coredns", "kube-proxy"]
+    # the Pod Identity agent hands the training pods the checkpoint bucket's role
+    assert [a["name"] for a in document["addons"]] == ["vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent"]
     system, gpu = document["managedNodeGroups"]
     assert (system["name"], system["instanceType"], system["desiredCapacity"]) == ("system", "m5.xlarge", 2)
     assert gpu == {
@@ -181,6 +182,7 @@ def test_pinned_addons_tags_ami_and_cidr() -> None:
         {"name": "vpc-cni", "version": "v1.19.2-eksbuild.1"},
         {"name": "coredns", "version": "latest"},
         {"name": "kube-proxy", "version": "latest"},
+        {"name": "eks-pod-identity-agent", "version": "latest"},
         {"name": "aws-ebs-csi-driver", "version": "v1.40.0-eksbuild.1"},
     ]
     assert document["metadata"]["tags"] == {"fsdp-sdk.io/cluster": "demo", "team": "ml", "cost-center": "42"}

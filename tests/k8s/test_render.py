@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -250,8 +251,8 @@ def test_render_validate_says_what_was_checked_against_what(
         assert exit_info.value.code == 0
         assert err == [
             "warning: the checkpoints of the 2 workers would be split across their nodes' disks, so restarted pods "
-            "start again from step 0; set job.shared_storage_claim (a ReadWriteMany claim: FSx for Lustre, EFS) "
-            "to resume them",
+            "start again from step 0; set cluster.checkpoint_bucket (an S3 bucket: 'up' on an EKS backend fills it) "
+            "or job.shared_storage_claim (a ReadWriteMany claim: FSx for Lustre, EFS) to resume them",
             "valid: PyTorchJob/fsdp Worker pod template, checked against the Kubernetes "
             f"{DEFAULT_KUBERNETES_VERSION} OpenAPI (as a Pod)",
             f"valid: Secret/hf-token, checked against the Kubernetes {DEFAULT_KUBERNETES_VERSION} OpenAPI",
@@ -427,3 +428,139 @@ def test_pruning_follows_the_structural_schema() -> None:
         "spec.unknown",
         "status",
     ]
+
+
+# ---------------------------------------------------------------------------------------------- checkpoint bucket
+
+BUCKET = "fsdp-sdk-123456789012-us-west-2-demo"
+
+
+def bucket_config(*, api: str = "pytorchjob", trainer: dict[str, Any] | None = None, **job: Any) -> Config:
+    data = {
+        "cluster": {"checkpoint_bucket": BUCKET, "region": "us-west-2"},
+        "job": {"registry": REGISTRY, "num_workers": 2, "api": api, **job},
+        "trainer": {"model": {"preset": "tiny"}, "train": {"steps": 10}, **(trainer or {})},
+    }
+    return Config.from_dict(data)
+
+
+def _no_aws_credentials(objects: list[dict]) -> None:
+    text = yaml.safe_dump_all(objects)
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_WEB_IDENTITY_TOKEN_FILE"):
+        assert name not in text
+    assert "AKIA" not in text and "ASIA" not in text
+
+
+def test_workers_checkpoint_to_the_bucket_under_its_service_account(
+    plugins: Plugins, pytorchjob_crd: Path, recwarn: pytest.WarningsRecorder
+) -> None:
+    objects = render_job(bucket_config(), rdzv_id="fsdp-s3", plugins=plugins)
+    report = validate_objects(objects, crd_paths=[pytorchjob_crd])
+    assert report.ok, report.errors
+    pod = worker(objects[0])["template"]["spec"]
+    assert pod["serviceAccountName"] == "fsdp-trainer"  # EKS Pod Identity gives its pods the bucket's role
+    container = pod["containers"][0]
+    args = container["args"]
+    assert args[args.index("--checkpoint.dir") + 1] == f"s3://{BUCKET}/default/fsdp/checkpoints"
+    assert "--checkpoint.resume" not in args  # a restarted pod resumes (resume: auto), nothing turns it off
+    assert env_of(container)["AWS_REGION"] == "us-west-2"
+    _no_aws_credentials(objects)
+    assert not [w for w in recwarn if "split across" in str(w.message)]
+
+
+def test_an_output_dir_in_the_container_is_no_worry_with_the_bucket(
+    plugins: Plugins, recwarn: pytest.WarningsRecorder
+) -> None:
+    render_job(bucket_config(trainer={"train": {"output_dir": "/tmp/out"}}), plugins=plugins)
+    assert not [w for w in recwarn if "inside the container" in str(w.message)]
+    without = {"job": {"registry": REGISTRY, "num_workers": 1}, "trainer": {"train": {"output_dir": "/tmp/out"}}}
+    render_job(Config.from_dict(without), plugins=plugins)
+    assert [w for w in recwarn if "inside the container" in str(w.message)]  # without it, the warning stays
+
+
+def test_one_worker_checkpoints_to_the_bucket_too(plugins: Plugins) -> None:
+    """A replaced node takes its disk with it: one worker's checkpoints go to the bucket as well."""
+    container = worker(render_job(bucket_config(num_workers=1), plugins=plugins)[0])["template"]["spec"]
+    args = container["containers"][0]["args"]
+    assert args[args.index("--checkpoint.dir") + 1] == f"s3://{BUCKET}/default/fsdp/checkpoints"
+
+
+def test_trainjob_checkpoints_to_the_bucket(plugins: Plugins, trainjob_crd: Path) -> None:
+    objects = render_job(bucket_config(api="trainjob", namespace="team-a", name="llm"), plugins=plugins)
+    assert validate_objects(objects, crd_paths=[trainjob_crd]).ok
+    spec = objects[0]["spec"]
+    (patch,) = spec["runtimePatches"]
+    (job,) = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+    assert job["template"]["spec"]["template"]["spec"]["serviceAccountName"] == "fsdp-trainer"
+    args = spec["trainer"]["args"]
+    assert args[args.index("--checkpoint.dir") + 1] == f"s3://{BUCKET}/team-a/llm/checkpoints"
+    assert {"name": "AWS_REGION", "value": "us-west-2"} in spec["trainer"]["env"]
+    _no_aws_credentials(objects)
+
+
+def test_the_shared_claim_wins_over_the_bucket(plugins: Plugins) -> None:
+    pod = worker(render_job(bucket_config(shared_storage_claim="fsx"), plugins=plugins)[0])["template"]["spec"]
+    args = pod["containers"][0]["args"]
+    assert "--checkpoint.dir" not in args and "serviceAccountName" not in pod
+    assert "AWS_REGION" not in env_of(pod["containers"][0])
+
+
+def test_a_checkpoint_dir_the_user_gave_is_kept(plugins: Plugins) -> None:
+    given = f"s3://{BUCKET}/default/experiments/run-7"
+    pod = worker(render_job(bucket_config(trainer={"checkpoint": {"dir": given}}), plugins=plugins)[0])["template"][
+        "spec"
+    ]
+    args = pod["containers"][0]["args"]
+    assert args[args.index("--checkpoint.dir") + 1] == given and pod["serviceAccountName"] == "fsdp-trainer"
+    local = worker(render_job(bucket_config(trainer={"checkpoint": {"enabled": False}}), plugins=plugins)[0])
+    assert "serviceAccountName" not in local["template"]["spec"]  # no checkpoints, no bucket
+
+
+@pytest.mark.parametrize(
+    ("trainer", "job", "message"),
+    [
+        (
+            {"checkpoint": {"dir": f"s3://{BUCKET}/other-team/x"}},
+            {},
+            rf"^trainer.checkpoint.dir: s3://{BUCKET}/other-team/x is outside s3://{BUCKET}/default/, the part of "
+            r"the checkpoint bucket the job's pods may use; use a location under",
+        ),
+        (
+            {"checkpoint": {"export_hf": f"s3://{BUCKET}/defaultx/hf"}},
+            {},
+            r"^trainer.checkpoint.export_hf: .* is outside s3://.*/default/",
+        ),
+        (
+            {},
+            {"env": {"EXTRA": "AKIAIOSFODNN7EXAMPLE"}},
+            r"^job.env: an AWS access key id would appear in plain text in the rendered PyTorchJob fsdp; remove it",
+        ),
+        ({}, {"env": {"AWS_SECRET_ACCESS_KEY": "x"}}, r"^job.env.AWS_SECRET_ACCESS_KEY: looks like a secret"),
+    ],
+)
+def test_bucket_locations_and_credentials_are_refused(
+    plugins: Plugins, trainer: dict[str, Any], job: dict[str, Any], message: str
+) -> None:
+    from fsdp_sdk.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=message) as refused:
+        render_job(bucket_config(trainer=trainer, **job), plugins=plugins)
+    assert "\n" not in str(refused.value)
+
+
+def test_a_bucket_name_s3_refuses_is_a_configuration_error() -> None:
+    from fsdp_sdk.errors import ConfigError
+
+    for name, problem in (
+        ("My_Bucket", "is not an S3 bucket name"),
+        ("a..b-bucket", "has two adjacent periods"),
+        ("192.168.5.4", "is formatted as an IP address"),
+        ("xn--bucket", "starts with 'xn--'"),
+        ("checkpoints-s3alias", "ends with '-s3alias'"),
+    ):
+        with pytest.raises(
+            ConfigError,
+            match=rf"^cluster.checkpoint_bucket \(from dict\): {re.escape(repr(name))} {re.escape(problem)}",
+        ) as refused:
+            Config.from_dict({"cluster": {"checkpoint_bucket": name}})
+        assert "\n" not in str(refused.value)

@@ -306,3 +306,52 @@ def test_up_with_the_trainjob_api_installs_the_trainer_and_its_runtime(
     ]
     assert calls[0][3].startswith("github.com/kubeflow/trainer.git/manifests/overlays/manager?ref=")
     assert apiserver.get("trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime", "fsdp-sdk-torch-distributed")
+
+
+class RecordingEksBackend(RecordingBackend):
+    """The recording backend, for an EKS cluster (moto's): core adds the checkpoint bucket and the pods' access."""
+
+    name: ClassVar[str] = "recording-eks"
+    eks_cluster: ClassVar[bool] = True
+
+    def apply(self, config: Config, plan: Plan, *, progress=lambda line: None) -> ClusterStatus:
+        from fsdp_sdk.aws.session import aws_client
+
+        iam, eks = aws_client("iam", config.cluster.region), aws_client("eks", config.cluster.region)
+        role = iam.create_role(RoleName="cluster", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+        eks.create_cluster(name=config.cluster.name, roleArn=role, resourcesVpcConfig={"subnetIds": []})
+        return super().apply(config, plan, progress=progress)
+
+
+def test_on_eks_up_adds_the_checkpoint_bucket_after_the_cluster(
+    aws: str, apiserver: FakeApiServer, recording: Path, kubectl: Path, pod_identity: Any
+) -> None:
+    from fsdp_sdk.aws.session import aws_client
+
+    s3 = aws_client("s3", "us-west-2")
+    s3.create_bucket(Bucket="team-checkpoints", CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
+    plugins = build_plugins(autoload=False)
+    plugins.register(Plugin(), name="recording")
+    plugins.backends.add(RecordingEksBackend)
+    settings = {"cluster.backend": "recording-eks", "cluster.checkpoint_bucket": "team-checkpoints"}
+    client = Client(Config().with_overrides(settings), plugins=plugins)
+    plan = client.plan()
+    assert "cluster.checkpoint_bucket" not in plan.filled  # the user named it
+    assert plan.details["checkpoints"]["found"] == "adopted"
+    bucket_step = plan.steps.index(
+        "adopt the S3 bucket team-checkpoints in us-west-2 for checkpoints (its settings left as they are)"
+    )
+    assert plan.steps[bucket_step - 1].startswith("write the cluster's kubeconfig")  # after the cluster
+    assert plan.steps[-1] == (
+        "apply the ServiceAccount default/fsdp-trainer the training pods run under (EKS Pod Identity gives it the "
+        "checkpoint bucket's role)"
+    )
+    assert ("ServiceAccount", "fsdp-trainer") in [(o["kind"], o["metadata"]["name"]) for o in plan.kubernetes]
+    assert aws_client("iam", "us-west-2").list_roles(PathPrefix="/fsdp-sdk/")["Roles"] == []  # planned only
+
+    client.up(plan)
+    (role,) = aws_client("iam", "us-west-2").list_roles(PathPrefix="/fsdp-sdk/us-west-2/fsdp-sdk/")["Roles"]
+    (association,) = pod_identity.associations.values()
+    assert association["roleArn"] == role["Arn"] and association["serviceAccount"] == "fsdp-trainer"
+    assert "/api/v1/namespaces/default/serviceaccounts/fsdp-trainer" in [w.path for w in apiserver.writes()]
+    assert client.status().details["checkpoint_bucket"] == "s3://team-checkpoints (us-west-2)"

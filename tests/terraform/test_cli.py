@@ -124,7 +124,9 @@ def test_up_dry_run_shows_terraforms_own_plan_and_changes_nothing(project: Path,
         ("DaemonSet", "aws-efa-k8s-device-plugin"),
         ("Service", "etcd"),
         ("Deployment", "etcd"),
+        ("ServiceAccount", "fsdp-trainer"),
     ]
+    assert plan["filled"]["cluster.checkpoint_bucket"] == "fsdp-sdk-123456789012-us-west-2-fsdp-sdk"
     assert "terraform plan (dry run): 3 to add, 0 to change, 0 to destroy" in err
     assert not (project.parent / "state" / "terraform" / "fsdp-sdk").exists() and eks_clusters() == []
     assert apiserver.writes() == []
@@ -146,6 +148,7 @@ def test_up_run_status_scale_down_through_the_cli(project: Path, apiserver, caps
     assert "terraform plan: 3 to add, 0 to change, 0 to destroy" in err and "[terraform 00:" in err
     applied = sorted((w.method, w.path) for w in apiserver.writes())  # core applies them in its kind order
     assert applied == [
+        ("PATCH", "/api/v1/namespaces/default/serviceaccounts/fsdp-trainer"),  # the pods' checkpoint identity
         ("PATCH", "/api/v1/namespaces/default/services/etcd"),
         ("PATCH", "/apis/apps/v1/namespaces/default/deployments/etcd"),
         ("PATCH", "/apis/apps/v1/namespaces/kube-system/daemonsets/aws-efa-k8s-device-plugin"),
@@ -157,7 +160,9 @@ def test_up_run_status_scale_down_through_the_cli(project: Path, apiserver, caps
 
     code, out, err = _cli(capsys, "status", "-c", "cluster.yaml", "--json")
     assert code == 0, err
-    assert json.loads(out)["details"]["node_groups"]["gpu"]["desired"] == 2
+    details = json.loads(out)["details"]
+    assert details["node_groups"]["gpu"]["desired"] == 2
+    assert details["checkpoint_bucket"] == "s3://fsdp-sdk-123456789012-us-west-2-fsdp-sdk (us-west-2)"
 
     threading.Thread(target=_operator, args=(apiserver,), daemon=True).start()
     code, out, err = _cli(capsys, "run", "-c", "cluster.yaml", "--preset", "tiny", "--steps", "5", "--json")
@@ -173,7 +178,9 @@ def test_up_run_status_scale_down_through_the_cli(project: Path, apiserver, caps
 
     code, out, err = _cli(capsys, "down", "-c", "cluster.yaml", "--yes", "--json")
     assert code == 0, err
-    assert json.loads(out)["state"] == "absent" and eks_clusters() == []
+    down = json.loads(out)
+    assert down["state"] == "absent" and eks_clusters() == []
+    assert down["details"]["checkpoint_bucket"].endswith("(kept; 'down --delete-checkpoints' deletes it)")
     assert not (project.parent / "state" / "terraform" / "fsdp-sdk").exists()
 
 

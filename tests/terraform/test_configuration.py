@@ -205,6 +205,15 @@ def test_the_schema_check_catches_what_it_should(provider_schema: dict[str, Any]
     assert "aws_eks_node_group.z: 'tags_all' is computed by the provider" in computed
 
 
+def test_every_cluster_gets_the_pod_identity_agent() -> None:
+    """The training pods get the checkpoint bucket's role through EKS Pod Identity: its agent is an add-on."""
+    addons = {_unquote(body["addon_name"]): body for t, _, body in _blocks("resource") if t == "aws_eks_addon"}
+    assert set(addons) == {"vpc-cni", "kube-proxy", "coredns", "eks-pod-identity-agent"}
+    agent = addons["eks-pod-identity-agent"]
+    assert "addon_version" not in agent  # EKS's default version for the cluster, like the other add-ons
+    assert _unquote(agent["resolve_conflicts_on_create"]) == "OVERWRITE"
+
+
 def test_the_gpu_launch_template_has_efa_reservations_capacity_blocks_and_placement() -> None:
     (template,) = [body for t, n, body in _blocks("resource") if (t, n) == ("aws_launch_template", "gpu")]
     dynamics = {_unquote(name): spec for entry in template["dynamic"] for name, spec in entry.items()}

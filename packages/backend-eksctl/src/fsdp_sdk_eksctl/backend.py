@@ -49,6 +49,7 @@ class EksctlBackend(ClusterBackend):
 
     name = "eksctl"
     description = "Amazon EKS GPU clusters created with eksctl (EFA, capacity reservations, Capacity Blocks)"
+    eks_cluster = True
 
     #: Seconds between two looks at a cluster or stack that is still changing.
     poll_s: ClassVar[float] = 20.0

@@ -8,7 +8,8 @@ One EKS cluster with two managed node groups::
     availabilityZones: [us-west-2b, us-west-2a, us-west-2c]
     vpc: {cidr: 192.168.0.0/16, nat: {gateway: Single}}
     iam: {withOIDC: true}
-    addons: [{name: vpc-cni, version: latest}, {name: coredns, ...}, {name: kube-proxy, ...}]
+    addons: [{name: vpc-cni, version: latest}, {name: coredns, ...}, {name: kube-proxy, ...},
+             {name: eks-pod-identity-agent, ...}]
     managedNodeGroups:
       - name: system                       # etcd, the Training Operator, monitoring
         instanceType: m5.xlarge
@@ -57,8 +58,11 @@ __all__ = [
 ]
 
 API_VERSION = "eksctl.io/v1alpha5"
-#: EKS add-ons every cluster gets (networking and DNS); ``eksctl.addon_versions`` pins them or adds more.
-DEFAULT_ADDONS = ("vpc-cni", "coredns", "kube-proxy")
+#: EKS add-ons every cluster gets: networking, DNS, and the EKS Pod Identity agent (it hands the training pods the
+#: credentials of the checkpoint bucket's role; its DaemonSet tolerates every taint, the GPU nodes' included:
+#: aws/eks-charts stable/eks-pod-identity-agent values.yaml, checked 2026-12-02); ``eksctl.addon_versions`` pins them
+#: or adds more.
+DEFAULT_ADDONS = ("vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent")
 #: The tag that marks what fsdp-sdk created, with the cluster's name as its value.
 CLUSTER_TAG = "fsdp-sdk.io/cluster"
 

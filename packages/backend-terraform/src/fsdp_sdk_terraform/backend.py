@@ -106,6 +106,7 @@ class TerraformBackend(ClusterBackend):
     description: ClassVar[str] = (
         "EKS GPU clusters from a Terraform configuration (VPC, EKS, EFA node groups, reservations)"
     )
+    eks_cluster: ClassVar[bool] = True
 
     # ------------------------------------------------------------------ plan (pure)
 

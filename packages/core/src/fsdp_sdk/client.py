@@ -42,6 +42,7 @@ from fsdp_sdk.resolved import Resolved
 if TYPE_CHECKING:
     import datetime as dt
 
+    from fsdp_sdk.aws.checkpoint_bucket import BucketUsage, CheckpointStore
     from fsdp_sdk.aws.pricing import Price
     from fsdp_sdk.costs import ClusterCost, JobCost
     from fsdp_sdk.estimate import Estimate
@@ -286,6 +287,9 @@ class Client:
             preview = False
         filled = self._filled(results)
         filled.update(self._discovered())
+        store = self._planned_store(filled, inspect=preflight, collect=collect) if self.backend.eks_cluster else None
+        if store is not None and not store.named:
+            filled["cluster.checkpoint_bucket"] = store.bucket
         resolved = self._resolved_with(filled)
         config = resolved.config
         plan = self.backend.plan(resolved)
@@ -297,6 +301,7 @@ class Client:
         if not self.backend.runs_jobs:
             prerequisites = self._prerequisites(config, plan.kubernetes)
             steps.append(f"write the cluster's kubeconfig under {config.cluster.state_dir}")
+            steps += store.steps() if store is not None else []
             steps += [step for p in prerequisites for step in p.steps]
             objects = [dict(o) for p in prerequisites for o in p.objects]
             from fsdp_sdk.k8s.idle import render_idle_controller
@@ -309,6 +314,8 @@ class Client:
                     f"{config.cluster.idle_scale_to_zero_minutes} minutes without a training pod"
                 )
         cost, details = plan.hourly_cost_usd, dict(plan.details)
+        if store is not None:
+            details["checkpoints"] = store.to_dict()
         if any(r.check == "aws-credentials" and r.ok for r in results):
             # The backend priced the GPU nodes from the table (us-east-1, dated); AWS answers for this region.
             price = self.hourly_price(resolved)
@@ -351,6 +358,8 @@ class Client:
                 "plan", f"was made for {plan.backend}/{plan.cluster}", "make the plan with this client's plan()"
             )
         status = self.backend.apply(config, plan, progress=self.progress)
+        if "checkpoints" in plan.details and self.backend.eks_cluster:
+            self._make_checkpoint_store(config, plan)
         if not self.backend.runs_jobs:
             self._prepare(config, plan)
             if config.cluster.idle_scale_to_zero_minutes:
@@ -360,6 +369,99 @@ class Client:
             self._record_cost("up", config, status.nodes, plan)
         self.loaded_plugins.hooks.cluster_created(config, status)
         return status
+
+    # ------------------------------------------------------------------ checkpoint bucket
+
+    @functools.cached_property
+    def _account(self) -> str:
+        from fsdp_sdk.aws.checkpoint_bucket import account_id
+
+        return account_id(self.config.cluster.region)
+
+    def _checkpoint_store(self, config: Config, *, inspect: bool = False) -> CheckpointStore | None:
+        """The checkpoint bucket and access of an EKS backend's cluster (:mod:`fsdp_sdk.aws.checkpoint_bucket`);
+        ``None`` for other backends. The bucket is ``cluster.checkpoint_bucket``, else named after the account.
+
+        :param inspect: look at the bucket (reads only): refuses one in another region, or one these credentials
+            cannot use, before anything is created.
+        """
+        if not self.backend.eks_cluster:
+            return None
+        from fsdp_sdk.aws.checkpoint_bucket import inspect_bucket, plan_store
+
+        account = None if config.cluster.checkpoint_bucket else self._account
+        store = plan_store(config, account=account)
+        return inspect_bucket(store) if inspect else store
+
+    def _planned_store(self, filled: Mapping[str, Any], *, inspect: bool, collect: bool) -> CheckpointStore | None:
+        """The checkpoint store a plan shows; when collecting (``up --dry-run``), a store that cannot be found
+        without credentials is left out of the plan with a warning instead of stopping it."""
+        from fsdp_sdk.errors import FsdpSdkError
+
+        try:
+            return self._checkpoint_store(self._config_with(filled), inspect=inspect)
+        except FsdpSdkError as error:
+            if not collect:
+                raise
+            self.progress(f"warning: the checkpoint bucket is left out of the plan: {error}")
+            return None
+
+    def _make_checkpoint_store(self, config: Config, plan: Plan) -> None:
+        """Create or adopt the plan's checkpoint bucket, then the pods' role and Pod Identity association."""
+        from fsdp_sdk.aws.checkpoint_bucket import CheckpointStore, ensure_access, ensure_bucket
+
+        store = CheckpointStore.from_dict(plan.details["checkpoints"])
+        ensure_bucket(store, progress=self.progress)
+        ensure_access(store, progress=self.progress)
+
+    def _job_resolved(self, resolved: Resolved, *, strict: bool = True) -> Resolved:
+        """``resolved`` with ``cluster.checkpoint_bucket`` filled in (the derived name) where an EKS backend's job
+        would checkpoint to it: what ``up`` created, found again from the account id.
+
+        :param strict: raise when the account cannot be found (no credentials); off, warn and render without it.
+        """
+        config = resolved.config
+        if not self.backend.eks_cluster or config.cluster.checkpoint_bucket:
+            return resolved
+        from fsdp_sdk.k8s.render import checkpoint_dir
+
+        trial = config.with_overrides([Setting("cluster.checkpoint_bucket", "fsdp-sdk")])
+        if checkpoint_dir(trial) is None:
+            return resolved
+        from fsdp_sdk.aws.checkpoint_bucket import plan_store
+        from fsdp_sdk.errors import FsdpSdkError
+
+        try:
+            account = self._account
+        except FsdpSdkError as error:
+            if strict:
+                raise
+            import warnings
+
+            from fsdp_sdk.k8s.render import RenderWarning
+
+            warnings.warn(
+                RenderWarning(
+                    f"the checkpoint bucket is unknown ({error}): the preview keeps checkpoints on the nodes"
+                ),
+                stacklevel=3,
+            )
+            return resolved
+        bucket = plan_store(config, account=account).bucket
+        return resolved.with_overrides(
+            [Setting("cluster.checkpoint_bucket", bucket, "cluster.checkpoint_bucket", "up")], validate_trainer=False
+        )
+
+    def checkpoint_usage(self) -> tuple[CheckpointStore, list[BucketUsage] | None] | None:
+        """The checkpoint bucket (as found: absent, ours, adopted) and what ``down(delete_checkpoints=True)`` would
+        delete from it, by job prefix (``None`` when the bucket does not exist); ``None`` for backends without one."""
+        from fsdp_sdk.aws.checkpoint_bucket import bucket_usage, inspect_bucket
+
+        store = self._checkpoint_store(self.config)
+        if store is None:
+            return None
+        store = inspect_bucket(store)
+        return store, bucket_usage(store) if store.found != "absent" else None
 
     def _prerequisites(self, config: Config, backend_objects: Sequence[Mapping[str, Any]] = ()) -> list[Prerequisite]:
         """What core applies to a new Kubernetes cluster (pure): the backend's objects, etcd, the Training
@@ -389,10 +491,15 @@ class Client:
             progress=self.progress,
         )
 
-    def down(self, *, dry_run: bool = False) -> ClusterStatus:
+    def down(self, *, dry_run: bool = False, delete_checkpoints: bool = False) -> ClusterStatus:
         """Delete the cluster and the state kept for it; deleting an absent cluster is not an error.
 
+        On EKS backends the pods' checkpoint role goes with the cluster (its Pod Identity associations with the
+        EKS cluster); the checkpoint bucket stays, unless ``delete_checkpoints``.
+
         :param dry_run: change nothing.
+        :param delete_checkpoints: also empty and delete the checkpoint bucket (of an adopted bucket, only the
+            objects under the job namespace's prefix: the bucket stays). :meth:`checkpoint_usage` says what that is.
         """
         current = self.backend.status(self.config)
         if not dry_run and current.state != "absent":
@@ -400,7 +507,24 @@ class Client:
         status = self.backend.down(self.config, dry_run=dry_run, progress=self.progress)
         if not dry_run and current.state != "absent" and not self.backend.runs_jobs:
             self._record_cost("down", self.config, 0)
-        return status
+        store = self._checkpoint_store(self.config)
+        if store is None:
+            return status
+        from fsdp_sdk.aws.checkpoint_bucket import delete_checkpoints as delete_bucket
+        from fsdp_sdk.aws.checkpoint_bucket import remove_access
+
+        where = f"s3://{store.bucket}"
+        if dry_run:
+            kept = "deleted" if delete_checkpoints else "kept"
+            return dataclasses.replace(status, details={**status.details, "checkpoint_bucket": f"{where} ({kept})"})
+        remove_access(store.cluster, store.region, progress=self.progress)
+        if delete_checkpoints:
+            gone = delete_bucket(store, progress=self.progress)
+            shown = f"{where} (deleted)" if gone else f"{where} (emptied under {store.prefix}, kept: adopted)"
+        else:
+            shown = f"{where} (kept; 'down --delete-checkpoints' deletes it)"
+            self.progress(f"kept the checkpoint bucket {where}")
+        return dataclasses.replace(status, details={**status.details, "checkpoint_bucket": shown})
 
     def scale(self, nodes: int, *, dry_run: bool = False) -> ClusterStatus:
         """Change the number of nodes.
@@ -435,28 +559,41 @@ class Client:
 
     def status(self) -> ClusterStatus:
         """The cluster's current state; for an EKS cluster, also when its Kubernetes version leaves standard
-        support (``details["kubernetes_support"]``, from the pins table's calendar)."""
+        support (``details["kubernetes_support"]``, from the pins table's calendar), and its checkpoint bucket
+        (``details["checkpoint_bucket"]``)."""
         status = self.backend.status(self.config)
-        if self.backend.runs_jobs or status.state == "absent":
+        if self.backend.runs_jobs:
             return status
+        details = dict(status.details)
+        if status.state != "absent":
+            details["kubernetes_support"] = self._kubernetes_support_line(status)
+        if self.backend.eks_cluster:
+            from fsdp_sdk.aws.checkpoint_bucket import bucket_summary
+            from fsdp_sdk.errors import FsdpSdkError
+
+            try:
+                store = self._checkpoint_store(self.config)
+                details["checkpoint_bucket"] = bucket_summary(store) if store is not None else None
+            except FsdpSdkError as error:
+                details["checkpoint_bucket"] = f"unknown: {error}"
+        return dataclasses.replace(status, details=details)
+
+    def _kubernetes_support_line(self, status: ClusterStatus) -> str:
+        """When the cluster's Kubernetes version leaves (or left) EKS standard support, in one line."""
         from fsdp_sdk import pins
 
         version = str(status.details.get("kubernetes_version") or self.config.cluster.kubernetes_version)
         release, on = pins.kubernetes_release(version), pins.today()
         if release is None:
-            said = f"Kubernetes {version}: not in the EKS calendar of fsdp-sdk's pins table ({pins.table_date()})"
-        elif release.state(on) == "standard":
-            said = f"Kubernetes {version}: standard support until {release.end_of_standard}"
-        elif release.state(on) == "extended":
-            said = (
+            return f"Kubernetes {version}: not in the EKS calendar of fsdp-sdk's pins table ({pins.table_date()})"
+        if release.state(on) == "standard":
+            return f"Kubernetes {version}: standard support until {release.end_of_standard}"
+        if release.state(on) == "extended":
+            return (
                 f"Kubernetes {version}: extended support (${pins.control_plane_usd_per_hour(version, on):.2f}/h) "
                 f"since {release.end_of_standard}, until {release.end_of_extended}; upgrade the cluster"
             )
-        else:
-            said = (
-                f"Kubernetes {version}: past EKS extended support since {release.end_of_extended}; upgrade the cluster"
-            )
-        return dataclasses.replace(status, details={**status.details, "kubernetes_support": said})
+        return f"Kubernetes {version}: past EKS extended support since {release.end_of_extended}; upgrade the cluster"
 
     def _record_cost(self, event: str, config: Config, nodes: int, plan: Plan | None = None) -> None:
         """Add a line to the cluster's cost ledger (:mod:`fsdp_sdk.costs`): the nodes from now on, at which prices."""
@@ -749,7 +886,7 @@ class Client:
                 else stable_rdzv_id(self.config, api=api, create_secret=create_secret)
             )
         return render_job(
-            self.resolved,
+            self._job_resolved(self.resolved, strict=not preview),
             rdzv_id=rdzv_id,
             create_secret=create_secret,
             api=api,
@@ -814,7 +951,9 @@ class Client:
         if not force:
             self.check_fits()
         runner = KubernetesRunner(self.jobs)  # on the local backend too: a kubeconfig was given
-        plan = runner.dryrun(self.config, run_id=run_id, api=api, create_secret=create_secret, unique=unique)
+        plan = runner.dryrun(
+            self._job_resolved(self.resolved).config, run_id=run_id, api=api, create_secret=create_secret, unique=unique
+        )
         job = runner.schedule(plan, server_dry_run=dry_run, replace=replace).job
         if not dry_run:
             self.loaded_plugins.hooks.job_submitted(plan.config or self.config, job)
@@ -850,28 +989,32 @@ class Client:
         :param on_event: receives :class:`~fsdp_sdk.runs.RunEvent` s: phases, steps and restarts from backends
             that run jobs themselves; the leader's steps and lines from a Kubernetes job (unless ``on_output``).
         :param on_started: called with the job once its processes are started (before the hooks hear of it).
-        :param resume: continue the local run of that id with its recorded settings; settings given here win.
+        :param resume: continue the local run of that id with its recorded settings (settings given here win); on a
+            Kubernetes cluster, submit the job of that name again, replacing the one there: it resumes from the
+            newest complete checkpoint it left (the checkpoint bucket, the shared claim, or the node's disk).
         :param scale: on a cluster with fewer nodes now than the job's workers, scale it to that many first
             (without: refused). Backends that run jobs themselves start their simulated nodes as they need.
         :raises ConfigError: a trainer setting is invalid, ``resume`` names no run, the job will not fit (see
             :meth:`check_fits`), or it needs more nodes than the cluster has and ``scale`` is off.
         :raises RunError: the run failed.
         """
-        resolved = self._run_resolved(trainer_overrides, trainer_args)
-        config = resolved.config
         runner = self.runner
-        if resume is not None and runner.kind != "local":
-            raise ConfigError(
-                "--resume", f"backend {self.backend.name!r} does not keep run records", "re-submit the job instead"
-            )
-        if runner.kind != "local":
-            self._ensure_nodes(config, scale=scale, dry_run=dry_run)
+        local = runner.kind == "local"
+        # a Kubernetes job's checkpoints live under its name (the checkpoint bucket, the shared claim, the disk)
+        resolved = self._run_resolved(trainer_overrides, trainer_args, job_name=None if local else resume)
+        if not local:
+            resolved = self._job_resolved(resolved, strict=not dry_run)
+            self._ensure_nodes(resolved.config, scale=scale, dry_run=dry_run)
+        config = resolved.config
         if not force:
             if runner.kind == "local":
                 runner.check_memory(resolved)  # type: ignore[attr-defined]
             else:
                 self.check_fits(resolved)
-        plan = runner.dryrun(config, run_id=resume if resume is not None else run_id, resume=resume is not None)
+        if local:
+            plan = runner.dryrun(config, run_id=resume if resume is not None else run_id, resume=resume is not None)
+        else:
+            plan = runner.dryrun(config, run_id=run_id)
         if dry_run:
             return plan.result()
         if plan.finished is not None:
@@ -886,7 +1029,10 @@ class Client:
             return RunResult(plan.job, plan.finished, plan.output_dir, plan.log_dir, extra=extra)
         self._checked("run")
         hooks = self.loaded_plugins.hooks
-        handle = runner.schedule(plan, on_event=on_event, on_output=on_output)
+        if local:
+            handle = runner.schedule(plan, on_event=on_event, on_output=on_output)
+        else:  # resubmitting a job of that name replaces the one there (it resumes from its checkpoints)
+            handle = runner.schedule(plan, on_event=on_event, on_output=on_output, replace=resume is not None)  # type: ignore[call-arg]
         waiting = False
         try:
             if on_started is not None:
@@ -903,14 +1049,21 @@ class Client:
         return result
 
     def _run_resolved(
-        self, trainer_overrides: Mapping[str, Any] | None = None, trainer_args: Sequence[str] = ()
+        self,
+        trainer_overrides: Mapping[str, Any] | None = None,
+        trainer_args: Sequence[str] = (),
+        *,
+        job_name: str | None = None,
     ) -> Resolved:
-        """This client's resolved configuration with trainer settings given to one run on top."""
+        """This client's resolved configuration with trainer settings given to one run on top (and ``job.name``,
+        for a Kubernetes job resubmitted by name)."""
         settings = [
             Setting(key if key.startswith("trainer.") else f"trainer.{key}", value, key, "run()")
             for key, value in (trainer_overrides or {}).items()
         ]
         settings += parse_trainer_args(trainer_args)
+        if job_name is not None:
+            settings.append(Setting("job.name", job_name, "--resume", "command line"))
         return self.resolved.with_overrides(settings) if settings else self.resolved
 
     def dryrun(

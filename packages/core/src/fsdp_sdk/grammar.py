@@ -5,7 +5,7 @@ Each function returns ``None`` for a valid value, else the rule it breaks as a s
 ones the receiving side enforces, so a value is refused when it is read, not when a cluster
 is half-built: container image references as Docker's ``distribution/reference`` grammar
 defines them, Kubernetes names (DNS-1123), environment variable names, libfabric providers,
-NCCL debug levels, host names.
+NCCL debug levels, host names, S3 bucket names.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import shlex
 __all__ = [
     "FI_PROVIDERS",
     "NCCL_DEBUG_LEVELS",
+    "bucket_name_problem",
     "command_problem",
     "env_name_problem",
     "fi_provider_problem",
@@ -124,3 +125,30 @@ def command_problem(command: str) -> str | None:
     except ValueError as error:
         return f"cannot be split into words ({error})"
     return None if words else "is empty"
+
+
+# S3's rules for general purpose bucket names (Amazon S3 User Guide, "General purpose bucket naming rules",
+# docs.aws.amazon.com/AmazonS3/latest/userguide/bucketnamingrules.html, checked 2026-12-02).
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+_BUCKET_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
+_BUCKET_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
+
+
+def bucket_name_problem(name: str) -> str | None:
+    """What is wrong with an S3 general purpose bucket name, or ``None``."""
+    if not _BUCKET.match(name):
+        return (
+            "is not an S3 bucket name (3 to 63 lower-case letters, digits, '.' and '-', "
+            "starting and ending with a letter or digit)"
+        )
+    if ".." in name:
+        return "has two adjacent periods, which S3 refuses in a bucket name"
+    if _IPV4.match(name):
+        return "is formatted as an IP address, which S3 refuses as a bucket name"
+    for prefix in _BUCKET_PREFIXES:
+        if name.startswith(prefix):
+            return f"starts with {prefix!r}, a prefix S3 reserves"
+    for suffix in _BUCKET_SUFFIXES:
+        if name.endswith(suffix):
+            return f"ends with {suffix!r}, a suffix S3 reserves"
+    return None

@@ -10,6 +10,8 @@
   under the state directory;
 * :mod:`~fsdp_sdk.aws.pricing`: on-demand prices (the AWS Price List API when credentials allow it,
   else the instance types' dated table).
+* :mod:`~fsdp_sdk.aws.checkpoint_bucket`: an EKS cluster's checkpoint bucket and the training pods'
+  access to it (an EKS Pod Identity role scoped to the job namespace's prefix).
 
 External tools (eksctl, terraform, kubectl) run through :func:`fsdp_sdk.tools.run_tool`.
 boto3 is imported inside functions only: importing this package costs nothing.

@@ -196,6 +196,10 @@ class ClusterBackend(ABC):
     description: ClassVar[str] = ""
     #: True when the backend runs training jobs itself instead of through Kubernetes.
     runs_jobs: ClassVar[bool] = False
+    #: True when the backend's cluster is the EKS cluster ``cluster.name`` in ``cluster.region`` of the caller's
+    #: AWS account: ``up`` then gives it a checkpoint bucket and the pods' access to it
+    #: (:mod:`fsdp_sdk.aws.checkpoint_bucket`), which ``down`` removes (the bucket stays unless asked).
+    eks_cluster: ClassVar[bool] = False
 
     @abstractmethod
     def plan(self, resolved: Resolved) -> Plan:

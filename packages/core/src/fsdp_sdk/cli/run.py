@@ -45,7 +45,8 @@ from fsdp_sdk.cli.options import (
     metavar="RUN_ID",
     shell_complete=complete_run_names,
     help="Continue local run RUN_ID from its latest checkpoint with the settings it was started with "
-    "(settings given here win); 'fsdp-sdk runs' lists the runs.",
+    "(settings given here win); 'fsdp-sdk runs' lists the runs. On a cluster: submit the job named RUN_ID again, "
+    "replacing it; it resumes from its latest checkpoint (the checkpoint bucket, job.shared_storage_claim).",
 )
 @click.option(
     "--force",
@@ -123,7 +124,7 @@ def run(
             scale=scale_first,
             dry_run=dry_run,
             on_event=display.event,
-            on_started=lambda job: started.append(job.run_id),
+            on_started=lambda job: started.append(job.run_id if client.backend.runs_jobs else job.name),
         )
     except (KeyboardInterrupt, RunError) as exc:
         display.close()

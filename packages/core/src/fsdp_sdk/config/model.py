@@ -243,6 +243,14 @@ class ClusterConfig(Fields):
     idle_scale_to_zero_minutes: int | None = field(default=None, metadata=_positive(30))
     """Scale the GPU nodes to 0 after this many minutes without a training pod (an in-cluster CronJob that ``up``
     installs); ``launch`` and ``run`` scale them back up. Unset: the nodes stay until ``scale`` or ``down``."""
+    checkpoint_bucket: str | None = field(
+        default=None,
+        metadata=_rule(
+            grammar.bucket_name_problem, "name a bucket S3 accepts, like my-team-checkpoints, or leave it unset"
+        ),
+    )
+    """S3 bucket of the jobs' checkpoints on EKS clusters (an existing bucket in ``region`` is adopted). Unset:
+    ``up`` creates ``fsdp-sdk-<account id>-<region>-<cluster>``. Jobs write to ``s3://<bucket>/<namespace>/<job>/``."""
     kubeconfig: Path | None = None
     """A kubeconfig file to reach the cluster with, instead of the one the backend writes (behind a proxy, with
     your own authentication, or a cluster the backend did not create)."""

@@ -15,7 +15,10 @@ and ``prereqs install --dry-run`` show exactly what is applied. Each prerequisit
 
   (server-side because the PyTorchJob CRD is too large for the client-side
   ``last-applied-configuration`` annotation; the SDK does not re-implement kustomize);
-* EKS add-ons that monitoring components are.
+* EKS add-ons that monitoring components are;
+* the ServiceAccount the jobs' pods run under when the cluster has a checkpoint bucket
+  (``cluster.checkpoint_bucket``): EKS Pod Identity gives its pods the bucket's role
+  (:mod:`fsdp_sdk.aws.checkpoint_bucket` creates the role and the association).
 
 Nothing here connects anywhere: :mod:`fsdp_sdk.k8s.prereqs` acts on these lists.
 """
@@ -42,6 +45,7 @@ __all__ = [
     "TRAINING_OPERATOR_NAMESPACE",
     "TRAINING_OPERATOR_VERSION",
     "Prerequisite",
+    "checkpoint_access",
     "cluster_prerequisites",
     "etcd",
     "etcd_name",
@@ -349,6 +353,40 @@ def monitoring(components: Sequence[MonitoringComponent]) -> list[Prerequisite]:
     return found
 
 
+def checkpoint_access(config: Config) -> list[Prerequisite]:
+    """The ServiceAccount of the jobs' pods in ``job.namespace``, when the cluster has a checkpoint bucket
+    (none without one); its Pod Identity association is made through the EKS API, not here."""
+    from fsdp_sdk.aws.checkpoint_bucket import TRAINER_SERVICE_ACCOUNT
+
+    if not config.cluster.checkpoint_bucket:
+        return []
+    namespace = config.job.namespace
+    account = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {
+            "name": TRAINER_SERVICE_ACCOUNT,
+            "namespace": namespace,
+            "labels": {
+                "app.kubernetes.io/component": "checkpoint-access",
+                "app.kubernetes.io/part-of": "fsdp-sdk",
+                "app.kubernetes.io/managed-by": "fsdp-sdk",
+            },
+        },
+    }
+    return [
+        Prerequisite(
+            "checkpoint-access",
+            "the ServiceAccount of the training pods",
+            steps=(
+                f"apply the ServiceAccount {namespace}/{TRAINER_SERVICE_ACCOUNT} the training pods run under "
+                f"(EKS Pod Identity gives it the checkpoint bucket's role)",
+            ),
+            objects=(account,),
+        )
+    ]
+
+
 def trainer(config: Config, version: str | None = None) -> Prerequisite:
     """Kubeflow Trainer v2 (TrainJob: its controller, CRDs, webhook and JobSet) from its upstream manager overlay,
     then fsdp-sdk's ``ClusterTrainingRuntime`` once the controller is up.
@@ -383,9 +421,9 @@ def job_prerequisites(
     :param api: the job API (default: ``job.api``).
     """
     if not operator:
-        return [etcd(config)]
+        return [etcd(config), *checkpoint_access(config)]
     controller = trainer if (api or config.job.api) == "trainjob" else training_operator
-    return [etcd(config), controller(config, operator_version)]
+    return [etcd(config), controller(config, operator_version), *checkpoint_access(config)]
 
 
 def cluster_prerequisites(

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from fsdp_sdk.errors import BackendError, ConfigError, KubernetesError, RunError
 from fsdp_sdk.k8s.job_pods import LOG_DRAIN_S, find_leader, job_api, job_pods
-from fsdp_sdk.k8s.render import HF_TOKEN_KEY, RUN_ID_LABEL, render_job
+from fsdp_sdk.k8s.render import HF_TOKEN_KEY, RUN_ID_LABEL, render_job, worker_pod_specs
 
 if TYPE_CHECKING:
     from fsdp_sdk.config import Config
@@ -367,6 +367,7 @@ class JobClient:
             from fsdp_sdk.k8s.trainer_v2 import check_trainer_installed
 
             check_trainer_installed(self.kube)
+        self._check_service_account(job)
         existing = self.kube.get(job["apiVersion"], kind, name, self.namespace)
         if existing is not None and not dry_run:
             if (existing["metadata"].get("labels") or {}).get(RUN_ID_LABEL) == run_id:
@@ -462,6 +463,20 @@ class JobClient:
                 f"the {self.config.job.num_workers} workers cannot all mount it",
                 "use a ReadWriteMany claim (FSx for Lustre, EFS)",
             )
+
+    def _check_service_account(self, job: dict[str, Any]) -> None:
+        """Refuse a job whose pods would run under a ServiceAccount that does not exist (the checkpoint bucket's,
+        which ``up`` creates): the operator could not make its pods."""
+        specs = worker_pod_specs([copy.deepcopy(job)])  # a read: missing levels are not added to the job
+        for name in sorted({s["serviceAccountName"] for s in specs if s.get("serviceAccountName")}):
+            if self.kube.get("v1", "ServiceAccount", name, self.namespace) is None:
+                raise ConfigError(
+                    "cluster.checkpoint_bucket",
+                    f"the job's pods use the checkpoint bucket through ServiceAccount {self.namespace}/{name}, "
+                    "which does not exist",
+                    "run 'fsdp-sdk up' for this job.namespace (it creates the ServiceAccount and its EKS Pod Identity "
+                    "association), or set job.shared_storage_claim",
+                )
 
     def _with_secret_data(self, obj: dict[str, Any]) -> dict[str, Any]:
         token = self.config.job.hf_token

@@ -20,8 +20,13 @@ The Hugging Face token is only ever referenced (``secretKeyRef``); the optional
 The trainer's outputs and checkpoints go to a volume that outlives the container
 (:func:`output_dir`), one directory per namespace and job name: the shared filesystem
 of ``job.shared_storage_claim`` (mounted at ``/shared``) when set, else the node's disk
-(``/local``). A pod that restarts, or a job submitted again under the same name
-(``job submit --replace``), resumes from the newest complete checkpoint there.
+(``/local``). On a cluster with a checkpoint bucket (``cluster.checkpoint_bucket``, which
+``up`` fills on EKS backends) and no shared claim, the checkpoints go to
+``s3://<bucket>/<namespace>/<job>/checkpoints`` instead (:func:`checkpoint_dir`), so they
+outlive the nodes too: the pods run under the ServiceAccount EKS Pod Identity gives the
+bucket's role (no credential in the objects) and get ``AWS_REGION``. A pod that restarts,
+or a job submitted again under the same name (``job submit --replace``), resumes from the
+newest complete checkpoint there.
 
 Problems that do not stop the rendering (a registry placeholder in a preview, checkpoints
 that cannot be resumed) are issued as :class:`RenderWarning` through :mod:`warnings`.
@@ -39,6 +44,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from fsdp_sdk.aws.checkpoint_bucket import TRAINER_SERVICE_ACCOUNT, checkpoint_url
 from fsdp_sdk.config import SECRET_ENV_NAME, trainer_arguments
 from fsdp_sdk.errors import ConfigError
 
@@ -58,9 +64,11 @@ __all__ = [
     "TRAINJOB_RUNTIME",
     "RenderWarning",
     "WorkerPod",
+    "check_credentials_not_inline",
     "check_env",
     "check_node_count",
     "check_token_not_inline",
+    "checkpoint_dir",
     "job_labels",
     "new_rdzv_id",
     "output_dir",
@@ -175,6 +183,27 @@ def check_token_not_inline(config: Config, objects: list[dict[str, Any]]) -> Non
             )
 
 
+#: AWS access key ids (long-term ``AKIA``, temporary ``ASIA``): never part of a rendered object.
+_AWS_ACCESS_KEY_ID = re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b")
+
+
+def check_credentials_not_inline(objects: list[dict[str, Any]]) -> None:
+    """Refuse rendered objects that carry an AWS access key id: the pods get AWS credentials from EKS Pod Identity.
+
+    :raises ConfigError: an access key id appears in an object other than a Secret.
+    """
+    for obj in objects:
+        if obj.get("kind") == "Secret":
+            continue
+        if _AWS_ACCESS_KEY_ID.search(json.dumps(obj, default=str)):
+            where = f"{obj.get('kind', 'object')} {(obj.get('metadata') or {}).get('name', '?')}"
+            raise ConfigError(
+                "job.env",
+                f"an AWS access key id would appear in plain text in the rendered {where}",
+                "remove it: on EKS the pods get the checkpoint bucket's credentials from EKS Pod Identity",
+            )
+
+
 def _check_nproc(config: Config, instance: InstanceType) -> None:
     """Refuse more trainer processes per worker than the worker has GPUs (one process per GPU on Kubernetes)."""
     nproc, gpus = config.job.nproc_per_node, config.job.gpu_per_worker or 0
@@ -257,6 +286,8 @@ def worker_environment(config: Config, instance: InstanceType) -> list[dict[str,
         }
     )
     env[OUTPUT_DIR_ENV] = output_dir(config)
+    if _on_bucket(config):  # the trainer's S3 client signs for the bucket's region; Pod Identity gives credentials
+        env["AWS_REGION"] = config.cluster.region
     env.update(job.env)  # the user's settings win over the defaults
     items: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in env.items()]
     items.append(
@@ -285,6 +316,50 @@ def output_dir(config: Config) -> str:
     return f"{root}/fsdp-sdk/{config.job.namespace}/{config.job.name}"
 
 
+def checkpoint_dir(config: Config) -> str | None:
+    """The job's ``checkpoint.dir`` on the cluster's checkpoint bucket, or ``None`` (the trainer's own default,
+    ``<train.output_dir>/checkpoints``).
+
+    ``s3://<cluster.checkpoint_bucket>/<namespace>/<job>/checkpoints`` when the cluster has a checkpoint bucket,
+    checkpoints are on, and nothing else says where they go: no ``checkpoint.dir``, no
+    ``job.shared_storage_claim`` (the shared filesystem wins), no ``job.command`` (a command of the user's
+    own). One worker too: a replaced node takes its disk, and the checkpoints on it, with it.
+    """
+    bucket = config.cluster.checkpoint_bucket
+    given = (config.trainer.get("checkpoint") or {}).get("dir")
+    job = config.job
+    if not bucket or given or job.shared_storage_claim or job.command or not _checkpoints_enabled(config):
+        return None
+    return checkpoint_url(bucket, job.namespace, job.name)
+
+
+def _on_bucket(config: Config) -> bool:
+    """Whether the job's checkpoints (or its export) go to the cluster's checkpoint bucket."""
+    bucket = config.cluster.checkpoint_bucket
+    if not bucket or config.job.command:
+        return False
+    checkpoint = config.trainer.get("checkpoint") or {}
+    places = [checkpoint_dir(config), checkpoint.get("dir"), checkpoint.get("export_hf")]
+    return any(str(place).startswith(f"s3://{bucket}/") for place in places if place)
+
+
+def _check_bucket_prefix(config: Config) -> None:
+    """Refuse locations on the checkpoint bucket outside the namespace's prefix: the pods' role may not use them."""
+    bucket = config.cluster.checkpoint_bucket
+    if not bucket:
+        return
+    allowed = f"s3://{bucket}/{config.job.namespace}/"
+    checkpoint = config.trainer.get("checkpoint") or {}
+    for key in ("dir", "export_hf"):
+        place = str(checkpoint.get(key) or "")
+        if (place == f"s3://{bucket}" or place.startswith(f"s3://{bucket}/")) and not place.startswith(allowed):
+            raise ConfigError(
+                f"trainer.checkpoint.{key}",
+                f"{place} is outside {allowed}, the part of the checkpoint bucket the job's pods may use",
+                f"use a location under {allowed}{config.job.name}/, or leave checkpoint.{key} unset",
+            )
+
+
 def _resume_set(config: Config) -> bool:
     return "resume" in (config.trainer.get("checkpoint") or {})
 
@@ -293,6 +368,9 @@ def _warn_about_outputs(config: Config) -> None:
     """Say when the trainer's checkpoints would not let a restarted pod resume."""
     job = config.job
     given = (config.trainer.get("train") or {}).get("output_dir")
+    checkpoint = str((config.trainer.get("checkpoint") or {}).get("dir") or checkpoint_dir(config) or "")
+    if checkpoint.startswith("s3://"):
+        return  # the checkpoints outlive the container and the node
     if given and not str(given).startswith((f"{LOCAL_MOUNT_PATH}/", f"{SHARED_MOUNT_PATH}/")):
         warnings.warn(
             RenderWarning(
@@ -305,8 +383,9 @@ def _warn_about_outputs(config: Config) -> None:
         warnings.warn(
             RenderWarning(
                 f"the checkpoints of the {job.num_workers} workers would be split across their nodes' disks, so "
-                "restarted pods start again from step 0; set job.shared_storage_claim (a ReadWriteMany claim: "
-                "FSx for Lustre, EFS) to resume them"
+                "restarted pods start again from step 0; set cluster.checkpoint_bucket (an S3 bucket: 'up' on an "
+                "EKS backend fills it) or job.shared_storage_claim (a ReadWriteMany claim: FSx for Lustre, EFS) "
+                "to resume them"
             ),
             stacklevel=4,
         )
@@ -320,6 +399,9 @@ def _checkpoints_enabled(config: Config) -> bool:
 def _split_checkpoints(config: Config) -> bool:
     """Whether the workers' checkpoint shards would land on several nodes' own disks (no resume possible)."""
     job = config.job
+    on_s3 = str((config.trainer.get("checkpoint") or {}).get("dir") or "").startswith("s3://")
+    if on_s3 or checkpoint_dir(config) is not None:
+        return False
     return job.num_workers > 1 and not job.shared_storage_claim and not _resume_set(config) and not job.command
 
 
@@ -327,6 +409,9 @@ def _trainer_settings(config: Config) -> dict[str, Any]:
     """The trainer's settings as the workers get them: the output directory, and no resume where it cannot work."""
     trainer = {section: dict(values) for section, values in config.trainer.items()}
     trainer.setdefault("train", {}).setdefault("output_dir", output_dir(config))
+    bucket_dir = checkpoint_dir(config)
+    if bucket_dir is not None:
+        trainer.setdefault("checkpoint", {})["dir"] = bucket_dir
     if _split_checkpoints(config):  # no rank could read all the shards of one checkpoint
         trainer.setdefault("checkpoint", {})["resume"] = "never"
     return trainer
@@ -404,6 +489,12 @@ def _tolerations(instance: InstanceType) -> list[dict[str, str]]:
     return [{"key": instance.accelerator_resource, "operator": "Exists", "effect": "NoSchedule"}]
 
 
+def _service_account(config: Config) -> dict[str, str]:
+    """``serviceAccountName`` of the workers when they use the checkpoint bucket: EKS Pod Identity gives its pods
+    the bucket's role."""
+    return {"serviceAccountName": TRAINER_SERVICE_ACCOUNT} if _on_bucket(config) else {}
+
+
 def _elastic_policy(config: Config, rdzv_id: str) -> dict[str, Any]:
     """The PyTorchJob's ``elasticPolicy``.
 
@@ -472,6 +563,7 @@ def render_pytorchjob(config: Config, instance: InstanceType, image: str, rdzv_i
                     "template": {
                         "metadata": {"labels": {**job_labels(config, "worker"), RUN_ID_LABEL: rdzv_id}},
                         "spec": {
+                            **_service_account(config),
                             "nodeSelector": {"node.kubernetes.io/instance-type": instance.name},
                             "tolerations": _tolerations(instance),
                             "volumes": volumes,
@@ -511,6 +603,7 @@ def render_trainjob(config: Config, instance: InstanceType, image: str, rdzv_id:
     pod = {
         "metadata": {"labels": {**job_labels(config, "worker"), RUN_ID_LABEL: rdzv_id}},
         "spec": {
+            **_service_account(config),
             "nodeSelector": {"node.kubernetes.io/instance-type": instance.name},
             "tolerations": _tolerations(instance),
             "volumes": volumes,
@@ -677,6 +770,7 @@ def render_job(
     check_env(config)
     _check_nproc(config, instance)
     check_node_count(config)
+    _check_bucket_prefix(config)
     if not config.job.image.strip() or not config.job.tag.strip():
         field = "job.image" if not config.job.image.strip() else "job.tag"
         raise ConfigError(field, "is empty", f"set {field} (IMAGE / TAG in .env), e.g. fsdp-sdk-trainer:latest")
@@ -692,5 +786,6 @@ def render_job(
         objects.append(render_hf_secret(config))
     plugins.hooks.render_job(resolved, objects)
     check_token_not_inline(config, objects)
+    check_credentials_not_inline(objects)
     _warn_about_outputs(config)
     return objects
