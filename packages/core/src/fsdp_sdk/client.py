@@ -687,6 +687,9 @@ class Client:
             self.check_fits(config)
         if not dry_run:
             self._checked("run")
+            from fsdp_sdk.aws.checkpoints import check_s3_locations
+
+            check_s3_locations(config.trainer)  # s3:// checkpoints, export, weights: reachable, before anything starts
 
         if self.backend.runs_jobs:
             job_ref: list[JobRef] = []
