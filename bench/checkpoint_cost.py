@@ -74,7 +74,8 @@ def pick_layers(root: str, hidden: int) -> int:
 
 def _env() -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([*SOURCES, *filter(None, [env.get("PYTHONPATH")])])
+    # a PYTHONPATH given (the lent machine: the trainer under test, carried beside the checkout) comes first
+    env["PYTHONPATH"] = os.pathsep.join([*filter(None, [env.get("PYTHONPATH")]), *SOURCES])
     env.setdefault("NCCL_NVLS_ENABLE", "0")  # the lent machines: NVLink multicast stays off
     env.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
     return env
@@ -163,6 +164,7 @@ def main() -> int:
         "runs": [],
     }
     if not args.ckpt_root.startswith("s3://"):
+        Path(args.ckpt_root).mkdir(parents=True, exist_ok=True)
         record["disk_free_gb"] = round(shutil.disk_usage(args.ckpt_root).free / 1e9, 1)
     for case in args.cases.split(","):
         root = f"{args.ckpt_root.rstrip('/')}/{case}"

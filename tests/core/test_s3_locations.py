@@ -103,4 +103,4 @@ def test_trainer_validation_refuses_a_uri_without_a_bucket():
         ("--model.name_or_path", "model", "name_or_path"),
     ):
         with pytest.raises(TrainerConfigError, match=rf"^{flag}: 's3://' names no valid bucket"):
-            TrainerConfig.from_dict({"model": {"preset": "tiny"}, section: {name: "s3://"}})
+            TrainerConfig.from_dict({"data": {"source": "synthetic"}, section: {name: "s3://"}})

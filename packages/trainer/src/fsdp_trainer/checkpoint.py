@@ -42,6 +42,8 @@ middle of that step's save (shards and metadata written, no marker yet).
 
 from __future__ import annotations
 
+import copy as copy_module
+import functools
 import json
 import logging
 import os
@@ -93,6 +95,10 @@ __all__ = ["MARKER", "Checkpointer", "complete_checkpoints", "export_hf", "step_
 def complete_checkpoints(root: Path | str) -> list[tuple[int, Path]]:
     """(step, path) of every complete checkpoint in directory ``root``, oldest first."""
     return [(c.step, Path(c.id)) for c in LocalStore(str(root)).complete()]
+
+
+class _Unstageable(Exception):
+    """The state holds a tensor type ``Checkpointer._stage`` does not copy (FSDP1's ShardedTensor)."""
 
 
 def _rng_state(device: torch.device) -> dict[str, Any]:
@@ -153,8 +159,6 @@ class Checkpointer:
         self.root = Path(cfg.dir) if not is_s3(cfg.dir) else None
         #: Seconds each save kept training waiting (staging only, for an asynchronous save).
         self.blocking_s: list[float] = []
-        #: Of ``blocking_s``: seconds the step after each save waited for its background copy (inside that step's time).
-        self.staging_wait_s: list[float] = []
         #: Seconds the run's end waited for the last asynchronous save.
         self.final_wait_s = 0.0
         self._async: bool | None = cfg.async_save
@@ -162,8 +166,9 @@ class Checkpointer:
         self._pending: Future[str] | None = None
         self._pending_step = 0
         self._executor: ThreadPoolExecutor | None = None
-        self._stager: Any = None
-        self._staging: Future[None] | None = None
+        self._stream: Any = None
+        self._buffers: dict[str, torch.Tensor] = {}
+        self._copied: Any = None
         if cfg.enabled and cfg.async_save is not False:
             self._init_async_group()
 
@@ -298,23 +303,22 @@ class Checkpointer:
             train_state.update({name: obj.state_dict() for name, obj in self.stateful.items() if obj is not None})
             self.store.write(self.store.join(staging, "train_state.json"), json.dumps(train_state, indent=1).encode())
         if self._use_async(state):
-            kwargs: dict[str, Any] = {"storage_writer": self.store.writer(staging)}
-            if self._group is not None:
-                kwargs["process_group"] = self._group
-            stager = self._cuda_stager()
-            if stager is not None:
-                kwargs["async_stager"] = stager
-            response = dcp.async_save(state, **kwargs)
-            if isinstance(response, Future):
-                written = response
-            else:  # staged in the background: the next optimizer step waits for it (before_update)
-                written, self._staging = response.upload_completion, response.staging_completion
+            writer = self.store.writer(staging)
+            staged = self._stage(state)
+            if staged is None:  # FSDP1's ShardedTensor: DCP's own asynchronous save (it copies to host memory)
+                kwargs: dict[str, Any] = {"storage_writer": writer}
+                if self._group is not None:
+                    kwargs["process_group"] = self._group
+                response = dcp.async_save(state, **kwargs)
+                written = response if isinstance(response, Future) else response.upload_completion
+                job = functools.partial(self._finish_async, written.result, step)
+            else:
+                job = functools.partial(self._finish_async, functools.partial(self._write_staged, staged, writer), step)
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(1, thread_name_prefix="checkpoint-commit")
-            self._pending = self._executor.submit(self._finish_async, written, step)
+            self._pending = self._executor.submit(job)
             self._pending_step = step
             self.blocking_s.append(time.perf_counter() - start)
-            self.staging_wait_s.append(0.0)
             return self.store.final_id(step)
         dcp.save(state, storage_writer=self.store.writer(staging))
         self._fault_point(step)
@@ -322,42 +326,78 @@ class Checkpointer:
         final = self._commit(step) if self.env.is_leader else self.store.final_id(step)
         self.env.barrier()
         self.blocking_s.append(time.perf_counter() - start)
-        self.staging_wait_s.append(0.0)
         log.info("checkpoint: saved %s", final)
         return final
 
-    def _cuda_stager(self) -> Any:
-        """On CUDA: one stager for the run, copying the shards into pinned host memory it keeps between saves, on a
-        stream of its own, while the next step's forward and backward run (they read the state, never write it)."""
-        if self.env.device.type != "cuda":
-            return None
-        if self._stager is None:
-            try:
-                from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
-            except ImportError:  # an older torch: async_save stages synchronously
-                self._stager = False
-            else:
-                self._stager = DefaultStager(
-                    StagingOptions(
-                        use_pinned_memory=True,
-                        use_shared_memory=False,
-                        use_async_staging=True,
-                        use_non_blocking_copy=True,
-                    )
+    def _stage(self, state: dict[str, Any]) -> dict[str, Any] | None:
+        """Copy this rank's state into host buffers kept between saves; None when it holds a ShardedTensor (FSDP1).
+
+        On CUDA the buffers are pinned and the copies run on a stream of their own, behind what the device has
+        queued so far, while the next step's forward and backward run (they read the state, never write it):
+        :meth:`before_update` makes the optimizer step wait on the device, not the host, for the copies. The
+        source tensors are recorded on that stream, so the allocator does not reuse them before the copies end.
+        On CPU the copy is a plain one.
+        """
+        cuda = self.env.device.type == "cuda"
+        if cuda and self._stream is None:
+            self._stream = torch.cuda.Stream(self.env.device)
+        buffers: dict[str, torch.Tensor] = self._buffers
+
+        def copy(path: str, t: torch.Tensor) -> torch.Tensor:
+            buf = buffers.get(path)
+            if buf is None or buf.shape != t.shape or buf.dtype != t.dtype:
+                buf = torch.empty(t.shape, dtype=t.dtype, device="cpu", pin_memory=cuda)
+                buffers[path] = buf
+            if cuda and t.is_cuda:
+                t.record_stream(self._stream)
+            buf.copy_(t, non_blocking=cuda)
+            return buf
+
+        def walk(x: Any, path: str) -> Any:
+            if isinstance(x, DTensor):
+                local = copy(path, x.to_local().detach())
+                return DTensor.from_local(
+                    local, x.device_mesh, x.placements, run_check=False, shape=x.shape, stride=x.stride()
                 )
-        return self._stager or None
+            if isinstance(x, torch.Tensor):
+                if hasattr(x, "local_shards"):
+                    raise _Unstageable
+                return copy(path, x.detach())
+            if hasattr(x, "local_shards"):
+                raise _Unstageable
+            if isinstance(x, dict):
+                return {k: walk(v, f"{path}/{k}") for k, v in x.items()}
+            if isinstance(x, (list, tuple)):
+                items = [walk(v, f"{path}/{i}") for i, v in enumerate(x)]
+                return items if isinstance(x, list) else tuple(items)
+            return copy_module.deepcopy(x)
+
+        try:
+            if cuda:
+                self._stream.wait_stream(torch.cuda.current_stream(self.env.device))
+                with torch.cuda.stream(self._stream):
+                    staged = walk(state, "")
+                    event = torch.cuda.Event()
+                    event.record(self._stream)
+                self._copied = event
+            else:
+                staged = walk(state, "")
+        except _Unstageable:
+            return None
+        return staged  # type: ignore[no-any-return]
+
+    def _write_staged(self, staged: dict[str, Any], writer: Any) -> None:
+        """Background: once the copies are done, DCP's save of the host copy over the checkpoint's own group."""
+        copied = self._copied
+        if copied is not None:
+            copied.synchronize()
+        dcp.save(staged, storage_writer=writer, process_group=self._group)
 
     def before_update(self) -> None:
-        """Before the optimizer changes the weights: wait until a background save has copied them (its time is
-        counted as that save's blocking time)."""
-        staging, self._staging = self._staging, None
-        if staging is not None:
-            start = time.perf_counter()
-            staging.result()
-            waited = time.perf_counter() - start
-            if self.blocking_s:
-                self.blocking_s[-1] += waited
-                self.staging_wait_s[-1] += waited
+        """Before the optimizer changes the weights: make the device wait until a background save has copied them."""
+        copied, self._copied = self._copied, None
+        if copied is not None:
+            torch.cuda.current_stream(self.env.device).wait_event(copied)
 
     def _fault_point(self, step: int) -> None:
         if os.environ.get(FAULT_DURING_SAVE) == str(step):
@@ -371,9 +411,9 @@ class Checkpointer:
             self.store.remove(old.id)
         return final
 
-    def _finish_async(self, written: Any, step: int) -> str:
-        """Background: wait for DCP's write, then (leader) commit. Runs in the commit thread."""
-        written.result()  # raises the background save's error
+    def _finish_async(self, write: Any, step: int) -> str:
+        """Background: write (or wait for DCP's write), then (leader) commit. Runs in the commit thread."""
+        write()  # raises the background save's error
         self._fault_point(step)
         final = self._commit(step) if self.env.is_leader else self.store.final_id(step)
         log.info("checkpoint: saved %s (asynchronously)", final)
@@ -407,9 +447,7 @@ class Checkpointer:
             self.wait()
             self.final_wait_s = time.perf_counter() - start
         finally:
-            if self._stager:
-                self._stager.close()
-                self._stager = None
+            self._buffers.clear()
             if self._executor is not None:
                 self._executor.shutdown(wait=True)
                 self._executor = None

@@ -371,7 +371,7 @@ class S3Store(CheckpointStore):
 
     def writer(self, ckpt: str) -> Any:
         if self.client_kind == "fsspec":
-            from torch.distributed.checkpoint import FsspecWriter
+            from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
 
             return FsspecWriter(ckpt, sync_files=False, **_fsspec_options())
         from s3torchconnector.dcp import S3FileSystem, S3StorageWriter
@@ -382,7 +382,7 @@ class S3Store(CheckpointStore):
 
     def reader(self, ckpt: str) -> Any:
         if self.client_kind == "fsspec":
-            from torch.distributed.checkpoint import FsspecReader
+            from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
 
             return FsspecReader(ckpt, **_fsspec_options())
         from s3torchconnector import S3ReaderConstructor

@@ -372,7 +372,6 @@ class Trainer:
                 "async": bool(ck._async),
                 "saves": len(ck.blocking_s),
                 "blocking_s": [round(s, 4) for s in ck.blocking_s],
-                "staging_wait_s": [round(s, 4) for s in ck.staging_wait_s],
                 "final_wait_s": round(ck.final_wait_s, 4),
             }
         }
