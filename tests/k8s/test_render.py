@@ -222,8 +222,8 @@ def test_render_validate_says_what_was_checked_against_what(
         assert exit_info.value.code == 0
         assert err == [
             "warning: the checkpoints of the 2 workers would be split across their nodes' disks, so restarted pods "
-            "start again from step 0; set job.shared_storage_claim (a ReadWriteMany claim: FSx for Lustre, EFS) "
-            "to resume them",
+            "start again from step 0; set trainer.checkpoint.dir to s3://BUCKET/PREFIX, or job.shared_storage_claim "
+            "(a ReadWriteMany claim: FSx for Lustre, EFS), to resume them",
             "valid: PyTorchJob/fsdp Worker pod template, checked against the Kubernetes 1.31 OpenAPI (as a Pod)",
             "valid: Secret/hf-token, checked against the Kubernetes 1.31 OpenAPI",
             "not validated offline: PyTorchJob/fsdp itself (fsdp-sdk ships no CRD); 'fsdp-sdk job submit --dry-run' "

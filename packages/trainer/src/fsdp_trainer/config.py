@@ -191,7 +191,7 @@ class CheckpointConfig(options.Section):
     enabled: bool = True
     """Save checkpoints (sharded, with torch.distributed.checkpoint). Off: no save, no resume."""
     dir: str | None = None
-    """Checkpoint directory, or s3://BUCKET/PREFIX (pip install fsdp-trainer[s3]; endpoint, region and credentials from the standard AWS settings; a checkpoint counts once its COMPLETE object is written, after every rank's shards). Default: <train.output_dir>/checkpoints."""
+    """Checkpoint directory. Default: <train.output_dir>/checkpoints. Or s3://BUCKET/PREFIX (pip install fsdp-trainer[s3]; endpoint, region and credentials from the standard AWS settings; a checkpoint counts once its COMPLETE object is written, after every rank's shards)."""
     every_steps: int = 0
     """Save every N steps; 0 = only at the end."""
     keep: int = 2
@@ -203,7 +203,7 @@ class CheckpointConfig(options.Section):
     export_dtype: Dtype | None = None
     """Dtype of the exported weights. Default: precision.param_dtype."""
     async_save: bool | None = None
-    """Save in the background (DCP async_save): training waits only while each rank copies its shards to host memory; the next save waits for the previous one, a failed background save fails the run, the last one is waited for. Default (auto): on, unless the copies would take over half the node's available host memory."""
+    """Save in the background: each rank copies its shards into host buffers kept between saves (on CUDA pinned, on a stream of its own, overlapping the next step's forward and backward), and DCP writes that copy from a background thread; the next save waits for the previous one, a failed background save fails the run with its cause, the last one is waited for. Default (auto): on, unless the copies would take over half the node's available host memory."""
     s3_client: Literal["s3torchconnector", "fsspec"] = "s3torchconnector"
     """What writes and reads s3:// checkpoints: s3torchconnector (AWS's CRT client and DCP storage), or fsspec (torch's FsspecWriter/Reader over s3fs, pip install s3fs), the fallback for an S3-compatible store the CRT client cannot serve."""
 

@@ -272,8 +272,8 @@ def _warn_about_outputs(config: Config) -> None:
         warnings.warn(
             RenderWarning(
                 f"the checkpoints of the {job.num_workers} workers would be split across their nodes' disks, so "
-                "restarted pods start again from step 0; set job.shared_storage_claim (a ReadWriteMany claim: "
-                "FSx for Lustre, EFS) to resume them"
+                "restarted pods start again from step 0; set trainer.checkpoint.dir to s3://BUCKET/PREFIX, or "
+                "job.shared_storage_claim (a ReadWriteMany claim: FSx for Lustre, EFS), to resume them"
             ),
             stacklevel=4,
         )
@@ -287,7 +287,10 @@ def _checkpoints_enabled(config: Config) -> bool:
 def _split_checkpoints(config: Config) -> bool:
     """Whether the workers' checkpoint shards would land on several nodes' own disks (no resume possible)."""
     job = config.job
-    return job.num_workers > 1 and not job.shared_storage_claim and not _resume_set(config) and not job.command
+    on_s3 = str((config.trainer.get("checkpoint") or {}).get("dir") or "").startswith("s3://")  # every node reads it
+    return (
+        job.num_workers > 1 and not job.shared_storage_claim and not on_s3 and not _resume_set(config) and not job.command
+    )
 
 
 def _trainer_settings(config: Config) -> dict[str, Any]:
