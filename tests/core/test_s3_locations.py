@@ -83,9 +83,23 @@ def test_no_credentials_through_the_cli_exits_2_before_anything_starts(buckets, 
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     monkeypatch.setenv("FSDP_SDK_STATE_DIR", str(tmp_path / "state"))
     done = subprocess.run(
-        [FSDP_SDK, "run", "--backend", "local", "--preset", "tiny", "--steps", "2", "--",
-         "--checkpoint.dir", "s3://ckpt-west/run"],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        [
+            FSDP_SDK,
+            "run",
+            "--backend",
+            "local",
+            "--preset",
+            "tiny",
+            "--steps",
+            "2",
+            "--",
+            "--checkpoint.dir",
+            "s3://ckpt-west/run",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
     )
     assert done.returncode == 2, done.stderr
     lines = [line for line in done.stderr.splitlines() if line.strip()]

@@ -130,7 +130,9 @@ def test_pretrained_broadcast_from_rank0(api, pretrained_args, single_process_pr
         assert run.losses()[step] == pytest.approx(ref, rel=1e-4), f"{api} step {step}"
 
 
-def test_pretrained_from_s3_trains_and_exports_to_s3(aws, exported, pretrained_args, single_process_pretrained, tmp_path):
+def test_pretrained_from_s3_trains_and_exports_to_s3(
+    aws, exported, pretrained_args, single_process_pretrained, tmp_path
+):
     """A Hugging Face directory under an s3:// prefix (moto): config and tokenizer fetched, weights streamed by rank 0
     into memory; the run's losses are the local directory's, and its export lands back on S3 and reloads."""
     import boto3
@@ -143,7 +145,15 @@ def test_pretrained_from_s3_trains_and_exports_to_s3(aws, exported, pretrained_a
         s3.upload_file(str(path), "models", f"tiny/{path.name}")
     args = [a if a != str(hf_dir) else "s3://models/tiny" for a in pretrained_args]
     run = run_trainer(
-        [*args, "--parallel.api", "fsdp2", "--train.micro_batch_size", "2", "--checkpoint.export_hf", "s3://models/out"],
+        [
+            *args,
+            "--parallel.api",
+            "fsdp2",
+            "--train.micro_batch_size",
+            "2",
+            "--checkpoint.export_hf",
+            "s3://models/out",
+        ],
         tmp_path / "out",
         nproc=2,
     )
@@ -158,4 +168,7 @@ def test_pretrained_from_s3_trains_and_exports_to_s3(aws, exported, pretrained_a
         s3.download_file("models", key, str(back / key.removeprefix("out/")))
     model = LlamaForCausalLM.from_pretrained(back)
     assert model.config.num_key_value_heads == 2
-    assert AutoTokenizer.from_pretrained(back)("def")["input_ids"] == AutoTokenizer.from_pretrained(hf_dir)("def")["input_ids"]
+    assert (
+        AutoTokenizer.from_pretrained(back)("def")["input_ids"]
+        == AutoTokenizer.from_pretrained(hf_dir)("def")["input_ids"]
+    )

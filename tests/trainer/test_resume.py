@@ -143,8 +143,8 @@ def test_replacing_a_checkpoint_keeps_the_old_one_until_the_new_is_in_place(tmp_
 
     from fsdp_trainer import storage
     from fsdp_trainer.checkpoint import Checkpointer
-    from fsdp_trainer.storage import replace_dir
     from fsdp_trainer.config import CheckpointConfig
+    from fsdp_trainer.storage import replace_dir
 
     final, tmp = tmp_path / "step_00000005", tmp_path / "step_00000005.tmp"
     for d, tag in ((final, "old"), (tmp, "new")):

@@ -52,9 +52,9 @@ def test_s3_store_save_commit_list_prune(bucket, client):
         dcp.save({k: v * step for k, v in state.items()}, storage_writer=store.writer(ckpt))
         store.write(store.join(ckpt, "train_state.json"), b'{"step": %d}' % step)
         assert not store.is_complete(ckpt), "no marker before commit"
-        assert [c.complete for c in store.list()][-1] is False
+        assert [c.complete for c in store.listing()][-1] is False
         assert store.commit(step) == ckpt and store.is_complete(ckpt)
-    assert [(c.step, c.complete) for c in store.list()] == [(2, True), (4, True)]
+    assert [(c.step, c.complete) for c in store.listing()] == [(2, True), (4, True)]
     assert ".metadata" in " ".join(_keys(bucket, "run/checkpoints/step_00000004/"))
 
     loaded = {k: torch.zeros_like(v) for k, v in state.items()}
@@ -71,7 +71,7 @@ def test_s3_store_save_commit_list_prune(bucket, client):
     assert _keys(bucket, "run/checkpoints/step_00000006/") == []
 
     store.remove(store.final_id(2))
-    assert [c.step for c in store.list()] == [4]
+    assert [c.step for c in store.listing()] == [4]
     assert _keys(bucket, "run/checkpoints/step_00000002/") == []
 
 

@@ -74,7 +74,6 @@ from .storage import (
     MARKER,
     CheckpointStore,
     LocalStore,
-    S3Store,
     is_s3,
     parse_s3,
     s3_upload_dir,
@@ -297,7 +296,9 @@ class Checkpointer:
             self.store.prepare(step)
         self.env.barrier()
         state = self._dcp_state()[0]
-        self.store.write(self.store.join(staging, f"rng/rank_{self.env.rank:05d}.pt"), torch_bytes(_rng_state(self.env.device)))
+        self.store.write(
+            self.store.join(staging, f"rng/rank_{self.env.rank:05d}.pt"), torch_bytes(_rng_state(self.env.device))
+        )
         if self.env.is_leader:
             train_state = {"step": step, "world_size": self.env.world_size}
             train_state.update({name: obj.state_dict() for name, obj in self.stateful.items() if obj is not None})

@@ -102,13 +102,13 @@ class CheckpointStore:
         """Where the save of ``step`` writes before it is committed."""
         raise NotImplementedError
 
-    def list(self) -> list[Listing]:
+    def listing(self) -> list[Listing]:
         """Every ``step_XXXXXXXX`` checkpoint, complete or not, oldest first."""
         raise NotImplementedError
 
     def complete(self) -> list[Listing]:
         """The complete checkpoints, oldest first."""
-        return [c for c in self.list() if c.complete]
+        return [c for c in self.listing() if c.complete]
 
     def is_complete(self, ckpt: str) -> bool:
         """Whether ``ckpt`` has its marker."""
@@ -183,7 +183,7 @@ class LocalStore(CheckpointStore):
     def staging_id(self, step: int) -> str:
         return self.final_id(step) + ".tmp"
 
-    def list(self) -> list[Listing]:
+    def listing(self) -> list[Listing]:
         if not self.path.is_dir():
             return []
         found = []
@@ -307,7 +307,7 @@ class S3Store(CheckpointStore):
     def staging_id(self, step: int) -> str:
         return self.final_id(step)
 
-    def list(self) -> list[Listing]:
+    def listing(self) -> list[Listing]:
         base = f"{self.prefix}/" if self.prefix else ""
         _, prefixes = self._keys(base, "/")
         found = []
@@ -361,7 +361,7 @@ class S3Store(CheckpointStore):
 
     def clean_partial(self) -> list[str]:
         removed = []
-        for c in self.list():
+        for c in self.listing():
             if not c.complete:
                 self.remove(c.id)
                 removed.append(c.id)

@@ -289,7 +289,11 @@ def _split_checkpoints(config: Config) -> bool:
     job = config.job
     on_s3 = str((config.trainer.get("checkpoint") or {}).get("dir") or "").startswith("s3://")  # every node reads it
     return (
-        job.num_workers > 1 and not job.shared_storage_claim and not on_s3 and not _resume_set(config) and not job.command
+        job.num_workers > 1
+        and not job.shared_storage_claim
+        and not on_s3
+        and not _resume_set(config)
+        and not job.command
     )
 
 
