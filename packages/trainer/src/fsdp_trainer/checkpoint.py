@@ -437,8 +437,13 @@ class Checkpointer:
     def _raise_if_failed(self, pending: Future[str]) -> None:
         try:
             pending.result()
-        except Exception as e:
-            raise RuntimeError(f"checkpoint: the background save of step {self._pending_step} failed: {e}") from e
+        except BaseException as e:  # DCP's CheckpointException is a BaseException
+            if isinstance(e, (KeyboardInterrupt, SystemExit)):
+                raise
+            # DCP's CheckpointException carries each rank's traceback: its last line is the cause
+            lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+            cause = lines[-1] if lines else type(e).__name__
+            raise RuntimeError(f"checkpoint: the background save of step {self._pending_step} failed: {cause}") from e
 
     def close(self) -> None:
         """Wait for the last save (the run's end) and stop the commit thread."""
