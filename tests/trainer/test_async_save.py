@@ -4,8 +4,6 @@ at the time of the save, not what training changed afterwards."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pytest
 import torch
 import torch.distributed.checkpoint as dcp
@@ -16,13 +14,11 @@ from fsdp_trainer.config import CheckpointConfig
 from fsdp_trainer.storage import MARKER
 
 
-@dataclass
 class Env:
-    rank: int = 0
-    world_size: int = 1
-    local_world_size: int = 1
-    is_leader: bool = True
-    device: torch.device = torch.device("cpu")
+    """One process's DistEnv, no process group."""
+
+    rank, world_size, local_world_size, is_leader = 0, 1, 1, True
+    device = torch.device("cpu")
 
     def barrier(self) -> None:
         pass
