@@ -5,8 +5,7 @@ tokens, random weights), saving every ``--every`` steps to ``--ckpt-root`` (a lo
 trainer's ``summary.json`` (the saves' blocking times) and ``metrics.jsonl`` (each step's time):
 
 * effective throughput = tokens of the steps after ``--warmup`` / (their step times + the blocking time of every save
-  in that span, less the part of it already inside a step's time: the wait of the step after an asynchronous save
-  for its background copy);
+  in that span: what ``save()`` held the training loop);
 * cost = 1 - effective throughput / the no-checkpoint run's.
 
 The model: Llama-2-7B's layer shape (hidden 4096, MLP 11008, 32 heads, vocabulary 32000) with ``--layers`` of its
@@ -108,8 +107,7 @@ def run_case(name: str, ckpt: list[str], model_dir: Path, args: argparse.Namespa
     ck = summary.get("checkpoint") or {}
     saves = [s for s in range(args.every, args.steps + 1, args.every) if s > args.warmup] if ck else []
     blocking = ck.get("blocking_s", [])[-len(saves) :] if saves else []
-    inside = ck.get("staging_wait_s", [])[-len(saves) :] if saves else []
-    effective_time = step_time + sum(blocking) - sum(inside)
+    effective_time = step_time + sum(blocking)
     return {
         "case": name,
         "command": command,
@@ -121,7 +119,6 @@ def run_case(name: str, ckpt: list[str], model_dir: Path, args: argparse.Namespa
         "tokens_per_s_effective": round(tokens / effective_time, 1),
         "saves_counted": len(blocking),
         "blocking_s": blocking,
-        "staging_wait_s": inside,
         "final_wait_s": ck.get("final_wait_s"),
         "async": ck.get("async"),
         "summary": summary,

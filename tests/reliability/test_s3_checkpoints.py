@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -48,9 +49,10 @@ def _checkpoints(s3, prefix: str) -> dict[str, bool]:
     return found
 
 
-def _losses(run_id: str) -> dict[int, float]:
+def _losses(run_id: str, state: Path | None = None) -> dict[int, float]:
     """The per-step losses of a local run (its metrics file, appended across resumes)."""
-    (path,) = (Path(os.environ["FSDP_SDK_STATE_DIR"]) / "local" / "runs" / run_id).rglob("metrics.jsonl")
+    state = state or Path(os.environ["FSDP_SDK_STATE_DIR"])
+    (path,) = (state / "local" / "runs" / run_id).rglob("metrics.jsonl")
     return {r["step"]: r["loss"] for r in map(json.loads, path.read_text().splitlines())}
 
 
@@ -58,14 +60,23 @@ def _ckpt_args(prefix: str, *extra: str) -> tuple[str, ...]:
     return ("--", "--checkpoint.every_steps", "2", "--checkpoint.dir", f"s3://{BUCKET}/{prefix}", *extra)
 
 
-@pytest.fixture
-def straight(s3) -> dict[int, float]:
-    """The uninterrupted run (its checkpoints on S3 as well): the losses the interrupted ones must end with."""
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory: pytest.TempPathFactory) -> dict[int, float]:
+    """The uninterrupted run, once for the module (its checkpoints on the local disk: where they are stored does not
+    change the losses): the per-step losses the interrupted runs must end with."""
+    from .conftest import FSDP_SDK
+
     need_etcd_and_trainer()
-    done = cli("run", *TINY, "--steps", str(STEPS), "--name", "straight", "--json", *_ckpt_args("straight"))
+    state = tmp_path_factory.mktemp("straight")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FSDP_SDK_")}
+    env["FSDP_SDK_STATE_DIR"] = str(state)
+    args = [FSDP_SDK, "run", *TINY, "--steps", str(STEPS), "--name", "straight", "--json"]
+    done = subprocess.run(
+        [*args, "--", "--checkpoint.every_steps", "2"], capture_output=True, text=True, timeout=300, env=env
+    )
+    subprocess.run([FSDP_SDK, "down"], capture_output=True, env=env, timeout=60)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert _checkpoints(s3, "straight/") == {"step_00000006": True, "step_00000008": True}, "keep 2"
-    losses = _losses("straight")
+    losses = _losses("straight", state)
     assert sorted(losses) == list(range(1, STEPS + 1))
     return losses
 
@@ -93,6 +104,7 @@ def test_s3_run_sigkilled_mid_run_resumes_with_the_same_losses(
     summary = json.loads(resumed.stdout)
     assert summary["steps"] == STEPS and summary["steps_run"] == STEPS - int(match.group(2))
     assert summary["checkpoint"]["async"] is True
+    assert _checkpoints(s3, prefix) == {"step_00000006": True, "step_00000008": True}, "keep 2"
     losses = _losses("s3-killed")
     assert sorted(losses) == list(range(1, STEPS + 1))
     for step in range(1, STEPS + 1):
