@@ -184,3 +184,41 @@ def test_submit_checks_the_shared_claim_before_writing(
     assert code == 0, err
     spec = pod_spec(apiserver.get("kubeflow.org/v1", "PyTorchJob", "fsdp"))
     assert {"name": "shared", "persistentVolumeClaim": {"claimName": "fsx"}} in spec["volumes"]
+
+
+def test_the_clusters_checkpoint_bucket_holds_several_workers_checkpoints(
+    plugins: Plugins, pytorchjob_crd: Path, trainjob_crd: Path
+) -> None:
+    """cluster.checkpoint_bucket: the workers checkpoint to s3://<bucket>/<job>/checkpoints and resume from it, as the
+    service account Pod Identity binds to the bucket's role, with no credentials in the spec."""
+    cfg = Config.from_dict(
+        {
+            "cluster": {"checkpoint_bucket": "fsdp-ckpt", "region": "eu-west-1"},
+            "job": {"registry": REGISTRY, "name": "llama", "namespace": "team-a", "num_workers": 2},
+            "trainer": {"model": {"preset": "tiny"}},
+        }
+    )
+    objects, said = render(cfg, plugins)
+    assert said == []
+    job, account = objects[0], objects[-1]
+    container = pod_spec(job)["containers"][0]
+    assert option(container["args"], "--checkpoint.dir") == "s3://fsdp-ckpt/llama/checkpoints"
+    assert option(container["args"], "--checkpoint.resume") is None
+    assert pod_spec(job)["serviceAccountName"] == "fsdp-sdk-trainer"
+    assert account["kind"] == "ServiceAccount" and account["metadata"]["name"] == "fsdp-sdk-trainer"
+    assert account["metadata"]["namespace"] == "team-a"
+    assert {"name": "AWS_REGION", "value": "eu-west-1"} in container["env"]
+    names = {e["name"] for e in container["env"]}
+    assert not names & {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"}
+    assert validate_objects(objects, crd_paths=[pytorchjob_crd]).ok
+    trainjob, _ = render(cfg, plugins, api="trainjob")
+    assert trainjob[0]["spec"]["podSpecOverrides"][0]["serviceAccountName"] == "fsdp-sdk-trainer"
+    assert option(trainjob[0]["spec"]["trainer"]["args"], "--checkpoint.dir") == "s3://fsdp-ckpt/llama/checkpoints"
+    assert validate_objects(trainjob, crd_paths=[trainjob_crd]).ok
+
+    one = Config.from_dict(
+        {"cluster": {"checkpoint_bucket": "fsdp-ckpt"}, "job": {"registry": REGISTRY, "num_workers": 1}}
+    )
+    objects, _ = render(one, plugins)  # one worker: its node disk holds all its shards, as before
+    assert option(pod_spec(objects[0])["containers"][0]["args"], "--checkpoint.dir") is None
+    assert "serviceAccountName" not in pod_spec(objects[0]) and len(objects) == 1

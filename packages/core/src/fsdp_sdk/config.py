@@ -267,6 +267,16 @@ class ClusterConfig(Fields):
     """Kubernetes version of the control plane."""
     efa: bool = True
     """Whether to enable Elastic Fabric Adapter networking on the nodes."""
+    checkpoint_bucket: str | None = field(
+        default=None,
+        metadata=_check(
+            lambda v: bool(re.fullmatch(r"(s3://)?[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]/?", v)),
+            "is not an S3 bucket name",
+            "use the bucket's name, 3-63 lower-case letters, digits, '.' or '-'",
+        ),
+    )
+    """S3 bucket for the jobs' checkpoints (``s3://<bucket>/<job>/checkpoints``), in the cluster's region: adopted as
+    it is; unset: ``up`` creates ``fsdp-sdk-<account>-<cluster>`` (``fsdp_sdk.aws.checkpoint_bucket``)."""
     kubeconfig: Path | None = None
     """A kubeconfig file to reach the cluster with, instead of the one the backend writes (behind a proxy, with
     your own authentication, or a cluster the backend did not create)."""

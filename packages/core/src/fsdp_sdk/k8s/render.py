@@ -224,6 +224,8 @@ def worker_environment(config: Config, instance: InstanceType) -> list[dict[str,
         }
     )
     env[OUTPUT_DIR_ENV] = output_dir(config)
+    if str(_checkpoint_dir(config) or "").startswith("s3://"):
+        env["AWS_REGION"] = config.cluster.region  # the trainer's S3 client signs for the cluster's region
     env.update(job.env)  # the user's settings win over the defaults
     items: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in env.items()]
     items.append(
@@ -287,7 +289,7 @@ def _checkpoints_enabled(config: Config) -> bool:
 def _split_checkpoints(config: Config) -> bool:
     """Whether the workers' checkpoint shards would land on several nodes' own disks (no resume possible)."""
     job = config.job
-    on_s3 = str((config.trainer.get("checkpoint") or {}).get("dir") or "").startswith("s3://")  # every node reads it
+    on_s3 = str(_checkpoint_dir(config) or "").startswith("s3://")  # every node reads it
     return (
         job.num_workers > 1
         and not job.shared_storage_claim
@@ -297,10 +299,38 @@ def _split_checkpoints(config: Config) -> bool:
     )
 
 
+def _checkpoint_dir(config: Config) -> str | None:
+    """The trainer's ``checkpoint.dir`` as the workers get it: the user's, else ``s3://<cluster.checkpoint_bucket>/
+    <job>/checkpoints`` where the workers' node disks would split the checkpoints (no shared claim)."""
+    given = (config.trainer.get("checkpoint") or {}).get("dir")
+    if given or not config.cluster.checkpoint_bucket or config.job.shared_storage_claim or config.job.command:
+        return str(given) if given else None
+    from fsdp_sdk.aws.checkpoint_bucket import default_checkpoint_dir
+
+    bucket = config.cluster.checkpoint_bucket.removeprefix("s3://").rstrip("/")
+    return default_checkpoint_dir(bucket, config.job.name) if config.job.num_workers > 1 else None
+
+
+def _attach_checkpoint_access(config: Config, objects: list[dict[str, Any]]) -> None:
+    """With the cluster's checkpoint bucket in use: the workers run as the service account EKS Pod Identity binds to
+    the bucket's role (no credentials in the spec), rendered beside the job."""
+    if not config.cluster.checkpoint_bucket or not str(_checkpoint_dir(config) or "").startswith("s3://"):
+        return
+    from fsdp_sdk.aws.checkpoint_bucket import SERVICE_ACCOUNT
+
+    for spec in worker_pod_specs(objects):
+        spec["serviceAccountName"] = SERVICE_ACCOUNT
+    labels = job_labels(config, "checkpoint-access")
+    meta = {"name": SERVICE_ACCOUNT, "namespace": config.job.namespace, "labels": labels}
+    objects.append({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta})
+
+
 def _trainer_settings(config: Config) -> dict[str, Any]:
     """The trainer's settings as the workers get them: the output directory, and no resume where it cannot work."""
     trainer = {section: dict(values) for section, values in config.trainer.items()}
     trainer.setdefault("train", {}).setdefault("output_dir", output_dir(config))
+    if _checkpoint_dir(config) and _checkpoints_enabled(config):
+        trainer.setdefault("checkpoint", {})["dir"] = _checkpoint_dir(config)
     if _split_checkpoints(config):  # no rank could read all the shards of one checkpoint
         trainer.setdefault("checkpoint", {})["resume"] = "never"
     return trainer
@@ -602,6 +632,7 @@ def render_job(
     objects = [render(config, instance, image, rdzv_id)]
     if create_secret if create_secret is not None else bool(config.job.hf_token):
         objects.append(render_hf_secret(config))
+    _attach_checkpoint_access(config, objects)
     plugins.hooks.render_job(config, objects)
     check_token_not_inline(config, objects)
     _warn_about_outputs(config)
