@@ -92,3 +92,23 @@ def test_s3_store_removes_the_marker_first(bucket):
     store.remove(store.final_id(1))
     assert deleted[0] == f"c/step_00000001/{MARKER}"
     assert _keys(bucket) == []
+
+
+def test_the_trainer_refuses_an_unusable_s3_location_in_one_line(bucket, monkeypatch):
+    """Before the process group starts (train.py): a missing bucket, an endpoint nothing answers on."""
+    import socket
+
+    from fsdp_trainer.config import TrainerConfig
+    from fsdp_trainer.storage import check_s3_locations
+
+    check_s3_locations(TrainerConfig.from_dict({"checkpoint": {"dir": f"s3://{BUCKET}/run"}}))
+    with pytest.raises(ConfigError, match=r"^--checkpoint.dir: cannot use s3://nope/run .*bucket does not exist"):
+        check_s3_locations(TrainerConfig.from_dict({"checkpoint": {"dir": "s3://nope/run"}}))
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = sock.getsockname()[1]
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{closed}")
+    export = TrainerConfig.from_dict({"checkpoint": {"export_hf": f"s3://{BUCKET}/hf"}})
+    with pytest.raises(ConfigError, match=r"^--checkpoint.export_hf: cannot use .*connection refused") as e:
+        check_s3_locations(export)
+    assert "\n" not in str(e.value)

@@ -403,8 +403,9 @@ def _fsspec_options() -> dict[str, Any]:
     return opts
 
 
-def s3_client() -> Any:
-    """An s3torchconnector ``S3Client`` for the configured region and endpoint (path-style with a custom endpoint)."""
+def s3_client(max_attempts: int | None = None) -> Any:
+    """An s3torchconnector ``S3Client`` for the configured region and endpoint (path-style with a custom endpoint);
+    ``max_attempts``: the CRT client's retries (its default otherwise)."""
     try:
         from s3torchconnector import S3ClientConfig
         from s3torchconnector._s3client import S3Client
@@ -413,8 +414,43 @@ def s3_client() -> Any:
             "--checkpoint.dir: s3:// locations need s3torchconnector; pip install 'fsdp-trainer[s3]'"
         ) from None
     endpoint = s3_endpoint()
-    config = S3ClientConfig(force_path_style=endpoint is not None)
+    options: dict[str, Any] = {"force_path_style": endpoint is not None}
+    if max_attempts is not None:
+        options["max_attempts"] = max_attempts
+    config = S3ClientConfig(**options)
     return S3Client(s3_region(), endpoint=endpoint, s3client_config=config)
+
+
+def check_s3_locations(cfg: Any) -> None:
+    """List one key under each ``s3://`` location of a ``TrainerConfig`` (checkpoint dir, resume, export, weights,
+    tokenizer); raise a one-line ConfigError naming the setting when S3 refuses or cannot be reached."""
+    ck, model = cfg.checkpoint, cfg.model
+    locations = [
+        ("--checkpoint.dir", ck.dir if ck.enabled else None),
+        ("--checkpoint.resume", ck.resume if ck.enabled else None),
+        ("--checkpoint.export_hf", ck.export_hf),
+        ("--model.name_or_path", model.name_or_path),
+        ("--model.tokenizer", model.tokenizer),
+    ]
+    seen: set[str] = set()
+    for flag, uri in locations:
+        if not is_s3(uri) or uri is None:
+            continue
+        bucket, prefix = parse_s3(uri, flag)
+        if bucket in seen:
+            continue
+        seen.add(bucket)
+        from s3torchconnectorclient import S3Exception
+
+        try:
+            next(iter(s3_client(max_attempts=2).list_objects(bucket, prefix, "/", 1)), None)  # fail fast
+        except S3Exception as e:
+            detail = " ".join(str(e).split())[:300]
+            where = s3_endpoint() or f"S3 in {s3_region()}"
+            raise ConfigError(
+                f"{flag}: cannot use {uri} ({where}): {detail}; check the bucket, AWS_REGION, the endpoint "
+                "(AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL) and the credentials"
+            ) from None
 
 
 def store_for(location: str, s3_client_kind: str = "s3torchconnector") -> CheckpointStore:
