@@ -75,6 +75,13 @@ def test_several_workers_on_node_disks_start_over_and_say_so(plugins: Plugins) -
     )
     objects, said = render(chosen, plugins)  # the user's explicit choice stands
     assert option(pod_spec(objects[0])["containers"][0]["args"], "--checkpoint.resume") == "auto" and said == []
+    on_s3 = Config.from_dict(
+        {"job": {"registry": REGISTRY, "num_workers": 2}, "trainer": {"checkpoint": {"dir": "s3://ckpt-b/run"}}}
+    )
+    objects, said = render(on_s3, plugins)  # every node reads the same S3 prefix: resume works, nothing to say
+    args = pod_spec(objects[0])["containers"][0]["args"]
+    assert option(args, "--checkpoint.resume") is None and option(args, "--checkpoint.dir") == "s3://ckpt-b/run"
+    assert said == []
 
 
 def test_a_shared_filesystem_claim_holds_every_workers_outputs(

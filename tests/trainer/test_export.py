@@ -128,3 +128,47 @@ def test_pretrained_broadcast_from_rank0(api, pretrained_args, single_process_pr
     assert_ok(run)
     for step, ref in single_process_pretrained.items():
         assert run.losses()[step] == pytest.approx(ref, rel=1e-4), f"{api} step {step}"
+
+
+def test_pretrained_from_s3_trains_and_exports_to_s3(
+    aws, exported, pretrained_args, single_process_pretrained, tmp_path
+):
+    """A Hugging Face directory under an s3:// prefix (moto): config and tokenizer fetched, weights streamed by rank 0
+    into memory; the run's losses are the local directory's, and its export lands back on S3 and reloads."""
+    import boto3
+    from transformers import AutoTokenizer, LlamaForCausalLM
+
+    hf_dir, _ = exported
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket="models", CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
+    for path in hf_dir.iterdir():
+        s3.upload_file(str(path), "models", f"tiny/{path.name}")
+    args = [a if a != str(hf_dir) else "s3://models/tiny" for a in pretrained_args]
+    run = run_trainer(
+        [
+            *args,
+            "--parallel.api",
+            "fsdp2",
+            "--train.micro_batch_size",
+            "2",
+            "--checkpoint.export_hf",
+            "s3://models/out",
+        ],
+        tmp_path / "out",
+        nproc=2,
+    )
+    assert_ok(run)
+    for step, ref in single_process_pretrained.items():
+        assert run.losses()[step] == pytest.approx(ref, rel=1e-4), f"step {step}"
+    keys = {o["Key"] for o in s3.list_objects_v2(Bucket="models", Prefix="out/")["Contents"]}
+    assert {"out/config.json", "out/model.safetensors", "out/tokenizer.json"} <= keys, keys
+    back = tmp_path / "back"
+    back.mkdir()
+    for key in keys:
+        s3.download_file("models", key, str(back / key.removeprefix("out/")))
+    model = LlamaForCausalLM.from_pretrained(back)
+    assert model.config.num_key_value_heads == 2
+    assert (
+        AutoTokenizer.from_pretrained(back)("def")["input_ids"]
+        == AutoTokenizer.from_pretrained(hf_dir)("def")["input_ids"]
+    )

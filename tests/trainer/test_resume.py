@@ -109,9 +109,9 @@ def test_resume_picks_the_newest_complete_checkpoint(tmp_path):
             CheckpointConfig(dir=str(tmp_path), resume=resume), env=None, model=None, optimizer=None, stateful={}
         )
 
-    assert finder("auto").find_resume() == tmp_path / "step_00000002"
+    assert finder("auto").find_resume() == str(tmp_path / "step_00000002")
     assert finder("never").find_resume() is None
-    assert finder(str(tmp_path / "step_00000001")).find_resume() == tmp_path / "step_00000001"
+    assert finder(str(tmp_path / "step_00000001")).find_resume() == str(tmp_path / "step_00000001")
     with pytest.raises(
         ConfigError,
         match=re.escape("--checkpoint.resume: ") + ".*" + re.escape("step_00000003 is not a complete checkpoint"),
@@ -121,14 +121,15 @@ def test_resume_picks_the_newest_complete_checkpoint(tmp_path):
 
 def test_pruning_removes_the_marker_before_the_files(tmp_path, monkeypatch):
     """A deletion cut short (here: rmtree fails at once) never leaves a directory that still looks complete."""
-    from fsdp_trainer import checkpoint
-    from fsdp_trainer.checkpoint import complete_checkpoints, remove_checkpoint
+    from fsdp_trainer import storage
+    from fsdp_trainer.checkpoint import complete_checkpoints
+    from fsdp_trainer.storage import remove_dir as remove_checkpoint
 
     d = tmp_path / "step_00000003"
     (d / "rng").mkdir(parents=True)
     (d / "COMPLETE").write_text("3\n")
     (d / "__0_0.distcp").write_bytes(b"x")
-    monkeypatch.setattr(checkpoint.shutil, "rmtree", lambda *a, **k: None)  # killed right after the marker
+    monkeypatch.setattr(storage.shutil, "rmtree", lambda *a, **k: None)  # killed right after the marker
     remove_checkpoint(d)
     assert d.is_dir() and not (d / "COMPLETE").exists()
     assert complete_checkpoints(tmp_path) == []
@@ -140,9 +141,10 @@ def test_pruning_removes_the_marker_before_the_files(tmp_path, monkeypatch):
 def test_replacing_a_checkpoint_keeps_the_old_one_until_the_new_is_in_place(tmp_path, monkeypatch):
     import os
 
-    from fsdp_trainer import checkpoint
-    from fsdp_trainer.checkpoint import Checkpointer, replace_dir
+    from fsdp_trainer import storage
+    from fsdp_trainer.checkpoint import Checkpointer
     from fsdp_trainer.config import CheckpointConfig
+    from fsdp_trainer.storage import replace_dir
 
     final, tmp = tmp_path / "step_00000005", tmp_path / "step_00000005.tmp"
     for d, tag in ((final, "old"), (tmp, "new")):
@@ -165,10 +167,10 @@ def test_replacing_a_checkpoint_keeps_the_old_one_until_the_new_is_in_place(tmp_
             raise KeyboardInterrupt("killed")
         real_replace(src, dst)
 
-    monkeypatch.setattr(checkpoint.os, "replace", replace_once)
+    monkeypatch.setattr(storage.os, "replace", replace_once)
     with pytest.raises(KeyboardInterrupt):
         replace_dir(tmp, final)
-    monkeypatch.setattr(checkpoint.os, "replace", real_replace)
+    monkeypatch.setattr(storage.os, "replace", real_replace)
     assert not final.exists() and len(list(tmp_path.glob("step_00000005.old-*"))) == 1
 
     class Leader:
@@ -207,7 +209,7 @@ def test_explicit_resume_prunes_the_abandoned_runs_newer_checkpoints(tmp_path):
         optimizer=None,
         stateful={},
     )
-    assert ck.find_resume() == tmp_path / "step_00000004"
+    assert ck.find_resume() == str(tmp_path / "step_00000004")
     ck.prune_newer_than(4)
     assert [s for s, _ in complete_checkpoints(tmp_path)] == [2, 4]
 

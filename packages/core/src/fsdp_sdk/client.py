@@ -1028,6 +1028,9 @@ class Client:
             extra = {"finished": True, "duration_s": duration}
             return RunResult(plan.job, plan.finished, plan.output_dir, plan.log_dir, extra=extra)
         self._checked("run")
+        from fsdp_sdk.aws.checkpoints import check_s3_locations
+
+        check_s3_locations(config.trainer)  # s3:// checkpoints, export, weights: reachable, before anything starts
         hooks = self.loaded_plugins.hooks
         if local:
             handle = runner.schedule(plan, on_event=on_event, on_output=on_output)

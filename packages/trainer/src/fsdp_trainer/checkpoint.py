@@ -1,6 +1,7 @@
 """Sharded, atomic checkpoints with torch.distributed.checkpoint (DCP), resume, and Hugging Face export.
 
-Layout of one checkpoint, ``<checkpoint.dir>/step_00000010/``:
+Layout of one checkpoint, ``<checkpoint.dir>/step_00000010/`` (a directory or an
+``s3://bucket/prefix``; ``storage.py`` holds what differs between the two):
 
 * ``*.distcp`` + ``.metadata``: model and optimizer state from ``get_state_dict``,
   each rank writing its own shards (reloadable on a different world size);
@@ -8,15 +9,26 @@ Layout of one checkpoint, ``<checkpoint.dir>/step_00000010/``:
 * ``rng/rank_00003.pt``: each rank's torch CPU/CUDA and Python RNG states;
 * ``COMPLETE``: the marker, written last.
 
-Atomicity: everything is written to ``step_00000010.tmp/``; after a barrier the
-leader writes ``COMPLETE`` and renames the directory (atomic on POSIX). The small
-files (train state, RNG states, marker) and the parent directory are fsynced. An
-existing ``step_00000010`` (a rerun of the same step) is first renamed aside to
-``step_00000010.old-<pid>``, the new one renamed into place, then the aside one
-deleted; a crash in between is repaired at the next start. Resume takes the newest
-directory that has the marker; ``.tmp`` leftovers of a crashed save are ignored and
-deleted. Pruning removes a checkpoint's marker before its files, so a half-deleted
-directory is never taken as complete.
+Complete means complete. On a directory everything is written to
+``step_00000010.tmp/``; once every rank's files and DCP's metadata are written, the
+leader writes ``COMPLETE`` and renames the directory (atomic on POSIX); the small files
+and the parent directory are fsynced; an existing ``step_00000010`` is renamed aside
+first and deleted after, and a crash in between is repaired at the next start. On S3
+(no rename) the save writes into ``step_00000010/`` itself and the ``COMPLETE`` object
+is put last. Either way resume takes the newest checkpoint that has the marker, the
+leftovers of a crashed save are deleted at start, ``checkpoint.keep`` deletes older
+checkpoints, and a deletion removes the marker first, so a half-deleted checkpoint is
+never taken as complete.
+
+Asynchronous saves (``checkpoint.async_save``): DCP's ``async_save`` copies this
+rank's shards to host memory (the only part training waits for), then writes them
+from a background thread over a process group of its own (gloo), so training
+continues meanwhile. The leader commits (marker, pruning) as soon as its save is
+done: DCP's metadata is written only after every rank has reported its shards
+written, and each rank's small files were written before its shards. The next save
+waits for the previous one; an error of a background save is raised at the next step,
+with its cause; the last save is waited for before the run ends. ``auto`` turns it on
+unless the staged copy would not fit in host memory.
 
 Which checkpoint to resume is decided by the leader and broadcast, so every rank
 loads the same one. After an explicit ``checkpoint.resume <path>`` at step S, the
@@ -25,18 +37,20 @@ they are deleted once the resume is loaded, so they neither outrank the new run'
 checkpoints in pruning nor are picked by a later ``resume=auto``.
 
 Testing aid: ``FSDP_TRAINER_FAULT_DURING_SAVE=<step>`` SIGKILLs every rank in the
-middle of that step's save (shards written, no marker yet).
+middle of that step's save (shards and metadata written, no marker yet).
 """
 
 from __future__ import annotations
 
+import copy as copy_module
+import functools
 import json
 import logging
 import os
 import random
-import re
-import shutil
 import signal
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -56,73 +70,34 @@ from .converters.master_weights import attach_masters, masters_by_key, with_mast
 from .distributed import DistEnv
 from .errors import ConfigError
 from .model import DTYPES, meta_model, reset_rotary_
+from .storage import (
+    MARKER,
+    CheckpointStore,
+    LocalStore,
+    is_s3,
+    parse_s3,
+    s3_upload_dir,
+    step_dir_name,
+    store_for,
+    torch_bytes,
+)
 
 log = logging.getLogger(__name__)
 
-MARKER = "COMPLETE"
-STEP_DIR = re.compile(r"^step_(\d{8})$")
-ASIDE_DIR = re.compile(r"^(step_\d{8})\.old-\d+$")
 FAULT_DURING_SAVE = "FSDP_TRAINER_FAULT_DURING_SAVE"
+#: Host memory the staged copy of an asynchronous save may take, as a share of what is available (auto).
+ASYNC_HOST_MEMORY_SHARE = 0.5
+
+__all__ = ["MARKER", "Checkpointer", "complete_checkpoints", "export_hf", "step_dir_name"]
 
 
-def step_dir_name(step: int) -> str:
-    return f"step_{step:08d}"
+def complete_checkpoints(root: Path | str) -> list[tuple[int, Path]]:
+    """(step, path) of every complete checkpoint in directory ``root``, oldest first."""
+    return [(c.step, Path(c.id)) for c in LocalStore(str(root)).complete()]
 
 
-def complete_checkpoints(root: Path) -> list[tuple[int, Path]]:
-    """(step, path) of every complete checkpoint under ``root``, oldest first."""
-    if not root.is_dir():
-        return []
-    found = []
-    for p in root.iterdir():
-        m = STEP_DIR.match(p.name)
-        if m and (p / MARKER).is_file():
-            found.append((int(m.group(1)), p))
-    return sorted(found)
-
-
-def _fsync_dir(path: Path) -> None:
-    """Make a directory's entries (a rename, a new file) durable."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # some filesystems do not fsync directories
-        pass
-    finally:
-        os.close(fd)
-
-
-def _write_synced(path: Path, data: bytes | str) -> None:
-    """Write a small file and fsync it."""
-    with open(path, "wb") as f:
-        f.write(data.encode() if isinstance(data, str) else data)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def remove_checkpoint(path: Path) -> None:
-    """Delete a checkpoint directory, marker first: a deletion cut short never leaves a 'complete' checkpoint behind."""
-    try:
-        (path / MARKER).unlink()
-        _fsync_dir(path)
-    except FileNotFoundError:
-        pass
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def replace_dir(tmp: Path, final: Path) -> None:
-    """Rename ``tmp`` to ``final``; an existing ``final`` is renamed aside first and deleted after (never a moment with neither)."""
-    aside = None
-    if final.exists():
-        aside = final.with_name(f"{final.name}.old-{os.getpid()}")
-        os.replace(final, aside)
-    os.replace(tmp, final)
-    _fsync_dir(final.parent)
-    if aside is not None:
-        remove_checkpoint(aside)
+class _Unstageable(Exception):
+    """The state holds a tensor type ``Checkpointer._stage`` does not copy (FSDP1's ShardedTensor)."""
 
 
 def _rng_state(device: torch.device) -> dict[str, Any]:
@@ -139,6 +114,32 @@ def _set_rng_state(state: dict[str, Any], device: torch.device) -> None:
         torch.cuda.set_rng_state(state["cuda"], device)
 
 
+def _state_bytes(state: Any) -> int:
+    """Bytes of this rank's tensors in a (nested) state dict: what an asynchronous save stages in host memory."""
+    if isinstance(state, dict):
+        return sum(_state_bytes(v) for v in state.values())
+    if isinstance(state, (list, tuple)):
+        return sum(_state_bytes(v) for v in state)
+    if isinstance(state, DTensor):
+        state = state.to_local()
+    if hasattr(state, "local_shards"):  # FSDP1's ShardedTensor
+        return sum(_state_bytes(shard.tensor) for shard in state.local_shards())
+    if isinstance(state, torch.Tensor):
+        return state.numel() * state.element_size()
+    return 0
+
+
+def _host_memory_available() -> int | None:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
 class Checkpointer:
     """Saves and restores everything a run needs to continue exactly where it stopped."""
 
@@ -153,7 +154,29 @@ class Checkpointer:
         """``stateful``: name -> object with ``state_dict()``/``load_state_dict()`` (scheduler, data loader, scaler)."""
         assert cfg.dir is not None
         self.cfg, self.env, self.model, self.optimizer, self.stateful = cfg, env, model, optimizer, stateful
-        self.root = Path(cfg.dir)
+        self.store: CheckpointStore = store_for(cfg.dir, cfg.s3_client)
+        self.root = Path(cfg.dir) if not is_s3(cfg.dir) else None
+        #: Seconds each save kept training waiting (staging only, for an asynchronous save).
+        self.blocking_s: list[float] = []
+        #: Seconds the run's end waited for the last asynchronous save.
+        self.final_wait_s = 0.0
+        self._async: bool | None = cfg.async_save
+        self._group: Any = None
+        self._pending: Future[str] | None = None
+        self._pending_step = 0
+        self._executor: ThreadPoolExecutor | None = None
+        self._stream: Any = None
+        self._buffers: dict[str, torch.Tensor] = {}
+        self._copied: Any = None
+        if cfg.enabled and cfg.async_save is not False:
+            self._init_async_group()
+
+    def _init_async_group(self) -> None:
+        """The background saves' own gloo group: their collectives never interleave with training's (every rank)."""
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            self._group = dist.new_group(backend="gloo")
 
     def _dcp_state(self) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
         """What DCP saves and loads, and the optimizer's fp32 masters in it (``converters.master_weights.with_masters``; empty without them)."""
@@ -162,28 +185,18 @@ class Checkpointer:
         return {"model": model_sd, "optim": optim_sd}, masters
 
     def clean_partial(self) -> None:
-        """Delete ``.tmp`` directories left by a save that never finished, and repair an interrupted replace (leader only, then a barrier)."""
-        if self.env.is_leader and self.root.is_dir():
-            for p in self.root.glob("step_*.old-*"):
-                m = ASIDE_DIR.match(p.name)
-                final = self.root / m.group(1) if m else None
-                if final is not None and not final.exists() and (p / MARKER).is_file():
-                    log.warning("checkpoint: restoring %s (a replace was interrupted)", final)
-                    os.replace(p, final)
-                    _fsync_dir(self.root)
-                else:
-                    remove_checkpoint(p)
-            for p in self.root.glob("step_*.tmp"):
-                log.warning("checkpoint: removing incomplete %s", p)
-                shutil.rmtree(p, ignore_errors=True)
+        """Delete what a save that never finished left, and repair an interrupted replace (leader only, then a barrier)."""
+        if self.env.is_leader:
+            for removed in self.store.clean_partial():
+                log.warning("checkpoint: removed incomplete %s", removed)
         self.env.barrier()
 
-    def find_resume(self) -> Path | None:
+    def find_resume(self) -> str | None:
         """The checkpoint ``checkpoint.resume`` points at (None: start fresh), as the leader sees it, on every rank.
 
         Each rank choosing for itself could pick different checkpoints (a save landing
-        between two ranks' directory listings, a lagging shared filesystem), so with a
-        process group of more than one rank the leader decides and broadcasts.
+        between two ranks' listings, a lagging shared filesystem), so with a process
+        group of more than one rank the leader decides and broadcasts.
         """
         import torch.distributed as dist
 
@@ -192,85 +205,258 @@ class Checkpointer:
         choice: list[Any] = [None]
         if self.env.is_leader:
             try:
-                path = self._find_resume_local()
-                choice[0] = ("path", None if path is None else str(path))
+                choice[0] = ("path", self._find_resume_local())
             except ConfigError as e:
                 choice[0] = ("error", str(e))
         dist.broadcast_object_list(choice, src=0, device=torch.device("cpu"))
         kind, value = choice[0]
         if kind == "error":
             raise ConfigError(value)
-        return None if value is None else Path(value)
+        return value  # type: ignore[no-any-return]
 
     def prune_newer_than(self, step: int) -> None:
         """After an explicit resume at ``step``: delete the abandoned run's newer checkpoints (leader only, then a barrier)."""
         if self.env.is_leader:
-            for s, p in complete_checkpoints(self.root):
-                if s > step:
-                    log.warning("checkpoint: removing %s, newer than the explicit resume point (step %d)", p, step)
-                    remove_checkpoint(p)
+            for c in self.store.complete():
+                if c.step > step:
+                    log.warning("checkpoint: removing %s, newer than the explicit resume point (step %d)", c.id, step)
+                    self.store.remove(c.id)
         self.env.barrier()
 
-    def _find_resume_local(self) -> Path | None:
+    def _store_of(self, ckpt: str) -> CheckpointStore:
+        """The store that holds checkpoint ``ckpt`` (``checkpoint.dir``'s, or its parent's for an explicit resume)."""
+        parent = ckpt.rstrip("/").rsplit("/", 1)[0] if is_s3(ckpt) else str(Path(ckpt).parent)
+        if parent.rstrip("/") == self.store.root.rstrip("/"):
+            return self.store
+        return store_for(parent, self.cfg.s3_client)
+
+    def _find_resume_local(self) -> str | None:
         if not self.cfg.enabled or self.cfg.resume == "never":
             return None
         if self.cfg.resume == "auto":
-            found = complete_checkpoints(self.root)
-            return found[-1][1] if found else None
-        path = Path(self.cfg.resume)
-        if not (path / MARKER).is_file():
+            found = self.store.complete()
+            return found[-1].id if found else None
+        path = self.cfg.resume.rstrip("/")
+        if is_s3(path):
+            parse_s3(path, "--checkpoint.resume")
+        if not self._store_of(path).is_complete(path):
             raise ConfigError(f"--checkpoint.resume: {path} is not a complete checkpoint (no {MARKER} marker)")
         return path
 
-    def load(self, path: Path) -> int:
+    def load(self, path: str | Path) -> int:
         """Restore model, optimizer, RNG and ``stateful`` objects from ``path``; returns the step it was saved at."""
+        ckpt = str(path)
+        store = self._store_of(ckpt)
         state, masters = self._dcp_state()
-        dcp.load(state, checkpoint_id=str(path))
+        dcp.load(state, storage_reader=store.reader(ckpt))
         set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
         attach_masters(
             self.model, self.optimizer, masters
         )  # loaded in place; set_state_dict replaced the optimizer's state
-        train_state = json.loads((path / "train_state.json").read_text())
+        raw = store.read(store.join(ckpt, "train_state.json"))
+        if raw is None:
+            raise ConfigError(f"--checkpoint.resume: {ckpt} has no train_state.json")
+        train_state = json.loads(raw)
         for name, obj in self.stateful.items():
             if obj is not None and name in train_state:
                 obj.load_state_dict(train_state[name])
-        rng_file = path / "rng" / f"rank_{self.env.rank:05d}.pt"
-        if rng_file.is_file():
-            _set_rng_state(torch.load(rng_file, weights_only=False), self.env.device)
-        log.info("checkpoint: resumed from %s (step %d)", path, train_state["step"])
+        rng = store.read(store.join(ckpt, f"rng/rank_{self.env.rank:05d}.pt"))
+        if rng is not None:
+            import io
+
+            _set_rng_state(torch.load(io.BytesIO(rng), weights_only=False), self.env.device)
+        log.info("checkpoint: resumed from %s (step %d)", ckpt, train_state["step"])
         return int(train_state["step"])
 
-    def save(self, step: int) -> Path:
-        """Write ``step_XXXXXXXX`` atomically (see the module docstring) and prune old checkpoints."""
-        final = self.root / step_dir_name(step)
-        tmp = final.with_name(final.name + ".tmp")
+    def _use_async(self, state: dict[str, Any]) -> bool:
+        """``checkpoint.async_save``, with auto decided once from the staged copy's size against host memory."""
+        if self._async is None:
+            need = _state_bytes(state) * max(1, self.env.local_world_size)
+            available = _host_memory_available()
+            self._async = available is None or need <= ASYNC_HOST_MEMORY_SHARE * available
+            if not self._async:
+                log.warning(
+                    "checkpoint: saving synchronously: the staged copies (%.1f GiB on this node) would take over "
+                    "half of the %.1f GiB of host memory available (--checkpoint.async_save true forces it)",
+                    need / 2**30,
+                    (available or 0) / 2**30,
+                )
+            flags = [int(self._async)]  # every rank must agree: the background saves have collectives
+            (agreed,) = self.env.all_reduce_sum(flags)
+            self._async = int(agreed) == self.env.world_size
+        return bool(self._async)
+
+    def save(self, step: int) -> str:
+        """Write checkpoint ``step`` (see the module docstring); returns where it goes. Asynchronous: returns once
+        the state is staged, the previous save having finished first."""
+        start = time.perf_counter()
+        self.wait()  # the previous save (asynchronous) is written: training waits for it here, counted in this save
+        staging = self.store.staging_id(step)
         if self.env.is_leader:
-            shutil.rmtree(tmp, ignore_errors=True)
-            (tmp / "rng").mkdir(parents=True)
+            self.store.prepare(step)
         self.env.barrier()
-        dcp.save(self._dcp_state()[0], checkpoint_id=str(tmp))
-        with open(tmp / "rng" / f"rank_{self.env.rank:05d}.pt", "wb") as f:
-            torch.save(_rng_state(self.env.device), f)
-            f.flush()
-            os.fsync(f.fileno())
+        state = self._dcp_state()[0]
+        self.store.write(
+            self.store.join(staging, f"rng/rank_{self.env.rank:05d}.pt"), torch_bytes(_rng_state(self.env.device))
+        )
         if self.env.is_leader:
             train_state = {"step": step, "world_size": self.env.world_size}
             train_state.update({name: obj.state_dict() for name, obj in self.stateful.items() if obj is not None})
-            _write_synced(tmp / "train_state.json", json.dumps(train_state, indent=1))
+            self.store.write(self.store.join(staging, "train_state.json"), json.dumps(train_state, indent=1).encode())
+        if self._use_async(state):
+            writer = self.store.writer(staging)
+            staged = self._stage(state)
+            if staged is None:  # FSDP1's ShardedTensor: DCP's own asynchronous save (it copies to host memory)
+                kwargs: dict[str, Any] = {"storage_writer": writer}
+                if self._group is not None:
+                    kwargs["process_group"] = self._group
+                response = dcp.async_save(state, **kwargs)
+                written = response if isinstance(response, Future) else response.upload_completion
+                job = functools.partial(self._finish_async, written.result, step)
+            else:
+                job = functools.partial(self._finish_async, functools.partial(self._write_staged, staged, writer), step)
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(1, thread_name_prefix="checkpoint-commit")
+            self._pending = self._executor.submit(job)
+            self._pending_step = step
+            self.blocking_s.append(time.perf_counter() - start)
+            return self.store.final_id(step)
+        dcp.save(state, storage_writer=self.store.writer(staging))
+        self._fault_point(step)
+        self.env.barrier()  # every rank's shards are written
+        final = self._commit(step) if self.env.is_leader else self.store.final_id(step)
+        self.env.barrier()
+        self.blocking_s.append(time.perf_counter() - start)
+        log.info("checkpoint: saved %s", final)
+        return final
+
+    def _stage(self, state: dict[str, Any]) -> dict[str, Any] | None:
+        """Copy this rank's state into host buffers kept between saves; None when it holds a ShardedTensor (FSDP1).
+
+        On CUDA the buffers are pinned and the copies run on a stream of their own, behind what the device has
+        queued so far, while the next step's forward and backward run (they read the state, never write it):
+        :meth:`before_update` makes the optimizer step wait on the device, not the host, for the copies. The
+        source tensors are recorded on that stream, so the allocator does not reuse them before the copies end.
+        On CPU the copy is a plain one.
+        """
+        cuda = self.env.device.type == "cuda"
+        if cuda and self._stream is None:
+            self._stream = torch.cuda.Stream(self.env.device)
+        buffers: dict[str, torch.Tensor] = self._buffers
+
+        def copy(path: str, t: torch.Tensor) -> torch.Tensor:
+            buf = buffers.get(path)
+            if buf is None or buf.shape != t.shape or buf.dtype != t.dtype:
+                buf = torch.empty(t.shape, dtype=t.dtype, device="cpu", pin_memory=cuda)
+                buffers[path] = buf
+            if cuda and t.is_cuda:
+                t.record_stream(self._stream)
+            buf.copy_(t, non_blocking=cuda)
+            return buf
+
+        def walk(x: Any, path: str) -> Any:
+            if isinstance(x, DTensor):
+                local = copy(path, x.to_local().detach())
+                return DTensor.from_local(
+                    local, x.device_mesh, x.placements, run_check=False, shape=x.shape, stride=x.stride()
+                )
+            if isinstance(x, torch.Tensor):
+                if hasattr(x, "local_shards"):
+                    raise _Unstageable
+                return copy(path, x.detach())
+            if hasattr(x, "local_shards"):
+                raise _Unstageable
+            if isinstance(x, dict):
+                return {k: walk(v, f"{path}/{k}") for k, v in x.items()}
+            if isinstance(x, (list, tuple)):
+                items = [walk(v, f"{path}/{i}") for i, v in enumerate(x)]
+                return items if isinstance(x, list) else tuple(items)
+            return copy_module.deepcopy(x)
+
+        try:
+            if cuda:
+                self._stream.wait_stream(torch.cuda.current_stream(self.env.device))
+                with torch.cuda.stream(self._stream):
+                    staged = walk(state, "")
+                    event = torch.cuda.Event()
+                    event.record(self._stream)
+                self._copied = event
+            else:
+                staged = walk(state, "")
+        except _Unstageable:
+            return None
+        return staged  # type: ignore[no-any-return]
+
+    def _write_staged(self, staged: dict[str, Any], writer: Any) -> None:
+        """Background: once the copies are done, DCP's save of the host copy over the checkpoint's own group."""
+        copied = self._copied
+        if copied is not None:
+            copied.synchronize()
+        dcp.save(staged, storage_writer=writer, process_group=self._group)
+
+    def before_update(self) -> None:
+        """Before the optimizer changes the weights: make the device wait until a background save has copied them."""
+        copied, self._copied = self._copied, None
+        if copied is not None:
+            torch.cuda.current_stream(self.env.device).wait_event(copied)
+
+    def _fault_point(self, step: int) -> None:
         if os.environ.get(FAULT_DURING_SAVE) == str(step):
             log.warning("checkpoint: %s=%d, killing this process mid-save", FAULT_DURING_SAVE, step)
             os.kill(os.getpid(), signal.SIGKILL)
-        self.env.barrier()  # every rank's shards are on disk
-        if self.env.is_leader:
-            _fsync_dir(tmp / "rng")
-            _write_synced(tmp / MARKER, f"{step}\n")
-            _fsync_dir(tmp)
-            replace_dir(tmp, final)
-            for _, old in complete_checkpoints(self.root)[: -self.cfg.keep]:
-                remove_checkpoint(old)
-        self.env.barrier()
-        log.info("checkpoint: saved %s", final)
+
+    def _commit(self, step: int) -> str:
+        """Leader: the marker (and rename), then ``checkpoint.keep``."""
+        final = self.store.commit(step)
+        for old in self.store.complete()[: -self.cfg.keep]:
+            self.store.remove(old.id)
         return final
+
+    def _finish_async(self, write: Any, step: int) -> str:
+        """Background: write (or wait for DCP's write), then (leader) commit. Runs in the commit thread."""
+        write()  # raises the background save's error
+        self._fault_point(step)
+        final = self._commit(step) if self.env.is_leader else self.store.final_id(step)
+        log.info("checkpoint: saved %s (asynchronously)", final)
+        return final
+
+    def poll(self) -> None:
+        """Raise the error of a background save that failed (cheap: call it every step)."""
+        pending = self._pending
+        if pending is not None and pending.done():
+            self._pending = None
+            self._raise_if_failed(pending)
+
+    def wait(self) -> None:
+        """Wait for the background save in flight, if any; raise its error."""
+        self.before_update()
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            self._raise_if_failed(pending)
+
+    def _raise_if_failed(self, pending: Future[str]) -> None:
+        try:
+            pending.result()
+        except BaseException as e:  # DCP's CheckpointException is a BaseException
+            if isinstance(e, (KeyboardInterrupt, SystemExit)):
+                raise
+            # DCP's CheckpointException carries each rank's traceback: its last line is the cause
+            lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+            cause = lines[-1] if lines else type(e).__name__
+            raise RuntimeError(f"checkpoint: the background save of step {self._pending_step} failed: {cause}") from e
+
+    def close(self) -> None:
+        """Wait for the last save (the run's end) and stop the commit thread."""
+        start = time.perf_counter()
+        try:
+            self.before_update()
+            self.wait()
+            self.final_wait_s = time.perf_counter() - start
+        finally:
+            self._buffers.clear()
+            if self._executor is not None:
+                self._executor.shutdown(wait=True)
+                self._executor = None
 
 
 def export_hf(
@@ -303,8 +489,17 @@ def export_hf(
         lm.load_state_dict(sd, strict=True, assign=True)
         reset_rotary_(lm, "cpu")
         lm.config.dtype = DTYPES[dtype]
-        lm.save_pretrained(path)
-        if tokenizer is not None:
-            tokenizer.save_pretrained(path)
+        if is_s3(path):  # save_pretrained writes a directory: a temporary one on the leader, then uploaded
+            import tempfile
+
+            with tempfile.TemporaryDirectory(prefix="fsdp-trainer-export-") as tmp:
+                lm.save_pretrained(tmp)
+                if tokenizer is not None:
+                    tokenizer.save_pretrained(tmp)
+                s3_upload_dir(Path(tmp), path)
+        else:
+            lm.save_pretrained(path)
+            if tokenizer is not None:
+                tokenizer.save_pretrained(path)
         log.info("export: Hugging Face model written to %s", path)
     env.barrier()

@@ -191,7 +191,7 @@ class CheckpointConfig(options.Section):
     enabled: bool = True
     """Save checkpoints (sharded, with torch.distributed.checkpoint). Off: no save, no resume."""
     dir: str | None = None
-    """Checkpoint directory. Default: <train.output_dir>/checkpoints."""
+    """Checkpoint directory. Default: <train.output_dir>/checkpoints. Or s3://BUCKET/PREFIX (pip install fsdp-trainer[s3]; endpoint, region and credentials from the standard AWS settings; a checkpoint counts once its COMPLETE object is written, after every rank's shards)."""
     every_steps: int = 0
     """Save every N steps; 0 = only at the end."""
     keep: int = 2
@@ -199,9 +199,13 @@ class CheckpointConfig(options.Section):
     resume: str = "auto"
     """auto: resume from the newest complete checkpoint in checkpoint.dir if any; never: start fresh; or the path of a step_XXXXXXXX directory (then the complete checkpoints in checkpoint.dir newer than it, left by the abandoned run, are deleted once it is loaded)."""
     export_hf: str | None = None
-    """At the end, write a consolidated Hugging Face model directory (save_pretrained, plus tokenizer) here."""
+    """At the end, write a consolidated Hugging Face model directory (save_pretrained, plus tokenizer) here: a directory or s3://BUCKET/PREFIX."""
     export_dtype: Dtype | None = None
     """Dtype of the exported weights. Default: precision.param_dtype."""
+    async_save: bool | None = None
+    """Save in the background: each rank copies its shards into host buffers kept between saves (on CUDA pinned, on a stream of its own, overlapping the next step's forward and backward), and DCP writes that copy from a background thread; the next save waits for the previous one, a failed background save fails the run with its cause, the last one is waited for. Default (auto): on, unless the copies would take over half the node's available host memory."""
+    s3_client: Literal["s3torchconnector", "fsspec"] = "s3torchconnector"
+    """What writes and reads s3:// checkpoints: s3torchconnector (AWS's CRT client and DCP storage), or fsspec (torch's FsspecWriter/Reader over s3fs, pip install s3fs), the fallback for an S3-compatible store the CRT client cannot serve."""
 
 
 @dataclass(eq=False, repr=False)
@@ -471,10 +475,26 @@ class TrainerConfig(options.Section):
         if self.runtime.device == "cpu" and self.runtime.backend == "nccl":
             raise ConfigError("--runtime.backend: nccl needs CUDA; use gloo (or auto) with --runtime.device cpu")
         resume = self.checkpoint.resume
-        if resume not in ("auto", "never") and not Path(resume).name.startswith("step_"):
+        self._validate_s3()
+        if resume not in ("auto", "never") and not Path(resume.rstrip("/")).name.startswith("step_"):
             raise ConfigError(
                 f"--checkpoint.resume: {resume!r} is not auto, never or a step_XXXXXXXX checkpoint directory"
             )
+
+    def _validate_s3(self) -> None:
+        """Each s3:// location names a bucket (the network checks come at start: ``storage.check_s3_access``)."""
+        from .storage import is_s3, parse_s3
+
+        ck = self.checkpoint
+        for flag, value in (
+            ("--checkpoint.dir", ck.dir),
+            ("--checkpoint.export_hf", ck.export_hf),
+            ("--checkpoint.resume", ck.resume),
+            ("--model.name_or_path", self.model.name_or_path),
+            ("--model.tokenizer", self.model.tokenizer),
+        ):
+            if is_s3(value):
+                parse_s3(str(value), flag)
 
     def master_weights_blocker(self, grad_accum_steps: int | None = None) -> str | None:
         """Why ``precision.master_weights optimizer`` cannot apply to these settings (the flag to change, and how), or None.

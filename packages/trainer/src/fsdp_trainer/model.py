@@ -34,6 +34,7 @@ from torch.utils.checkpoint import checkpoint
 from .config import ModelConfig
 from .errors import ConfigError
 from .presets import PRESETS
+from .storage import is_s3, s3_model_files, s3_safetensors
 
 IGNORE_INDEX = -100
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -44,7 +45,10 @@ def build_hf_config(cfg: ModelConfig) -> Any:
     from transformers import AutoConfig, LlamaConfig
 
     if cfg.name_or_path:
-        hf = AutoConfig.from_pretrained(cfg.name_or_path, token=os.environ.get("HF_TOKEN"))
+        source = cfg.name_or_path
+        if is_s3(source):  # the small files only; the weights are streamed by load_pretrained_state_dict
+            source = s3_model_files(source)
+        hf = AutoConfig.from_pretrained(source, token=os.environ.get("HF_TOKEN"))
         if hf.model_type != "llama":
             raise ConfigError(
                 f"--model.name_or_path: {cfg.name_or_path} is a {hf.model_type!r} model; this trainer trains Llama models"
@@ -294,7 +298,20 @@ def reset_rotary_(model: nn.Module, device: torch.device | str) -> None:
 
 def load_pretrained_state_dict(name_or_path: str) -> dict[str, torch.Tensor]:
     """The full fp32 state dict of a HF checkpoint on CPU, keyed like ``CausalLMWithLoss`` (``lm.`` prefix)."""
-    from transformers import LlamaForCausalLM
+    from transformers import AutoConfig, LlamaForCausalLM
 
+    if is_s3(name_or_path):  # read from S3 into memory: no copy of the weights on local disk
+        hf = AutoConfig.from_pretrained(s3_model_files(name_or_path))
+        loaded = s3_safetensors(name_or_path)
+        expected = list(meta_model(hf).state_dict())
+        if getattr(hf, "tie_word_embeddings", False) and "lm_head.weight" not in loaded:
+            loaded["lm_head.weight"] = loaded.get("model.embed_tokens.weight")
+        missing = [k for k in expected if loaded.get(k) is None]
+        if missing:
+            raise ConfigError(
+                f"--model.name_or_path: {name_or_path} lacks {len(missing)} weights of its config's model "
+                f"(first: {missing[0]}); expected a Llama save_pretrained directory"
+            )
+        return {f"lm.{k}": loaded[k].to(torch.float32) for k in expected}
     lm = LlamaForCausalLM.from_pretrained(name_or_path, dtype=torch.float32, token=os.environ.get("HF_TOKEN"))
     return {f"lm.{k}": v for k, v in lm.state_dict().items()}

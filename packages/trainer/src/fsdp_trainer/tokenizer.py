@@ -55,6 +55,10 @@ def load_tokenizer(name: str | None) -> Any:
         return byte_tokenizer()
     from transformers import AutoTokenizer
 
+    from .storage import is_s3, s3_model_files
+
+    if is_s3(name):
+        name = s3_model_files(name, "--model.tokenizer")
     return AutoTokenizer.from_pretrained(name, token=os.environ.get("HF_TOKEN"))
 
 

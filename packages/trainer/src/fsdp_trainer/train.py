@@ -43,6 +43,9 @@ def run(cfg: TrainerConfig) -> dict:
     from .optim import use_master_weights
 
     use_master_weights(cfg, device.type)  # refuses an explicit optimizer where the Triton AdamW does not run
+    from .storage import check_s3_locations
+
+    check_s3_locations(cfg)  # an s3:// location that cannot work: one line, before the process group starts
     random.seed(cfg.runtime.seed)
     torch.manual_seed(cfg.runtime.seed or 0)
     if cfg.experimental.symmetric_memory and device.type == "cuda":

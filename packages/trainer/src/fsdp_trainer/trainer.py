@@ -246,6 +246,8 @@ class Trainer:
         host sync per step, fp16 only).
         """
         stepped = True
+        if self.cfg.checkpoint.enabled:
+            self.checkpointer.before_update()  # a background save has finished copying the weights it saves
         if self.scaler is not None:
             scale_before = self.scaler.get_scale()
             self.scaler.step(self.optimizer)
@@ -329,6 +331,8 @@ class Trainer:
             self._train_loop(fault_step, every)
         finally:
             gc.enable()
+        if cfg.checkpoint.enabled:
+            self.checkpointer.close()  # the last save, if asynchronous, is written before the run ends
         if cfg.checkpoint.export_hf and not nothing_to_do:
             export_hf(
                 self.model,
@@ -349,6 +353,7 @@ class Trainer:
             auto=cfg.auto_choice,
             **describe_optimizer(self.optimizer),
             **self.converters.summary(),
+            **self._checkpoint_summary(),
         )
         if env.is_leader:
             out = Path(cfg.train.output_dir)
@@ -356,6 +361,20 @@ class Trainer:
             (out / "summary.json").write_text(json.dumps(summary, indent=1))
         self.metrics.close()
         return summary
+
+    def _checkpoint_summary(self) -> dict[str, Any]:
+        """What the saves cost: seconds each one kept training waiting, and the final wait for the last one."""
+        ck = self.checkpointer
+        if not self.cfg.checkpoint.enabled or not ck.blocking_s:
+            return {}
+        return {
+            "checkpoint": {
+                "async": bool(ck._async),
+                "saves": len(ck.blocking_s),
+                "blocking_s": [round(s, 4) for s in ck.blocking_s],
+                "final_wait_s": round(ck.final_wait_s, 4),
+            }
+        }
 
     def _train_loop(self, fault_step: int, every: int) -> None:
         """Train to ``train.steps``. Each step's record is written once the *next* step is queued (see the module docstring)."""
@@ -402,7 +421,11 @@ class Trainer:
                 pending = None
             if checkpoint_due:
                 self.checkpointer.save(self.step)
+            elif cfg.checkpoint.enabled:
+                self.checkpointer.poll()  # a background save that failed fails the run here, with its cause
             if self.step == fault_step:
+                if cfg.checkpoint.enabled:
+                    self.checkpointer.wait()  # "after the step and its checkpoint", asynchronous or not
                 log.warning("%s=%d: killing this process", FAULT_AFTER_STEP, fault_step)
                 os.kill(os.getpid(), signal.SIGKILL)
             if self.step % GC_EVERY == 0:

@@ -286,7 +286,9 @@ def worker_environment(config: Config, instance: InstanceType) -> list[dict[str,
         }
     )
     env[OUTPUT_DIR_ENV] = output_dir(config)
-    if _on_bucket(config):  # the trainer's S3 client signs for the bucket's region; Pod Identity gives credentials
+    given = str((config.trainer.get("checkpoint") or {}).get("dir") or "")
+    if _on_bucket(config) or given.startswith("s3://"):
+        # the trainer's S3 client signs for the bucket's region; Pod Identity (or the user's own setup) gives credentials
         env["AWS_REGION"] = config.cluster.region
     env.update(job.env)  # the user's settings win over the defaults
     items: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in env.items()]

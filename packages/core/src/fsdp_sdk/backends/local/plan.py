@@ -70,7 +70,7 @@ class RunPlan:
     :param run_dir: the run's directory (record, logs).
     :param output_dir: the trainer's output directory.
     :param log_dir: the agents' logs.
-    :param checkpoint_dir: where checkpoints go (``None`` when checkpoints are off).
+    :param checkpoint_dir: the local directory checkpoints go to (``None`` when checkpoints are off or on S3).
     :param trainer: the trainer settings the run passes (with its output directory and checkpoint period).
     :param trainer_args: the extra trainer arguments given on the command line.
     :param total_steps: ``train.steps`` (``None`` when the trainer is not importable to say).
@@ -187,7 +187,8 @@ def render_run(
     checkpoint = trainer.get("checkpoint", {})
     checkpoint_dir: Path | None = None
     if resolved is not None and resolved.checkpoint.enabled:
-        checkpoint_dir = Path(resolved.checkpoint.dir or output_dir / "checkpoints")
+        if not (resolved.checkpoint.dir or "").startswith("s3://"):  # an S3 prefix has no local disk to check
+            checkpoint_dir = Path(resolved.checkpoint.dir or output_dir / "checkpoints")
         if "every_steps" not in checkpoint:
             every = checkpoint_period(resolved.train.steps, local.checkpoint_every_steps)
             trainer.setdefault("checkpoint", {})["every_steps"] = every

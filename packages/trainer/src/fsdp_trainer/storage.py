@@ -1,0 +1,531 @@
+"""Where checkpoints live: a local directory or an S3 prefix, behind one small interface.
+
+``checkpoint.py`` decides *what* a checkpoint is (DCP shards + metadata, train state, RNG
+states, a ``COMPLETE`` marker written last); a :class:`CheckpointStore` decides *how* its
+files are written, listed, committed and deleted:
+
+* :class:`LocalStore`: a save goes to ``step_XXXXXXXX.tmp/`` and is renamed into place
+  after the marker (atomic on POSIX); see ``checkpoint.py``'s docstring;
+* :class:`S3Store` (``s3://bucket/prefix``): S3 has no rename, so a save writes straight
+  into ``step_XXXXXXXX/`` and the ``COMPLETE`` object, put after every rank's shards,
+  RNG states, the train state and DCP's ``.metadata``, is what makes it count. A prefix
+  without the marker is the debris of an interrupted save: never resumed, deleted by
+  :meth:`CheckpointStore.clean_partial`. Deleting removes the marker first.
+
+S3 goes through AWS's ``s3torchconnector`` (``pip install fsdp-trainer[s3]``): its DCP
+``S3StorageWriter``/``S3StorageReader`` for the shards, its CRT-based client for the
+small objects, listing and deleting. The endpoint comes from the standard settings
+(``AWS_ENDPOINT_URL_S3``, then ``AWS_ENDPOINT_URL``; path-style addressing when one is
+set, as S3-compatible stores and moto expect), the region from ``AWS_REGION`` /
+``AWS_DEFAULT_REGION`` (default us-east-1), credentials from the standard chain
+(environment, profile, EKS Pod Identity / IRSA web identity, instance role).
+
+``checkpoint.s3_client fsspec`` selects torch's fsspec DCP storage over ``s3fs``
+instead (``pip install s3fs``): the fallback for a store the CRT client cannot serve
+(a TLS proxy, an endpoint that needs botocore's options). Same layout, same marker.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+
+MARKER = "COMPLETE"
+STEP_DIR = re.compile(r"^step_(\d{8})$")
+ASIDE_DIR = re.compile(r"^(step_\d{8})\.old-\d+$")
+S3_CLIENTS = ("s3torchconnector", "fsspec")
+
+
+def step_dir_name(step: int) -> str:
+    """``step_00000010`` for step 10."""
+    return f"step_{step:08d}"
+
+
+def is_s3(path: str | os.PathLike[str] | None) -> bool:
+    """Whether ``path`` is an ``s3://`` URI."""
+    return path is not None and str(path).startswith("s3://")
+
+
+def parse_s3(uri: str, field: str = "--checkpoint.dir") -> tuple[str, str]:
+    """(bucket, key prefix without a trailing slash) of ``s3://bucket/prefix``; ConfigError when there is no bucket."""
+    rest = uri[len("s3://") :]
+    bucket, _, prefix = rest.partition("/")
+    if not re.fullmatch(r"[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]", bucket):
+        raise ConfigError(
+            f"{field}: {uri!r} names no valid bucket; expected s3://BUCKET/PREFIX "
+            "(a bucket name is 3-63 lower-case letters, digits, '.' or '-')"
+        )
+    return bucket, prefix.strip("/")
+
+
+def s3_endpoint() -> str | None:
+    """The S3 endpoint from the standard AWS settings (``AWS_ENDPOINT_URL_S3``, then ``AWS_ENDPOINT_URL``), if any."""
+    return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
+
+
+def s3_region() -> str:
+    """The region the S3 client signs for (``AWS_REGION``, ``AWS_DEFAULT_REGION``, else us-east-1)."""
+    return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+
+
+@dataclass(frozen=True)
+class Listing:
+    """One ``step_XXXXXXXX`` checkpoint found in a store."""
+
+    step: int
+    id: str
+    """What DCP's ``checkpoint_id`` and the store's methods take (a path or an ``s3://`` URI)."""
+    complete: bool
+
+
+class CheckpointStore:
+    """The operations ``Checkpointer`` needs from a checkpoint location. Ids are paths or ``s3://`` URIs."""
+
+    root: str
+
+    def join(self, ckpt: str, name: str) -> str:
+        """The id of file ``name`` (``a/b`` for subfolders) in checkpoint ``ckpt``."""
+        return f"{ckpt.rstrip('/')}/{name}"
+
+    def final_id(self, step: int) -> str:
+        """Where the checkpoint of ``step`` is once complete."""
+        return self.join(self.root, step_dir_name(step))
+
+    def staging_id(self, step: int) -> str:
+        """Where the save of ``step`` writes before it is committed."""
+        raise NotImplementedError
+
+    def listing(self) -> list[Listing]:
+        """Every ``step_XXXXXXXX`` checkpoint, complete or not, oldest first."""
+        raise NotImplementedError
+
+    def complete(self) -> list[Listing]:
+        """The complete checkpoints, oldest first."""
+        return [c for c in self.listing() if c.complete]
+
+    def is_complete(self, ckpt: str) -> bool:
+        """Whether ``ckpt`` has its marker."""
+        return self.exists(self.join(ckpt, MARKER))
+
+    def exists(self, file: str) -> bool:
+        """Whether the file exists."""
+        raise NotImplementedError
+
+    def prepare(self, step: int) -> None:
+        """Leader, before a save: an empty staging location for ``step``."""
+        raise NotImplementedError
+
+    def write(self, file: str, data: bytes) -> None:
+        """Write a small file durably (train state, RNG state, marker)."""
+        raise NotImplementedError
+
+    def read(self, file: str) -> bytes | None:
+        """A small file's bytes; None when it does not exist."""
+        raise NotImplementedError
+
+    def commit(self, step: int) -> str:
+        """Leader, after every rank's files and DCP's metadata: write the marker (and move into place); the final id."""
+        raise NotImplementedError
+
+    def remove(self, ckpt: str) -> None:
+        """Delete a checkpoint, marker first: a deletion cut short never leaves a 'complete' one behind."""
+        raise NotImplementedError
+
+    def clean_partial(self) -> list[str]:
+        """Leader, at start: delete what interrupted saves and deletions left; returns what was removed."""
+        raise NotImplementedError
+
+    def writer(self, ckpt: str) -> Any:
+        """DCP ``StorageWriter`` for ``ckpt``."""
+        raise NotImplementedError
+
+    def reader(self, ckpt: str) -> Any:
+        """DCP ``StorageReader`` for ``ckpt``."""
+        raise NotImplementedError
+
+
+def _fsync_dir(path: Path) -> None:
+    """Make a directory's entries (a rename, a new file) durable."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # some filesystems do not fsync directories
+        pass
+    finally:
+        os.close(fd)
+
+
+def _write_synced(path: Path, data: bytes) -> None:
+    """Write a small file and fsync it."""
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+class LocalStore(CheckpointStore):
+    """Checkpoints in a directory (a local disk or a shared filesystem), committed by an atomic rename."""
+
+    def __init__(self, root: str) -> None:
+        self.root = str(root)
+        self.path = Path(root)
+
+    def staging_id(self, step: int) -> str:
+        return self.final_id(step) + ".tmp"
+
+    def listing(self) -> list[Listing]:
+        if not self.path.is_dir():
+            return []
+        found = []
+        for p in self.path.iterdir():
+            m = STEP_DIR.match(p.name)
+            if m:
+                found.append(Listing(int(m.group(1)), str(p), (p / MARKER).is_file()))
+        return sorted(found, key=lambda c: c.step)
+
+    def exists(self, file: str) -> bool:
+        return Path(file).is_file()
+
+    def prepare(self, step: int) -> None:
+        tmp = Path(self.staging_id(step))
+        shutil.rmtree(tmp, ignore_errors=True)
+        (tmp / "rng").mkdir(parents=True)
+
+    def write(self, file: str, data: bytes) -> None:
+        path = Path(file)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _write_synced(path, data)
+
+    def read(self, file: str) -> bytes | None:
+        try:
+            return Path(file).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def commit(self, step: int) -> str:
+        tmp, final = Path(self.staging_id(step)), Path(self.final_id(step))
+        _fsync_dir(tmp / "rng")
+        _write_synced(tmp / MARKER, f"{step}\n".encode())
+        _fsync_dir(tmp)
+        replace_dir(tmp, final)
+        return str(final)
+
+    def remove(self, ckpt: str) -> None:
+        remove_dir(Path(ckpt))
+
+    def clean_partial(self) -> list[str]:
+        removed: list[str] = []
+        if not self.path.is_dir():
+            return removed
+        for p in self.path.glob("step_*.old-*"):
+            m = ASIDE_DIR.match(p.name)
+            final = self.path / m.group(1) if m else None
+            if final is not None and not final.exists() and (p / MARKER).is_file():
+                os.replace(p, final)  # a replace was interrupted: the aside one is the complete checkpoint
+                _fsync_dir(self.path)
+            else:
+                remove_dir(p)
+                removed.append(str(p))
+        for p in self.path.glob("step_*.tmp"):
+            shutil.rmtree(p, ignore_errors=True)
+            removed.append(str(p))
+        return removed
+
+    def writer(self, ckpt: str) -> Any:
+        from torch.distributed.checkpoint import FileSystemWriter
+
+        return FileSystemWriter(ckpt)
+
+    def reader(self, ckpt: str) -> Any:
+        from torch.distributed.checkpoint import FileSystemReader
+
+        return FileSystemReader(ckpt)
+
+
+def remove_dir(path: Path) -> None:
+    """Delete a checkpoint directory, marker first."""
+    try:
+        (path / MARKER).unlink()
+        _fsync_dir(path)
+    except FileNotFoundError:
+        pass
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def replace_dir(tmp: Path, final: Path) -> None:
+    """Rename ``tmp`` to ``final``; an existing ``final`` is renamed aside first and deleted after (never a moment with neither)."""
+    aside = None
+    if final.exists():
+        aside = final.with_name(f"{final.name}.old-{os.getpid()}")
+        os.replace(final, aside)
+    os.replace(tmp, final)
+    _fsync_dir(final.parent)
+    if aside is not None:
+        remove_dir(aside)
+
+
+class S3Store(CheckpointStore):
+    """Checkpoints under an ``s3://bucket/prefix``: written in place, complete once the ``COMPLETE`` object exists."""
+
+    def __init__(self, root: str, client: str = "s3torchconnector") -> None:
+        self.bucket, self.prefix = parse_s3(root)
+        self.root = f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
+        self.client_kind = client
+        self._client: Any = None
+
+    # -- the small objects, listing and deletion: s3torchconnector's client (CRT) --
+
+    def _s3(self) -> Any:
+        if self._client is None:
+            self._client = s3_client()
+        return self._client
+
+    def _key(self, uri: str) -> str:
+        bucket, key = parse_s3(uri)
+        if bucket != self.bucket:
+            raise ConfigError(f"--checkpoint.resume: {uri} is in bucket {bucket}, checkpoint.dir in {self.bucket}")
+        return key
+
+    def _keys(self, prefix: str, delimiter: str = "") -> tuple[list[str], list[str]]:
+        keys: list[str] = []
+        prefixes: list[str] = []
+        for page in self._s3().list_objects(self.bucket, prefix, delimiter):
+            keys.extend(o.key for o in page.object_info)
+            prefixes.extend(page.common_prefixes)
+        return keys, prefixes
+
+    def staging_id(self, step: int) -> str:
+        return self.final_id(step)
+
+    def listing(self) -> list[Listing]:
+        base = f"{self.prefix}/" if self.prefix else ""
+        _, prefixes = self._keys(base, "/")
+        found = []
+        for p in prefixes:
+            name = p[len(base) :].rstrip("/")
+            m = STEP_DIR.match(name)
+            if m:
+                ckpt = self.join(self.root, name)
+                found.append(Listing(int(m.group(1)), ckpt, self.is_complete(ckpt)))
+        return sorted(found, key=lambda c: c.step)
+
+    def exists(self, file: str) -> bool:
+        from s3torchconnectorclient import S3Exception
+
+        try:
+            self._s3().head_object(self.bucket, self._key(file))
+        except S3Exception as e:
+            if "not found" in str(e).lower():
+                return False
+            raise
+        return True
+
+    def prepare(self, step: int) -> None:
+        self.remove(self.staging_id(step))  # a rerun of the same step, or an interrupted save's debris
+
+    def write(self, file: str, data: bytes) -> None:
+        stream = self._s3().put_object(self.bucket, self._key(file))
+        stream.write(data)
+        stream.close()
+
+    def read(self, file: str) -> bytes | None:
+        if not self.exists(file):
+            return None
+        reader = self._s3().get_object(self.bucket, self._key(file))
+        return bytes(reader.read())
+
+    def commit(self, step: int) -> str:
+        final = self.final_id(step)
+        self.write(self.join(final, MARKER), f"{step}\n".encode())
+        return final
+
+    def remove(self, ckpt: str) -> None:
+        key = self._key(ckpt).rstrip("/")
+        marker = f"{key}/{MARKER}"
+        keys, _ = self._keys(f"{key}/")
+        if marker in keys:
+            self._s3().delete_object(self.bucket, marker)
+        for k in keys:
+            if k != marker:
+                self._s3().delete_object(self.bucket, k)
+
+    def clean_partial(self) -> list[str]:
+        removed = []
+        for c in self.listing():
+            if not c.complete:
+                self.remove(c.id)
+                removed.append(c.id)
+        return removed
+
+    # -- the shards: s3torchconnector's DCP storage, or torch's fsspec storage over s3fs --
+
+    def writer(self, ckpt: str) -> Any:
+        if self.client_kind == "fsspec":
+            from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
+
+            return FsspecWriter(ckpt, sync_files=False, **_fsspec_options())
+        from s3torchconnector.dcp import S3FileSystem, S3StorageWriter
+
+        writer = S3StorageWriter(s3_region(), ckpt)
+        writer.fs = S3FileSystem(s3_region(), s3_client=s3_client())
+        return writer
+
+    def reader(self, ckpt: str) -> Any:
+        if self.client_kind == "fsspec":
+            from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
+
+            return FsspecReader(ckpt, **_fsspec_options())
+        from s3torchconnector import S3ReaderConstructor
+        from s3torchconnector.dcp import S3FileSystem, S3StorageReader
+
+        constructor = S3ReaderConstructor.dcp_optimized()
+        reader = S3StorageReader(s3_region(), ckpt, reader_constructor=constructor)
+        reader.fs = S3FileSystem(s3_region(), s3_client=s3_client(), reader_constructor=constructor)
+        return reader
+
+
+def _fsspec_options() -> dict[str, Any]:
+    """s3fs's options from the same AWS settings (its botocore reads credentials from the standard chain)."""
+    opts: dict[str, Any] = {"client_kwargs": {"region_name": s3_region()}}
+    endpoint = s3_endpoint()
+    if endpoint:
+        opts["client_kwargs"]["endpoint_url"] = endpoint
+    return opts
+
+
+def s3_client(max_attempts: int | None = None) -> Any:
+    """An s3torchconnector ``S3Client`` for the configured region and endpoint (path-style with a custom endpoint);
+    ``max_attempts``: the CRT client's retries (its default otherwise)."""
+    try:
+        from s3torchconnector import S3ClientConfig
+        from s3torchconnector._s3client import S3Client
+    except ImportError:
+        raise ConfigError(
+            "--checkpoint.dir: s3:// locations need s3torchconnector; pip install 'fsdp-trainer[s3]'"
+        ) from None
+    endpoint = s3_endpoint()
+    options: dict[str, Any] = {"force_path_style": endpoint is not None}
+    if max_attempts is not None:
+        options["max_attempts"] = max_attempts
+    config = S3ClientConfig(**options)
+    return S3Client(s3_region(), endpoint=endpoint, s3client_config=config)
+
+
+def check_s3_locations(cfg: Any) -> None:
+    """List one key under each ``s3://`` location of a ``TrainerConfig`` (checkpoint dir, resume, export, weights,
+    tokenizer); raise a one-line ConfigError naming the setting when S3 refuses or cannot be reached."""
+    ck, model = cfg.checkpoint, cfg.model
+    locations = [
+        ("--checkpoint.dir", ck.dir if ck.enabled else None),
+        ("--checkpoint.resume", ck.resume if ck.enabled else None),
+        ("--checkpoint.export_hf", ck.export_hf),
+        ("--model.name_or_path", model.name_or_path),
+        ("--model.tokenizer", model.tokenizer),
+    ]
+    seen: set[str] = set()
+    for flag, uri in locations:
+        if not is_s3(uri) or uri is None:
+            continue
+        bucket, prefix = parse_s3(uri, flag)
+        if bucket in seen:
+            continue
+        seen.add(bucket)
+        from s3torchconnectorclient import S3Exception
+
+        try:
+            next(iter(s3_client(max_attempts=2).list_objects(bucket, prefix, "/", 1)), None)  # fail fast
+        except S3Exception as e:
+            detail = " ".join(str(e).split())[:300]
+            where = s3_endpoint() or f"S3 in {s3_region()}"
+            raise ConfigError(
+                f"{flag}: cannot use {uri} ({where}): {detail}; check the bucket, AWS_REGION, the endpoint "
+                "(AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL) and the credentials"
+            ) from None
+
+
+def store_for(location: str, s3_client_kind: str = "s3torchconnector") -> CheckpointStore:
+    """The store of a ``checkpoint.dir`` (a directory or ``s3://bucket/prefix``)."""
+    return S3Store(location, s3_client_kind) if is_s3(location) else LocalStore(location)
+
+
+def torch_bytes(obj: Any) -> bytes:
+    """``torch.save`` into bytes (the RNG states)."""
+    import torch
+
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+# -- Hugging Face model directories on S3 (model.name_or_path, model.tokenizer, checkpoint.export_hf) --
+
+#: Files of a model directory that are not read through local disk (the weights, streamed by rank 0).
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+
+
+def _list_keys(uri: str, field: str) -> tuple[Any, str, list[str]]:
+    client = s3_client()
+    bucket, prefix = parse_s3(uri, field)
+    base = f"{prefix}/" if prefix else ""
+    keys = [o.key for page in client.list_objects(bucket, base, "/") for o in page.object_info]
+    return client, bucket, keys
+
+
+def s3_model_files(uri: str, field: str = "--model.name_or_path") -> str:
+    """A local copy of the small files of an ``s3://`` model directory (config, tokenizer; no weights); its path.
+
+    Every process needs the config and the tokenizer; the weights stay on S3 (``s3_safetensors``).
+    """
+    import hashlib
+    import tempfile
+
+    client, bucket, keys = _list_keys(uri, field)
+    small = [k for k in keys if not k.endswith(WEIGHT_SUFFIXES)]
+    if not any(k.endswith("/config.json") or k == "config.json" for k in small):
+        raise ConfigError(f"{field}: {uri} holds no config.json (expected a Hugging Face model directory)")
+    tag = hashlib.sha256(uri.encode()).hexdigest()[:16]
+    dest = Path(tempfile.gettempdir()) / f"fsdp-trainer-s3-{tag}"
+    dest.mkdir(parents=True, exist_ok=True)
+    for key in small:
+        data = client.get_object(bucket, key).read()
+        part = dest / f".{key.rsplit('/', 1)[-1]}.{os.getpid()}"
+        part.write_bytes(data)
+        os.replace(part, dest / key.rsplit("/", 1)[-1])  # the processes of a node write the same files
+    return str(dest)
+
+
+def s3_safetensors(uri: str, field: str = "--model.name_or_path") -> dict[str, Any]:
+    """Every tensor of the ``*.safetensors`` files of an ``s3://`` model directory, read into memory (no local copy)."""
+    from safetensors.torch import load
+
+    client, bucket, keys = _list_keys(uri, field)
+    files = sorted(k for k in keys if k.endswith(".safetensors"))
+    if not files:
+        raise ConfigError(f"{field}: {uri} holds no *.safetensors weights")
+    tensors: dict[str, Any] = {}
+    for key in files:
+        tensors.update(load(bytes(client.get_object(bucket, key).read())))
+    return tensors
+
+
+def s3_upload_dir(src: Path, uri: str, field: str = "--checkpoint.export_hf") -> None:
+    """Put every file of directory ``src`` under ``s3://bucket/prefix/``."""
+    client = s3_client()
+    bucket, prefix = parse_s3(uri, field)
+    for path in sorted(p for p in src.rglob("*") if p.is_file()):
+        key = "/".join(x for x in (prefix, path.relative_to(src).as_posix()) if x)
+        stream = client.put_object(bucket, key)
+        with open(path, "rb") as f:
+            while chunk := f.read(64 << 20):
+                stream.write(chunk)
+        stream.close()

@@ -1,0 +1,120 @@
+"""``s3://`` locations of a run are checked before anything starts (``fsdp_sdk.aws.checkpoints``), against moto.
+
+Each bad input is one line naming the setting, what is wrong and what to do, exit 2: a URI without a bucket,
+an endpoint nothing answers on, a bucket in another region than the trainer signs for, no credentials.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import boto3
+import pytest
+
+from fsdp_sdk.aws.checkpoints import check_s3_location, check_s3_locations, s3_locations
+from fsdp_sdk.errors import ConfigError
+
+FSDP_SDK = str(Path(sys.executable).with_name("fsdp-sdk"))
+
+
+@pytest.fixture
+def buckets(aws):
+    s3 = boto3.client("s3", region_name="us-west-2")
+    s3.create_bucket(Bucket="ckpt-west", CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
+    boto3.client("s3", region_name="eu-west-1").create_bucket(
+        Bucket="ckpt-eu", CreateBucketConfiguration={"LocationConstraint": "eu-west-1"}
+    )
+    return s3
+
+
+def test_locations_of_a_trainer_section():
+    trainer = {
+        "checkpoint": {"dir": "s3://a-b/c", "export_hf": "/local"},
+        "model": {"name_or_path": "s3://w-x/llama", "tokenizer": None},
+    }
+    assert s3_locations(trainer) == [
+        ("trainer.checkpoint.dir", "s3://a-b/c"),
+        ("trainer.model.name_or_path", "s3://w-x/llama"),
+    ]
+
+
+def test_a_reachable_bucket_in_the_signing_region_passes(buckets):
+    check_s3_location("trainer.checkpoint.dir", "s3://ckpt-west/run/checkpoints")
+    check_s3_locations({"checkpoint": {"dir": "s3://ckpt-west/x", "export_hf": "s3://ckpt-west/y"}})
+
+
+def _message(error: pytest.ExceptionInfo[ConfigError]) -> str:
+    text = str(error.value)
+    assert "\n" not in text and error.value.exit_code == 2
+    return text
+
+
+def test_bad_s3_locations_are_one_line_each(buckets, monkeypatch):
+    field = "trainer.checkpoint.dir"
+    with pytest.raises(ConfigError) as e:
+        check_s3_location(field, "s3:///checkpoints")
+    assert "names no valid bucket" in _message(e) and "s3://BUCKET/PREFIX" in _message(e)
+
+    with pytest.raises(ConfigError) as e:
+        check_s3_location(field, "s3://no-such-bucket/x")
+    assert "bucket no-such-bucket does not exist" in _message(e)
+
+    with pytest.raises(ConfigError) as e:
+        check_s3_location(field, "s3://ckpt-eu/x")
+    assert "bucket ckpt-eu is in eu-west-1, but the trainer signs for us-west-2" in _message(e)
+    assert "AWS_REGION=eu-west-1" in _message(e)
+
+    with socket.socket() as sock:  # a loopback port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        closed = sock.getsockname()[1]
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{closed}")
+    with pytest.raises(ConfigError) as e:
+        check_s3_location(field, "s3://ckpt-west/x")
+    assert f"cannot reach the S3 endpoint http://127.0.0.1:{closed}" in _message(e)
+
+
+def test_no_credentials_through_the_cli_exits_2_before_anything_starts(buckets, monkeypatch, tmp_path):
+    """``fsdp-sdk run`` refuses before launching: exit 2, one line, no run directory made."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("FSDP_SDK_STATE_DIR", str(tmp_path / "state"))
+    done = subprocess.run(
+        [
+            FSDP_SDK,
+            "run",
+            "--backend",
+            "local",
+            "--preset",
+            "tiny",
+            "--steps",
+            "2",
+            "--",
+            "--checkpoint.dir",
+            "s3://ckpt-west/run",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "trainer.checkpoint.dir" in lines[0] and "no AWS credentials" in lines[0], lines
+    assert not list((tmp_path / "state").rglob("runs/*")), "nothing started"
+
+
+def test_trainer_validation_refuses_a_uri_without_a_bucket():
+    from fsdp_trainer.config import TrainerConfig
+    from fsdp_trainer.errors import ConfigError as TrainerConfigError
+
+    for flag, section, name in (
+        ("--checkpoint.dir", "checkpoint", "dir"),
+        ("--checkpoint.export_hf", "checkpoint", "export_hf"),
+        ("--model.name_or_path", "model", "name_or_path"),
+    ):
+        with pytest.raises(TrainerConfigError, match=rf"^{flag}: 's3://' names no valid bucket"):
+            TrainerConfig.from_dict({"data": {"source": "synthetic"}, section: {name: "s3://"}})

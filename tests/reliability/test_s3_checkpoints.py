@@ -1,0 +1,138 @@
+"""Checkpoints on S3 (moto's server on loopback), on the local backend (real etcd, torchrun, gloo, 2 ranks).
+
+A run saving to ``s3://`` is SIGKILLed mid-run and ``fsdp-sdk run --resume`` continues it from the last
+complete S3 checkpoint, ending with the uninterrupted run's per-step losses; a save killed after its shards
+and metadata, before its ``COMPLETE`` object, leaves the previous checkpoint as the one resumed, and the
+resumed run deletes that debris and the checkpoints ``keep`` no longer holds, by prefix.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from .conftest import Outcome, Run, cli, last_line, need_etcd_and_trainer, processes_of, rank_process, wait_until
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+TINY = ("--backend", "local", "--nodes", "2", "--nproc-per-node", "1", "--preset", "tiny")
+STEPS = 8
+BUCKET = "fsdp-ckpt"
+
+
+@pytest.fixture
+def s3(aws: str):
+    """The moto bucket, and the environment every process of the run inherits (endpoint, fake credentials)."""
+    import boto3
+
+    client = boto3.client("s3")
+    client.create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
+    return client
+
+
+def _objects(s3, prefix: str) -> list[str]:
+    pages = s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
+    return sorted(o["Key"] for page in pages for o in page.get("Contents", []))
+
+
+def _checkpoints(s3, prefix: str) -> dict[str, bool]:
+    """step directory -> has its COMPLETE marker."""
+    found: dict[str, bool] = {}
+    for key in _objects(s3, prefix):
+        step, name = key[len(prefix) :].split("/", 1)[0], key.rsplit("/", 1)[-1]
+        found[step] = found.get(step, False) or name == "COMPLETE"
+    return found
+
+
+def _losses(run_id: str, state: Path | None = None) -> dict[int, float]:
+    """The per-step losses of a local run (its metrics file, appended across resumes)."""
+    state = state or Path(os.environ["FSDP_SDK_STATE_DIR"])
+    (path,) = (state / "local" / "runs" / run_id).rglob("metrics.jsonl")
+    return {r["step"]: r["loss"] for r in map(json.loads, path.read_text().splitlines())}
+
+
+def _ckpt_args(prefix: str, *extra: str) -> tuple[str, ...]:
+    return ("--", "--checkpoint.every_steps", "2", "--checkpoint.dir", f"s3://{BUCKET}/{prefix}", *extra)
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory: pytest.TempPathFactory) -> dict[int, float]:
+    """The uninterrupted run, once for the module (its checkpoints on the local disk: where they are stored does not
+    change the losses): the per-step losses the interrupted runs must end with."""
+    from .conftest import FSDP_SDK
+
+    need_etcd_and_trainer()
+    state = tmp_path_factory.mktemp("straight")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FSDP_SDK_")}
+    env["FSDP_SDK_STATE_DIR"] = str(state)
+    args = [FSDP_SDK, "run", *TINY, "--steps", str(STEPS), "--name", "straight", "--json"]
+    done = subprocess.run(
+        [*args, "--", "--checkpoint.every_steps", "2"], capture_output=True, text=True, timeout=300, env=env
+    )
+    subprocess.run([FSDP_SDK, "down"], capture_output=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr[-3000:]
+    losses = _losses("straight", state)
+    assert sorted(losses) == list(range(1, STEPS + 1))
+    return losses
+
+
+def test_s3_run_sigkilled_mid_run_resumes_with_the_same_losses(
+    s3, straight: dict[int, float], outcome: Outcome
+) -> None:
+    """A rank SIGKILLed mid-run (asynchronous saves, no restart budget); then ``run --resume``."""
+    prefix = "killed/"
+    run = Run(*TINY, "--steps", str(STEPS), "--name", "s3-killed", "--set", "job.max_restarts=0", *_ckpt_args("killed"))
+    try:
+        run.wait_for(r'^\{"step": 5,')
+        rank_process("s3-killed", 1).kill()
+        code, _, err = run.finish()
+    finally:
+        run.kill()
+    assert code == 1, err[-3000:]
+    outcome.saw(last_line(err))
+    complete = sorted(step for step, done in _checkpoints(s3, prefix).items() if done)
+    assert complete and complete[-1] >= "step_00000004", complete
+    resumed = cli("run", "--resume", "s3-killed", "--json")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    match = re.search(r"resumed from s3://fsdp-ckpt/killed/(step_\d{8}) \(step (\d+)\)", resumed.stderr)
+    assert match and match.group(1) == complete[-1], resumed.stderr[-3000:]
+    summary = json.loads(resumed.stdout)
+    assert summary["steps"] == STEPS and summary["steps_run"] == STEPS - int(match.group(2))
+    assert summary["checkpoint"]["async"] is True
+    assert _checkpoints(s3, prefix) == {"step_00000006": True, "step_00000008": True}, "keep 2"
+    losses = _losses("s3-killed")
+    assert sorted(losses) == list(range(1, STEPS + 1))
+    for step in range(1, STEPS + 1):
+        assert losses[step] == pytest.approx(straight[step], abs=1e-6), f"step {step}"
+    outcome.note(f"resumed from {match.group(1)} on S3; all {STEPS} steps' losses equal the uninterrupted run's")
+    wait_until(lambda: not processes_of("s3-killed"), 20, "processes of the run are gone")
+
+
+def test_s3_save_killed_before_its_marker_leaves_the_previous_one(
+    s3, straight: dict[int, float], monkeypatch, outcome: Outcome
+) -> None:
+    """Every rank SIGKILLed after the shards and metadata of step 4, before its COMPLETE (synchronous saves)."""
+    prefix = "midsave/"
+    args = _ckpt_args("midsave", "--checkpoint.async_save", "false")
+    monkeypatch.setenv("FSDP_TRAINER_FAULT_DURING_SAVE", "4")
+    failed = cli("run", *TINY, "--steps", str(STEPS), "--name", "s3-midsave", "--set", "job.max_restarts=0", *args)
+    assert failed.returncode == 1, failed.stderr[-3000:]
+    assert _checkpoints(s3, prefix) == {"step_00000002": True, "step_00000004": False}
+    debris = _objects(s3, prefix + "step_00000004/")
+    assert any(k.endswith(".metadata") for k in debris) and any(k.endswith(".distcp") for k in debris), debris
+    monkeypatch.delenv("FSDP_TRAINER_FAULT_DURING_SAVE")
+
+    again = cli("run", "--resume", "s3-midsave", "--json")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"resumed from s3://{BUCKET}/{prefix}step_00000002 (step 2)" in again.stderr
+    assert f"removed incomplete s3://{BUCKET}/{prefix}step_00000004" in again.stderr
+    assert _checkpoints(s3, prefix) == {"step_00000006": True, "step_00000008": True}, "debris and old ones gone"
+    losses = _losses("s3-midsave")
+    for step in range(3, STEPS + 1):
+        assert losses[step] == pytest.approx(straight[step], abs=1e-6), f"step {step}"
+    outcome.note("resumed from step 2; step 4's debris and the checkpoints past keep=2 were deleted by prefix")

@@ -1,0 +1,66 @@
+"""Asynchronous saves (``checkpoint.async_save``), one process, no process group: the background write's error fails
+the run with its cause and leaves no marker; the next save waits for the previous one; what is written is the state
+at the time of the save, not what training changed afterwards."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import FileSystemWriter
+
+from fsdp_trainer.checkpoint import Checkpointer
+from fsdp_trainer.config import CheckpointConfig
+from fsdp_trainer.storage import MARKER
+
+
+class Env:
+    """One process's DistEnv, no process group."""
+
+    rank, world_size, local_world_size, is_leader = 0, 1, 1, True
+    device = torch.device("cpu")
+
+    def barrier(self) -> None:
+        pass
+
+    def all_reduce_sum(self, values: list[float]) -> list[float]:
+        return values
+
+
+def checkpointer(tmp_path, **cfg) -> tuple[Checkpointer, torch.nn.Module, torch.optim.Optimizer]:
+    model = torch.nn.Linear(4, 3)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    model(torch.ones(2, 4)).sum().backward()
+    optimizer.step()
+    ck = Checkpointer(CheckpointConfig(dir=str(tmp_path), async_save=True, **cfg), Env(), model, optimizer, {})
+    return ck, model, optimizer
+
+
+class FailingWriter(FileSystemWriter):
+    def write_data(self, plan, planner):  # type: ignore[no-untyped-def]
+        raise OSError(28, "No space left on device")
+
+
+def test_a_failed_background_save_fails_with_its_cause_and_leaves_no_marker(tmp_path):
+    ck, _, _ = checkpointer(tmp_path)
+    ck.store.writer = lambda ckpt: FailingWriter(ckpt)  # type: ignore[method-assign]
+    ck.save(1)  # returns once staged; the write fails in the background
+    with pytest.raises(RuntimeError, match=r"background save of step 1 failed: .*No space left on device") as e:
+        ck.close()
+    assert isinstance(e.value.__cause__, BaseException)
+    assert not (tmp_path / "step_00000001" / MARKER).exists() and ck.store.complete() == []
+
+
+def test_the_save_holds_the_state_of_its_step_and_the_next_one_waits(tmp_path):
+    ck, model, _ = checkpointer(tmp_path, keep=1)
+    before = model.weight.detach().clone()
+    ck.save(1)
+    with torch.no_grad():
+        model.weight.add_(100.0)  # training goes on while the save writes: the checkpoint keeps step 1's weights
+    ck.save(2)  # waits for save 1 (committed, then pruned by keep=1 after save 2)
+    ck.close()
+    assert [c.step for c in ck.store.complete()] == [2]
+    assert ck.blocking_s and len(ck.blocking_s) == 2 and ck._async is True
+    state = {"model": {"weight": torch.zeros_like(before), "bias": torch.zeros(3)}}
+    dcp.load(state, storage_reader=ck.store.reader(ck.store.final_id(2)))
+    torch.testing.assert_close(state["model"]["weight"], before + 100.0)
