@@ -108,6 +108,13 @@ def run_case(name: str, ckpt: list[str], model_dir: Path, args: argparse.Namespa
     saves = [s for s in range(args.every, args.steps + 1, args.every) if s > args.warmup] if ck else []
     blocking = ck.get("blocking_s", [])[-len(saves) :] if saves else []
     effective_time = step_time + sum(blocking)
+    alloc = sum(ck.get("alloc_s", [])[-len(saves) :]) if saves else 0.0
+    extra = {}
+    if ck.get("background_s"):
+        extra = {
+            "tokens_per_s_effective_without_alloc": round(tokens / (effective_time - alloc), 1),
+            **_steps_during_writes(measured, saves, ck["background_s"][-len(saves) :]),
+        }
     return {
         "case": name,
         "command": command,
@@ -121,8 +128,28 @@ def run_case(name: str, ckpt: list[str], model_dir: Path, args: argparse.Namespa
         "blocking_s": blocking,
         "final_wait_s": ck.get("final_wait_s"),
         "async": ck.get("async"),
+        **{k: ck[k] for k in ("wait_s", "alloc_s", "stage_s", "copy_s", "write_s", "background_s") if k in ck},
+        **extra,
+        "step_times_s": [round(r["step_time_s"], 5) for r in measured],
         "summary": summary,
     }
+
+
+def _steps_during_writes(measured: list[dict[str, Any]], saves: list[int], background: list[float]) -> dict[str, Any]:
+    """Mean step time while a background save ran (the steps after each save until its ``background_s`` had
+    elapsed in step time) and otherwise."""
+    during: set[int] = set()
+    by_step = {r["step"]: r["step_time_s"] for r in measured}
+    for step, seconds in zip(saves, background, strict=False):
+        elapsed, s = 0.0, step + 1
+        while s in by_step and elapsed < seconds:
+            during.add(s)
+            elapsed += by_step[s]
+            s += 1
+    inside = [t for s, t in by_step.items() if s in during]
+    outside = [t for s, t in by_step.items() if s not in during]
+    mean = lambda xs: round(sum(xs) / len(xs), 5) if xs else None  # noqa: E731
+    return {"steps_during_writes": len(inside), "step_s_during_writes": mean(inside), "step_s_otherwise": mean(outside)}
 
 
 def main() -> int:
@@ -130,20 +157,26 @@ def main() -> int:
     parser.add_argument("--out", required=True, help="the raw record (JSON)")
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("--ckpt-root", default="/tmp/fsdp-ckpt-bench", help="a directory or s3://bucket/prefix")
-    parser.add_argument("--layers", default="auto", help="layers of the 7B shape, or auto (fit two checkpoints)")
+    parser.add_argument(
+        "--layers",
+        default="auto",
+        help="layers of the 7B shape (fewer if two checkpoints do not fit), or auto (most that fit)",
+    )
     parser.add_argument("--hidden", type=int, default=4096, help="width (4096: Llama-2-7B's; smaller: CPU check)")
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--every", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=4)
     parser.add_argument("--seq-len", type=int, default=4096)
     parser.add_argument("--micro-batch", type=int, default=2)
-    parser.add_argument("--cases", default="none,sync,async")
+    parser.add_argument("--keep", type=int, default=1, help="checkpoint.keep")
+    parser.add_argument("--cases", default="none,sync,async", help="none, sync, async; -tN: N write threads (async-t8)")
     parser.add_argument("--timeout", type=float, default=400)
     args = parser.parse_args()
 
     work = Path(os.environ.get("BENCH_WORK", "/tmp/checkpoint-cost"))
     work.mkdir(parents=True, exist_ok=True)
-    layers = pick_layers(args.ckpt_root, args.hidden) if args.layers == "auto" else int(args.layers)
+    fit = pick_layers(args.ckpt_root, args.hidden)
+    layers = fit if args.layers == "auto" else min(int(args.layers), fit)
     cfg = llama2_7b_shape(layers, args.hidden)
     model_dir = work / "model"
     model_dir.mkdir(exist_ok=True)
@@ -153,7 +186,9 @@ def main() -> int:
         "params": params(cfg),
         "checkpoint_gb": round(BYTES_PER_PARAM * params(cfg) / 1e9, 2),
         "ckpt_root": args.ckpt_root,
+        "layers_asked": args.layers,
         "steps": args.steps,
+        "keep": args.keep,
         "every": args.every,
         "warmup": args.warmup,
         "seq_len": args.seq_len,
@@ -165,13 +200,12 @@ def main() -> int:
         record["disk_free_gb"] = round(shutil.disk_usage(args.ckpt_root).free / 1e9, 1)
     for case in args.cases.split(","):
         root = f"{args.ckpt_root.rstrip('/')}/{case}"
-        ckpt = {
-            "none": ["--checkpoint.enabled", "false"],
-            "sync": ["--checkpoint.dir", root, "--checkpoint.every_steps", str(args.every), "--checkpoint.keep", "1",
-                     "--checkpoint.async_save", "false"],
-            "async": ["--checkpoint.dir", root, "--checkpoint.every_steps", str(args.every), "--checkpoint.keep", "1",
-                      "--checkpoint.async_save", "true"],
-        }[case]  # fmt: skip
+        kind, _, threads = case.partition("-t")  # e.g. async-t8: checkpoint.write_threads 8
+        ckpt = ["--checkpoint.enabled", "false"]
+        if kind in ("sync", "async"):
+            ckpt = ["--checkpoint.dir", root, "--checkpoint.every_steps", str(args.every), "--checkpoint.keep",
+                    str(args.keep), "--checkpoint.async_save", str(kind == "async").lower(),
+                    "--checkpoint.write_threads", threads or "1"]  # fmt: skip
         try:
             result = run_case(case, ckpt, model_dir, args, work)
         except (RuntimeError, subprocess.TimeoutExpired) as exc:

@@ -61,6 +61,17 @@ def test_the_save_holds_the_state_of_its_step_and_the_next_one_waits(tmp_path):
     ck.close()
     assert [c.step for c in ck.store.complete()] == [2]
     assert ck.blocking_s and len(ck.blocking_s) == 2 and ck._async is True
+    t = ck.timings  # host buffers allocated by the first save only, reused by the second
+    assert t["alloc_s"][0] > 0 and t["alloc_s"][1] == 0 and t["copy_s"] == []  # no device copies on CPU
+    assert all(len(t[k]) == 2 for k in ("wait_s", "stage_s", "write_s", "background_s"))
+    assert t["background_s"][0] >= t["write_s"][0] and ck.blocking_s[1] >= t["wait_s"][1]
     state = {"model": {"weight": torch.zeros_like(before), "bias": torch.zeros(3)}}
     dcp.load(state, storage_reader=ck.store.reader(ck.store.final_id(2)))
     torch.testing.assert_close(state["model"]["weight"], before + 100.0)
+
+
+def test_write_threads_spread_the_shards_over_as_many_files(tmp_path):
+    ck, _, _ = checkpointer(tmp_path, write_threads=2)
+    ck.save(1)
+    ck.close()
+    assert sorted(p.name for p in (tmp_path / "step_00000001").glob("*.distcp")) == ["__0_0.distcp", "__0_1.distcp"]

@@ -154,12 +154,18 @@ class Checkpointer:
         """``stateful``: name -> object with ``state_dict()``/``load_state_dict()`` (scheduler, data loader, scaler)."""
         assert cfg.dir is not None
         self.cfg, self.env, self.model, self.optimizer, self.stateful = cfg, env, model, optimizer, stateful
-        self.store: CheckpointStore = store_for(cfg.dir, cfg.s3_client)
+        self.store: CheckpointStore = store_for(cfg.dir, cfg.s3_client, cfg.write_threads)
         self.root = Path(cfg.dir) if not is_s3(cfg.dir) else None
         #: Seconds each save kept training waiting (staging only, for an asynchronous save).
         self.blocking_s: list[float] = []
         #: Seconds the run's end waited for the last asynchronous save.
         self.final_wait_s = 0.0
+        #: Asynchronous saves, one entry each. In ``save()`` (within ``blocking_s``): waiting for the previous save's
+        #: write, allocating (pinning, on CUDA) host buffers (a state of new shapes: the first save), queuing the
+        #: copies. In the background: the copies on the device (CUDA only), DCP's write, and the whole job to the commit.
+        self.timings: dict[str, list[float]] = {
+            k: [] for k in ("wait_s", "alloc_s", "stage_s", "copy_s", "write_s", "background_s")
+        }
         self._async: bool | None = cfg.async_save
         self._group: Any = None
         self._pending: Future[str] | None = None
@@ -291,6 +297,7 @@ class Checkpointer:
         the state is staged, the previous save having finished first."""
         start = time.perf_counter()
         self.wait()  # the previous save (asynchronous) is written: training waits for it here, counted in this save
+        waited = time.perf_counter() - start
         staging = self.store.staging_id(step)
         if self.env.is_leader:
             self.store.prepare(step)
@@ -304,8 +311,9 @@ class Checkpointer:
             train_state.update({name: obj.state_dict() for name, obj in self.stateful.items() if obj is not None})
             self.store.write(self.store.join(staging, "train_state.json"), json.dumps(train_state, indent=1).encode())
         if self._use_async(state):
+            self.timings["wait_s"].append(waited)
             writer = self.store.writer(staging)
-            staged = self._stage(state)
+            staged, copied = self._stage(state)
             if staged is None:  # FSDP1's ShardedTensor: DCP's own asynchronous save (it copies to host memory)
                 kwargs: dict[str, Any] = {"storage_writer": writer}
                 if self._group is not None:
@@ -314,7 +322,8 @@ class Checkpointer:
                 written = response if isinstance(response, Future) else response.upload_completion
                 job = functools.partial(self._finish_async, written.result, step)
             else:
-                job = functools.partial(self._finish_async, functools.partial(self._write_staged, staged, writer), step)
+                write = functools.partial(self._write_staged, staged, writer, copied)
+                job = functools.partial(self._finish_async, write, step)
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(1, thread_name_prefix="checkpoint-commit")
             self._pending = self._executor.submit(job)
@@ -330,8 +339,9 @@ class Checkpointer:
         log.info("checkpoint: saved %s", final)
         return final
 
-    def _stage(self, state: dict[str, Any]) -> dict[str, Any] | None:
-        """Copy this rank's state into host buffers kept between saves; None when it holds a ShardedTensor (FSDP1).
+    def _stage(self, state: dict[str, Any]) -> tuple[dict[str, Any] | None, Any]:
+        """Copy this rank's state into host buffers kept between saves: the staged state (None when it holds a
+        ShardedTensor, FSDP1) and, on CUDA, the copies' start and end events (the background write waits for the end).
 
         On CUDA the buffers are pinned and the copies run on a stream of their own, behind what the device has
         queued so far, while the next step's forward and backward run (they read the state, never write it):
@@ -343,11 +353,15 @@ class Checkpointer:
         if cuda and self._stream is None:
             self._stream = torch.cuda.Stream(self.env.device)
         buffers: dict[str, torch.Tensor] = self._buffers
+        start, alloc = time.perf_counter(), 0.0
 
         def copy(path: str, t: torch.Tensor) -> torch.Tensor:
+            nonlocal alloc
             buf = buffers.get(path)
             if buf is None or buf.shape != t.shape or buf.dtype != t.dtype:
+                began = time.perf_counter()
                 buf = torch.empty(t.shape, dtype=t.dtype, device="cpu", pin_memory=cuda)
+                alloc += time.perf_counter() - began
                 buffers[path] = buf
             if cuda and t.is_cuda:
                 t.record_stream(self._stream)
@@ -373,26 +387,33 @@ class Checkpointer:
                 return items if isinstance(x, list) else tuple(items)
             return copy_module.deepcopy(x)
 
+        events = None
         try:
             if cuda:
                 self._stream.wait_stream(torch.cuda.current_stream(self.env.device))
                 with torch.cuda.stream(self._stream):
+                    events = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    events[0].record(self._stream)
                     staged = walk(state, "")
-                    event = torch.cuda.Event()
-                    event.record(self._stream)
-                self._copied = event
+                    events[1].record(self._stream)
+                self._copied = events[1]
             else:
                 staged = walk(state, "")
         except _Unstageable:
-            return None
-        return staged  # type: ignore[no-any-return]
+            return None, None
+        self.timings["alloc_s"].append(alloc)
+        self.timings["stage_s"].append(time.perf_counter() - start - alloc)
+        return staged, events
 
-    def _write_staged(self, staged: dict[str, Any], writer: Any) -> None:
-        """Background: once the copies are done, DCP's save of the host copy over the checkpoint's own group."""
-        copied = self._copied
+    def _write_staged(self, staged: dict[str, Any], writer: Any, copied: Any) -> None:
+        """Background: once the copies are done (``copied``: their CUDA events, None on CPU), DCP's save of the host
+        copy over the checkpoint's own group."""
         if copied is not None:
-            copied.synchronize()
+            copied[1].synchronize()
+            self.timings["copy_s"].append(copied[0].elapsed_time(copied[1]) / 1000)
+        start = time.perf_counter()
         dcp.save(staged, storage_writer=writer, process_group=self._group)
+        self.timings["write_s"].append(time.perf_counter() - start)
 
     def before_update(self) -> None:
         """Before the optimizer changes the weights: make the device wait until a background save has copied them."""
@@ -414,9 +435,11 @@ class Checkpointer:
 
     def _finish_async(self, write: Any, step: int) -> str:
         """Background: write (or wait for DCP's write), then (leader) commit. Runs in the commit thread."""
+        start = time.perf_counter()
         write()  # raises the background save's error
         self._fault_point(step)
         final = self._commit(step) if self.env.is_leader else self.store.final_id(step)
+        self.timings["background_s"].append(time.perf_counter() - start)
         log.info("checkpoint: saved %s (asynchronously)", final)
         return final
 

@@ -204,6 +204,8 @@ class CheckpointConfig(options.Section):
     """Dtype of the exported weights. Default: precision.param_dtype."""
     async_save: bool | None = None
     """Save in the background: each rank copies its shards into host buffers kept between saves (on CUDA pinned, on a stream of its own, overlapping the next step's forward and backward), and DCP writes that copy from a background thread; the next save waits for the previous one, a failed background save fails the run with its cause, the last one is waited for. Default (auto): on, unless the copies would take over half the node's available host memory."""
+    write_threads: int = 1
+    """Threads each rank's save writes its shards with, one file each (DCP's thread_count): more can help a store that one writing thread cannot fill (a RAID of NVMe drives, memory, S3)."""
     s3_client: Literal["s3torchconnector", "fsspec"] = "s3torchconnector"
     """What writes and reads s3:// checkpoints: s3torchconnector (AWS's CRT client and DCP storage), or fsspec (torch's FsspecWriter/Reader over s3fs, pip install s3fs), the fallback for an S3-compatible store the CRT client cannot serve."""
 
@@ -394,6 +396,7 @@ class TrainerConfig(options.Section):
             "--train.log_every": t.log_every,
             "--ac.every": self.activation_checkpointing.every,
             "--checkpoint.keep": self.checkpoint.keep,
+            "--checkpoint.write_threads": self.checkpoint.write_threads,
             "--runtime.timeout_s": self.runtime.timeout_s,
         }
         for flag, value in positive.items():

@@ -89,6 +89,8 @@ class CheckpointStore:
     """The operations ``Checkpointer`` needs from a checkpoint location. Ids are paths or ``s3://`` URIs."""
 
     root: str
+    #: Threads each rank's DCP write spreads its shards over, one file each (``checkpoint.write_threads``).
+    write_threads: int = 1
 
     def join(self, ckpt: str, name: str) -> str:
         """The id of file ``name`` (``a/b`` for subfolders) in checkpoint ``ckpt``."""
@@ -244,7 +246,7 @@ class LocalStore(CheckpointStore):
     def writer(self, ckpt: str) -> Any:
         from torch.distributed.checkpoint import FileSystemWriter
 
-        return FileSystemWriter(ckpt)
+        return FileSystemWriter(ckpt, thread_count=self.write_threads)
 
     def reader(self, ckpt: str) -> Any:
         from torch.distributed.checkpoint import FileSystemReader
@@ -373,10 +375,10 @@ class S3Store(CheckpointStore):
         if self.client_kind == "fsspec":
             from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
 
-            return FsspecWriter(ckpt, sync_files=False, **_fsspec_options())
+            return FsspecWriter(ckpt, sync_files=False, thread_count=self.write_threads, **_fsspec_options())
         from s3torchconnector.dcp import S3FileSystem, S3StorageWriter
 
-        writer = S3StorageWriter(s3_region(), ckpt)
+        writer = S3StorageWriter(s3_region(), ckpt, thread_count=self.write_threads)
         writer.fs = S3FileSystem(s3_region(), s3_client=s3_client())
         return writer
 
@@ -453,9 +455,11 @@ def check_s3_locations(cfg: Any) -> None:
             ) from None
 
 
-def store_for(location: str, s3_client_kind: str = "s3torchconnector") -> CheckpointStore:
+def store_for(location: str, s3_client_kind: str = "s3torchconnector", write_threads: int = 1) -> CheckpointStore:
     """The store of a ``checkpoint.dir`` (a directory or ``s3://bucket/prefix``)."""
-    return S3Store(location, s3_client_kind) if is_s3(location) else LocalStore(location)
+    store = S3Store(location, s3_client_kind) if is_s3(location) else LocalStore(location)
+    store.write_threads = write_threads
+    return store
 
 
 def torch_bytes(obj: Any) -> bytes:

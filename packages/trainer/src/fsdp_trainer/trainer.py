@@ -363,7 +363,8 @@ class Trainer:
         return summary
 
     def _checkpoint_summary(self) -> dict[str, Any]:
-        """What the saves cost: seconds each one kept training waiting, and the final wait for the last one."""
+        """What the saves cost: seconds each one kept training waiting, the final wait for the last one, and for
+        asynchronous saves where those seconds went (``Checkpointer.timings``)."""
         ck = self.checkpointer
         if not self.cfg.checkpoint.enabled or not ck.blocking_s:
             return {}
@@ -373,6 +374,7 @@ class Trainer:
                 "saves": len(ck.blocking_s),
                 "blocking_s": [round(s, 4) for s in ck.blocking_s],
                 "final_wait_s": round(ck.final_wait_s, 4),
+                **{k: [round(s, 4) for s in v] for k, v in ck.timings.items() if v},
             }
         }
 
