@@ -128,7 +128,11 @@ def run_case(name: str, ckpt: list[str], model_dir: Path, args: argparse.Namespa
         "blocking_s": blocking,
         "final_wait_s": ck.get("final_wait_s"),
         "async": ck.get("async"),
-        **{k: ck[k] for k in ("wait_s", "alloc_s", "stage_s", "copy_s", "write_s", "background_s") if k in ck},
+        **{
+            k: ck[k]
+            for k in ("wait_s", "alloc_s", "stage_s", "copy_s", "offload_s", "write_s", "background_s", "staged_on")
+            if k in ck
+        },
         **extra,
         "step_times_s": [round(r["step_time_s"], 5) for r in measured],
         "summary": summary,
@@ -169,7 +173,11 @@ def main() -> int:
     parser.add_argument("--seq-len", type=int, default=4096)
     parser.add_argument("--micro-batch", type=int, default=2)
     parser.add_argument("--keep", type=int, default=1, help="checkpoint.keep")
-    parser.add_argument("--cases", default="none,sync,async", help="none, sync, async; -tN: N write threads (async-t8)")
+    parser.add_argument(
+        "--cases",
+        default="none,sync,async",
+        help="none, sync, async; -tN: N write threads (async-t8); -host, -device: where async saves stage",
+    )
     parser.add_argument("--timeout", type=float, default=400)
     args = parser.parse_args()
 
@@ -200,12 +208,18 @@ def main() -> int:
         record["disk_free_gb"] = round(shutil.disk_usage(args.ckpt_root).free / 1e9, 1)
     for case in args.cases.split(","):
         root = f"{args.ckpt_root.rstrip('/')}/{case}"
-        kind, _, threads = case.partition("-t")  # e.g. async-t8: checkpoint.write_threads 8
+        kind, *options = case.split("-")  # async-t8: checkpoint.write_threads 8; async-host, async-device: where
+        threads = next((o[1:] for o in options if o.startswith("t") and o[1:].isdigit()), "")  # async saves stage
+        staging = {
+            "host": ["--checkpoint.stage_on_device", "false"],
+            "device": ["--checkpoint.stage_on_device", "true"],
+        }
+        stage = [flag for o in options for flag in staging.get(o, [])]
         ckpt = ["--checkpoint.enabled", "false"]
         if kind in ("sync", "async"):
             ckpt = ["--checkpoint.dir", root, "--checkpoint.every_steps", str(args.every), "--checkpoint.keep",
                     str(args.keep), "--checkpoint.async_save", str(kind == "async").lower(),
-                    "--checkpoint.write_threads", threads or "1"]  # fmt: skip
+                    "--checkpoint.write_threads", threads or "1", *stage]  # fmt: skip
         try:
             result = run_case(case, ckpt, model_dir, args, work)
         except (RuntimeError, subprocess.TimeoutExpired) as exc:

@@ -51,8 +51,9 @@ def test_a_failed_background_save_fails_with_its_cause_and_leaves_no_marker(tmp_
     assert not (tmp_path / "step_00000001" / MARKER).exists() and ck.store.complete() == []
 
 
-def test_the_save_holds_the_state_of_its_step_and_the_next_one_waits(tmp_path):
-    ck, model, _ = checkpointer(tmp_path, keep=1)
+@pytest.mark.parametrize("on_device", [False, True], ids=["host", "device-then-host"])
+def test_the_save_holds_the_state_of_its_step_and_the_next_one_waits(tmp_path, on_device):
+    ck, model, _ = checkpointer(tmp_path, keep=1, stage_on_device=on_device)
     before = model.weight.detach().clone()
     ck.save(1)
     with torch.no_grad():
@@ -65,6 +66,8 @@ def test_the_save_holds_the_state_of_its_step_and_the_next_one_waits(tmp_path):
     assert t["alloc_s"][0] > 0 and t["alloc_s"][1] == 0 and t["copy_s"] == []  # no device copies on CPU
     assert all(len(t[k]) == 2 for k in ("wait_s", "stage_s", "write_s", "background_s"))
     assert t["background_s"][0] >= t["write_s"][0] and ck.blocking_s[1] >= t["wait_s"][1]
+    # staged on the "device" (a second copy on CPU): the background's hop to the host buffers, each save
+    assert len(t["offload_s"]) == (2 if on_device else 0) and t["background_s"][1] >= t["write_s"][1]
     state = {"model": {"weight": torch.zeros_like(before), "bias": torch.zeros(3)}}
     dcp.load(state, storage_reader=ck.store.reader(ck.store.final_id(2)))
     torch.testing.assert_close(state["model"]["weight"], before + 100.0)

@@ -204,6 +204,8 @@ class CheckpointConfig(options.Section):
     """Dtype of the exported weights. Default: precision.param_dtype."""
     async_save: bool | None = None
     """Save in the background: each rank copies its shards into host buffers kept between saves (on CUDA pinned, on a stream of its own, overlapping the next step's forward and backward), and DCP writes that copy from a background thread; the next save waits for the previous one, a failed background save fails the run with its cause, the last one is waited for. Default (auto): on, unless the copies would take over half the node's available host memory."""
+    stage_on_device: bool | None = False
+    """Asynchronous saves on CUDA: copy the shards to spare device memory first (the next optimizer step then waits for a device-to-device copy, not a copy at PCIe speed), then to pinned host memory in the background. Off by default: checked on CPU, not yet measured on a GPU. auto: on when the run's peak leaves room for the copy beside a margin (5% of the device, at least 2 GiB)."""
     write_threads: int = 1
     """Threads each rank's save writes its shards with, one file each (DCP's thread_count): more can help a store that one writing thread cannot fill (a RAID of NVMe drives, memory, S3)."""
     s3_client: Literal["s3torchconnector", "fsspec"] = "s3torchconnector"

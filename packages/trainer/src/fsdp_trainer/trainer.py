@@ -375,6 +375,7 @@ class Trainer:
                 "blocking_s": [round(s, 4) for s in ck.blocking_s],
                 "final_wait_s": round(ck.final_wait_s, 4),
                 **{k: [round(s, 4) for s in v] for k, v in ck.timings.items() if v},
+                **({"staged_on": "device" if ck.staged_on_device else "host"} if ck.timings["stage_s"] else {}),
             }
         }
 
