@@ -52,7 +52,7 @@ def test_raw_records_are_named_by_what_they_measure():
     (``results/<date>-<hardware>-<what>/``, as ``bench/convergence.py run`` writes them)."""
     for record in (BENCH / "results").iterdir():
         suffix = "" if record.is_dir() else r"\.json"
-        assert re.fullmatch(rf"\d{{4}}-\d\d-\d\d-(h200|h200x2|cpu)-[a-z0-9.-]+{suffix}", record.name), record.name
+        assert re.fullmatch(rf"\d{{4}}-\d\d-\d\d-(h100|h200|h200x2|cpu)-[a-z0-9.-]+{suffix}", record.name), record.name
         assert not re.search(r"-s\d+-|call[a-e]\b", record.name.lower()), record.name
 
 
