@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from fsdp_sdk.client import Client
 from fsdp_sdk.config import Config
 from fsdp_sdk.errors import ConfigError
 from fsdp_sdk.hookspecs import hookimpl
@@ -143,3 +144,50 @@ class Register:
     @hookimpl
     def fsdp_sdk_register_backends(self, registry) -> None:
         registry.add(ScalingBackend)
+
+
+class EksScalingBackend(ScalingBackend):
+    """The recording cluster, as an EKS backend's (its GPU node group can target a capacity reservation)."""
+
+    eks_cluster = True
+
+
+@pytest.mark.parametrize(("workers", "refused"), [(4, False), (6, True)])
+def test_a_job_needing_more_nodes_than_the_reservation_holds_is_refused(
+    apiserver: FakeApiServer, tmp_path: Path, stubbed, monkeypatch: pytest.MonkeyPatch, workers: int, refused: bool
+) -> None:
+    """``run`` (before scaling) and ``job submit`` (before anything is sent) on an EKS cluster whose GPU nodes
+    target a capacity reservation of 4 instances."""
+    import fsdp_sdk.aws.preflight
+
+    ec2, stubber = stubbed("ec2")
+    reservation = "cr-0123456789abcdef0"
+    found = {"CapacityReservationId": reservation, "InstanceType": "p5.48xlarge", "TotalInstanceCount": 4}
+    for _ in range(2):
+        stubber.add_response(
+            "describe_capacity_reservations",
+            {"CapacityReservations": [found]},
+            {"CapacityReservationIds": [reservation]},
+        )
+    monkeypatch.setattr(fsdp_sdk.aws.preflight, "aws_client", lambda service, region: ec2)
+    client = _client(apiserver, tmp_path, nodes=8, capacity_reservation_id=reservation)
+    client.backend = EksScalingBackend()
+    config = client.config.with_overrides({"job.num_workers": workers})
+    if not refused:
+        client._ensure_nodes(config, scale=True, dry_run=True)  # within the reservation: only the scaling is said
+        client._check_reservation(config)
+        return
+    message = (
+        "job.num_workers (from overrides): the job needs 6 nodes but the capacity reservation "
+        "cr-0123456789abcdef0 of cluster fsdp-sdk holds 4 instances; run fewer workers (--workers 4) or move the "
+        "cluster to a reservation of 6 or more (cluster.capacity_reservation_id)"
+    )
+    with pytest.raises(ConfigError) as error:
+        client._ensure_nodes(config, scale=True, dry_run=True)
+    assert str(error.value) == message
+    submitting = Client(config, plugins=client.loaded_plugins)
+    submitting.backend = EksScalingBackend()
+    with pytest.raises(ConfigError) as error:
+        submitting.submit_job(force=True)
+    assert str(error.value) == message
+    assert ScalingBackend.sizes == [] and apiserver.writes() == []

@@ -948,6 +948,7 @@ class Client:
         from fsdp_sdk.runner import KubernetesRunner
 
         self._checked("submit")
+        self._check_reservation(self.config)
         if not force:
             self.check_fits()
         runner = KubernetesRunner(self.jobs)  # on the local backend too: a kubeconfig was given
@@ -1097,12 +1098,33 @@ class Client:
 
         return KubernetesRunner(self.jobs)
 
+    def _check_reservation(self, config: Config) -> None:
+        """Refuse a job with more workers than the capacity reservation of an EKS cluster's GPU node group holds:
+        the group targets that reservation alone, so the nodes beyond it never launch (one ``DescribeCapacityReservations``)."""
+        workers, name = config.job.num_workers, config.cluster.name
+        if self.backend.eks_cluster and config.cluster.capacity_reservation_id:
+            from fsdp_sdk.aws.preflight import reservation_size
+
+            held = reservation_size(config)
+            if held is not None and workers > held:
+                kind = "Capacity Block" if config.cluster.capacity_type == "capacity-block" else "capacity reservation"
+                origin = config.origins.get("job.num_workers")
+                raise ConfigError(
+                    origin.name if origin else "job.num_workers",
+                    f"the job needs {workers} nodes but the {kind} {config.cluster.capacity_reservation_id} of "
+                    f"cluster {name} holds {held} instances",
+                    f"run fewer workers (--workers {held}) or move the cluster to a reservation of {workers} or more "
+                    "(cluster.capacity_reservation_id)",
+                    source=origin.source if origin else None,
+                )
+
     def _ensure_nodes(self, config: Config, *, scale: bool, dry_run: bool) -> None:
         """Refuse a job with more workers than the running cluster has nodes, or with ``scale`` scale it first."""
         from fsdp_sdk.k8s.render import check_node_count
 
         check_node_count(config)  # more than the cluster can ever have: scaling would not help
         workers, name = config.job.num_workers, config.cluster.name
+        self._check_reservation(config)
         status = self.backend.status(config)
         if status.state == "absent" or status.nodes >= workers:
             return

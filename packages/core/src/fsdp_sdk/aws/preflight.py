@@ -154,6 +154,24 @@ def aws_preflight(
     return results
 
 
+def reservation_size(config: Config, *, client: Any = None) -> int | None:
+    """How many instances ``cluster.capacity_reservation_id`` holds (its ``TotalInstanceCount``): the GPU node group
+    targets that reservation alone, so its launches beyond it fail and the cluster can never have more nodes. None
+    without a reservation, or for one that does not exist (the ``up`` preflight says so). Reads only.
+
+    :param client: an EC2 client to use instead of the cached one (tests pass a stubbed one).
+    """
+    reservation_id = config.cluster.capacity_reservation_id
+    if not reservation_id:
+        return None
+    ec2 = client or aws_client("ec2", config.cluster.region)
+    kind = "Capacity Block" if config.cluster.capacity_type == "capacity-block" else "capacity reservation"
+    with aws_errors("ec2", f"describe the {kind} {reservation_id}"):
+        found = ec2.describe_capacity_reservations(CapacityReservationIds=[reservation_id])
+    reservations = found.get("CapacityReservations") or []
+    return int(reservations[0].get("TotalInstanceCount") or 0) if reservations else None
+
+
 def _utcnow() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 
