@@ -87,12 +87,7 @@ class DryRun:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict: what ``run --dry-run --json`` prints."""
         return {
-            "job": {
-                "name": self.job.name,
-                "backend": self.job.backend,
-                "run_id": self.job.run_id,
-                "namespace": self.job.namespace,
-            },
+            "job": self.job.to_dict(),
             "run_id": self.job.run_id,
             "dry_run": True,
             "commands": [list(c) for c in self.commands],

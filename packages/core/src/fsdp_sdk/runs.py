@@ -27,6 +27,10 @@ class JobRef:
     run_id: str
     namespace: str | None = None
 
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (the ``job`` of ``run --json`` and ``run --dry-run --json``)."""
+        return {"name": self.name, "backend": self.backend, "run_id": self.run_id, "namespace": self.namespace}
+
 
 @dataclass(frozen=True)
 class RunEvent:
@@ -98,12 +102,7 @@ class RunResult:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
         return {
-            "job": {
-                "name": self.job.name,
-                "backend": self.job.backend,
-                "run_id": self.job.run_id,
-                "namespace": self.job.namespace,
-            },
+            "job": self.job.to_dict(),
             "run_id": self.job.run_id,
             "summary": self.summary,
             "output_dir": str(self.output_dir) if self.output_dir else None,

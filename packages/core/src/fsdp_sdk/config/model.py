@@ -554,14 +554,8 @@ class Config(Fields):
         return find_instance_type(self, plugins)
 
     def resolved(self, plugins: Plugins, *, validate_trainer: bool = True) -> Config:
-        """A copy with derived values filled in and cross-field rules checked.
-
-        Fills ``job.gpu_per_worker`` and ``job.efa_per_worker`` from the instance
-        type and ``cluster.max_nodes`` from ``cluster.nodes``; refuses an unknown
-        backend or instance type, more GPUs or EFA interfaces per worker than the
-        instance type has, node bounds out of order; validates the trainer
-        section with ``fsdp_trainer.config.TrainerConfig.from_dict`` when the
-        trainer is installed. Calling it again changes nothing.
+        """A copy with derived values filled in and cross-field rules checked (what is filled and refused:
+        :func:`fsdp_sdk.config.resolution.resolve`). Calling it again changes nothing.
 
         :param plugins: the plugin set providing backends, instance types and settings sections
             (``fsdp_sdk.plugins.get_plugins()`` for the process's).
