@@ -220,6 +220,7 @@ def test_a_platforms_own_instance_type_plans_renders_and_estimates_without_the_p
             "instance_type": PLATFORM_TYPE,
             "availability_zones": ["us-west-2a", "us-west-2b"],
             "state_dir": str(tmp_path / "state"),
+            "checkpoint_bucket": "platform-checkpoints",  # named: nothing asks the account for the derived name
         },
         "job": {"registry": REGISTRY},
         "trainer": {"model": {"preset": "llama2-7b"}},
