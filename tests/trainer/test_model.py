@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fsdp_trainer.config import ModelConfig, TrainConfig
+from fsdp_trainer.config import CheckpointConfig, ModelConfig, TrainConfig, TrainerConfig
 from fsdp_trainer.flops import flops_per_token, peak_tflops
 from fsdp_trainer.model import (
     CausalLMWithLoss,
@@ -213,6 +213,7 @@ def test_fp16_skipped_step_does_not_advance_the_schedule():
     model = torch.nn.Linear(4, 4)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1.0)
     t = Trainer.__new__(Trainer)
+    t.cfg = TrainerConfig(checkpoint=CheckpointConfig(enabled=False))  # no save to wait for before the update
     t.converters = ModelConverters([Counting(None, torch.device("cpu"), None)])
     t.model, t.optimizer, t.step = model, optimizer, 0
     t.scheduler = build_scheduler(optimizer, TrainConfig(steps=10, warmup_steps=5))

@@ -66,6 +66,11 @@ def test_jobs_on_other_types_are_left_alone(plugins: Plugins, api: str) -> None:
 def test_trainium_workers_request_neuron_devices_and_efa_with_device_rdma(plugins: Plugins) -> None:
     (job,) = render(plugins, "trn2.48xlarge", "pytorchjob")
     container = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
-    assert container["resources"]["limits"] == {"aws.amazon.com/neuron": 16, "vpc.amazonaws.com/efa": 16}
+    limits = container["resources"]["limits"]
+    assert {k: v for k, v in limits.items() if k not in ("cpu", "memory")} == {
+        "aws.amazon.com/neuron": 16,
+        "vpc.amazonaws.com/efa": 16,
+    }
+    assert container["resources"]["requests"] == limits  # Guaranteed: cpu and memory sized from the type
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["FI_EFA_USE_DEVICE_RDMA"] == "1" and env["FI_PROVIDER"] == "efa"
