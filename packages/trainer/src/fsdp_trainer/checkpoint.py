@@ -27,11 +27,11 @@ meanwhile. On CUDA the copy goes to pinned host memory, which the next optimizer
 waits for on the device (at PCIe speed: 0.86 s for a 22.6 GB state on an H100); with
 ``checkpoint.stage_on_device`` it goes to spare device memory first (the optimizer
 waits for that copy only) and on to the host in the background. The leader commits
-(marker, pruning) as soon as its save is done: DCP's metadata is written only after every rank has reported its shards
-written, and each rank's small files were written before its shards. The next save
-waits for the previous one; an error of a background save is raised at the next step,
-with its cause; the last save is waited for before the run ends. ``auto`` turns it on
-unless the staged copy would not fit in host memory.
+(marker, pruning) as soon as its save is done: DCP's metadata is written only after
+every rank has reported its shards written, and each rank's small files were written
+before its shards. The next save waits for the previous one; an error of a background
+save is raised at the next step, with its cause; the last save is waited for before the
+run ends. ``auto`` turns it on unless the staged copy would not fit in host memory.
 
 Which checkpoint to resume is decided by the leader and broadcast, so every rank
 loads the same one. After an explicit ``checkpoint.resume <path>`` at step S, the
