@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -16,9 +17,14 @@ from fsdp_sdk.errors import BackendError
 from fsdp_sdk.processes import ProcessIdentity, stop_identified
 
 
+_SLEEP = "import time; print('ready', flush=True); time.sleep(60)"
+
+
 @pytest.fixture
 def sleeper():
-    process = subprocess.Popen(["sleep", "60"])
+    # The child says it is running: until its exec completes, /proc/<pid>/cmdline may still be empty or the parent's.
+    process = subprocess.Popen([sys.executable, "-c", _SLEEP], stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None and process.stdout.readline().strip() == "ready"
     yield process
     process.kill()
     process.wait()
@@ -26,9 +32,9 @@ def sleeper():
 
 def test_a_recorded_pid_is_signalled_only_while_it_is_the_same_process(sleeper: subprocess.Popen) -> None:
     identity = ProcessIdentity.of(sleeper.pid)
-    assert identity is not None and identity.cmdline == ("sleep", "60") and identity.is_running()
+    assert identity is not None and identity.cmdline == (sys.executable, "-c", _SLEEP) and identity.is_running()
     other_program = ProcessIdentity(sleeper.pid, identity.create_time, ("etcd", "--data-dir", "/x"))
-    assert "runs sleep 60, not etcd" in (other_program.mismatch() or "")
+    assert re.fullmatch(rf"pid {sleeper.pid} runs .*python.*, not etcd --data-dir /x", other_program.mismatch() or "")
     reused = ProcessIdentity(sleeper.pid, identity.create_time - 1000, identity.cmdline)
     assert "now belongs to another process" in (reused.mismatch() or "")
     assert not stop_identified(other_program) and not stop_identified(reused)
