@@ -16,7 +16,6 @@ from fsdp_sdk.backends.local.state import LocalState, StateDamaged, lock_file
 from fsdp_sdk.errors import BackendError
 from fsdp_sdk.processes import ProcessIdentity, stop_identified
 
-
 _SLEEP = "import time; print('ready', flush=True); time.sleep(60)"
 
 
