@@ -133,6 +133,8 @@ class RecordedRequest:
     fault: str | None = None
     at: float = field(default_factory=time.monotonic)
     """When it arrived (``time.monotonic()``)."""
+    answered: float | None = None
+    """When the server was done with it (answered, dropped or cut), ``None`` until then."""
 
     @property
     def dry_run(self) -> bool:
@@ -691,9 +693,19 @@ class _Handler(BaseHTTPRequestHandler):
         parts = [urllib.parse.unquote(p) for p in url.path.strip("/").split("/") if p]
         fault = self.api.take_fault(method, url.path, query)
         record.fault = fault.action if fault else None
+        try:
+            self._serve(fault, method, parts, query, content_type, body, url.query)
+        finally:
+            record.answered = time.monotonic()
+            with self.api._changed:
+                self.api._changed.notify_all()
+
+    def _serve(
+        self, fault: Any, method: str, parts: list[str], query: dict, content_type: str, body: Any, raw: str
+    ) -> None:
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the client hung up
             if fault is None:
-                self._route(method, parts, query, content_type, body, url.query)
+                self._route(method, parts, query, content_type, body, raw)
             elif fault.action == "status":
                 headers = {"Retry-After": str(fault.retry_after)} if fault.retry_after is not None else None
                 self._fail(fault.status, fault.reason, fault.message, headers=headers)
@@ -702,16 +714,16 @@ class _Handler(BaseHTTPRequestHandler):
             elif fault.action == "lose":
                 real, self.wfile = self.wfile, io.BytesIO()
                 try:
-                    self._route(method, parts, query, content_type, body, url.query)
+                    self._route(method, parts, query, content_type, body, raw)
                 finally:
                     self.wfile = real
                 self._drop()
             elif fault.action == "slow":
                 self.api._stopping.wait(fault.seconds)
-                self._route(method, parts, query, content_type, body, url.query)
+                self._route(method, parts, query, content_type, body, raw)
             elif fault.action == "cut":
                 self._cut_after = fault.after
-                self._route(method, parts, query, content_type, body, url.query)
+                self._route(method, parts, query, content_type, body, raw)
 
     # ---------------------------------------------------------------- discovery
 

@@ -135,12 +135,15 @@ def test_submit_retries_dropped_connections_and_conflicts(
 def test_a_slow_answer_is_retried_and_applied_once(
     api: FakeApiServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(retry, "DEFAULT_POLICY", retry.RetryPolicy(sleep=lambda s: None, request_timeout=0.3))
-    api.slow("PATCH", JOB_PATH, 1.5)
+    monkeypatch.setattr(retry, "DEFAULT_POLICY", retry.RetryPolicy(sleep=lambda s: None, request_timeout=1.0))
+    api.slow("PATCH", JOB_PATH, 3.0)
     code, _, err = cli(capsys, "job", "submit", "--rdzv-id", "fsdp-slow1")
     assert code == 0, err
     assert "timed out" in err.lower() or "no answer" in err
-    api.wait_for(lambda: len(requests(api, "PATCH", JOB_PATH)) == 2)  # the slow one is served late, the same apply
+    # On a loaded machine a retry may time out too: any number of plain retries after the slow one.
+    patches = requests(api, "PATCH", JOB_PATH)
+    assert patches[0].fault == "slow" and len(patches) >= 2 and all(p.fault is None for p in patches[1:])
+    api.wait_for(lambda: patches[0].answered)  # the slow one is served late: the same apply, no second object
     assert api.get(*JOB)["spec"]["elasticPolicy"]["rdzvId"] == "fsdp-slow1"
     assert len(api.objects("PyTorchJob")) == 1
 
