@@ -1103,11 +1103,11 @@ class Client:
         the group targets that reservation alone, so the nodes beyond it never launch (one ``DescribeCapacityReservations``)."""
         workers, name = config.job.num_workers, config.cluster.name
         if self.backend.eks_cluster and config.cluster.capacity_reservation_id:
-            from fsdp_sdk.aws.preflight import reservation_size
+            from fsdp_sdk.aws.preflight import reservation_kind, reservation_size
 
             held = reservation_size(config)
             if held is not None and workers > held:
-                kind = "Capacity Block" if config.cluster.capacity_type == "capacity-block" else "capacity reservation"
+                kind = reservation_kind(config)
                 origin = config.origins.get("job.num_workers")
                 raise ConfigError(
                     origin.name if origin else "job.num_workers",

@@ -154,6 +154,11 @@ def aws_preflight(
     return results
 
 
+def reservation_kind(config: Config) -> str:
+    """What ``cluster.capacity_reservation_id`` names, as messages say it: a Capacity Block or a capacity reservation."""
+    return "Capacity Block" if config.cluster.capacity_type == "capacity-block" else "capacity reservation"
+
+
 def reservation_size(config: Config, *, client: Any = None) -> int | None:
     """How many instances ``cluster.capacity_reservation_id`` holds (its ``TotalInstanceCount``): the GPU node group
     targets that reservation alone, so its launches beyond it fail and the cluster can never have more nodes. None
@@ -165,7 +170,7 @@ def reservation_size(config: Config, *, client: Any = None) -> int | None:
     if not reservation_id:
         return None
     ec2 = client or aws_client("ec2", config.cluster.region)
-    kind = "Capacity Block" if config.cluster.capacity_type == "capacity-block" else "capacity reservation"
+    kind = reservation_kind(config)
     with aws_errors("ec2", f"describe the {kind} {reservation_id}"):
         found = ec2.describe_capacity_reservations(CapacityReservationIds=[reservation_id])
     reservations = found.get("CapacityReservations") or []
@@ -297,7 +302,7 @@ def _reservation(
     config: Config, client: Callable[[str], Any], now: dt.datetime
 ) -> tuple[PreflightResult, dict[str, Any] | None]:
     reservation_id = config.cluster.capacity_reservation_id
-    kind = "Capacity Block" if config.cluster.capacity_type == "capacity-block" else "capacity reservation"
+    kind = reservation_kind(config)
     try:
         with aws_errors("ec2", f"describe the {kind} {reservation_id}"):
             found = client("ec2").describe_capacity_reservations(CapacityReservationIds=[reservation_id])
