@@ -687,13 +687,13 @@ class _Handler(BaseHTTPRequestHandler):
         content_type, body = self._read_body()
         record = RecordedRequest(method, url.path, query, content_type, body, self.headers.get("Accept") or "")
         self.api.requests.append(record)
-        if self.headers.get("Authorization") != f"Bearer {self.api.token}":
-            self._fail(401, "Unauthorized", "Unauthorized")
-            return
-        parts = [urllib.parse.unquote(p) for p in url.path.strip("/").split("/") if p]
-        fault = self.api.take_fault(method, url.path, query)
-        record.fault = fault.action if fault else None
         try:
+            if self.headers.get("Authorization") != f"Bearer {self.api.token}":
+                self._fail(401, "Unauthorized", "Unauthorized")
+                return
+            parts = [urllib.parse.unquote(p) for p in url.path.strip("/").split("/") if p]
+            fault = self.api.take_fault(method, url.path, query)
+            record.fault = fault.action if fault else None
             self._serve(fault, method, parts, query, content_type, body, url.query)
         finally:
             record.answered = time.monotonic()
@@ -701,7 +701,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self.api._changed.notify_all()
 
     def _serve(
-        self, fault: Any, method: str, parts: list[str], query: dict, content_type: str, body: Any, raw: str
+        self, fault: Fault | None, method: str, parts: list[str], query: dict, content_type: str, body: Any, raw: str
     ) -> None:
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the client hung up
             if fault is None:
