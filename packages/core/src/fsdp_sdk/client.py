@@ -368,6 +368,7 @@ class Client:
                 install_identity(config, progress=self.progress)
             self._record_cost("up", config, status.nodes, plan)
         self.loaded_plugins.hooks.cluster_created(config, status)
+        self._remember(status)
         return status
 
     # ------------------------------------------------------------------ checkpoint bucket
@@ -507,6 +508,8 @@ class Client:
         status = self.backend.down(self.config, dry_run=dry_run, progress=self.progress)
         if not dry_run and current.state != "absent" and not self.backend.runs_jobs:
             self._record_cost("down", self.config, 0)
+        if not dry_run:
+            self._remember(status)
         store = self._checkpoint_store(self.config)
         if store is None:
             return status
@@ -555,6 +558,8 @@ class Client:
         status = self.backend.scale(self.config, nodes, dry_run=dry_run, progress=self.progress)
         if not dry_run and not self.backend.runs_jobs:
             self._record_cost("scale", self.config, nodes)
+        if not dry_run:
+            self._remember(status)
         return status
 
     def status(self) -> ClusterStatus:
@@ -562,6 +567,7 @@ class Client:
         support (``details["kubernetes_support"]``, from the pins table's calendar), and its checkpoint bucket
         (``details["checkpoint_bucket"]``)."""
         status = self.backend.status(self.config)
+        self._remember(status)
         if self.backend.runs_jobs:
             return status
         details = dict(status.details)
@@ -577,6 +583,12 @@ class Client:
             except FsdpSdkError as error:
                 details["checkpoint_bucket"] = f"unknown: {error}"
         return dataclasses.replace(status, details=details)
+
+    def _remember(self, status: ClusterStatus) -> None:
+        """Record what was just seen of the cluster, for ``fsdp-sdk clusters`` (:mod:`fsdp_sdk.clusters`)."""
+        from fsdp_sdk.clusters import record_status
+
+        record_status(self, status)
 
     def _kubernetes_support_line(self, status: ClusterStatus) -> str:
         """When the cluster's Kubernetes version leaves (or left) EKS standard support, in one line."""
