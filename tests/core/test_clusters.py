@@ -15,10 +15,23 @@ NOW = dt.datetime(2026, 12, 6, 12, 0, tzinfo=dt.timezone.utc)
 
 def snapshot(**changes: object) -> ClusterSnapshot:
     values: dict[str, object] = dict(
-        name="team-a", backend="terraform", region="eu-west-1", state="ready", observed_at=NOW,
-        nodes=2, max_nodes=4, instance_type="p5.48xlarge", gpu="8x H100 80 GiB", kubernetes_version="1.34",
-        standard_support_until="2026-12-02", usd_per_hour=110.5, cost_usd=221.0,
-        since=NOW - dt.timedelta(hours=2), idle_minutes=30, jobs_running=1, jobs_queued=2,
+        name="team-a",
+        backend="terraform",
+        region="eu-west-1",
+        state="ready",
+        observed_at=NOW,
+        nodes=2,
+        max_nodes=4,
+        instance_type="p5.48xlarge",
+        gpu="8x H100 80 GiB",
+        kubernetes_version="1.34",
+        standard_support_until="2026-12-02",
+        usd_per_hour=110.5,
+        cost_usd=221.0,
+        since=NOW - dt.timedelta(hours=2),
+        idle_minutes=30,
+        jobs_running=1,
+        jobs_queued=2,
     )
     values.update(changes)
     return ClusterSnapshot(**values)  # type: ignore[arg-type]
@@ -53,11 +66,21 @@ def test_clusters_known_only_from_older_traces(tmp_path: Path) -> None:
 def test_table_rows() -> None:
     (row,) = table_rows([snapshot(source="recorded", observed_at=NOW - dt.timedelta(minutes=5))], now=NOW)
     assert row == {
-        "NAME": "team-a", "BACKEND": "terraform", "REGION": "eu-west-1",
-        "KUBERNETES": "1.34 (std until 2026-12-02)", "GPU": "p5.48xlarge (8x H100 80 GiB)", "NODES": "2/4",
-        "STATE": "ready", "$/H NOW": "$110.50", "COST SINCE UP": "$221.00", "IDLE": "0 after 30 min",
-        "JOBS": "1 running, 2 waiting", "SEEN": "as of 5 min ago",
+        "NAME": "team-a",
+        "BACKEND": "terraform",
+        "REGION": "eu-west-1",
+        "KUBERNETES": "1.34 (std until 2026-12-02)",
+        "GPU": "p5.48xlarge (8x H100 80 GiB)",
+        "NODES": "2/4",
+        "STATE": "ready",
+        "$/H NOW": "$110.50",
+        "COST SINCE UP": "$221.00",
+        "IDLE": "0 after 30 min",
+        "JOBS": "1 running, 2 waiting",
+        "SEEN": "as of 5 min ago",
     }
-    (live,) = table_rows([snapshot(source="live", jobs_running=None, nodes=None, max_nodes=None, idle_minutes=None)], now=NOW)
+    (live,) = table_rows(
+        [snapshot(source="live", jobs_running=None, nodes=None, max_nodes=None, idle_minutes=None)], now=NOW
+    )
     assert (live["SEEN"], live["JOBS"], live["NODES"], live["IDLE"]) == ("now", "?", "?", "off")
     assert json.loads(json.dumps(snapshot().to_dict()))["since"] == (NOW - dt.timedelta(hours=2)).isoformat()

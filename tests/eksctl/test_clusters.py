@@ -33,6 +33,7 @@ def test_clusters_live_recorded_and_torn_down(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
     pod_identity: Any,
+    request: pytest.FixtureRequest,
 ) -> None:
     monkeypatch.setenv("FSDP_SDK_CLUSTER__INSTANCE_TYPE", "p4de.24xlarge")
     monkeypatch.setenv("FSDP_SDK_CLUSTER__NAME", "team-a")
@@ -43,8 +44,9 @@ def test_clusters_live_recorded_and_torn_down(
 
     code, _, err = cli(capsys, "up", "--yes", "--backend", "eksctl")
     assert code == 0, err
-    code, _, err = cli(capsys, "status", "--backend", "local")
+    code, _, err = cli(capsys, "up", "--backend", "local")  # this machine's etcd: the local cluster
     assert code == 0, err
+    request.addfinalizer(lambda: cli(capsys, "down", "--backend", "local"))
 
     code, out, _ = cli(capsys, "clusters")
     header, *rows = out.splitlines()
@@ -61,7 +63,7 @@ def test_clusters_live_recorded_and_torn_down(
     assert eks["usd_per_hour"] > 0 and eks["cost_usd"] is not None and eks["since"]
     assert eks["idle_minutes"] is None  # no idle scale-to-zero asked
     assert (eks["jobs_running"], eks["jobs_queued"]) == (0, 0)  # the API server has no job yet
-    assert found["local", "team-a"]["usd_per_hour"] == 0.0
+    assert found["local", "team-a"]["usd_per_hour"] == 0.0 and found["local", "team-a"]["state"] == "ready"
 
     # without credentials: what was last recorded, saying so, and nothing asked of AWS
     monkeypatch.delenv("AWS_ACCESS_KEY_ID")

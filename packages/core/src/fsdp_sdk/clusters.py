@@ -12,6 +12,7 @@ live backend (through a :class:`~fsdp_sdk.client.Client`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import json
@@ -242,20 +243,26 @@ def observe(client: Client, *, now: dt.datetime | None = None) -> ClusterSnapsho
     elif status.state == "absent":
         jobs = []
     snapshot = snapshot_from_status(client, status, jobs=jobs, now=now)
-    try:
+    with contextlib.suppress(OSError):
         remember(client.config.cluster.state_dir, snapshot)
-    except OSError:
-        pass
     return snapshot
 
 
 def record_status(client: Client, status: ClusterStatus) -> None:
     """Record what a command just saw of the cluster (``status``, ``up``, ``scale``, ``down``), without asking the
-    backend anything more; never fails the command."""
-    try:
-        remember(client.config.cluster.state_dir, snapshot_from_status(client, status))
-    except Exception:  # noqa: BLE001 - a record is a convenience; the command's own result matters
-        pass
+    backend anything more; never fails the command (a record is a convenience; the command's result matters).
+
+    An absent cluster is recorded only over an earlier record (a cluster torn down): looking at a cluster that never
+    existed leaves the state directory as it was."""
+    config = client.config.cluster
+    region = "local" if client.backend.runs_jobs else str(status.details.get("region") or config.region)
+    if (
+        status.state == "absent"
+        and not snapshot_path(config.state_dir, client.backend.name, region, config.name).exists()
+    ):
+        return
+    with contextlib.suppress(Exception):
+        remember(config.state_dir, snapshot_from_status(client, status))
 
 
 def _age(then: dt.datetime, now: dt.datetime) -> str:
@@ -267,6 +274,12 @@ def _age(then: dt.datetime, now: dt.datetime) -> str:
     if seconds < 48 * 3600:
         return f"{seconds // 3600} h ago"
     return f"{seconds // 86400} days ago"
+
+
+def _idle(snap: ClusterSnapshot) -> str:
+    if snap.backend == "local":
+        return "-"
+    return f"0 after {snap.idle_minutes} min" if snap.idle_minutes else "off"
 
 
 def _money(value: float | None) -> str:
@@ -299,7 +312,7 @@ def table_rows(snapshots: Sequence[ClusterSnapshot], *, now: dt.datetime | None 
                 "STATE": snap.state,
                 "$/H NOW": _money(snap.usd_per_hour),
                 "COST SINCE UP": _money(snap.cost_usd),
-                "IDLE": "-" if snap.backend == "local" else f"0 after {snap.idle_minutes} min" if snap.idle_minutes else "off",
+                "IDLE": _idle(snap),
                 "JOBS": jobs,
                 "SEEN": seen,
             }

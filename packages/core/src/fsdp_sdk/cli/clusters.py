@@ -102,7 +102,7 @@ def _has_credentials(region: str) -> bool:
 
     try:
         return aws_session(region).get_credentials() is not None
-    except Exception:  # noqa: BLE001 - a broken profile is the same as none here
+    except Exception:  # a broken profile is the same as none here
         return False
 
 
