@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from fsdp_sdk.config import Config
     from fsdp_sdk.preflight import PreflightResult
     from fsdp_sdk.resolved import Resolved
-    from fsdp_sdk.runs import JobRef, RecordedRun, RunEvent, RunResult
+    from fsdp_sdk.runs import RecordedRun
 
 __all__ = [
     "BackendRegistry",
@@ -186,8 +186,9 @@ class ClusterBackend(ABC):
     and changes nothing (no cloud resource, no file, no directory).
 
     A backend whose clusters run Kubernetes returns a kubeconfig path and its jobs
-    go through :mod:`fsdp_sdk.k8s`. A backend that runs the trainer itself (the
-    built-in ``local`` backend) sets :attr:`runs_jobs` and implements :meth:`run_job`.
+    go through :mod:`fsdp_sdk.k8s` (:class:`fsdp_sdk.runner.KubernetesRunner`). A backend that runs the
+    trainer itself (the built-in ``local`` backend) sets :attr:`runs_jobs`; its jobs go through its own
+    runner (:class:`fsdp_sdk.backends.local.runner.LocalRunner`, the contract of :mod:`fsdp_sdk.runner`).
     """
 
     #: The name users pass to ``--backend``; unique among registered backends.
@@ -237,20 +238,6 @@ class ClusterBackend(ABC):
         """
         return plan
 
-    def up(
-        self, resolved: Resolved, *, dry_run: bool = False, progress: ProgressCallback = no_progress
-    ) -> ClusterStatus:
-        """Plan, then apply that plan; with ``dry_run``, plan only and return the current status.
-
-        :param resolved: the resolved configuration, its instance type and plugin set.
-        :param dry_run: change nothing.
-        :param progress: receives a line per step.
-        """
-        plan = self.plan(resolved)
-        if dry_run:
-            return self.status(resolved.config)
-        return self.apply(resolved.config, plan, progress=progress)
-
     @abstractmethod
     def down(self, config: Config, *, dry_run: bool = False, progress: ProgressCallback = no_progress) -> ClusterStatus:
         """Delete the cluster and the state this backend keeps for it.
@@ -290,33 +277,6 @@ class ClusterBackend(ABC):
 
         :param config: the resolved configuration.
         """
-
-    def run_job(
-        self,
-        config: Config,
-        *,
-        run_id: str,
-        trainer_args: Sequence[str] = (),
-        dry_run: bool = False,
-        on_output: Callable[[str], None] | None = None,
-        on_started: Callable[[JobRef], None] | None = None,
-        progress: ProgressCallback = no_progress,
-        on_event: Callable[[RunEvent], None] | None = None,
-        resume: bool = False,
-    ) -> RunResult:
-        """Run a training job to completion; only for backends with :attr:`runs_jobs`.
-
-        :param config: the resolved configuration (``trainer`` holds the trainer settings).
-        :param run_id: the run's id; a run id used before continues that run (from its latest checkpoint).
-        :param trainer_args: extra ``--section.field value`` arguments for the trainer.
-        :param dry_run: print what would run, start nothing.
-        :param on_output: receives each line of the leader's output.
-        :param on_started: called once the job's processes are started.
-        :param progress: receives a line per step.
-        :param on_event: receives :class:`~fsdp_sdk.runs.RunEvent` s (phases, steps, restarts) for a display.
-        :param resume: continue the existing run ``run_id`` with its recorded settings (what this call sets wins).
-        """
-        raise NotImplementedError(f"backend {self.name!r} runs jobs through Kubernetes, not run_job()")
 
     def runs(self, config: Config) -> Sequence[RecordedRun]:
         """The runs this backend keeps records of, oldest first; only for backends with :attr:`runs_jobs`.

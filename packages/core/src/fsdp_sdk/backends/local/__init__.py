@@ -17,7 +17,7 @@ configuration and the cluster's state into a :class:`~fsdp_sdk.backends.local.pl
 :class:`~fsdp_sdk.backends.local.supervisor.Supervisor` starts the agents of that plan,
 follows them and stops every process of the run on any failure. Modules:
 
-* ``backend``: :class:`LocalBackend` (plan/apply/down/scale/status, ``run_job``);
+* ``backend``: :class:`LocalBackend` (plan/apply/down/scale/status and the run records);
 * ``runner``: the local job runner (:mod:`fsdp_sdk.runner`'s shape: dryrun, schedule, wait; status, logs
   and stop by run id from any process);
 * ``memory``: the memory check before a run, and the OOM counters that tell an OOM kill;

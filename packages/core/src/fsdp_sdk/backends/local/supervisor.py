@@ -257,7 +257,7 @@ class Supervisor:
     def _leader_line(self, line: str, at: float) -> None:
         event = leader_line_event(line, self.plan.total_steps)
         if event is None:
-            self.summary_seen = True  # the summary: returned by run_job, not streamed
+            self.summary_seen = True  # the summary: returned by the runner's wait, not streamed
             return
         if event.kind == "step" and event.record is not None:
             self.last_step = event.record["step"]
