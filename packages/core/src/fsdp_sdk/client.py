@@ -30,7 +30,7 @@ import functools
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from fsdp_sdk.backends.base import ClusterBackend, ClusterStatus, Plan, ProgressCallback, no_progress
 from fsdp_sdk.config import Config, Setting, load_config, parse_trainer_args
@@ -57,30 +57,7 @@ if TYPE_CHECKING:
     from fsdp_sdk.runner import DryRun, JobRunner, RunStatus
     from fsdp_sdk.runs import JobRef, RecordedRun, RunEvent, RunResult
 
-__all__ = ["Client", "JobLayer", "parse_trainer_args"]
-
-
-class JobLayer(Protocol):
-    """What :meth:`Client.run` needs from the Kubernetes job layer (:mod:`fsdp_sdk.k8s.jobs`).
-
-    The job layer renders the job (calling the ``fsdp_sdk_render_job`` hook), applies
-    it, follows the leader's log and reads the trainer's summary.
-    """
-
-    def submit(self, config: Config, *, run_id: str, dry_run: bool = False) -> JobRef:
-        """Render and apply the job objects; return what identifies the job."""
-        ...
-
-    def wait(self, job: JobRef, *, on_output: Callable[[str], None] | None = None) -> dict[str, Any]:
-        """Follow the job to its end, streaming the leader's log; return the trainer's summary.
-
-        Raises :class:`~fsdp_sdk.errors.RunError` when the job fails.
-        """
-        ...
-
-    def stop(self, job: JobRef) -> object:
-        """Delete the job and its pods."""
-        ...
+__all__ = ["Client", "parse_trainer_args"]
 
 
 class Client:
@@ -965,7 +942,7 @@ class Client:
             self.check_fits()
         runner = KubernetesRunner(self.jobs)  # on the local backend too: a kubeconfig was given
         plan = runner.dryrun(
-            self._job_resolved(self.resolved).config, run_id=run_id, api=api, create_secret=create_secret, unique=unique
+            self._job_resolved(self.resolved), run_id=run_id, api=api, create_secret=create_secret, unique=unique
         )
         job = runner.schedule(plan, server_dry_run=dry_run, replace=replace).job
         if not dry_run:
@@ -1012,74 +989,48 @@ class Client:
         :raises RunError: the run failed.
         """
         runner = self.runner
-        local = runner.kind == "local"
-        # a Kubernetes job's checkpoints live under its name (the checkpoint bucket, the shared claim, the disk)
-        resolved = self._run_resolved(trainer_overrides, trainer_args, job_name=None if local else resume)
-        if not local:
-            resolved = self._job_resolved(resolved, strict=not dry_run)
-            self._ensure_nodes(resolved.config, scale=scale, dry_run=dry_run)
-        config = resolved.config
-        if not force:
-            if runner.kind == "local":
-                runner.check_memory(resolved)  # type: ignore[attr-defined]
-            else:
-                self.check_fits(resolved)
-        if local:
-            plan = runner.dryrun(config, run_id=resume if resume is not None else run_id, resume=resume is not None)
-        else:
-            plan = runner.dryrun(config, run_id=run_id)
+        plan = self._dryrun(runner, trainer_overrides, trainer_args, run_id, resume, scale, dry_run, force)
         if dry_run:
             return plan.result()
         if plan.finished is not None:
-            from fsdp_sdk.runs import RunResult
-
             self.progress(
                 f"run {plan.run_id} has finished ({plan.finished.get('steps')} steps): nothing started, its record "
                 "is kept (a larger --steps continues it)"
             )
-            duration = runner.record(plan.run_id).duration_s  # type: ignore[attr-defined]
-            extra = {"finished": True, "duration_s": duration}
-            return RunResult(plan.job, plan.finished, plan.output_dir, plan.log_dir, extra=extra)
+            return plan.finished_result()
+        config = plan.config or self.config
         self._checked("run")
         from fsdp_sdk.aws.checkpoints import check_s3_locations
 
         check_s3_locations(config.trainer)  # s3:// checkpoints, export, weights: reachable, before anything starts
         hooks = self.loaded_plugins.hooks
-        if local:
-            handle = runner.schedule(plan, on_event=on_event, on_output=on_output)
-        else:  # resubmitting a job of that name replaces the one there (it resumes from its checkpoints)
-            handle = runner.schedule(plan, on_event=on_event, on_output=on_output, replace=resume is not None)  # type: ignore[call-arg]
+        handle = runner.schedule(plan, on_event=on_event, on_output=on_output)
         waiting = False
         try:
             if on_started is not None:
                 on_started(handle.job)
-            hooks.job_submitted(plan.config or config, handle.job)
+            hooks.job_submitted(config, handle.job)
             waiting = True
             result = runner.wait(handle)
         except BaseException:
-            if not waiting and runner.kind == "local":
-                runner.stop(handle)  # its processes and record, as wait() would have ended them
-            hooks.job_finished(plan.config or config, handle.job, False, None)
+            if not waiting:
+                runner.release(handle)  # a local run's processes and record end, as wait() would have ended them
+            hooks.job_finished(config, handle.job, False, None)
             raise
-        hooks.job_finished(plan.config or config, handle.job, True, result.summary)
+        hooks.job_finished(config, handle.job, True, result.summary)
         return result
 
     def _run_resolved(
         self,
         trainer_overrides: Mapping[str, Any] | None = None,
         trainer_args: Sequence[str] = (),
-        *,
-        job_name: str | None = None,
     ) -> Resolved:
-        """This client's resolved configuration with trainer settings given to one run on top (and ``job.name``,
-        for a Kubernetes job resubmitted by name)."""
+        """This client's resolved configuration with trainer settings given to one run on top."""
         settings = [
             Setting(key if key.startswith("trainer.") else f"trainer.{key}", value, key, "run()")
             for key, value in (trainer_overrides or {}).items()
         ]
         settings += parse_trainer_args(trainer_args)
-        if job_name is not None:
-            settings.append(Setting("job.name", job_name, "--resume", "command line"))
         return self.resolved.with_overrides(settings) if settings else self.resolved
 
     def dryrun(
@@ -1089,11 +1040,30 @@ class Client:
         trainer_args: Sequence[str] = (),
         run_id: str | None = None,
         resume: str | None = None,
+        scale: bool = False,
+        force: bool = False,
     ) -> DryRun:
-        """What :meth:`run` would start (pure): a local run's commands and plan, or a cluster job's objects; what
-        ``fsdp-sdk run --dry-run`` prints. Arguments as :meth:`run`."""
-        config = self._run_resolved(trainer_overrides, trainer_args).config
-        return self.runner.dryrun(config, run_id=resume if resume is not None else run_id, resume=resume is not None)
+        """What :meth:`run` would start (changes nothing): a local run's commands and plan, or a cluster job's
+        objects; what ``fsdp-sdk run --dry-run`` prints and, given to the runner's ``schedule``, exactly what
+        :meth:`run` starts. Arguments as :meth:`run`; the same checks refuse the same runs."""
+        return self._dryrun(self.runner, trainer_overrides, trainer_args, run_id, resume, scale, True, force)
+
+    def _dryrun(
+        self,
+        runner: JobRunner,
+        trainer_overrides: Mapping[str, Any] | None,
+        trainer_args: Sequence[str],
+        run_id: str | None,
+        resume: str | None,
+        scale: bool,
+        dry_run: bool,
+        force: bool,
+    ) -> DryRun:
+        """The run's configuration resolved once (this client's, the run's trainer settings on top), made final
+        and checked by the runner, then its dry run: what :meth:`run` schedules."""
+        resolved = self._run_resolved(trainer_overrides, trainer_args)
+        resolved = runner.admit(resolved, resume=resume, scale=scale, dry_run=dry_run, force=force)
+        return runner.dryrun(resolved, run_id=run_id, resume=resume)
 
     @functools.cached_property
     def runner(self) -> JobRunner:
@@ -1108,7 +1078,7 @@ class Client:
             return LocalRunner(self.backend, self.config, progress=self.progress)
         from fsdp_sdk.runner import KubernetesRunner
 
-        return KubernetesRunner(self.jobs)
+        return KubernetesRunner(self.jobs, site=_ClientSite(self))
 
     def _check_reservation(self, config: Config) -> None:
         """Refuse a job with more workers than the capacity reservation of an EKS cluster's GPU node group holds:
@@ -1139,6 +1109,12 @@ class Client:
         self._check_reservation(config)
         status = self.backend.status(config)
         if status.state == "absent" or status.nodes >= workers:
+            return
+        if status.state == "ready" and status.nodes == 0 and not dry_run:
+            # scaled to 0 by the idle controller: back to cluster.nodes (at least the job's), from the CLI and here
+            wanted = max(self.config.cluster.nodes, workers)
+            self.progress(f"the GPU nodes of cluster {status.cluster!r} are at 0: scaling them to {wanted}")
+            self.scale(wanted)
             return
         have = f"the job needs {workers} nodes but cluster {name} has {status.nodes}"
         if not scale:
@@ -1356,3 +1332,19 @@ class Client:
     def plugins(self) -> list[PluginInfo]:
         """Every plugin, the built-in ones first, then the broken ones."""
         return self.loaded_plugins.infos()
+
+
+class _ClientSite:
+    """A client's side of :meth:`fsdp_sdk.runner.KubernetesRunner.admit` (:class:`fsdp_sdk.runner.ClusterSite`)."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    def job_resolved(self, resolved: Resolved, *, strict: bool = True) -> Resolved:
+        return self.client._job_resolved(resolved, strict=strict)
+
+    def ensure_nodes(self, config: Config, *, scale: bool, dry_run: bool) -> None:
+        self.client._ensure_nodes(config, scale=scale, dry_run=dry_run)
+
+    def check_fits(self, resolved: Resolved | None = None) -> Estimate | None:
+        return self.client.check_fits(resolved)

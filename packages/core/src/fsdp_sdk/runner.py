@@ -2,11 +2,16 @@
 
 A runner has TorchX's shape:
 
-* :meth:`JobRunner.dryrun` ``(config) ->`` :class:`DryRun`: what would be started, decided before anything
+* :meth:`JobRunner.admit` ``(resolved, ...) ->`` :class:`~fsdp_sdk.resolved.Resolved`: the run's configuration
+  made final and checked, once, before anything is decided (local: the memory check; a cluster: the job's name
+  for ``--resume``, its checkpoint bucket, the nodes it needs, the fit check).
+* :meth:`JobRunner.dryrun` ``(resolved) ->`` :class:`DryRun`: what would be started, decided before anything
   starts (pure: the commands, environment and directories of a local run; the Kubernetes objects of a job).
   ``fsdp-sdk run --dry-run`` prints it (:meth:`DryRun.lines`, or :meth:`DryRun.to_dict` with ``--json``).
-* :meth:`JobRunner.schedule` ``(dryrun) ->`` :class:`RunHandle`: start exactly that (the agents; the job applied).
-* :meth:`JobRunner.wait` ``(handle) ->`` :class:`~fsdp_sdk.runs.RunResult`: follow it to its end.
+* :meth:`JobRunner.schedule` ``(dryrun) ->`` :class:`RunHandle`: start exactly that, rendering nothing again (the
+  agents of the dry run's plan; the dry run's objects applied as they are).
+* :meth:`JobRunner.wait` ``(handle) ->`` :class:`~fsdp_sdk.runs.RunResult`: follow it to its end;
+  :meth:`JobRunner.release` gives up a scheduled run this process will not follow.
 * :meth:`JobRunner.status`, :meth:`JobRunner.logs`, :meth:`JobRunner.stop`, :meth:`JobRunner.wait_for` (until
   it ends, or a timeout) by handle or by name, and :meth:`JobRunner.list`, from any process: the ``fsdp-sdk job
   status|logs|stop|wait|list`` commands go through them, for local runs and cluster jobs alike.
@@ -30,11 +35,21 @@ from fsdp_sdk.runs import JobRef, RunEvent, RunResult
 from fsdp_sdk.yamltext import to_yaml_documents
 
 if TYPE_CHECKING:
+    from fsdp_sdk.backends.local.plan import RunPlan
     from fsdp_sdk.config import Config
     from fsdp_sdk.k8s.jobs import JobClient, JobStatus
-    from fsdp_sdk.plugins import Plugins
+    from fsdp_sdk.resolved import Resolved
 
-__all__ = ["DryRun", "JobRunner", "KubernetesRunner", "RunHandle", "RunStatus", "RunStopped", "job_ref_name"]
+__all__ = [
+    "ClusterSite",
+    "DryRun",
+    "JobRunner",
+    "KubernetesRunner",
+    "RunHandle",
+    "RunStatus",
+    "RunStopped",
+    "job_ref_name",
+]
 
 #: The phases of a job that has ended (local runs: also ``Interrupted`` and ``Lost``).
 ENDED_PHASES = ("Succeeded", "Failed", "Interrupted", "Lost")
@@ -62,7 +77,12 @@ class DryRun:
     :param details: the local run's full plan (:meth:`~fsdp_sdk.backends.local.plan.RunPlan.to_dict`).
     :param finished: the run of this name has already trained every step asked for: nothing would start.
     :param config: the configuration it was made from (what :meth:`JobRunner.schedule` acts on).
-    :param plan: the runner's own plan object (local: the :class:`~fsdp_sdk.backends.local.plan.RunPlan`).
+    :param plan: the local run's plan (:class:`~fsdp_sdk.backends.local.plan.RunPlan`; ``None`` for a cluster job,
+        whose :attr:`objects` are what is applied).
+    :param trainer_args: the trainer options given on top of the configuration.
+    :param resume: a local run continued with its recorded settings.
+    :param replace: a cluster job that replaces the job of its name (``run --resume NAME``).
+    :param finished_duration_s: how long the finished run took (its record's), when :attr:`finished`.
     """
 
     job: JobRef
@@ -75,9 +95,11 @@ class DryRun:
     details: Mapping[str, Any] = field(default_factory=dict)
     finished: dict[str, Any] | None = None
     config: Config | None = field(default=None, repr=False, compare=False)
-    plan: Any = field(default=None, repr=False, compare=False)
+    plan: RunPlan | None = field(default=None, repr=False, compare=False)
     trainer_args: tuple[str, ...] = ()
     resume: bool = False
+    replace: bool = False
+    finished_duration_s: float | None = None
 
     @property
     def run_id(self) -> str:
@@ -124,6 +146,11 @@ class DryRun:
         return RunResult(
             self.job, {}, self.output_dir, self.log_dir, self.commands, dry_run=True, extra=extra, plan=self
         )
+
+    def finished_result(self) -> RunResult:
+        """The recorded result of a run that has :attr:`finished` (nothing starts)."""
+        extra = {"finished": True, "duration_s": self.finished_duration_s}
+        return RunResult(self.job, dict(self.finished or {}), self.output_dir, self.log_dir, extra=extra)
 
 
 @dataclass
@@ -218,10 +245,38 @@ class JobRunner(Protocol):
 
     kind: str
 
+    def admit(
+        self,
+        resolved: Resolved,
+        *,
+        resume: str | None = None,
+        scale: bool = False,
+        dry_run: bool = False,
+        force: bool = False,
+    ) -> Resolved:
+        """The run's configuration made final and checked, before its dry run (see the module docstring).
+
+        :param resume: the run (local) or job (cluster) to continue.
+        :param scale: scale a cluster with too few nodes first (without: refused).
+        :param dry_run: for a dry run (nothing is changed; what cannot be known without credentials is warned of).
+        :param force: skip the memory / fit check.
+        :raises ConfigError: the run will not fit, or needs more nodes than there are.
+        """
+        ...
+
     def dryrun(
-        self, config: Config, *, run_id: str | None = None, trainer_args: Sequence[str] = (), resume: bool = False
+        self,
+        resolved: Resolved,
+        *,
+        run_id: str | None = None,
+        trainer_args: Sequence[str] = (),
+        resume: str | None = None,
     ) -> DryRun:
-        """What would be started for ``config`` (pure)."""
+        """What would be started for ``resolved`` (pure).
+
+        :param run_id: the run's id (local) or rendezvous id (cluster); a fresh one by default.
+        :param resume: the run (local: its id, its recorded settings) or job (cluster: replaced) to continue.
+        """
         ...
 
     def schedule(
@@ -239,6 +294,11 @@ class JobRunner(Protocol):
 
         :raises RunError: the job failed.
         """
+        ...
+
+    def release(self, handle: RunHandle) -> None:
+        """Give up a scheduled run this process will not :meth:`wait` for (local: its processes and record are
+        ended, as ``wait`` would have; a cluster job keeps running on the cluster)."""
         ...
 
     def status(self, job: RunHandle | str | None = None) -> RunStatus:
@@ -280,31 +340,76 @@ class JobRunner(Protocol):
         ...
 
 
+class ClusterSite(Protocol):
+    """What :meth:`KubernetesRunner.admit` asks of the cluster a job goes to (:class:`fsdp_sdk.Client` is one)."""
+
+    def job_resolved(self, resolved: Resolved, *, strict: bool = True) -> Resolved:
+        """``resolved`` with what the cluster fills in (an EKS cluster's checkpoint bucket)."""
+        ...
+
+    def ensure_nodes(self, config: Config, *, scale: bool, dry_run: bool) -> None:
+        """Refuse a job with more workers than the cluster has nodes (with ``scale``: scale it first)."""
+        ...
+
+    def check_fits(self, resolved: Resolved | None = None) -> object:
+        """Refuse a job the estimate says will not fit in its GPUs' memory."""
+        ...
+
+
 class KubernetesRunner:
     """The runner of cluster backends: the Kubernetes job layer (:class:`~fsdp_sdk.k8s.jobs.JobClient`).
 
     :param jobs: the job layer of the cluster.
+    :param site: the cluster's side of :meth:`admit` (its checkpoint bucket, nodes and fit check); without one,
+        ``admit`` only names the job for ``resume``.
     """
 
     kind = "kubernetes"
 
-    def __init__(self, jobs: JobClient) -> None:
+    def __init__(self, jobs: JobClient, site: ClusterSite | None = None) -> None:
         self.jobs = jobs
+        self.site = site
+
+    def admit(
+        self,
+        resolved: Resolved,
+        *,
+        resume: str | None = None,
+        scale: bool = False,
+        dry_run: bool = False,
+        force: bool = False,
+    ) -> Resolved:
+        """The job's configuration: named ``resume`` when given (its checkpoints live under its name: the
+        checkpoint bucket, the shared claim, the disk), with the cluster's checkpoint bucket, refused when the
+        cluster has too few nodes (unless ``scale``) or the job will not fit (unless ``force``)."""
+        from fsdp_sdk.config import Setting
+
+        if resume is not None:
+            resolved = resolved.with_overrides([Setting("job.name", resume, "--resume", "command line")])
+        if self.site is None:
+            return resolved
+        resolved = self.site.job_resolved(resolved, strict=not dry_run)
+        self.site.ensure_nodes(resolved.config, scale=scale, dry_run=dry_run)
+        if not force:
+            self.site.check_fits(resolved)
+        return resolved
 
     def dryrun(
         self,
-        config: Config,
+        resolved: Resolved,
         *,
         run_id: str | None = None,
         trainer_args: Sequence[str] = (),
-        resume: bool = False,
+        resume: str | None = None,
         api: str | None = None,
         create_secret: bool | None = None,
         unique: bool = False,
     ) -> DryRun:
-        """The job's objects as ``job submit`` would apply them (pure: nothing is sent).
+        """The job's objects as they will be applied (pure: nothing is sent).
 
+        :param resolved: the job's resolved configuration (rendered as it is: not resolved again).
         :param run_id: the rendezvous id (default: a fresh one).
+        :param resume: the job of that name is replaced (``resolved`` names it: see :meth:`admit`).
         :param api: ``pytorchjob`` or ``trainjob`` (default: ``job.api``).
         :param create_secret: include the Hugging Face token Secret (default: when ``job.hf_token`` is set).
         :param unique: name the job ``job.name`` plus a fresh suffix (a new job next to the others).
@@ -318,12 +423,13 @@ class KubernetesRunner:
             from fsdp_sdk.k8s.jobs import _SUFFIX_ALPHABET
 
             suffix = "".join(secrets.choice(_SUFFIX_ALPHABET) for _ in range(5))
-            renamed = config.with_overrides(
-                [Setting("job.name", f"{config.job.name}-{suffix}", "--unique", "command line")]
+            resolved = resolved.with_overrides(
+                [Setting("job.name", f"{resolved.config.job.name}-{suffix}", "--unique", "command line")],
+                validate_trainer=False,
             )
-            config = renamed.resolved(self._plugins(), validate_trainer=False)
+        config = resolved.config
         rdzv_id = run_id or new_rdzv_id(config.job.name)
-        objects = render_job(config, rdzv_id=rdzv_id, create_secret=create_secret, api=api, plugins=self._plugins())
+        objects = render_job(resolved, rdzv_id=rdzv_id, create_secret=create_secret, api=api)
         job = JobRef(
             name=objects[0]["metadata"]["name"],
             backend=config.cluster.backend,
@@ -335,12 +441,9 @@ class KubernetesRunner:
             backend=config.cluster.backend,
             objects=tuple(objects),
             config=config,
-            plan={"api": api, "create_secret": create_secret},
             trainer_args=tuple(trainer_args),
+            replace=resume is not None,
         )
-
-    def _plugins(self) -> Plugins:
-        return self.jobs.plugin_set()
 
     def schedule(
         self,
@@ -349,23 +452,22 @@ class KubernetesRunner:
         on_event: Callable[[RunEvent], None] | None = None,
         on_output: Callable[[str], None] | None = None,
         server_dry_run: bool = False,
-        replace: bool = False,
+        replace: bool | None = None,
     ) -> RunHandle:
-        """Apply the dry run's objects (server-side apply; the same rendezvous id renders the same objects).
+        """Apply exactly the dry run's objects (server-side apply; nothing is rendered again).
 
         :param server_dry_run: the API server validates them and stores nothing (``dryRun=All``).
-        :param replace: delete a job of the same name first (see :meth:`~fsdp_sdk.k8s.jobs.JobClient.submit`).
+        :param replace: delete a job of the same name first (see :meth:`~fsdp_sdk.k8s.jobs.JobClient.submit`);
+            default: the dry run's :attr:`~DryRun.replace`.
         """
-        options = dryrun.plan or {}
-        job = self.jobs.submit(
-            dryrun.config,
-            run_id=dryrun.run_id,
-            api=options.get("api"),
-            create_secret=options.get("create_secret"),
-            dry_run=server_dry_run,
-            replace=replace,
-        )
+        jobs = self.jobs._with(dryrun.config)
+        replace = dryrun.replace if replace is None else replace
+        job = jobs.apply(dryrun.objects, dry_run=server_dry_run, replace=replace)
+        self.jobs.last_objects = jobs.last_objects
         return RunHandle(job, dryrun, state=(on_event, on_output))
+
+    def release(self, handle: RunHandle) -> None:
+        """Nothing: the job runs on the cluster whether this process follows it or not."""
 
     def wait(self, handle: RunHandle) -> RunResult:
         """Follow the leader's log to the job's end; the trainer's summary.

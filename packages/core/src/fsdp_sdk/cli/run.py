@@ -108,11 +108,7 @@ def run(
     terminal = not as_json and not dry_run and sys.stdout.isatty()
     display = TerminalDisplay() if terminal else PlainDisplay(output_to_stderr=as_json)
     app.progress_sink = display.progress
-    client = app.client
-    if not dry_run:
-        from fsdp_sdk.launch import ensure_gpu_nodes
-
-        ensure_gpu_nodes(client)  # scaled to 0 by the idle controller: back to cluster.nodes
+    client = app.client  # a cluster scaled to 0 by the idle controller: Client.run scales it back
     started: list[str] = []
     began = time.monotonic()
     try:

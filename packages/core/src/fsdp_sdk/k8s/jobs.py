@@ -38,7 +38,7 @@ import os
 import secrets
 import string
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -189,8 +189,8 @@ class FollowResult:
 class JobClient:
     """Submit and follow training jobs on one cluster.
 
-    It also fulfils :class:`fsdp_sdk.client.JobLayer`, the seam :class:`fsdp_sdk.Client`
-    uses (``submit`` / ``wait`` / ``stop`` with a :class:`~fsdp_sdk.runs.JobRef`).
+    :class:`fsdp_sdk.runner.KubernetesRunner` drives it for :class:`fsdp_sdk.Client`
+    (``apply`` / ``wait`` / ``stop`` with a :class:`~fsdp_sdk.runs.JobRef`).
 
     :param config: the resolved value (:class:`~fsdp_sdk.resolved.Resolved`), or a configuration (resolved when
         rendering).
@@ -342,7 +342,6 @@ class JobClient:
         """
         from fsdp_sdk.config import Setting
         from fsdp_sdk.resolved import Resolved
-        from fsdp_sdk.runs import JobRef
 
         if unique:
             suffix = "".join(secrets.choice(_SUFFIX_ALPHABET) for _ in range(5))
@@ -357,6 +356,18 @@ class JobClient:
             self.last_objects = other.last_objects
             return ref
         objects = self.render(run_id=run_id, create_secret=create_secret, api=api)
+        return self.apply(objects, dry_run=dry_run, replace=replace)
+
+    def apply(self, rendered: Sequence[Mapping[str, Any]], *, dry_run: bool = False, replace: bool = False) -> JobRef:
+        """Apply exactly ``rendered``, as :meth:`render` returned them (the job first, the Secret without its data):
+        what a dry run showed is what is sent. The checks and the clean-up on failure are :meth:`submit`'s.
+
+        :param dry_run: ask the server to validate only.
+        :param replace: delete a job of the same name first (see :meth:`submit`).
+        """
+        from fsdp_sdk.runs import JobRef
+
+        objects: list[dict[str, Any]] = [copy.deepcopy(dict(obj)) for obj in rendered]
         self.last_objects = objects
         job = objects[0]
         name, kind = job["metadata"]["name"], job["kind"]

@@ -33,7 +33,7 @@ from fsdp_sdk.backends.local.state import LocalState, StateDamaged
 from fsdp_sdk.errors import BackendError, ConfigError
 from fsdp_sdk.preflight import PreflightResult
 from fsdp_sdk.processes import stop_identified
-from fsdp_sdk.runs import JobRef, RunEvent, RunResult
+from fsdp_sdk.runs import RunEvent
 
 if TYPE_CHECKING:
     from fsdp_sdk.config import Config
@@ -259,15 +259,19 @@ class LocalBackend(ClusterBackend):
         run_id: str,
         state: dict[str, Any] | None,
         trainer_args: Sequence[str] = (),
+        rdzv_id: str | None = None,
     ) -> RunPlan:
-        """The plan of a run of ``config`` on the cluster ``state`` describes (pure but for choosing a c10d port)."""
+        """The plan of a run of ``config`` on the cluster ``state`` describes (pure but for choosing a c10d port).
+
+        :param rdzv_id: the launch's rendezvous id (default: a fresh one, ``<run id>-<random>``).
+        """
         rdzv = (state or {}).get("rdzv_backend") or self._rdzv_backend(config)[0]
         server = self._server(state)
         snapshot = ClusterSnapshot(rdzv, server.client_port if server else None, (state or {}).get("nodes"))
         return render_run(
             config,
             run_id=run_id,
-            rdzv_id=f"{run_id}-{secrets.token_hex(4)}",
+            rdzv_id=rdzv_id or f"{run_id}-{secrets.token_hex(4)}",
             root=self.root(config),
             cluster=snapshot,
             trainer_args=trainer_args,
@@ -275,34 +279,6 @@ class LocalBackend(ClusterBackend):
             base_env=os.environ,
             cpu_count=os.cpu_count() or 1,
         )
-
-    def run_job(
-        self,
-        config: Config,
-        *,
-        run_id: str,
-        trainer_args: Sequence[str] = (),
-        dry_run: bool = False,
-        on_output: Callable[[str], None] | None = None,
-        on_started: Callable[[JobRef], None] | None = None,
-        progress: ProgressCallback = no_progress,
-        on_event: Callable[[RunEvent], None] | None = None,
-        resume: bool = False,
-    ) -> RunResult:
-        """Run a job to its end through :class:`~fsdp_sdk.backends.local.runner.LocalRunner` (dry run, schedule,
-        wait); a named run that has finished is not started again: its recorded summary is returned."""
-        from fsdp_sdk.backends.local.runner import LocalRunner
-
-        runner = LocalRunner(self, config, progress=progress)
-        plan = runner.dryrun(config, run_id=run_id, trainer_args=trainer_args, resume=resume)
-        if dry_run:
-            return plan.result()
-        if plan.finished is not None:
-            return RunResult(plan.job, plan.finished, plan.output_dir, plan.log_dir, extra={"finished": True})
-        handle = runner.schedule(plan, on_event=on_event, on_output=on_output)
-        if on_started is not None:
-            on_started(handle.job)
-        return runner.wait(handle)
 
     def _stop_what_the_run_started(self, config: Config, progress: ProgressCallback) -> None:
         """After a failed or interrupted run that brought the cluster up itself: stop etcd unless another run uses it."""
@@ -318,8 +294,11 @@ class LocalBackend(ClusterBackend):
         run_lock: RunLock,
         trainer_args: Sequence[str],
         progress: ProgressCallback,
+        draft: RunPlan | None = None,
     ) -> RunPlan:
-        """Under the state lock: bring the cluster up when needed, take the run's lock, and render the final plan."""
+        """Under the state lock: bring the cluster up when needed, take the run's lock, and return the final plan:
+        ``draft`` (the dry run's) as it is when it was made for the cluster as it is now, else rendered again for
+        it (the cluster was started here: its etcd port is known only now) with the draft's rendezvous id."""
         with local.locked(progress=progress):
             if not self.status(config).ready:
                 progress(
@@ -337,7 +316,19 @@ class LocalBackend(ClusterBackend):
                 )
             self._forget_lost_runs(local, state)
             run_lock.acquire(run_id)
-            return self.render(config, run_id=run_id, state=state, trainer_args=trainer_args)
+            if draft is not None and self._made_for(draft, state):
+                return draft
+            rdzv_id = draft.rdzv_id if draft is not None else None
+            return self.render(config, run_id=run_id, state=state, trainer_args=trainer_args, rdzv_id=rdzv_id)
+
+    def _made_for(self, draft: RunPlan, state: dict[str, Any]) -> bool:
+        """Whether ``draft`` was rendered for the cluster ``state`` describes (its rendezvous backend and port)."""
+        if "<" in draft.rdzv_endpoint or draft.rdzv_backend != state.get("rdzv_backend"):
+            return False  # rendered before the cluster was up: its port was unknown
+        server = self._server(state)
+        return draft.rdzv_backend != "etcd-v2" or (
+            server is not None and draft.rdzv_endpoint == f"127.0.0.1:{server.client_port}"
+        )
 
     def _forget_lost_runs(self, local: LocalState, state: dict[str, Any]) -> None:
         """Clear the rendezvous keys of runs whose ``fsdp-sdk`` process died without cleaning up."""

@@ -113,24 +113,49 @@ class LocalRunner:
                 fix,
             )
 
+    def admit(
+        self,
+        resolved: Resolved,
+        *,
+        resume: str | None = None,
+        scale: bool = False,
+        dry_run: bool = False,
+        force: bool = False,
+    ) -> Resolved:
+        """``resolved`` as it is, checked against this machine's memory unless ``force`` (:meth:`check_memory`);
+        the local cluster starts the simulated nodes a run needs, so ``scale`` changes nothing."""
+        if not force:
+            self.check_memory(resolved)
+        return resolved
+
     def dryrun(
-        self, config: Config, *, run_id: str | None = None, trainer_args: Sequence[str] = (), resume: bool = False
+        self,
+        resolved: Resolved,
+        *,
+        run_id: str | None = None,
+        trainer_args: Sequence[str] = (),
+        resume: str | None = None,
     ) -> DryRun:
         """The run's plan on the local cluster as it is now (pure but for reading the state and choosing a c10d
         port): commands, environment, directories; or, for a named run that has finished, that it has.
 
+        :param resume: the id of the run to continue with its recorded settings (the run's id, over ``run_id``).
         :raises ConfigError: the run id cannot name a run, or ``resume`` names no run.
         """
         from fsdp_sdk.backends.local.backend import new_run_id
 
+        config = resolved.config
+        if resume is not None:
+            run_id = resume
         run_id = run_id if run_id is not None else new_run_id(config.job.name)
-        validate_run_id(run_id, "--resume" if resume else "--name")
-        if resume:
+        validate_run_id(run_id, "--resume" if resume is not None else "--name")
+        if resume is not None:
             config = self.backend._resumed_config(config, run_id)
         local = self.backend.state(config)
         state, _ = local.read_or_none()
         plan = self.backend.render(config, run_id=run_id, state=state, trainer_args=trainer_args)
         job = JobRef(name=job_ref_name(config.job.name, run_id), backend=self.backend.name, run_id=run_id)
+        finished = self._finished(plan)
         return DryRun(
             job=job,
             backend=self.backend.name,
@@ -139,11 +164,12 @@ class LocalRunner:
             output_dir=plan.output_dir,
             log_dir=plan.log_dir,
             details=plan.to_dict(),
-            finished=self._finished(plan),
+            finished=finished,
             config=config,
             plan=plan,
             trainer_args=tuple(trainer_args),
-            resume=resume,
+            resume=resume is not None,
+            finished_duration_s=self.record(run_id).duration_s if finished is not None else None,
         )
 
     @staticmethod
@@ -195,7 +221,7 @@ class LocalRunner:
         backend, local, run_id = self.backend, self.backend.state(config), dryrun.run_id
         run_lock = RunLock(draft.run_dir)
         started_cluster = local.read_or_none()[0] is None
-        plan = backend._register(config, local, run_id, run_lock, dryrun.trainer_args, self.progress)
+        plan = backend._register(config, local, run_id, run_lock, dryrun.trainer_args, self.progress, draft)
         record = backend._start_record(config, plan)
         identity = ProcessIdentity.of(os.getpid())
         record.supervisor = identity.to_dict() if identity is not None else None
@@ -274,6 +300,11 @@ class LocalRunner:
                 "duration_s": run.record.duration_s,
             },
         )
+
+    def release(self, handle: RunHandle) -> None:
+        """End a scheduled run this process will not follow: its processes are stopped and its record closed,
+        as :meth:`wait` would have done."""
+        self.stop(handle)
 
     def _finish(self, run: _LocalRun, outcome: str, error: str | None) -> None:
         if run.ended:
