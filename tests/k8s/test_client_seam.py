@@ -1,4 +1,4 @@
-"""``fsdp_sdk.Client.run`` on a Kubernetes backend goes through :class:`JobClient` (the JobLayer seam)."""
+"""``fsdp_sdk.Client.run`` on a Kubernetes backend goes through :class:`JobClient` (by the Kubernetes runner)."""
 
 from __future__ import annotations
 
