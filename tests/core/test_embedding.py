@@ -247,10 +247,23 @@ def test_a_platforms_own_instance_type_plans_renders_and_estimates_without_the_p
     assert plugins.hooks.preflight(client.config, "submit") == [] and types.seen == [("preflight", PLATFORM_TYPE)]
 
 
-def test_no_module_outside_the_cli_asks_for_the_process_wide_plugin_set() -> None:
+#: Where a plugin set may be built outside the CLI, each a default for a caller that gave none (a Client, a
+#: Resolved or a plugin set passed in is used instead): file -> how many calls.
+BUILDS_ALLOWED = {
+    "packages/core/src/fsdp_sdk/plugins.py": 3,  # build_plugins itself (PluginManager, Plugins), get_plugins's set
+    "packages/core/src/fsdp_sdk/client.py": 3,  # Client(...)/from_sources without plugins=; from_dict's built-ins
+    "packages/core/src/fsdp_sdk/testing.py": 3,  # the conformance kit's own sets (autoload=False)
+    "packages/core/src/fsdp_sdk/k8s/render.py": 1,  # render_job(config) without plugins= or a Resolved
+    "packages/core/src/fsdp_sdk/k8s/jobs.py": 1,  # JobClient(config) without plugins= or a Resolved
+    "packages/backend-terraform/src/fsdp_sdk_terraform/backend.py": 1,  # backend.down(config) alone (Client: delete)
+}
+
+
+def test_no_module_outside_the_cli_builds_a_plugin_set_of_its_own() -> None:
     # Backends, hooks, renderers and the estimate get the plugin set they are to use (a Resolved, a Client's);
-    # only the command line, which is the process, reaches for the process-wide one.
-    offenders = []
+    # only the command line, which is the process, reaches for the process-wide one (get_plugins()), and a plugin
+    # set is built (build_plugins(), Plugins(...)) only where a caller gave none (BUILDS_ALLOWED).
+    offenders, builds = [], {}
     for source in sorted((ROOT / "packages").glob("*/src/**/*.py")):
         relative = source.relative_to(ROOT).as_posix()
         if "/fsdp_sdk/cli/" in relative:
@@ -260,4 +273,26 @@ def test_no_module_outside_the_cli_asks_for_the_process_wide_plugin_set() -> Non
                 called = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
                 if called == "get_plugins":
                     offenders.append(f"{relative}:{node.lineno}")
+                if called in ("build_plugins", "Plugins", "PluginManager"):
+                    builds.setdefault(relative, []).append(node.lineno)
     assert not offenders, f"get_plugins() called outside fsdp_sdk/cli/: {offenders}"
+    counts = {relative: len(lines) for relative, lines in builds.items()}
+    assert counts == BUILDS_ALLOWED, f"a plugin set built outside fsdp_sdk/cli/: {builds}"
+
+
+def test_client_down_hands_the_backend_its_resolved_configuration(tmp_path: Path) -> None:
+    """``Client.down`` calls the backend's ``delete`` with the client's own resolved value (terraform with its state
+    in S3 renders again from it instead of building the installed plugin set)."""
+    from fsdp_sdk.backends.base import ClusterStatus
+
+    client = Client.from_dict({"cluster": {"backend": "local", "state_dir": str(tmp_path / "state")}})
+    seen = []
+    backend = client.backend
+
+    def delete(resolved, *, dry_run=False, progress=None):
+        seen.append(resolved)
+        return ClusterStatus(backend="local", cluster=resolved.config.cluster.name, state="absent")
+
+    backend.delete = delete  # type: ignore[method-assign]
+    client.down()
+    assert seen == [client.resolved]

@@ -324,11 +324,25 @@ class TerraformBackend(ClusterBackend):
         return self.status(config)
 
     def down(self, config: Config, *, dry_run: bool = False, progress: ProgressCallback = no_progress) -> ClusterStatus:
+        """:meth:`delete` for a caller with the configuration alone: with the state in S3 and no working directory
+        here, the instance type is looked up in the installed plugins (:class:`fsdp_sdk.Client` calls
+        :meth:`delete` with its own resolved value instead)."""
+        return self._down(config, None, dry_run=dry_run, progress=progress)
+
+    def delete(
+        self, resolved: Resolved, *, dry_run: bool = False, progress: ProgressCallback = no_progress
+    ) -> ClusterStatus:
         """Plan the destruction, print it, apply it, then remove the working directory (local state included).
 
         Deleting an absent cluster is not an error; after a failed or interrupted ``up`` this deletes
-        whatever the state records.
+        whatever the state records. With the state in S3 and no working directory here, the configuration and
+        inputs are written again from ``resolved`` (its instance type and plugin set: nothing else is built).
         """
+        return self._down(resolved.config, resolved, dry_run=dry_run, progress=progress)
+
+    def _down(
+        self, config: Config, resolved: Resolved | None, *, dry_run: bool, progress: ProgressCallback
+    ) -> ClusterStatus:
         settings = _settings(config)
         workdir = Workdir.of(config)
         if dry_run:
@@ -342,12 +356,13 @@ class TerraformBackend(ClusterBackend):
             if not settings.remote_state:  # no local state: nothing was created from here
                 workdir.remove()
                 return self._absent(config, "no working directory")
-            # The state is in S3: destroy what it records, with the configuration and inputs written again. down()
-            # receives the configuration alone, so the instance type comes from the installed plugins.
-            from fsdp_sdk.plugins import build_plugins
+            # The state is in S3: destroy what it records, with the configuration and inputs written again
+            if resolved is None:  # down(config) alone: the instance type comes from the installed plugins
+                from fsdp_sdk.plugins import build_plugins
 
-            plugins = build_plugins()
-            plan = self.plan(Resolved(config, config.instance(plugins), plugins))
+                plugins = build_plugins()  # hermetic: allowed (tests/core/test_embedding.py), Client calls delete()
+                resolved = Resolved(config, config.instance(plugins), plugins)
+            plan = self.plan(resolved)
             workdir.write(
                 Path(plan.details["configuration"]), _document(plan, INPUTS_FILE), _document(plan, BACKEND_FILE)
             )

@@ -482,7 +482,7 @@ class Client:
         current = self.backend.status(self.config)
         if not dry_run and current.state != "absent":
             self.loaded_plugins.hooks.before_cluster_delete(self.config, current)
-        status = self.backend.down(self.config, dry_run=dry_run, progress=self.progress)
+        status = self.backend.delete(self.resolved, dry_run=dry_run, progress=self.progress)
         if not dry_run and current.state != "absent" and not self.backend.runs_jobs:
             self._record_cost("down", self.config, 0)
         if not dry_run:

@@ -250,6 +250,20 @@ class ClusterBackend(ABC):
         :return: the status after the call (``absent`` unless ``dry_run``).
         """
 
+    def delete(
+        self, resolved: Resolved, *, dry_run: bool = False, progress: ProgressCallback = no_progress
+    ) -> ClusterStatus:
+        """Delete the cluster of ``resolved``: what :meth:`fsdp_sdk.Client.down` calls, with the configuration it
+        resolved once. The default is :meth:`down` with ``resolved.config``; a backend that renders again to
+        delete (terraform with its state in S3 and no working directory here) overrides it and reads the instance
+        type and plugin set from ``resolved``, never building a plugin set of its own.
+
+        :param resolved: the resolved configuration, its instance type and plugin set.
+        :param dry_run: validate only; change nothing.
+        :param progress: receives a line per step.
+        """
+        return self.down(resolved.config, dry_run=dry_run, progress=progress)
+
     @abstractmethod
     def scale(
         self, config: Config, nodes: int, *, dry_run: bool = False, progress: ProgressCallback = no_progress
