@@ -191,3 +191,26 @@ def test_a_job_needing_more_nodes_than_the_reservation_holds_is_refused(
         submitting.submit_job(force=True)
     assert str(error.value) == message
     assert ScalingBackend.sizes == [] and apiserver.writes() == []
+
+
+def test_run_on_a_cluster_scaled_to_zero_scales_it_back_from_the_library_as_from_the_cli(
+    apiserver: FakeApiServer, tmp_path: Path
+) -> None:
+    """The idle controller scaled the GPU nodes to 0: ``Client.run`` (which ``fsdp-sdk run`` calls, with nothing
+    of its own before it) scales them back to ``cluster.nodes`` without ``scale``, says so, then runs."""
+    client = _client(apiserver, tmp_path, nodes=2)
+    ScalingBackend.sizes.append(0)  # the idle controller's work
+    lines: list[str] = []
+    client.progress = lines.append
+    with pytest.raises(ConfigError, match="has 0; add --scale"):
+        client.run(trainer_overrides=SMALL, dry_run=True)  # a dry run scales nothing, and says what is needed
+    assert ScalingBackend.sizes == [0]
+    stop = threading.Event()
+    threading.Thread(target=_operator, args=(apiserver, stop, {2: 1000.0}), daemon=True).start()
+    try:
+        result = client.run(trainer_overrides=SMALL)
+    finally:
+        stop.set()
+    assert ScalingBackend.sizes == [0, 2]
+    assert lines[0] == "the GPU nodes of cluster 'fsdp-sdk' are at 0: scaling them to 2"
+    assert result.summary["world_size"] == 16
