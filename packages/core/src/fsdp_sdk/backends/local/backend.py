@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from fsdp_sdk import etcd
 from fsdp_sdk.backends.base import ClusterBackend, ClusterStatus, Plan, ProgressCallback, no_progress
 from fsdp_sdk.backends.local.plan import ClusterSnapshot, RunPlan, render_run
-from fsdp_sdk.backends.local.records import RunLock, RunRecord, list_runs, require_existing
+from fsdp_sdk.backends.local.records import RunLock, RunRecord, list_runs, read_record, require_existing
 from fsdp_sdk.backends.local.state import LocalState, StateDamaged
 from fsdp_sdk.errors import BackendError, ConfigError
 from fsdp_sdk.preflight import PreflightResult
@@ -241,15 +241,21 @@ class LocalBackend(ClusterBackend):
         """Every local run with a record, oldest first (see :mod:`~fsdp_sdk.backends.local.records`)."""
         return list_runs(self.state(config).runs_dir)
 
-    def _resumed_config(self, config: Config, run_id: str) -> Config:
-        """``config`` with the recorded settings of run ``run_id`` under what this command sets explicitly."""
-        record = require_existing(self.state(config).runs_dir, run_id)
-        settings = record.settings
-        new = copy.deepcopy(config)
-        new.trainer = _deep_merge(settings.get("trainer", {}), config.trainer)
-        for path, key in (("job.num_workers", "num_workers"), ("job.nproc_per_node", "nproc_per_node")):
-            if path not in config.origins and key in settings:
-                setattr(new.job, path.split(".")[1], settings[key])
+    def _resumed_config(self, config: Config, run_id: str, *, required: bool = True) -> Config:
+        """``config`` continuing run ``run_id``: its recorded settings under what this command sets
+        (:mod:`~fsdp_sdk.backends.local.continuation`); ``config`` itself when ``run_id`` has no record and is not
+        ``required``.
+
+        :raises ConfigError: ``required`` and there is no such run; or the settings would lose the run's progress.
+        """
+        from fsdp_sdk.backends.local.continuation import continued_config, refuse_lost_progress
+
+        runs_dir = self.state(config).runs_dir
+        record = require_existing(runs_dir, run_id) if required else read_record(runs_dir / run_id)
+        if record is None:
+            return config
+        new = continued_config(config, record)
+        refuse_lost_progress(record, new, runs_dir / run_id)
         return new
 
     def render(
@@ -348,9 +354,15 @@ class LocalBackend(ClusterBackend):
         previous = None
         with contextlib.suppress(OSError, ValueError):
             previous = json.loads((plan.run_dir / "run.json").read_text())
-        attempts = int(previous.get("attempts", 0)) + 1 if isinstance(previous, dict) else 1
-        rdzv_ids = [*(previous or {}).get("settings", {}).get("rdzv_ids", []), plan.rdzv_id][-20:]
-        trainer = copy.deepcopy(dict(config.trainer))
+        from fsdp_sdk.backends.local.continuation import checkpoint_location, recorded_settings
+
+        previous = previous if isinstance(previous, dict) else {}
+        attempts = int(previous.get("attempts", 0)) + 1
+        before = previous.get("settings") or {}
+        rdzv_ids = [*before.get("rdzv_ids", []), plan.rdzv_id][-20:]
+        here = checkpoint_location(plan.trainer, plan.run_dir)
+        locations = [*dict.fromkeys([*before.get("checkpoint_locations", []), *([here] if here else [])])]
+        now = time.time()
         record = RunRecord(
             run_id=plan.run_id,
             state="running",
@@ -360,13 +372,15 @@ class LocalBackend(ClusterBackend):
             nodes=plan.nodes,
             nproc_per_node=plan.nproc_per_node,
             total_steps=plan.total_steps,
-            started_at=time.time(),
+            started_at=now,
+            run_started_at=float(previous.get("run_started_at") or previous.get("started_at") or now),
             attempts=attempts,
             settings={
-                "trainer": trainer,
+                **recorded_settings(config, plan.run_dir),
                 "num_workers": plan.nodes,
                 "nproc_per_node": plan.nproc_per_node,
                 "rdzv_ids": rdzv_ids,
+                "checkpoint_locations": locations[-10:],
             },
         )
         record.save()
@@ -429,16 +443,6 @@ class _EventRouter:
             self.on_event(event)
         if self.on_output is not None and event.kind in ("output", "step"):
             self.on_output(event.message)
-
-
-def _deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(base)
-    for key, value in top.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _deep_merge(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
 
 
 def _with_nodes(config: Config, nodes: int) -> Config:

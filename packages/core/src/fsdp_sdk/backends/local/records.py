@@ -68,7 +68,8 @@ class RunRecord:
     :param nodes: simulated nodes (agents).
     :param nproc_per_node: trainer processes per agent.
     :param total_steps: ``train.steps``.
-    :param started_at: Unix time of the (latest) start.
+    :param started_at: Unix time of the latest start (this segment's: a continued run starts a new one).
+    :param run_started_at: Unix time of the run's first start (``None`` in records of older fsdp-sdk versions).
     :param ended_at: Unix time of the end, once ended.
     :param attempts: how many times the run was started (re-running it by name continues it).
     :param error: the one-line cause of a failure.
@@ -90,6 +91,7 @@ class RunRecord:
     total_steps: int | None
     started_at: float
     ended_at: float | None = None
+    run_started_at: float | None = None
     attempts: int = 1
     error: str | None = None
     settings: dict[str, Any] = field(default_factory=dict)

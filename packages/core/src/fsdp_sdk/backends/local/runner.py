@@ -145,12 +145,13 @@ class LocalRunner:
         from fsdp_sdk.backends.local.backend import new_run_id
 
         config = resolved.config
+        named = run_id is not None or resume is not None
         if resume is not None:
             run_id = resume
         run_id = run_id if run_id is not None else new_run_id(config.job.name)
         validate_run_id(run_id, "--resume" if resume is not None else "--name")
-        if resume is not None:
-            config = self.backend._resumed_config(config, run_id)
+        if named:  # a name used before continues that run, with the settings it was started with
+            config = self.backend._resumed_config(config, run_id, required=resume is not None)
         local = self.backend.state(config)
         state, _ = local.read_or_none()
         plan = self.backend.render(config, run_id=run_id, state=state, trainer_args=trainer_args)
@@ -204,6 +205,7 @@ class LocalRunner:
         import importlib.util
 
         from fsdp_sdk.backends.local.backend import _EventRouter
+        from fsdp_sdk.backends.local.continuation import unused_checkpoint_note
         from fsdp_sdk.backends.local.supervisor import Supervisor, disk_check
         from fsdp_sdk.processes import ProcessIdentity
 
@@ -221,7 +223,13 @@ class LocalRunner:
         backend, local, run_id = self.backend, self.backend.state(config), dryrun.run_id
         run_lock = RunLock(draft.run_dir)
         started_cluster = local.read_or_none()[0] is None
+        before = read_record(draft.run_dir)
         plan = backend._register(config, local, run_id, run_lock, dryrun.trainer_args, self.progress, draft)
+        unused = unused_checkpoint_note(
+            run_id, plan.trainer, plan.run_dir, (before.settings if before else {}).get("checkpoint_locations", [])
+        )
+        if unused is not None:
+            self.progress(unused)
         record = backend._start_record(config, plan)
         identity = ProcessIdentity.of(os.getpid())
         record.supervisor = identity.to_dict() if identity is not None else None
