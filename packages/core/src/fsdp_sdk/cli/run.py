@@ -124,10 +124,14 @@ def run(
         )
     except (KeyboardInterrupt, RunError) as exc:
         display.close()
-        if started:
-            what = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
-            click.echo(f"Run {started[0]} {what}; continue it with: fsdp-sdk run --resume {started[0]}", err=True)
-        raise
+        if not started:
+            raise
+        from fsdp_sdk.cli.run_display import stopped_lines
+
+        lines, code = stopped_lines(client, started[0], exc, debug=app.debug)
+        for line in lines:
+            click.echo(line, err=True)
+        sys.exit(code)  # said all there is: no "Aborted." after the hint
     finally:
         display.close()
         app.progress_sink = None

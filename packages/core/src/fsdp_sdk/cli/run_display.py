@@ -39,6 +39,7 @@ __all__ = [
     "format_duration",
     "format_step",
     "live_progress",
+    "stopped_lines",
     "summary_lines",
 ]
 
@@ -82,6 +83,37 @@ def summary_lines(run_id: str, summary: Mapping[str, Any], output_dir: Any, wall
         f"  outputs      {output_dir} (summary.json holds the full summary and configuration)",
     ]
     return lines
+
+
+#: Words of a failure that a resume would only repeat (the supervisor's, for a run out of memory): no resume hint.
+UNRESUMABLE = ("it would run out again",)
+
+
+def stopped_lines(client: Any, run_id: str, exc: BaseException, *, debug: bool = False) -> tuple[list[str], int]:
+    """What ``fsdp-sdk run`` prints when a started run is interrupted or fails, and its exit status: a failure's
+    one-line error first, then what is saved (local runs: the last step and checkpoint, where a resume
+    continues) and the command that continues it; no such hint where a resume would fail the same way."""
+    from fsdp_sdk.errors import FsdpSdkError
+    from fsdp_sdk.secrets import mask_error
+
+    lines: list[str] = []
+    if isinstance(exc, KeyboardInterrupt):
+        what, code = "interrupted", 130
+    else:
+        if debug:
+            import traceback
+
+            traceback.print_exception(exc)
+        lines.append(f"Error: {mask_error(str(exc))}")
+        what, code = "failed", exc.exit_code if isinstance(exc, FsdpSdkError) else 1
+        if any(words in str(exc) for words in UNRESUMABLE):
+            return lines, code
+    saved = ""
+    if client.backend.runs_jobs:
+        with contextlib.suppress(Exception):  # the record unreadable: the hint alone
+            saved = f": {client.runner.saved(run_id)}"
+    lines.append(f"Run {run_id} {what}{saved}; continue it with: fsdp-sdk run --resume {run_id}")
+    return lines, code
 
 
 class PlainDisplay:

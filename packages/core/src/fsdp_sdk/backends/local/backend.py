@@ -451,9 +451,40 @@ def _with_nodes(config: Config, nodes: int) -> Config:
     return new
 
 
-def local_preflight(config: Config) -> list[PreflightResult]:
-    """Check what local runs need: a writable state directory, etcd and python-etcd (else c10d), torch, the trainer."""
+#: Settings that do nothing on the local backend, and why (a one-line warning each where one is set).
+IGNORED_LOCALLY: dict[str, str] = {
+    "job.command": "local runs start the trainer (python -m fsdp_trainer) themselves",
+    "cluster.idle_scale_to_zero_minutes": "this machine has no GPU nodes to scale to zero",
+    "cluster.capacity_reservation_id": "no EC2 capacity is used",
+    "job.shared_storage_claim": "local runs write to this machine's disk",
+}
+
+
+def ignored_settings(config: Config) -> list[PreflightResult]:
+    """A warning for each setting given (in a file, the environment or on the command line) that the local backend
+    does not use, naming it as given and saying why."""
     results = []
+    for path, why in IGNORED_LOCALLY.items():
+        origin = config.origins.get(path)
+        if origin is None:
+            continue
+        given = origin.name if origin.name == path else f"{origin.name} ({path})"
+        results.append(
+            PreflightResult(
+                given,
+                False,
+                f"given ({origin.source}) but does nothing on the local backend: {why}",
+                "leave it out, or use it with a cluster backend (--backend eksctl|terraform)",
+                severity="warning",
+            )
+        )
+    return results
+
+
+def local_preflight(config: Config) -> list[PreflightResult]:
+    """Check what local runs need: a writable state directory, etcd and python-etcd (else c10d), torch, the trainer;
+    and warn of settings given that do nothing here (:func:`ignored_settings`)."""
+    results = ignored_settings(config)
     state_dir = Path(config.cluster.state_dir)
     existing = next((p for p in (state_dir, *state_dir.parents) if p.exists()), None)
     writable = existing is not None and os.access(existing, os.W_OK)

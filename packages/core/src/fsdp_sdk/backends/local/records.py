@@ -30,6 +30,7 @@ __all__ = [
     "RunLock",
     "RunRecord",
     "active_runs",
+    "last_step",
     "list_runs",
     "read_record",
     "require_existing",
@@ -149,6 +150,13 @@ def _fill_figures(record: RunRecord) -> None:
         record.steps = last.get("step")
         record.final_loss = last.get("loss")
         record.tokens_per_s = last.get("tokens_per_s_per_gpu")
+
+
+def last_step(record: RunRecord) -> int | None:
+    """The last step the run finished, in any of its segments (the last line of its ``metrics.jsonl``)."""
+    last = _last_json_line(Path(record.output_dir) / "metrics.jsonl")
+    step = last.get("step") if last else None
+    return step if isinstance(step, int) else record.steps
 
 
 def _last_json_line(path: Path) -> dict[str, Any] | None:

@@ -349,6 +349,27 @@ class LocalRunner:
         known = ", ".join(r.run_id for r in runs[-5:]) or "none yet"
         raise ConfigError("NAME", f"no local run {name!r} in {self.runs_dir}", f"'fsdp-sdk runs' lists them ({known})")
 
+    def saved(self, job: RunHandle | str | None = None) -> str:
+        """What a stopped run has saved, in one line: ``stopped at step 27; the last checkpoint is step 20
+        (s3://...): a resume continues from step 21``, or ``...; no checkpoint yet: a resume starts at step 1``.
+
+        :raises ConfigError: there is no such run.
+        """
+        from fsdp_sdk.backends.local.continuation import complete_checkpoints
+        from fsdp_sdk.backends.local.records import last_step
+
+        record = self.record(job)
+        step = last_step(record)
+        stopped = f"stopped at step {step}" if step else "stopped before its first step"
+        locations = (record.settings or {}).get("checkpoint_locations") or []
+        if not locations:
+            return f"{stopped}; it saves no checkpoints: a resume starts at step 1"
+        steps = complete_checkpoints(locations[-1])
+        if not steps:
+            return f"{stopped}; no checkpoint yet: a resume starts at step 1"
+        where = f"{locations[-1].rstrip('/')}/step_{steps[-1]:08d}"
+        return f"{stopped}; the last checkpoint is step {steps[-1]} ({where}): a resume continues from step {steps[-1] + 1}"
+
     def status(self, job: RunHandle | str | None = None) -> RunStatus:
         """The run's state from its record (``Lost``: its ``fsdp-sdk`` process died without recording an end)."""
         return self._status(self.record(job))
@@ -453,7 +474,8 @@ class LocalRunner:
                     job.job.run_id, False, f"run {job.job.run_id} is not running ({run.record.state}); nothing to stop"
                 )
             self._finish(run, "interrupted", None)
-            return self._stopped(job.job.run_id, True, f"stopped run {job.job.run_id}: interrupted")
+            saved = self.saved(job.job.run_id)
+            return self._stopped(job.job.run_id, True, f"stopped run {job.job.run_id}: interrupted, {saved}")
         record = self.record(job)
         run_dir = Path(record.run_dir)
         if not RunLock(run_dir).held_elsewhere():
@@ -481,7 +503,10 @@ class LocalRunner:
             time.sleep(0.1)
         after = read_record(run_dir)
         state = after.state if after is not None else "?"
-        return self._stopped(record.run_id, True, f"stopped run {record.run_id} (fsdp-sdk pid {identity.pid}): {state}")
+        saved = self.saved(record.run_id)
+        return self._stopped(
+            record.run_id, True, f"stopped run {record.run_id} (fsdp-sdk pid {identity.pid}): {state}, {saved}"
+        )
 
     def _stopped(self, run_id: str, stopped: bool, message: str) -> RunStopped:
         """The outcome of :meth:`stop`, with the run's status after it."""
