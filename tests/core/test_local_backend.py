@@ -367,10 +367,11 @@ def test_a_rank_killed_by_the_oom_killer_is_out_of_memory_and_not_restarted(
         supervisor.run()
     if oom:
         assert launches == [], "not restarted into the same death"
-        assert "out of memory: agent 0's local rank 0 (pid 4242) was killed by SIGKILL while oom_kill in " in str(
-            err.value
-        )
-        assert "rose from 0 to 1" in str(err.value)
+        assert str(err.value).startswith(
+            "run oom failed: out of host memory: agent 0's local rank 0 (pid 4242) was killed by SIGKILL (the "
+            "kernel's OOM killer: oom_kill in "
+        ), "the memory and the rank first"
+        assert "rose from 0 to 1)" in str(err.value)
     else:
         assert launches, "a rank killed without an OOM is restarted"
         assert "out of memory" not in str(err.value)
@@ -407,14 +408,49 @@ def test_an_agent_killed_by_the_oom_killer_is_out_of_memory(
     assert launches == [], "an agent killed outright is not restarted"
     if oom:
         assert re.search(
-            r"failed: out of memory: agent 0 \(pid \d+\) was killed by SIGKILL while oom_kill in "
+            r"failed: out of host memory: agent 0 \(pid \d+\) was killed by SIGKILL \(the kernel's OOM killer: "
+            r"oom_kill in "
             + re.escape(str(counters))
-            + r" rose from 2 to 3; not restarted \(it would run out again\): use a smaller model or micro batch",
+            + r" rose from 2 to 3\); not restarted \(it would run out again\): use a smaller model or micro batch",
             message,
         ), message
     else:
         assert re.search(r"agent 0 \(pid \d+\) was killed by SIGKILL; its trainer processes were stopped", message)
         assert "out of memory" not in message
+
+
+def test_a_rank_out_of_gpu_memory_is_said_first_with_the_estimate_and_not_restarted(tmp_path: Path) -> None:
+    """A trainer's CUDA out-of-memory error: one line, GPU memory and the rank first, the estimate beside the
+    limit; not restarted into the same error."""
+    import os
+
+    from fsdp_sdk.backends.local.agent import EVENT_PREFIX
+    from fsdp_sdk.backends.local.supervisor import Supervisor
+    from fsdp_sdk.errors import RunError
+
+    error = (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+        "79.19 GiB of which 1.06 GiB is free."
+    )
+    event = json.dumps({"event": "worker_failed", "exitcode": 1, "local_rank": 0, "pid": 4242})
+    script = f"import sys; print({error!r}, flush=True); print({EVENT_PREFIX + event!r}, flush=True); sys.exit(1)"
+    plan = _oom_plan(tmp_path, script)
+    launches: list[object] = []
+
+    def relaunch() -> object:
+        launches.append(plan)
+        return plan
+
+    supervisor = Supervisor(plan, dict(os.environ), lambda event: None, relaunch=relaunch, poll_s=0.05)
+    supervisor.memory_estimate = "the estimate: 80.2 GiB per GPU of the 67.3 GiB usable"
+    with pytest.raises(RunError) as err:
+        supervisor.run()
+    assert launches == [], "not restarted into the same error"
+    assert str(err.value).startswith(
+        "run oom failed: out of GPU memory: agent 0 (tried to allocate 2.00 GiB of a GPU of 79.19 GiB; the estimate: "
+        "80.2 GiB per GPU of the 67.3 GiB usable); not restarted (it would run out again)"
+    ), str(err.value)
+    assert "\n" not in str(err.value) and "Traceback" not in str(err.value)
 
 
 _SUPERVISOR = """

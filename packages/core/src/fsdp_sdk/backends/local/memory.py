@@ -14,13 +14,24 @@ instead of both (lines ``oom_kill N``, as ``memory.events`` has them), for tests
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["OOM_COUNTERS_ENV", "HostMemory", "gpu_memory_gib", "host_memory", "oom_counters", "oom_rose"]
+__all__ = [
+    "OOM_COUNTERS_ENV",
+    "OUT_OF_MEMORY_FIX",
+    "HostMemory",
+    "gpu_memory_gib",
+    "gpu_out_of_memory",
+    "host_memory",
+    "oom_counters",
+    "oom_rose",
+    "out_of_memory",
+]
 
 #: A file read instead of the real OOM counters (tests).
 OOM_COUNTERS_ENV = "FSDP_SDK_OOM_COUNTERS_FILE"
@@ -72,6 +83,36 @@ def oom_rose(before: Mapping[str, int], after: Mapping[str, int] | None = None) 
         if name in before and value > before[name]:
             return f"{name} rose from {before[name]} to {value}"
     return None
+
+
+#: What a run that ran out of memory is told (a restart would run out again: it is not restarted, nor offered a resume).
+OUT_OF_MEMORY_FIX = (
+    "not restarted (it would run out again): use a smaller model or micro batch, fewer processes, or activation "
+    "checkpointing"
+)
+_CUDA_OOM = re.compile(r"CUDA out of memory|OutOfMemoryError", re.IGNORECASE)
+_TRIED = re.compile(r"Tried to allocate ([\d.]+ [KMGT]iB)", re.IGNORECASE)
+_CAPACITY = re.compile(r"total capacity of ([\d.]+ [KMGT]iB)", re.IGNORECASE)
+
+
+def out_of_memory(where: str, who: str, evidence: str, estimate: str | None) -> str:
+    """The one-line cause of a run that ran out of memory, the memory and the rank first, the estimate beside the
+    limit: ``out of host memory: agent 0's local rank 1 (pid 42) was killed by SIGKILL (oom_kill ... rose from 0 to
+    1; the estimate: 9.1 GiB per process x 2 processes, over the 12.0 GiB available); not restarted ...``."""
+    details = "; ".join(part for part in (evidence, estimate) if part)
+    return f"out of {where} memory: {who}{f' ({details})' if details else ''}; {OUT_OF_MEMORY_FIX}"
+
+
+def gpu_out_of_memory(text: str) -> str | None:
+    """The evidence of a CUDA out-of-memory error line (``tried to allocate 2.00 GiB of a GPU of 79.19 GiB``), or
+    ``None`` when the line is no such error."""
+    if not _CUDA_OOM.search(text):
+        return None
+    tried, capacity = _TRIED.search(text), _CAPACITY.search(text)
+    parts = [f"tried to allocate {tried.group(1)}" if tried else "CUDA out of memory"]
+    if capacity:
+        parts.append(f"of a GPU of {capacity.group(1)}")
+    return " ".join(parts)
 
 
 @dataclass(frozen=True)

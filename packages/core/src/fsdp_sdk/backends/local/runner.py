@@ -52,6 +52,8 @@ class LocalRunner:
     """
 
     kind = "local"
+    #: What :meth:`check_memory` estimated beside the limit (said again should the run run out of memory).
+    memory_estimate: str | None = None
 
     def __init__(self, backend: LocalBackend, config: Config, *, progress: ProgressCallback = no_progress) -> None:
         self.backend, self.config, self.progress = backend, config, progress
@@ -90,6 +92,10 @@ class LocalRunner:
         gpus = gpu_memory_gib()
         if gpus:
             smallest = min(gpus)
+            self.memory_estimate = (
+                f"the estimate: {_gib(est.memory.peak_gib)} GiB per GPU of the "
+                f"{_gib(smallest * est.memory.memory_fraction)} GiB usable"
+            )
             if est.memory.peak_gib > smallest * est.memory.memory_fraction:
                 raise ConfigError(
                     "estimate",
@@ -105,6 +111,10 @@ class LocalRunner:
             self.progress("memory check skipped: this machine's available memory is unknown")
             return
         need = est.memory.peak_gib * processes
+        self.memory_estimate = (
+            f"the estimate: {_gib(est.memory.peak_gib)} GiB per process x {processes} processes = {_gib(need)} GiB "
+            f"of the {_gib(available.gib)} GiB available ({available.source})"
+        )
         if need > available.gib:
             raise ConfigError(
                 "estimate",
@@ -255,6 +265,7 @@ class LocalRunner:
 
         run = _LocalRun(config, plan, record, run_lock, started_cluster, events)
         run.supervisor = Supervisor(plan, {**os.environ, **plan.env}, events, relaunch=relaunch)
+        run.supervisor.memory_estimate = self.memory_estimate
         run.guard = backend._guard(config, local, plan, events)
         try:
             if run.guard is not None:

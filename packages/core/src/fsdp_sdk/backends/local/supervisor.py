@@ -148,6 +148,9 @@ class Supervisor:
     :param poll_s: how often processes are checked.
     """
 
+    #: The memory estimate beside the limit, said with an out-of-memory failure (set by the runner that checked it).
+    memory_estimate: str | None = None
+
     def __init__(
         self,
         plan: RunPlan,
@@ -395,17 +398,18 @@ class Supervisor:
             tail = [line for line in self.tails[index] if line.strip() and not line.startswith(EVENT_PREFIX)]
             cause = f"agent {index} exited with code {code}: {tail[-1].strip()[:300] if tail else 'no output'}"
         restartable = code > 0 and code != 2 and self.last_failure is not None and not self.summary_seen
-        if code == -signal.SIGKILL or (self._failure_was_signal and self._failure_code == -signal.SIGKILL):
-            from fsdp_sdk.backends.local.memory import oom_rose
+        from fsdp_sdk.backends.local.memory import gpu_out_of_memory, oom_rose, out_of_memory
 
+        gpu = gpu_out_of_memory(first.text) if first is not None and first.primary else None
+        if gpu is not None:  # CUDA out of memory: a restart would run out again
+            cause = out_of_memory("GPU", first.source if first else f"agent {index}", gpu, self.memory_estimate)
+            restartable = False
+        elif code == -signal.SIGKILL or (self._failure_was_signal and self._failure_code == -signal.SIGKILL):
             rose = oom_rose(getattr(self, "oom_before", {}))
             if rose is not None:  # the kernel's OOM killer: a restart would die the same death
                 killed = self.last_failure if self._failure_code == -signal.SIGKILL else None
                 killed = killed or f"agent {index} (pid {pid}) was killed by SIGKILL"
-                cause = (
-                    f"out of memory: {killed} while {rose}; not restarted (it would run out again): use a smaller "
-                    "model or micro batch, fewer processes, or activation checkpointing"
-                )
+                cause = out_of_memory("host", killed, f"the kernel's OOM killer: {rose}", self.memory_estimate)
                 restartable = False
         if self.restarts:
             cause += f" (after {self.restarts} restart{'s' if self.restarts > 1 else ''})"
