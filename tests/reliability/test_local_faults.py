@@ -267,7 +267,16 @@ def test_interrupting_run(sig: signal.Signals, baseline: dict, outcome: Outcome,
     outcome.timed("stopped", time.monotonic() - sent)
     assert code == 130, err[-3000:]
     hint = next(line for line in err.splitlines() if "continue it with" in line)
-    assert hint == f"Run {name} interrupted; continue it with: fsdp-sdk run --resume {name}"
+    said = re.fullmatch(
+        rf"Run {name} interrupted: stopped at step (\d+); the last checkpoint is step (\d+) \((\S+)\): a resume "
+        rf"continues from step (\d+); continue it with: fsdp-sdk run --resume {name}",
+        hint,
+    )
+    assert said, hint
+    stopped, saved, where, next_step = (said.group(i) for i in range(1, 5))
+    assert int(stopped) >= 3 and int(saved) == int(next_step) - 1 and int(saved) % 2 == 0 and int(saved) <= int(stopped)
+    assert where.endswith(f"/step_{int(saved):08d}") and Path(where, "COMPLETE").exists(), where
+    assert "Aborted" not in err, "nothing after the hint"
     outcome.saw(hint)
     _nothing_left(name, outcome)
     listed = {r["run_id"]: r for r in json.loads(cli("runs", "--json").stdout)}
@@ -275,9 +284,9 @@ def test_interrupting_run(sig: signal.Signals, baseline: dict, outcome: Outcome,
     resumed = cli("run", "--resume", name, "--json")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     summary = json.loads(resumed.stdout)
-    assert summary["steps"] == STEPS and summary["steps_run"] < STEPS
+    assert summary["steps"] == STEPS and summary["steps_run"] == STEPS - int(saved), "from the step it said"
     assert summary["final_loss"] == pytest.approx(baseline["final_loss"], abs=1e-6)
-    outcome.note("'run --resume' continued from its checkpoint to the uninterrupted run's final loss")
+    outcome.note("'run --resume' continued from the checkpoint it named to the uninterrupted run's final loss")
 
 
 def test_the_cli_sigkilled(outcome: Outcome, cleanup: list[Run]) -> None:

@@ -136,3 +136,40 @@ def test_s3_save_killed_before_its_marker_leaves_the_previous_one(
     for step in range(3, STEPS + 1):
         assert losses[step] == pytest.approx(straight[step], abs=1e-6), f"step {step}"
     outcome.note("resumed from step 2; step 4's debris and the checkpoints past keep=2 were deleted by prefix")
+
+
+def test_s3_named_run_stopped_and_continued_by_its_name_alone(s3, straight: dict[int, float], outcome: Outcome) -> None:
+    """A named run checkpointing to S3 stopped by ``job stop``, then ``run --name NAME`` with no other option."""
+    prefix = "named/"
+    run = Run(*TINY, "--steps", str(STEPS), "--name", "s3-named", *_ckpt_args("named"))
+    try:
+        run.wait_for(r'^\{"step": 5,')
+        stop = cli("job", "stop", "s3-named")
+        code, _, err = run.finish()
+    finally:
+        run.kill()
+    assert stop.returncode == 0 and code == 130, stop.stderr + err[-3000:]
+    said = re.search(
+        r"stopped at step (\d+); the last checkpoint is step (\d+) \((s3://\S+)\): a resume continues from step (\d+)",
+        stop.stdout,
+    )
+    assert said, stop.stdout
+    saved, where = int(said.group(2)), said.group(3)
+    assert where == f"s3://{BUCKET}/{prefix}step_{saved:08d}" and int(said.group(4)) == saved + 1
+    assert _checkpoints(s3, prefix).get(f"step_{saved:08d}") is True, "the checkpoint it names is complete"
+    assert f"Run s3-named interrupted: {said.group(0)}" in err, "the run's own terminal says the same"
+    outcome.saw(stop.stdout.strip().splitlines()[-1])
+
+    again = cli("run", "--name", "s3-named", "--json")  # the name alone: every other setting is the run's
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"resumed from {where} (step {saved})" in again.stderr, again.stderr[-3000:]
+    summary = json.loads(again.stdout)
+    assert summary["steps"] == STEPS and summary["steps_run"] == STEPS - saved, "from the next step"
+    losses = _losses("s3-named")
+    assert sorted(losses) == list(range(1, STEPS + 1))
+    for step in range(1, STEPS + 1):
+        assert losses[step] == pytest.approx(straight[step], abs=1e-6), f"step {step}"
+    outcome.note(
+        f"'run --name s3-named' resumed at step {saved + 1} from S3; all {STEPS} losses equal the uninterrupted run's"
+    )
+    wait_until(lambda: not processes_of("s3-named"), 20, "processes of the run are gone")
