@@ -102,7 +102,7 @@ def test_runs_lists_local_runs_at_cost_local(tmp_path: Path, monkeypatch: pytest
     result = runner.invoke(cli, ["runs", "--backend", "local"])
     assert result.exit_code == 0, result.output
     header, row = result.output.splitlines()[:2]
-    assert header.split() == ["ID", "STATE", "STEPS", "LOSS", "TOKENS/S", "DURATION", "COST", "DIRECTORY"]
+    assert header.split() == ["ID", "STATE", "STEPS", "LOSS", "TOKENS/S", "STARTED", "DURATION", "COST", "DIRECTORY"]
     assert row.split()[:2] == ["r1", "succeeded"] and row.split()[-2:] == ["local", str(run_dir / "out")]
     listed = json.loads(runner.invoke(cli, ["runs", "--backend", "local", "--json"]).output)
     assert listed[0]["cost"] == {"usd": 0.0, "local": True}

@@ -518,7 +518,7 @@ def test_job_status_logs_and_stop_on_a_local_run(invoke, state_dir: Path) -> Non
         assert "run busy: Running" in timed_out.stderr
         listed = invoke("job", "list", "--backend", "local").stdout.splitlines()
         assert listed[0].split() == ["NAME", "PHASE", "STEPS", "STARTED"]
-        assert listed[1].split() == ["busy", "Running", "-", "1970-01-01T00:16:40Z"]
+        assert listed[1].split() == ["busy", "Running", "-", "1970-01-01", "00:16:40", "UTC"]
         waiter = subprocess.Popen(
             [FSDP_SDK, "job", "wait", "busy", "--backend", "local", "--json"], stdout=subprocess.PIPE, text=True
         )
@@ -526,7 +526,10 @@ def test_job_status_logs_and_stop_on_a_local_run(invoke, state_dir: Path) -> Non
         assert kept.exit_code == 2 and "--keep-rendezvous" in kept.stderr and child.poll() is None
         stopped = invoke("job", "stop", "busy", "--backend", "local")
         assert stopped.exit_code == 0, stopped.output
-        assert stopped.stdout == f"stopped run busy (fsdp-sdk pid {child.pid}): interrupted\n"
+        assert stopped.stdout == (
+            f"stopped run busy (fsdp-sdk pid {child.pid}): interrupted, stopped before its first step; no checkpoint "
+            "yet: a resume starts at step 1\n"
+        )
         assert child.wait(timeout=10) == 0
         assert follow.wait(timeout=10) == 0, "-f ends with the run"
         waited, _ = waiter.communicate(timeout=30)

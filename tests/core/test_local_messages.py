@@ -19,7 +19,7 @@ def _stopped_run(state_dir: Path, run_id: str, last_step: int, checkpoints: list
     run_dir.mkdir(parents=True)
     lines = [json.dumps({"step": step, "loss": 3.0}) for step in range(1, last_step + 1)]
     (run_dir / "metrics.jsonl").write_text("\n".join(lines) + "\n")
-    settings: dict = {"trainer": {}}
+    settings: dict = {"trainer": {"checkpoint": {"enabled": False}}, "checkpoint_locations": []}
     if checkpoints is not None:
         root = run_dir / "checkpoints"
         settings["checkpoint_locations"] = [str(root)]

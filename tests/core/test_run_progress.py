@@ -157,10 +157,12 @@ def test_a_step_line_and_the_summary() -> None:
         100,
     )
     assert lines == [
-        "Run r1 finished in 1:40: 20 steps (12 in this launch), final loss 2.5000",
-        "  throughput   1,000 tokens/s and 0.50 TFLOP/s per process, MFU 42.0%",
+        "Run r1 finished in 1:40: 20 steps (12 in this segment), final loss 2.5000",
+        "  throughput   1,000 tokens/s this segment and 0.50 TFLOP/s per process, MFU 42.0%",
         "  processes    8 on NVIDIA H200, peak memory 70.3 GiB",
         "  outputs      /out (summary.json holds the full summary and configuration)",
+        "Next: 'fsdp-sdk job report r1' (plots and figures), 'fsdp-sdk job logs r1' (the leader's log), or "
+        "'fsdp-sdk run --name r1 --steps N' to train it further",
     ]
 
 

@@ -245,7 +245,7 @@ def test_report_reads_the_run_back_through_prometheus(metrics_path: MetricsPath)
     assert training["measured_steps"] >= 1
     # Every figure the report took from Prometheus is the trainer's own, exactly, for the steps scraped.
     html = Path(metrics_path.report["files"]["html"]).read_text()
-    assert "prometheus" in html and f"{training['tokens_per_s_per_gpu']:,.1f} tokens/s per GPU" in html
+    assert "prometheus" in html and f"{training['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU" in html
     gpu = summary["gpu"]
     assert gpu["gpus"] == [f"{HOSTNAME} GPU 0", f"{HOSTNAME} GPU 1"]
     assert gpu["mean_utilisation_pct"] == pytest.approx(89.0)

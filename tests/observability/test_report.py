@@ -62,7 +62,7 @@ def test_report_from_metrics_jsonl(tmp_path: Path) -> None:
     page = files.html.read_text()
     assert page.count("data:image/png;base64,") == len(PLOTS)
     assert 'src="http' not in page and "<script" not in page  # self-contained
-    assert "1,075.0 tokens/s per GPU" in page and "No GPU telemetry" in page
+    assert "1,075 tokens/s per GPU" in page and "No GPU telemetry" in page
     assert json.loads(files.summary.read_text())["training"]["steps"] == 12
 
 
@@ -103,7 +103,9 @@ def test_the_report_of_a_local_run_says_when_it_started(isolated: Path, capsys: 
     assert code == 0, err
     page = Path(json.loads(out)["files"]["html"]).read_text()
     assert "started n/a" not in page and "started 2026-11-30 00:53:20 UTC" in page
-    assert "<th>duration</th><td>30.0 s</td>" in page, "the run's one duration: its record's, as 'runs' shows"
+    assert "<th>duration (the whole run)</th><td>0:30</td>" in page, (
+        "the run's one duration: its record's, as 'runs' shows"
+    )
 
 
 @pytest.mark.usefixtures("isolated")
@@ -122,6 +124,6 @@ def test_job_report_reads_the_leader_log_without_prometheus(
     )
     assert code == 0, err
     assert "kubectl" in err and "reading the leader's log" in err  # why Prometheus was not used
-    assert "run train: 12 steps, 1,075.0 tokens/s per GPU" in out and "the leader's log of job default/train" in out
+    assert "run train: 12 steps, 1,075 tokens/s per GPU" in out and "the leader's log of job default/train" in out
     assert "cost: " not in out  # the job itself is gone (only its pods are left): no figure rather than a wrong one
     assert (isolated / "r" / "report.html").is_file()

@@ -326,6 +326,10 @@ def _print_status(status: RunStatus) -> None:
     from fsdp_sdk.cli.output import key_values
 
     data = status.to_dict()
+    if status.backend == "local":  # times as a person reads them (--json keeps the raw values)
+        from fsdp_sdk.cli.run_display import readable_times
+
+        data = readable_times(data)
     if isinstance(data.get("replicas"), dict):  # a cluster job's per-replica counts on one line each
         data["replicas"] = {k: ", ".join(f"{n} {c}" for n, c in v.items()) for k, v in data["replicas"].items()}
     click.echo(key_values(data))
@@ -404,11 +408,9 @@ def _steps(details: Any) -> str | None:
 
 
 def _started(when: Any) -> str | None:
-    import datetime
+    from fsdp_sdk.cli.run_display import format_started
 
-    if not isinstance(when, (int, float)):
-        return None
-    return datetime.datetime.fromtimestamp(when, tz=datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return format_started(when) if isinstance(when, (int, float)) else None  # as 'runs' and 'job status' write it
 
 
 @job.command(short_help="Print the leader's log (or every worker's).")
@@ -524,7 +526,8 @@ def wait(
     "--out",
     metavar="DIR",
     type=click.Path(file_okay=False),
-    help="Directory of the report (default: ./fsdp-report-<run>).",
+    help="Directory of the report (default: a local run's own directory, report/ in it; a cluster job's: "
+    "<cluster.state_dir>/reports/<job>).",
 )
 @json_option
 @click.argument("name", required=False, metavar="[NAME]", shell_complete=complete_run_names)
@@ -546,7 +549,9 @@ def report(app: Application, prometheus: str | None, out: str | None, as_json: b
     from fsdp_sdk.reports.render import write_report
 
     metrics = collect_run_metrics(app.client, name, prometheus=prometheus, progress=app.progress)
-    target = Path(out) if out else Path(f"fsdp-report-{metrics.run}")
+    from fsdp_sdk.reports.render import default_report_dir
+
+    target = Path(out) if out else default_report_dir(metrics, app.client.config.cluster.state_dir)
     files = write_report(metrics, target)
     cost = _report_cost(app, name or metrics.run)
     if as_json:
@@ -558,7 +563,7 @@ def report(app: Application, prometheus: str | None, out: str | None, as_json: b
     tps = train["tokens_per_s_per_gpu"]
     click.echo(
         f"run {metrics.run}: {train['steps']} steps, "
-        + (f"{tps:,.1f} tokens/s per GPU, " if tps is not None else "")
+        + (f"{tps:,.0f} tokens/s per GPU (whole run, after warm-up), " if tps is not None else "")
         + f"final loss {train['final_loss']}; metrics from {metrics.source}"
     )
     if cost is not None:

@@ -147,9 +147,18 @@ def run(
         summary = {"run_id": result.run_id, "output_dir": str(result.output_dir) if result.output_dir else None}
         click.echo(json.dumps({**summary, **result.summary}, separators=(",", ":"), default=str))
         return
-    # the run's one duration: its record's (what 'fsdp-sdk runs' shows), else the time this command waited
+    # the run's one duration: its record's, every segment's (what 'fsdp-sdk runs' shows), else the time waited
     duration = result.extra.get("duration_s")
     if not isinstance(duration, (int, float)):
         duration = time.monotonic() - began
-    for line in summary_lines(result.run_id, result.summary, result.output_dir or "-", float(duration)):
+    lines = summary_lines(
+        result.run_id,
+        result.summary,
+        result.output_dir or "-",
+        float(duration),
+        segment_s=result.extra.get("segment_duration_s"),
+        run_tokens_per_s=result.extra.get("run_tokens_per_s"),
+        local=client.backend.runs_jobs,
+    )
+    for line in lines:
         click.echo(line, err=not terminal)  # piped, stdout holds only the per-step JSON lines

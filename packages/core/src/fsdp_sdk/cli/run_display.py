@@ -37,8 +37,10 @@ __all__ = [
     "PlainDisplay",
     "TerminalDisplay",
     "format_duration",
+    "format_started",
     "format_step",
     "live_progress",
+    "readable_times",
     "stopped_lines",
     "summary_lines",
 ]
@@ -48,6 +50,30 @@ def _number(value: Any, digits: int = 0) -> str:
     if not isinstance(value, (int, float)):
         return "-"
     return f"{value:,.{digits}f}"
+
+
+def format_started(when: Any) -> str:
+    """A Unix time as a person reads it: ``2026-12-06 22:30:21 UTC``; ``-`` when unknown."""
+    if not isinstance(when, (int, float)) or isinstance(when, bool):
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(when))
+
+
+def readable_times(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A run's record for a person (``job status`` of a local run): every ``*_at`` time as
+    :func:`format_started` writes it, every ``*duration_s`` as ``0:37`` under its name without ``_s``
+    (``--json`` keeps the raw values)."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if key.endswith("_at") and isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[key] = format_started(value)
+        elif key.endswith("duration_s") and isinstance(value, (int, float)):
+            out[key.removesuffix("_s")] = format_duration(value)
+        elif key == "earlier_s" and isinstance(value, (int, float)):
+            out["earlier_segments"] = format_duration(value)
+        else:
+            out[key] = value
+    return out
 
 
 def format_step(record: Mapping[str, Any], total: int | None, elapsed: float, eta: float | None) -> str:
@@ -63,16 +89,42 @@ def format_step(record: Mapping[str, Any], total: int | None, elapsed: float, et
     )
 
 
-def summary_lines(run_id: str, summary: Mapping[str, Any], output_dir: Any, wall_s: float) -> list[str]:
-    """The summary a person reads (the full one stays in ``summary.json``)."""
+def summary_lines(
+    run_id: str,
+    summary: Mapping[str, Any],
+    output_dir: Any,
+    wall_s: float,
+    *,
+    segment_s: float | None = None,
+    run_tokens_per_s: float | None = None,
+    local: bool = True,
+) -> list[str]:
+    """The summary a person reads (the full one stays in ``summary.json``), ending with what to do next.
+
+    :param wall_s: the whole run's duration (every segment: what ``fsdp-sdk runs`` shows).
+    :param segment_s: this segment's, when the run was continued (said beside the whole run's).
+    :param run_tokens_per_s: the whole run's throughput (``runs`` and ``job report`` show the same); default: the
+        trainer's figure of this segment.
+    :param local: a local run (the next steps name its commands).
+    """
     steps, run_now = summary.get("steps"), summary.get("steps_run")
-    resumed = f" ({run_now} in this launch)" if isinstance(run_now, int) and run_now != steps else ""
+    continued = isinstance(run_now, int) and run_now != steps
+    segment = summary.get("tokens_per_s_per_gpu")
+    tokens = run_tokens_per_s if isinstance(run_tokens_per_s, (int, float)) else segment
+    took = format_duration(wall_s)
+    if continued:
+        took += f" (the whole run; {format_duration(segment_s)} this segment)" if segment_s is not None else ""
     loss = summary.get("final_loss")
+    throughput = f"{_number(tokens)} tokens/s"
+    if continued and isinstance(segment, (int, float)):
+        given = isinstance(run_tokens_per_s, (int, float))
+        throughput += f" over the whole run ({_number(segment)} this segment)" if given else " this segment"
     lines = [
-        f"Run {run_id} finished in {format_duration(wall_s)}: {steps} steps{resumed}, final loss "
+        f"Run {run_id} finished in {took}: {steps} steps"
+        + (f" ({run_now} in this segment)" if continued else "")
+        + ", final loss "
         + (f"{loss:.4f}" if isinstance(loss, (int, float)) else "-"),
-        f"  throughput   {_number(summary.get('tokens_per_s_per_gpu'))} tokens/s and "
-        f"{_number(summary.get('tflops_per_gpu'), 2)} TFLOP/s per process"
+        f"  throughput   {throughput} and {_number(summary.get('tflops_per_gpu'), 2)} TFLOP/s per process"
         + (f", MFU {summary['mfu'] * 100:.1f}%" if isinstance(summary.get("mfu"), (int, float)) else ""),
         f"  processes    {summary.get('world_size', '-')} on {summary.get('gpu_name') or summary.get('device', '-')}"
         + (
@@ -81,6 +133,8 @@ def summary_lines(run_id: str, summary: Mapping[str, Any], output_dir: Any, wall
             else ""
         ),
         f"  outputs      {output_dir} (summary.json holds the full summary and configuration)",
+        f"Next: 'fsdp-sdk job report {run_id}' (plots and figures), 'fsdp-sdk job logs {run_id}' (the leader's log)"
+        + (f", or 'fsdp-sdk run --name {run_id} --steps N' to train it further" if local else ""),
     ]
     return lines
 

@@ -7,7 +7,7 @@ import click
 from fsdp_sdk.cli.application import Application
 from fsdp_sdk.cli.options import common_options, json_option
 from fsdp_sdk.cli.output import table
-from fsdp_sdk.cli.run_display import format_duration
+from fsdp_sdk.cli.run_display import format_duration, format_started
 
 
 @click.command(short_help="List the local runs: state, steps, loss, tokens/s, duration.")
@@ -20,8 +20,15 @@ def runs(app: Application, as_json: bool) -> None:
     \b
     STATE is running, succeeded, failed, interrupted (Ctrl-C or SIGTERM), or lost
     (its fsdp-sdk process was killed). 'fsdp-sdk run --resume ID' continues a run
-    from its latest checkpoint. COST is "local": runs on this machine are not billed. With --json, a list of objects (run_id, state,
-    steps, total_steps, final_loss, tokens_per_s, duration_s, output_dir, error, cost...).
+    from its latest checkpoint. COST is "local": runs on this machine are not billed.
+
+    \b
+    Figures are the whole run's, every segment of a continued run included, as
+    'job report' and the run's summary give them: TOKENS/S the mean per process
+    after the warm-up steps, STARTED its first start (UTC), DURATION every
+    segment's time. With --json, a list of objects (run_id, state, steps,
+    total_steps, final_loss, tokens_per_s, run_started_at, run_duration_s, and
+    started_at and duration_s of the latest segment, output_dir, error, cost...).
     """
     records = app.client.runs()
     if as_json:
@@ -37,10 +44,12 @@ def runs(app: Application, as_json: bool) -> None:
             f"{r.steps if r.steps is not None else '-'}/{r.total_steps if r.total_steps is not None else '?'}",
             f"{r.final_loss:.4f}" if isinstance(r.final_loss, (int, float)) else None,
             f"{r.tokens_per_s:,.0f}" if isinstance(r.tokens_per_s, (int, float)) else None,
-            format_duration(r.duration_s),
+            format_started(getattr(r, "first_started_at", None)),
+            format_duration(getattr(r, "run_duration_s", r.duration_s)),
             "local",
             r.output_dir,
         )
         for r in records
     ]
-    click.echo(table(["id", "state", "steps", "loss", "tokens/s", "duration", "cost", "directory"], rows))
+    headers = ["id", "state", "steps", "loss", "tokens/s", "started", "duration", "cost", "directory"]
+    click.echo(table(headers, rows))

@@ -60,11 +60,14 @@ def _local(client: Client, name: str | None, prometheus: str | None) -> RunMetri
         metrics = from_lines(lines, run=run_id, source=source, job=client.config.job.name)
     from fsdp_sdk.backends.local.records import read_record
 
-    record = read_record(run_dir)  # the run's start, as 'fsdp-sdk runs' shows it
+    record = read_record(run_dir)  # the run's start and duration, as 'fsdp-sdk runs' shows them
     if record is not None:
-        metrics.started = record.started_at
-        metrics.duration_s = record.duration_s if record.ended_at is not None else None
+        metrics.started = record.first_started_at
+        if record.ended_at is not None:
+            metrics.duration_s = record.run_duration_s
+            metrics.segment_duration_s = record.duration_s if record.earlier_s else None
         metrics.job = record.job_name or metrics.job
+    metrics.run_dir = run_dir
     return metrics
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from fsdp_sdk.errors import ConfigError
 from fsdp_sdk.reports.run_metrics import RunMetrics
 
-__all__ = ["PLOTS", "ReportFiles", "write_report"]
+__all__ = ["PLOTS", "ReportFiles", "default_report_dir", "write_report"]
 
 #: File name -> (title, y label) of each plot.
 PLOTS = {
@@ -113,6 +113,23 @@ def _fmt(value: Any, digits: int = 3, unit: str = "") -> str:
     return f"{text}{unit}"
 
 
+def default_report_dir(metrics: RunMetrics, state_dir: str | Path) -> Path:
+    """Where ``job report`` writes without ``-o``: a local run's directory (``report/`` in it), else
+    ``<cluster.state_dir>/reports/<run>``; never the current directory (a checkout, often)."""
+    if metrics.run_dir is not None:
+        return Path(metrics.run_dir) / "report"
+    return Path(state_dir) / "reports" / metrics.run
+
+
+def _duration(train: dict[str, Any]) -> str:
+    """``0:37`` as ``fsdp-sdk runs`` writes it, with the latest segment's beside it for a continued run."""
+    from fsdp_sdk.runs import format_duration
+
+    text = format_duration(train.get("duration_s"))
+    segment = train.get("segment_duration_s")
+    return f"{text} ({format_duration(segment)} this segment)" if isinstance(segment, (int, float)) else text
+
+
 def _rows(pairs: list[tuple[str, str]]) -> str:
     return "\n".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in pairs)
 
@@ -123,8 +140,8 @@ def _page(metrics: RunMetrics, summary: dict[str, Any], images: dict[str, bytes]
     training_rows = [
         ("steps", _fmt(train["steps"])),
         ("measured steps (after warm-up)", _fmt(train["measured_steps"])),
-        ("duration", _fmt(train["duration_s"], 1, " s")),
-        ("throughput", _fmt(train["tokens_per_s_per_gpu"], 1, " tokens/s per GPU")),
+        (f"duration ({train.get('duration_of') or 'the whole run'})", _duration(train)),
+        ("throughput (whole run, after warm-up)", _fmt(train["tokens_per_s_per_gpu"], 0, " tokens/s per GPU")),
         ("TFLOP/s per GPU", _fmt(train["tflops_per_gpu"], 2)),
         ("MFU", _fmt(mfu * 100 if mfu is not None else None, 1, " %")),
         ("step time", _fmt(train["step_time_s"], 3, " s")),

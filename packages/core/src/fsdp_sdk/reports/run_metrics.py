@@ -12,6 +12,7 @@ import math
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 __all__ = ["GPU_FIELDS", "TRAINING_FIELDS", "RunMetrics"]
@@ -64,14 +65,18 @@ class RunMetrics:
     started: float | None = None
     warmup_steps: int = 2
     duration_s: float | None = None
-    """The run's duration as its record has it (a local run: what ``fsdp-sdk runs`` and ``run`` show); without
-    one, the span of its steps."""
+    """The whole run's duration as its record has it (a local run: every segment's, what ``fsdp-sdk runs`` and
+    ``run`` show); without one, the span of its steps."""
+    segment_duration_s: float | None = None
+    """The latest segment's duration, when the run was continued (a local run's record)."""
+    run_dir: Path | None = None
+    """A local run's directory (where its report goes unless told otherwise)."""
 
     def measured(self) -> list[dict[str, Any]]:
         """The records after the warm-up steps (all of them when that leaves none), one per step."""
         by_step: dict[int, dict[str, Any]] = {}
-        for record in self.records:
-            by_step.setdefault(int(record.get("step") or 0), record)
+        for record in self.records:  # a step run again after a resume counts as its last run, as in 'runs'
+            by_step[int(record.get("step") or 0)] = record
         records = [by_step[s] for s in sorted(by_step)]
         return [r for r in records if r.get("step", 0) > self.warmup_steps] or records
 
@@ -88,6 +93,8 @@ class RunMetrics:
             else (self.records[-1]["t"] - self.records[0]["t"])
             if len(self.records) > 1
             else 0.0,
+            "duration_of": "the whole run" if self.duration_s is not None else "the span of its steps",
+            "segment_duration_s": self.segment_duration_s,
             "tokens_per_s_per_gpu": _mean([r.get("tokens_per_s_per_gpu") for r in measured]),
             "tflops_per_gpu": _mean([r.get("tflops_per_gpu") for r in measured]),
             "mfu": _mean([r.get("mfu") for r in measured]),

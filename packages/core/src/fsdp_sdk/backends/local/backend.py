@@ -374,6 +374,7 @@ class LocalBackend(ClusterBackend):
             total_steps=plan.total_steps,
             started_at=now,
             run_started_at=float(previous.get("run_started_at") or previous.get("started_at") or now),
+            earlier_s=_earlier_s(previous),
             attempts=attempts,
             settings={
                 **recorded_settings(config, plan.run_dir),
@@ -443,6 +444,15 @@ class _EventRouter:
             self.on_event(event)
         if self.on_output is not None and event.kind in ("output", "step"):
             self.on_output(event.message)
+
+
+def _earlier_s(previous: dict[str, Any]) -> float:
+    """Seconds the run's segments before this one ran (the previous record's, and the ones before it)."""
+    earlier = float(previous.get("earlier_s") or 0.0)
+    started, ended = previous.get("started_at"), previous.get("ended_at")
+    if isinstance(started, (int, float)) and isinstance(ended, (int, float)) and ended >= started:
+        earlier += ended - started
+    return earlier
 
 
 def _with_nodes(config: Config, nodes: int) -> Config:

@@ -32,8 +32,10 @@ __all__ = [
     "active_runs",
     "last_step",
     "list_runs",
+    "mean_tokens_per_s",
     "read_record",
     "require_existing",
+    "step_records",
     "validate_run_id",
 ]
 
@@ -71,6 +73,7 @@ class RunRecord:
     :param total_steps: ``train.steps``.
     :param started_at: Unix time of the latest start (this segment's: a continued run starts a new one).
     :param run_started_at: Unix time of the run's first start (``None`` in records of older fsdp-sdk versions).
+    :param earlier_s: seconds the run's earlier segments (starts before the latest) ran, in all.
     :param ended_at: Unix time of the end, once ended.
     :param attempts: how many times the run was started (re-running it by name continues it).
     :param error: the one-line cause of a failure.
@@ -93,6 +96,7 @@ class RunRecord:
     started_at: float
     ended_at: float | None = None
     run_started_at: float | None = None
+    earlier_s: float = 0.0
     attempts: int = 1
     error: str | None = None
     settings: dict[str, Any] = field(default_factory=dict)
@@ -103,12 +107,27 @@ class RunRecord:
 
     @property
     def duration_s(self) -> float:
-        """Seconds from the latest start to the end (or to now while running)."""
+        """Seconds of this segment: from the latest start to the end (or to now while running)."""
         return (self.ended_at or time.time()) - self.started_at
 
+    @property
+    def run_duration_s(self) -> float:
+        """Seconds of the whole run: every segment's, this one's included (what ``runs``, ``job report`` and the
+        summary call the run's duration)."""
+        return self.earlier_s + self.duration_s
+
+    @property
+    def first_started_at(self) -> float:
+        """Unix time of the run's start (its first segment's)."""
+        return self.run_started_at or self.started_at
+
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict, with ``duration_s``."""
-        return {**asdict(self), "duration_s": round(self.duration_s, 1)}
+        """A JSON-ready dict, with ``duration_s`` (this segment) and ``run_duration_s`` (the whole run)."""
+        return {
+            **asdict(self),
+            "duration_s": round(self.duration_s, 1),
+            "run_duration_s": round(self.run_duration_s, 1),
+        }
 
     def save(self) -> None:
         """Write ``run.json`` atomically (without the figures read from the outputs)."""
@@ -134,8 +153,45 @@ def read_record(run_dir: Path) -> RunRecord | None:
     return record
 
 
+#: First steps left out of a run's mean throughput (warm-up), as the trainer's ``metrics.warmup_steps`` default and
+#: ``job report`` (:class:`~fsdp_sdk.reports.run_metrics.RunMetrics`) leave them out.
+WARMUP_STEPS = 2
+
+
+def step_records(metrics: Path) -> list[dict[str, Any]]:
+    """The per-step records of a run's ``metrics.jsonl``, one per step in step order: a step run again after a
+    resume counts as its last run (the one the run's result comes from)."""
+    by_step: dict[int, dict[str, Any]] = {}
+    try:
+        text = metrics.read_text(errors="replace")
+    except OSError:
+        return []
+    for line in text.splitlines():
+        with contextlib.suppress(ValueError):
+            data = json.loads(line)
+            if isinstance(data, dict) and isinstance(data.get("step"), int):
+                by_step[data["step"]] = data
+    return [by_step[step] for step in sorted(by_step)]
+
+
+def mean_tokens_per_s(records: list[dict[str, Any]], warmup_steps: int = WARMUP_STEPS) -> float | None:
+    """The run's throughput: the mean tokens/s per process over its steps after the warm-up (all of them when that
+    leaves none); the one figure ``runs``, ``job report`` and the summary give as the whole run's."""
+    measured = [r for r in records if int(r.get("step") or 0) > warmup_steps] or records
+    values = [float(v) for r in measured if isinstance(v := r.get("tokens_per_s_per_gpu"), (int, float))]
+    return sum(values) / len(values) if values else None
+
+
 def _fill_figures(record: RunRecord) -> None:
+    """Steps, final loss and tokens/s of the whole run: from its per-step records (every segment), else from the
+    summary of a run that kept none."""
     out = Path(record.output_dir)
+    records = step_records(out / "metrics.jsonl")
+    if records:
+        record.steps = records[-1].get("step")
+        record.final_loss = records[-1].get("loss")
+        record.tokens_per_s = mean_tokens_per_s(records)
+        return
     try:
         summary = json.loads((out / "summary.json").read_text())
     except (OSError, ValueError):
@@ -144,12 +200,6 @@ def _fill_figures(record: RunRecord) -> None:
         record.steps = summary.get("steps")
         record.final_loss = summary.get("final_loss")
         record.tokens_per_s = summary.get("tokens_per_s_per_gpu")
-        return
-    last = _last_json_line(out / "metrics.jsonl")
-    if last:
-        record.steps = last.get("step")
-        record.final_loss = last.get("loss")
-        record.tokens_per_s = last.get("tokens_per_s_per_gpu")
 
 
 def last_step(record: RunRecord) -> int | None:

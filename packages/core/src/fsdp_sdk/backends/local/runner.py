@@ -180,7 +180,7 @@ class LocalRunner:
             plan=plan,
             trainer_args=tuple(trainer_args),
             resume=resume is not None,
-            finished_duration_s=self.record(run_id).duration_s if finished is not None else None,
+            finished_duration_s=self.record(run_id).run_duration_s if finished is not None else None,  # every segment
         )
 
     @staticmethod
@@ -316,7 +316,7 @@ class LocalRunner:
                 "rdzv_backend": plan.rdzv_backend,
                 "endpoint": plan.rdzv_endpoint,
                 "plan": plan.to_dict(),
-                "duration_s": run.record.duration_s,
+                **_figures(plan.run_dir, run.record),
             },
         )
 
@@ -372,7 +372,13 @@ class LocalRunner:
         record = self.record(job)
         step = last_step(record)
         stopped = f"stopped at step {step}" if step else "stopped before its first step"
-        locations = (record.settings or {}).get("checkpoint_locations") or []
+        settings = record.settings or {}
+        locations = settings.get("checkpoint_locations")
+        if locations is None:  # a record of an older fsdp-sdk: where its settings say, or the default place
+            from fsdp_sdk.backends.local.continuation import checkpoint_location
+
+            here = checkpoint_location(settings.get("trainer") or {}, Path(record.output_dir))
+            locations = [here] if here else []
         if not locations:
             return f"{stopped}; it saves no checkpoints: a resume starts at step 1"
         steps = complete_checkpoints(locations[-1])
@@ -542,6 +548,17 @@ class _LocalRun:
         self.supervisor: Any = None
         self.guard: Any = None
         self.ended = False
+
+
+def _figures(run_dir: Path, record: RunRecord) -> dict[str, Any]:
+    """The whole run's figures as ``fsdp-sdk runs`` and ``job report`` give them (its record, every segment), and
+    this segment's duration beside them."""
+    full = read_record(run_dir) or record
+    return {
+        "duration_s": full.run_duration_s,
+        "segment_duration_s": full.duration_s,
+        "run_tokens_per_s": full.tokens_per_s,
+    }
 
 
 def _gib(value: float) -> str:

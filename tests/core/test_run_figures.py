@@ -1,0 +1,101 @@
+"""One story: a continued local run's figures are the same in ``runs``, ``job status``, ``job report`` and the
+summary, each saying which they are (the whole run, this segment); the report starts when the run started and is
+written into the run's directory."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fsdp_sdk.cli.run_display import summary_lines
+
+STARTED = 1796561021.16  # the first segment's start
+SEGMENT_START = STARTED + 100.0
+
+
+def _continued_run(state_dir: Path, run_id: str = "twice") -> Path:
+    """A run of 8 steps in two segments: 15 s up to step 6 (checkpoint at 4), then 22 s from step 5 to 8."""
+    from fsdp_sdk.backends.local.records import RunRecord
+
+    run_dir = state_dir / "local" / "runs" / run_id
+    run_dir.mkdir(parents=True)
+    first = [{"step": s, "loss": 10.0 - s, "tokens_per_s_per_gpu": 1000.0 + s, "step_time_s": 1.0} for s in range(1, 7)]
+    second = [{"step": s, "loss": 9.5 - s, "tokens_per_s_per_gpu": 2000.0 + s, "step_time_s": 1.0} for s in range(5, 9)]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in first + second))
+    summary = {"steps": 8, "steps_run": 4, "final_loss": 1.5, "tokens_per_s_per_gpu": 2007.5, "world_size": 2}
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    RunRecord(
+        run_id,
+        "succeeded",
+        "fsdp",
+        str(run_dir),
+        str(run_dir),
+        2,
+        1,
+        8,
+        SEGMENT_START,
+        SEGMENT_START + 22.0,
+        run_started_at=STARTED,
+        earlier_s=15.0,
+        attempts=2,
+    ).save()
+    return run_dir
+
+
+#: The whole run's throughput: steps 3-8 after the warm-up, a step run twice counted as its last run.
+WHOLE = (1003 + 1004 + 2005 + 2006 + 2007 + 2008) / 6
+
+
+def test_runs_status_report_and_summary_give_the_same_figures_and_say_which(
+    invoke, state_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_dir = _continued_run(state_dir)
+    listed = json.loads(invoke("runs", "--backend", "local", "--json").stdout)[0]
+    assert listed["tokens_per_s"] == pytest.approx(WHOLE) and listed["steps"] == 8 and listed["final_loss"] == 1.5
+    assert listed["run_duration_s"] == 37.0 and listed["duration_s"] == 22.0
+    table = invoke("runs", "--backend", "local").stdout.splitlines()
+    assert table[0].split()[:8] == ["ID", "STATE", "STEPS", "LOSS", "TOKENS/S", "STARTED", "DURATION", "COST"]
+    row = table[1]
+    assert f"{WHOLE:,.0f}" in row and "2026-12-06 12:43:41 UTC" in row and "0:37" in row, row
+
+    status = invoke("job", "status", "twice", "--backend", "local")
+    assert "started_at: 2026-12-06 12:45:21 UTC" in status.stdout, status.stdout
+    assert "run_started_at: 2026-12-06 12:43:41 UTC" in status.stdout and "run_duration: 0:37" in status.stdout
+    assert "duration: 0:22" in status.stdout and "1796561" not in status.stdout, "no raw Unix time for a person"
+    raw = json.loads(invoke("job", "status", "twice", "--backend", "local", "--json").stdout)
+    assert raw["run_started_at"] == STARTED and raw["duration_s"] == 22.0, "--json keeps the raw values"
+
+    monkeypatch.chdir(tmp_path)
+    report = invoke("job", "report", "twice", "--backend", "local", "--json")
+    assert report.exit_code == 0, report.output
+    result = json.loads(report.stdout)
+    training = result["summary"]["training"]
+    assert training["tokens_per_s_per_gpu"] == pytest.approx(WHOLE), "the same throughput as 'runs'"
+    assert training["duration_s"] == 37.0 and training["segment_duration_s"] == 22.0
+    assert training["duration_of"] == "the whole run" and result["summary"]["started"] == STARTED
+    assert Path(result["files"]["html"]) == run_dir / "report" / "report.html", "into the run's directory"
+    assert not list(tmp_path.glob("fsdp-report-*")), "nothing in the current directory"
+    page = (run_dir / "report" / "report.html").read_text()
+    assert "<th>duration (the whole run)</th><td>0:37 (0:22 this segment)</td>" in page
+    assert f"<td>{WHOLE:,.0f} tokens/s per GPU</td>" in page and "started 2026-12-06 12:43:41 UTC" in page
+    text = invoke("job", "report", "twice", "--backend", "local", "-o", str(tmp_path / "r")).stdout
+    assert f"{WHOLE:,.0f} tokens/s per GPU (whole run, after warm-up)" in text
+
+    summary = json.loads((run_dir / "summary.json").read_text())
+    lines = summary_lines("twice", summary, run_dir, 37.0, segment_s=22.0, run_tokens_per_s=listed["tokens_per_s"])
+    assert (
+        lines[0]
+        == "Run twice finished in 0:37 (the whole run; 0:22 this segment): 8 steps (4 in this segment), final loss 1.5000"
+    )
+    assert lines[1].startswith(f"  throughput   {WHOLE:,.0f} tokens/s over the whole run (2,008 this segment)")
+
+
+def test_after_the_summary_one_line_says_what_to_do_next() -> None:
+    lines = summary_lines("r1", {"steps": 3, "final_loss": 2.0}, "/x", 5.0)
+    assert lines[-1] == (
+        "Next: 'fsdp-sdk job report r1' (plots and figures), 'fsdp-sdk job logs r1' (the leader's log), or "
+        "'fsdp-sdk run --name r1 --steps N' to train it further"
+    )
+    assert not any("this segment" in line for line in lines), "one segment: nothing to tell apart"
