@@ -44,14 +44,14 @@ CASES = [
         ["up", "-c", "c.yaml"],
         {"c.yaml": "cluster:\n  nodez: 2\n"},
         {},
-        "cluster.nodez (from c.yaml): unknown setting; did you mean cluster.nodes?",
+        "cluster.nodez (from c.yaml, line 2): unknown setting; did you mean cluster.nodes?",
     ),
     (
         "unknown-yaml-section",
         ["up", "-c", "c.yaml"],
         {"c.yaml": "jobs:\n  name: x\n"},
         {},
-        "jobs (from c.yaml): unknown setting",
+        "jobs (from c.yaml, line 1): unknown setting",
     ),
     (
         "bad-yaml-choice",

@@ -295,9 +295,9 @@ def test_unknown_yaml_keys_name_the_key_and_suggest(work_dir: Path) -> None:
     path.write_text("cluster:\n  instance_typ: p5.48xlarge\n")
     with pytest.raises(
         ConfigError,
-        match=r"^cluster.instance_typ \(from c.yaml\): unknown setting; did you mean cluster.instance_type\?$",
+        match=r"^cluster.instance_typ \(from c.yaml, line 2\): unknown setting; did you mean cluster.instance_type\?$",
     ):
         load_config(path)
     path.write_text("clustr:\n  nodes: 2\n")
-    with pytest.raises(ConfigError, match=r"^clustr \(from c.yaml\): unknown setting; did you mean cluster\?$"):
+    with pytest.raises(ConfigError, match=r"^clustr \(from c.yaml, line 1\): unknown setting; did you mean cluster\?$"):
         load_config(path)

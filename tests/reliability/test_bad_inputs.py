@@ -116,13 +116,13 @@ CASES = [
     Case(
         "yaml-unknown-section",
         ("config", "show", "-c", YAML),
-        "clustr (from c.yaml): unknown setting; did you mean cluster?",
+        "clustr (from c.yaml, line 1): unknown setting; did you mean cluster?",
         {YAML: "clustr:\n  name: x\n"},
     ),
     Case(
         "yaml-unknown-key",
         ("config", "show", "-c", YAML),
-        "cluster.nodez (from c.yaml): unknown setting; did you mean cluster.nodes?",
+        "cluster.nodez (from c.yaml, line 2): unknown setting; did you mean cluster.nodes?",
         {YAML: "cluster:\n  nodez: 2\n"},
     ),
     Case(
@@ -427,7 +427,7 @@ CASES = [
     Case(
         "plugin-settings-without-defaults",
         ("config", "show", "-c", YAML),
-        "misbehaving (from c.yaml): unknown setting",
+        "misbehaving (from c.yaml, line 1): unknown setting",
         {YAML: "misbehaving:\n  endpoint: x\n"},
         plugin=SettingsWithoutDefaults,
         warnings=1,

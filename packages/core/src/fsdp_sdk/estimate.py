@@ -128,10 +128,14 @@ def read_model(model: str) -> ModelSource:
                 f"{model!r} looks like a Hugging Face Hub id; estimates read config.json from disk and download nothing",
                 f"download it (huggingface-cli download {model} config.json) and pass its path, or use a preset",
             )
+        from fsdp_sdk.config.conversions import close_matches
+
+        close = close_matches(model, PRESETS, n=1)
         raise ConfigError(
             "model",
             f"unknown model {model!r}: not a preset and no config.json there",
-            f"use a preset ({', '.join(PRESETS)}) or the path of a Hugging Face config.json or model directory",
+            (f"did you mean {close[0]}? " if close else "")
+            + f"use a preset ({', '.join(PRESETS)}) or the path of a Hugging Face config.json or model directory",
         )
     try:
         spec = json.loads(path.read_text())

@@ -232,7 +232,12 @@ class LazyGroup(click.Group):
         name = args[0] if args else None
         if name is not None and self.get_command(ctx, name) is None and name in self._unavailable:
             raise click.UsageError(f"command {name!r} is not available here ({self._unavailable[name]})", ctx)
-        return super().resolve_command(ctx, args)
+        try:
+            return super().resolve_command(ctx, args)
+        except click.exceptions.NoSuchCommand as exc:  # commands load lazily: did-you-mean among every name
+            if name is None or exc.possibilities:
+                raise
+            raise click.exceptions.NoSuchCommand(name, possibilities=self.list_commands(ctx), ctx=ctx) from None
 
 
 def _echo_error(message: str) -> None:

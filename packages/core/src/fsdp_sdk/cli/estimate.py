@@ -305,7 +305,10 @@ def _echo_estimate(est: Estimate) -> None:
         nodes = f"{est.nodes} node{'s' if est.nodes != 1 else ''}"
         line = f"cost: ${cost.usd_per_hour:,.2f}/hour for {nodes} ({cost.price_note})"
         if cost.usd_per_billion_tokens is not None and cost.usd_to_train is not None:
-            line += f"; ${cost.usd_per_billion_tokens:,.2f} per billion tokens, ${cost.usd_to_train:,.0f} to train"
+            line += (
+                f"; ${cost.usd_per_billion_tokens:,.2f} per billion tokens, ${cost.usd_to_train:,.0f} to train "
+                f"{est.model.name} on {_count(cost.tokens)} tokens (--tokens)"
+            )
         click.echo(line)
     plane = cost.control_plane
     if plane is not None and plane.support != "standard":

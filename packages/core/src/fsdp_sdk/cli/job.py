@@ -47,7 +47,7 @@ def _api_option(function: F) -> F:
 
 
 def _name_argument(function: F) -> F:
-    return click.argument("name", required=False, metavar="[NAME]")(function)
+    return click.argument("name", required=False, metavar="[NAME]", shell_complete=complete_run_names)(function)
 
 
 def _timeout_option(default: float | None) -> Callable[[F], F]:

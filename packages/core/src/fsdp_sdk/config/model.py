@@ -368,10 +368,12 @@ class Origin(FrozenFields):
 
     :param name: the setting as the user wrote it (``NUM_WORKERS``, ``job.num_workers``, ``--nodes``).
     :param source: the source (``.env``, ``config.yaml``, ``environment``, ``command line``).
+    :param line: the line of the key in a YAML file, when known.
     """
 
     name: str
     source: str
+    line: int | None = None
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -388,11 +390,13 @@ class Setting(FrozenFields):
     value: Any
     name: str | None = None
     source: str = "overrides"
+    line: int | None = None
+    """The line of the key in a YAML file, when known (errors about the key say it)."""
 
     @property
     def origin(self) -> Origin:
         """This setting's :class:`Origin`."""
-        return Origin(self.name or self.path, self.source)
+        return Origin(self.name or self.path, self.source, self.line)
 
 
 #: The dataclass of each core section.

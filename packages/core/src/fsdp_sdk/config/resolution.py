@@ -8,7 +8,7 @@ validates the trainer section; each refusal is a one-line :class:`~fsdp_sdk.erro
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fsdp_sdk.config.conversions import close_matches
 from fsdp_sdk.config.model import Config, _add_sections
@@ -165,6 +165,7 @@ def check_trainer(config: Config) -> None:
     except TrainerConfigError as exc:
         # The trainer names its flag (--train.steps); name the setting as the user wrote it, where.
         flag, problem = getattr(exc, "flag", None), getattr(exc, "problem", str(exc))
+        problem = _with_closest_choice(problem)
         if not flag:
             raise ConfigError("trainer", " ".join(str(exc).split())) from None
         section, _, rest = flag.removeprefix("--").partition(".")
@@ -176,5 +177,65 @@ def check_trainer(config: Config) -> None:
                 (o for p, o in config.origins.items() if any(p.startswith(prefix + ".") for prefix in paths)), None
             )
         if origin is not None:
+            if origin.source.endswith((".yaml", ".yml")):  # a key of a YAML file: said as the file has it
+                return _yaml_terms(origin, problem)
             raise ConfigError(origin.name, problem, source=origin.source) from None
         raise ConfigError(paths[0], problem) from None
+
+
+def _with_closest_choice(problem: str) -> str:
+    """``'tiy' is not one of tiny, tiny-gqa, ...`` with ``; did you mean tiny?`` when one is close (a preset, a
+    parallel API...)."""
+    import re
+
+    from fsdp_sdk.config.conversions import close_matches
+
+    match = re.fullmatch(r"'(?P<value>[^']*)' is not one of (?P<choices>.+)", problem.strip())
+    if match is None:
+        return problem
+    close = close_matches(match.group("value"), [c.strip() for c in match.group("choices").split(",")], n=1)
+    return f"{problem}; did you mean {close[0]}?" if close else problem
+
+
+def _section_typo_fix(path: str) -> str | None:
+    """For ``trainer.modle.preset``: ``did you mean trainer.model.preset?`` (``None`` when the section exists or
+    nothing is close)."""
+    from fsdp_sdk.config.conversions import close_matches
+
+    try:
+        from fsdp_trainer.config import known_flags
+    except ImportError:
+        return None
+    parts = path.split(".")
+    if len(parts) < 3:
+        return None
+    flags = {flag.removeprefix("--") for flag in known_flags()}
+    sections = sorted({flag.split(".", 1)[0] for flag in flags})
+    section, field = parts[1], ".".join(parts[2:])
+    if section in sections:
+        return None
+    for close in close_matches(section, sections, n=3):
+        if f"{close}.{field}" in flags:
+            return f"did you mean trainer.{close}.{field}?"
+    return None
+
+
+def _yaml_terms(origin: Any, problem: str) -> None:
+    """Raise the trainer's complaint about a key of a YAML file in that file's terms: key paths for its flags
+    (``--model.preset`` -> ``trainer.model.preset``), "unknown key" for "unknown option", and a mistyped key's line.
+
+    :raises ConfigError: always.
+    """
+    import re
+
+    text = re.sub(r"(?<![\w-])--([a-z_]+\.[a-z_.]+)", r"trainer.\1", problem)
+    text = text.replace("unknown option", "unknown key")
+    close = re.search(r" \(did you mean (trainer\.[\w.]+)\?\)$", text)
+    fix = None
+    if close:  # "did you mean" is the fix: after the problem, as every other one-line error has it
+        text, fix = text[: close.start()], f"did you mean {close.group(1)}?"
+    typo = "unknown key" in text
+    if typo:  # a mistyped section: the same field in the closest section, rather than the closest flag overall
+        fix = _section_typo_fix(origin.name) or fix
+    where = f"{origin.source}, line {origin.line}" if origin.line and typo else origin.source  # a typo: where
+    raise ConfigError(origin.name, text, fix, source=where) from None

@@ -171,7 +171,8 @@ def _read_yaml(path: Path, classes: Mapping[str, type]) -> list[Setting]:
     import yaml  # imported here: the CLI must start without it
 
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
@@ -183,15 +184,36 @@ def _read_yaml(path: Path, classes: Mapping[str, type]) -> list[Setting]:
         return []
     if not isinstance(data, Mapping):
         raise ConfigError(str(path), "the top level must be a mapping", "write sections like 'cluster:' and 'job:'")
-    return _flatten_document(data, path.name, classes)
+    return _flatten_document(data, path.name, classes, _key_lines(yaml.compose(text)))
 
 
-def _flatten_document(data: Mapping[str, Any], source: str, classes: Mapping[str, type]) -> list[Setting]:
+def _key_lines(node: Any, prefix: str = "", lines: dict[str, int] | None = None) -> dict[str, int]:
+    """The line of every key of a composed YAML document, by dotted path (``trainer.model.preset`` -> 3)."""
+    import yaml
+
+    lines = {} if lines is None else lines
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            path = f"{prefix}.{key.value}" if prefix else str(key.value)
+            lines.setdefault(path, key.start_mark.line + 1)
+            _key_lines(value, path, lines)
+    return lines
+
+
+def _flatten_document(
+    data: Mapping[str, Any], source: str, classes: Mapping[str, type], lines: Mapping[str, int] | None = None
+) -> list[Setting]:
+    """The settings of a YAML document (``lines``: each key's line, said in the error about a key)."""
+    lines = lines or {}
+
+    def at(path: str) -> str:
+        return f"{source}, line {lines[path]}" if path in lines else source
+
     settings: list[Setting] = []
     for section, body in data.items():
         section = str(section)
         if section not in (*classes, "trainer"):
-            raise _unknown_key(section, [*classes, "trainer"], source)
+            raise _unknown_key(section, [*classes, "trainer"], at(section))
         if body is None:
             continue
         if not isinstance(body, Mapping):
@@ -200,14 +222,15 @@ def _flatten_document(data: Mapping[str, Any], source: str, classes: Mapping[str
             )
         if section == "trainer":
             for key, value in _flatten_mapping(body):
-                settings.append(Setting(f"trainer.{key}", value, f"trainer.{key}", source))
+                path = f"trainer.{key}"
+                settings.append(Setting(path, value, path, source, lines.get(path)))
             continue
         names = _field_names(classes[section])
         for key, value in body.items():
             path = f"{section}.{key}"
             if key not in names:
-                raise _unknown_key(path, [f"{section}.{n}" for n in names], source)
-            settings.append(Setting(path, value, path, source))
+                raise _unknown_key(path, [f"{section}.{n}" for n in names], at(path))
+            settings.append(Setting(path, value, path, source, lines.get(path)))
     return settings
 
 
