@@ -147,3 +147,33 @@ def test_a_run_starting_at_step_1_beside_a_complete_checkpoint_of_it_says_so(tmp
     note = unused_checkpoint_note("r", elsewhere, tmp_path / "run", [str(ckpt)])
     assert note and f"holds its complete checkpoint of step 4 (it now saves to {tmp_path / 'new'})" in note
     assert unused_checkpoint_note("r", {"checkpoint": {"enabled": False}}, tmp_path / "run", [str(ckpt)])
+
+
+def test_the_note_comes_before_the_run_starts(state_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A named run with a complete checkpoint, continued with ``--checkpoint.resume never``: the run says so
+    before any agent starts (the agents' start is made to fail here, so nothing runs)."""
+    from fsdp_sdk.backends.local import supervisor
+
+    run_dir = _recorded_run(state_dir, step=None, trainer={"model": {"preset": "tiny"}, "train": {"steps": 40}})
+    record = json.loads((run_dir / "run.json").read_text())
+    record["settings"]["checkpoint_locations"] = [str(run_dir / "checkpoints")]
+    (run_dir / "run.json").write_text(json.dumps(record))
+    _checkpoint(run_dir / "checkpoints", 8)
+
+    def refuse(self: object) -> None:
+        raise RuntimeError("no agents in this test")
+
+    monkeypatch.setattr(supervisor.Supervisor, "start", refuse)
+    said: list[str] = []
+    client = Client.from_sources(
+        overrides={"cluster.backend": "local", "job.rdzv_backend": "c10d"}, progress=said.append
+    )
+    with pytest.raises(RuntimeError, match="no agents"):
+        client.run(trainer_args=["--checkpoint.resume", "never"], run_id="s3run", force=True)
+    notes = [line for line in said if "starts at step 1" in line]
+    assert notes == [
+        f"run s3run starts at step 1 although {run_dir / 'checkpoints'} holds its complete checkpoint of step 8 "
+        f"(checkpoint.resume is never); to continue from it: --checkpoint.dir {run_dir / 'checkpoints'} "
+        "--checkpoint.resume auto"
+    ], said
+    assert said.index(notes[0]) < next(i for i, line in enumerate(said) if line.startswith("run s3run: ")), "first"

@@ -235,9 +235,7 @@ class LocalRunner:
         started_cluster = local.read_or_none()[0] is None
         before = read_record(draft.run_dir)
         plan = backend._register(config, local, run_id, run_lock, dryrun.trainer_args, self.progress, draft)
-        unused = unused_checkpoint_note(
-            run_id, plan.trainer, plan.run_dir, (before.settings if before else {}).get("checkpoint_locations", [])
-        )
+        unused = unused_checkpoint_note(run_id, plan.trainer, plan.run_dir, _known_locations(before, plan.run_dir))
         if unused is not None:
             self.progress(unused)
         record = backend._start_record(config, plan)
@@ -548,6 +546,20 @@ class _LocalRun:
         self.supervisor: Any = None
         self.guard: Any = None
         self.ended = False
+
+
+def _known_locations(record: RunRecord | None, run_dir: Path) -> list[str]:
+    """Where run ``record`` has kept checkpoints: its record's list, or (a record of an older fsdp-sdk) where its
+    recorded trainer settings put them."""
+    from fsdp_sdk.backends.local.continuation import checkpoint_location
+
+    if record is None:
+        return []
+    settings = record.settings or {}
+    if "checkpoint_locations" in settings:
+        return list(settings["checkpoint_locations"])
+    here = checkpoint_location(settings.get("trainer") or {}, run_dir)
+    return [here] if here else []
 
 
 def _figures(run_dir: Path, record: RunRecord) -> dict[str, Any]:
