@@ -106,3 +106,32 @@ def test_only_a_setting_given_is_warned_of(given: bool) -> None:
     overrides = [Setting("job.command", "torchrun x.py", "CMD", ".env")] if given else []
     config = Client.from_sources(overrides=[Setting("cluster.backend", "local"), *overrides]).config
     assert len(ignored_settings(config)) == int(given)
+
+
+def test_a_failing_runs_display_holds_its_traceback_back_for_the_logs(capsys: pytest.CaptureFixture[str]) -> None:
+    """The leader's traceback and torchrun's failure summary stay in the logs; the display says where they are and
+    goes on with the lines after them."""
+    from fsdp_sdk.cli.run_display import TRACEBACK_NOTE, PlainDisplay
+    from fsdp_sdk.runs import RunEvent
+
+    lines = [
+        "loading the model",
+        "[rank0]: Traceback (most recent call last):",
+        '[rank0]:   File "/x/trainer.py", line 12, in step',
+        "[rank0]:     loss.backward()",
+        "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+        "Traceback (most recent call last):",
+        '  File "/x/run.py", line 3, in <module>',
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+        "============================================================",
+        "fsdp_trainer FAILED",
+        "------------------------------------------------------------",
+        "Root Cause (first observed failure):",
+        "============================================================",
+        "agent stopped",
+    ]
+    display = PlainDisplay()
+    for line in lines:
+        display.event(RunEvent("output", line))
+    shown = capsys.readouterr().err.splitlines()
+    assert shown == ["loading the model", TRACEBACK_NOTE, "agent stopped"]

@@ -36,6 +36,7 @@ __all__ = [
     "OperationDisplay",
     "PlainDisplay",
     "TerminalDisplay",
+    "TracebackFilter",
     "format_duration",
     "format_started",
     "format_step",
@@ -170,14 +171,54 @@ def stopped_lines(client: Any, run_id: str, exc: BaseException, *, debug: bool =
     return lines, code
 
 
+_TRACEBACK = re.compile(r"^(\[(?:rank|default)\d+\]:\s?)?Traceback \(most recent call last\):")
+_RANK_PREFIX = re.compile(r"^\[(?:rank|default)\d+\]:\s?")
+_CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
+_RULE = re.compile(r"^={20,}$")
+#: What the displays show in place of a traceback (a failure's cause is the error line; the traceback is logged).
+TRACEBACK_NOTE = "(a traceback: kept in the run's logs, 'fsdp-sdk job logs --all' shows it)"
+
+
+class TracebackFilter:
+    """Keeps Python tracebacks and torchrun's failure summaries (``ChildFailedError`` between ``====`` rules) out of
+    a run's display: the one-line cause says what failed, the logs keep the rest. :meth:`__call__` returns the
+    line to show (``None``: held back; :data:`TRACEBACK_NOTE` once where a traceback began)."""
+
+    def __init__(self) -> None:
+        self.inside = False
+        self.summary = False
+        self.noted = False
+
+    def __call__(self, line: str) -> str | None:
+        text = _RANK_PREFIX.sub("", line)
+        if self.summary:
+            self.summary = not _RULE.match(text.strip())
+            return None
+        if _RULE.match(text.strip()):
+            self.summary = True
+            return None
+        if _TRACEBACK.match(line):
+            first = not self.noted
+            self.inside = self.noted = True
+            return TRACEBACK_NOTE if first else None  # said once: every rank's traceback is in the logs
+        if not self.inside:
+            return line
+        if not text.strip() or text[:1].isspace() or text.startswith(_CHAINED):
+            return None
+        self.inside = False  # the exception's own line ends the traceback; it is held back too
+        return None
+
+
 class PlainDisplay:
-    """Lines for pipes and ``--json``: progress on stderr, the leader's output as printed.
+    """Lines for pipes and ``--json``: progress on stderr, the leader's output as printed (tracebacks held back:
+    :class:`TracebackFilter`).
 
     :param output_to_stderr: print the leader's lines on stderr (``--json``: stdout carries only the summary).
     """
 
     def __init__(self, *, output_to_stderr: bool = False) -> None:
         self.output_to_stderr = output_to_stderr
+        self.tracebacks = TracebackFilter()
 
     def progress(self, message: str) -> None:
         """A progress line (stderr)."""
@@ -188,7 +229,8 @@ class PlainDisplay:
         if event.kind == "step":
             click.echo(event.message, err=self.output_to_stderr)
         elif event.kind == "output":
-            click.echo(event.message, err=True)
+            if (line := self.tracebacks(event.message)) is not None:
+                click.echo(line, err=True)
         elif event.kind == "restart":
             click.echo(f"restart: {event.message}", err=True)
         elif event.kind == "warning":
@@ -208,6 +250,7 @@ class TerminalDisplay:
         from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn
 
         self.console = Console(highlight=False, soft_wrap=True)  # long paths stay whole (copy and paste)
+        self.tracebacks = TracebackFilter()
         self.started = time.monotonic()
         self.first_step: tuple[int, float] | None = None
         self.bar = Progress(
@@ -252,7 +295,8 @@ class TerminalDisplay:
                 detail=(f"loss {loss:.4f}  " if isinstance(loss, (int, float)) else "") + f"ETA {format_duration(eta)}",
             )
         elif event.kind == "output":
-            self.console.print(event.message, style="dim", markup=False)
+            if (line := self.tracebacks(event.message)) is not None:
+                self.console.print(line, style="dim", markup=False)
         elif event.kind == "restart":
             self.console.print(f"restart: {event.message}", style="yellow", markup=False)
         elif event.kind == "warning":
