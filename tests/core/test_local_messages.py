@@ -70,6 +70,9 @@ def test_a_failure_says_its_cause_first_and_out_of_memory_gets_no_resume_hint(st
     lines, code = stopped_lines(_client(), "r27", failed)
     assert code == 1 and lines[0] == f"Error: {failed}"
     assert lines[1].startswith("Run r27 failed: stopped at step 27; the last checkpoint is step 20")
+    _stopped_run(state_dir, "early", 0, [])
+    lines, code = stopped_lines(_client(), "early", failed)
+    assert lines == [f"Error: {failed}"], "nothing done, nothing saved: nothing to continue"
     oom = RunError(
         "run r27 failed: out of memory: rank 0 ...; not restarted (it would run out again): use a smaller model"
     )

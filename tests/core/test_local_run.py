@@ -188,7 +188,11 @@ def test_job_status_logs_and_stop_on_a_running_local_run(local_cluster: dict, st
         assert re.search(r'^\{"step": 1,', logs.stdout, re.M), "the leader's log"
         stopped = run_cli("job", "stop", name, "--backend", "local", timeout=90)
         assert stopped.returncode == 0, stopped.stderr
-        assert stopped.stdout == f"stopped run {name} (fsdp-sdk pid {run.pid}): interrupted\n"
+        assert re.fullmatch(
+            rf"stopped run {name} \(fsdp-sdk pid {run.pid}\): interrupted, stopped at step \d+; it saves no "
+            r"checkpoints: a resume starts at step 1\n",
+            stopped.stdout,
+        ), stopped.stdout
         assert run.wait(timeout=30) == 130
         assert not _wait_until_gone(f"runs/{name}")
         assert json.loads(run_cli("job", "status", name, "--backend", "local", "--json").stdout)["phase"] == (

@@ -167,6 +167,8 @@ def stopped_lines(client: Any, run_id: str, exc: BaseException, *, debug: bool =
     if client.backend.runs_jobs:
         with contextlib.suppress(Exception):  # the record unreadable: the hint alone
             saved = f": {client.runner.saved(run_id)}"
+    if what == "failed" and saved.startswith(": stopped before its first step") and "last checkpoint" not in saved:
+        return lines, code  # nothing done, nothing saved: nothing to continue (the cause says what to fix)
     lines.append(f"Run {run_id} {what}{saved}; continue it with: fsdp-sdk run --resume {run_id}")
     return lines, code
 
