@@ -128,10 +128,11 @@ def run(
             raise
         from fsdp_sdk.cli.run_display import stopped_lines
 
-        lines, code = stopped_lines(client, started[0], exc, debug=app.debug)
-        for line in lines:
+        for line in stopped_lines(client, started[0], exc):
             click.echo(line, err=True)
-        sys.exit(code)  # said all there is: no "Aborted." after the hint
+        if isinstance(exc, KeyboardInterrupt):
+            sys.exit(130)  # said all there is: no "Aborted." after the hint
+        raise  # the error, one line, last
     finally:
         display.close()
         app.progress_sink = None

@@ -144,33 +144,21 @@ def summary_lines(
 UNRESUMABLE = ("it would run out again",)
 
 
-def stopped_lines(client: Any, run_id: str, exc: BaseException, *, debug: bool = False) -> tuple[list[str], int]:
-    """What ``fsdp-sdk run`` prints when a started run is interrupted or fails, and its exit status: a failure's
-    one-line error first, then what is saved (local runs: the last step and checkpoint, where a resume
-    continues) and the command that continues it; no such hint where a resume would fail the same way."""
-    from fsdp_sdk.errors import FsdpSdkError
-    from fsdp_sdk.secrets import mask_error
-
-    lines: list[str] = []
-    if isinstance(exc, KeyboardInterrupt):
-        what, code = "interrupted", 130
-    else:
-        if debug:
-            import traceback
-
-            traceback.print_exception(exc)
-        lines.append(f"Error: {mask_error(str(exc))}")
-        what, code = "failed", exc.exit_code if isinstance(exc, FsdpSdkError) else 1
-        if any(words in str(exc) for words in UNRESUMABLE):
-            return lines, code
+def stopped_lines(client: Any, run_id: str, exc: BaseException) -> list[str]:
+    """What ``fsdp-sdk run`` prints when a started run is interrupted or fails, before the error itself (the last
+    line): what is saved (local runs: the last step and checkpoint, where a resume continues) and the command that
+    continues it; nothing where a resume would fail the same way (out of memory) or has nothing to continue."""
+    interrupted = isinstance(exc, KeyboardInterrupt)
+    if not interrupted and any(words in str(exc) for words in UNRESUMABLE):
+        return []
     saved = ""
     if client.backend.runs_jobs:
         with contextlib.suppress(Exception):  # the record unreadable: the hint alone
             saved = f": {client.runner.saved(run_id)}"
-    if what == "failed" and saved.startswith(": stopped before its first step") and "last checkpoint" not in saved:
-        return lines, code  # nothing done, nothing saved: nothing to continue (the cause says what to fix)
-    lines.append(f"Run {run_id} {what}{saved}; continue it with: fsdp-sdk run --resume {run_id}")
-    return lines, code
+    if not interrupted and saved.startswith(": stopped before its first step") and "last checkpoint" not in saved:
+        return []  # nothing done, nothing saved: nothing to continue (the error says what to fix)
+    what = "interrupted" if interrupted else "failed"
+    return [f"Run {run_id} {what}{saved}; continue it with: fsdp-sdk run --resume {run_id}"]
 
 
 _TRACEBACK = re.compile(r"^(\[(?:rank|default)\d+\]:\s?)?Traceback \(most recent call last\):")
