@@ -370,13 +370,7 @@ class LocalRunner:
         record = self.record(job)
         step = last_step(record)
         stopped = f"stopped at step {step}" if step else "stopped before its first step"
-        settings = record.settings or {}
-        locations = settings.get("checkpoint_locations")
-        if locations is None:  # a record of an older fsdp-sdk: where its settings say, or the default place
-            from fsdp_sdk.backends.local.continuation import checkpoint_location
-
-            here = checkpoint_location(settings.get("trainer") or {}, Path(record.output_dir))
-            locations = [here] if here else []
+        locations = _known_locations(record, Path(record.run_dir))
         if not locations:
             return f"{stopped}; it saves no checkpoints: a resume starts at step 1"
         steps = complete_checkpoints(locations[-1])
