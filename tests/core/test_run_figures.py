@@ -63,7 +63,9 @@ def test_runs_status_report_and_summary_give_the_same_figures_and_say_which(
     status = invoke("job", "status", "twice", "--backend", "local")
     assert "started_at: 2026-12-06 12:45:21 UTC" in status.stdout, status.stdout
     assert "run_started_at: 2026-12-06 12:43:41 UTC" in status.stdout and "run_duration: 0:37" in status.stdout
-    assert "duration: 0:22" in status.stdout and "1796561" not in status.stdout, "no raw Unix time for a person"
+    assert "segment_duration: 0:22" in status.stdout and "1796561" not in status.stdout, "no raw Unix time"
+    assert f"tokens_per_s: {WHOLE:,.0f} (the whole run, per process)" in status.stdout
+    assert "final_loss: 1.5000" in status.stdout
     raw = json.loads(invoke("job", "status", "twice", "--backend", "local", "--json").stdout)
     assert raw["run_started_at"] == STARTED and raw["duration_s"] == 22.0, "--json keeps the raw values"
 

@@ -169,7 +169,7 @@ def format_duration(seconds: float | None) -> str:
     """``1:02:03`` or ``2:03``; ``-`` when unknown."""
     if seconds is None or seconds != seconds or seconds < 0:
         return "-"
-    s = round(seconds)
+    s = int(seconds + 0.5)  # half up, as a person rounds (round() would make 24.5 s 0:24 beside 24.53 s as 0:25)
     hours, rest = divmod(s, 3600)
     minutes, secs = divmod(rest, 60)
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"

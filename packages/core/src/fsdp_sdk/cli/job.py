@@ -564,7 +564,9 @@ def report(app: Application, prometheus: str | None, out: str | None, as_json: b
     click.echo(
         f"run {metrics.run}: {train['steps']} steps, "
         + (f"{tps:,.0f} tokens/s per GPU (whole run, after warm-up), " if tps is not None else "")
-        + f"final loss {train['final_loss']}; metrics from {metrics.source}"
+        + "final loss "
+        + (f"{train['final_loss']:.4f}" if isinstance(train["final_loss"], (int, float)) else "-")
+        + f"; metrics from {metrics.source}"
     )
     if cost is not None:
         click.echo(cost.line())

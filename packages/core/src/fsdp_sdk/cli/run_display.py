@@ -68,8 +68,14 @@ def readable_times(data: Mapping[str, Any]) -> dict[str, Any]:
     for key, value in data.items():
         if key.endswith("_at") and isinstance(value, (int, float)) and not isinstance(value, bool):
             out[key] = format_started(value)
+        elif key == "duration_s" and isinstance(value, (int, float)):
+            out["segment_duration"] = format_duration(value)  # the latest segment's; the whole run's: run_duration
         elif key.endswith("duration_s") and isinstance(value, (int, float)):
             out[key.removesuffix("_s")] = format_duration(value)
+        elif key == "tokens_per_s" and isinstance(value, (int, float)):
+            out[key] = f"{value:,.0f} (the whole run, per process)"  # as 'runs' writes it
+        elif key == "final_loss" and isinstance(value, (int, float)):
+            out[key] = f"{value:.4f}"
         elif key == "earlier_s" and isinstance(value, (int, float)):
             out["earlier_segments"] = format_duration(value)
         else:
