@@ -177,3 +177,16 @@ def test_the_note_comes_before_the_run_starts(state_dir: Path, monkeypatch: pyte
         "--checkpoint.resume auto"
     ], said
     assert said.index(notes[0]) < next(i for i, line in enumerate(said) if line.startswith("run s3run: ")), "first"
+
+
+def test_the_memory_check_sees_the_model_the_named_run_continues(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``run --name big`` of a run started with llama2-70b: the run that would start is llama2-70b's, so that is
+    what must fit (here: 1 GiB of host memory), not the default preset."""
+    trainer = {"model": {"preset": "llama2-70b"}, "train": {"steps": 40}}
+    _recorded_run(state_dir, "big", trainer=trainer)
+    client = Client.from_sources(overrides={"cluster.backend": "local", "local.memory_limit_gib": 1})
+    with pytest.raises(ConfigError, match=r"^estimate: llama2-70b needs about .* GiB of host memory"):
+        client.dryrun(trainer_overrides={"train.steps": 50}, run_id="big")
+    assert client.dryrun(trainer_overrides={"train.steps": 50}, run_id="big", force=True).run_id == "big"

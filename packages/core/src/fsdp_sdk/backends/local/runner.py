@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -54,6 +55,8 @@ class LocalRunner:
     kind = "local"
     #: What :meth:`check_memory` estimated beside the limit (said again should the run run out of memory).
     memory_estimate: str | None = None
+    #: Whether :meth:`dryrun` checks the run against this machine's memory (:meth:`admit` without ``force``).
+    _check_memory = False
 
     def __init__(self, backend: LocalBackend, config: Config, *, progress: ProgressCallback = no_progress) -> None:
         self.backend, self.config, self.progress = backend, config, progress
@@ -132,10 +135,11 @@ class LocalRunner:
         dry_run: bool = False,
         force: bool = False,
     ) -> Resolved:
-        """``resolved`` as it is, checked against this machine's memory unless ``force`` (:meth:`check_memory`);
-        the local cluster starts the simulated nodes a run needs, so ``scale`` changes nothing."""
-        if not force:
-            self.check_memory(resolved)
+        """``resolved`` as it is, to be checked against this machine's memory unless ``force``
+        (:meth:`check_memory`): by :meth:`dryrun`, once a named run's recorded settings are in (the model it
+        continues is the one that must fit); the local cluster starts the simulated nodes a run needs, so ``scale``
+        changes nothing."""
+        self._check_memory = not force
         return resolved
 
     def dryrun(
@@ -162,6 +166,8 @@ class LocalRunner:
         validate_run_id(run_id, "--resume" if resume is not None else "--name")
         if named:  # a name used before continues that run, with the settings it was started with
             config = self.backend._resumed_config(config, run_id, required=resume is not None)
+        if self._check_memory:  # admitted without --force: what runs must fit (the continued run's settings)
+            self.check_memory(dataclasses.replace(resolved, config=config))
         local = self.backend.state(config)
         state, _ = local.read_or_none()
         plan = self.backend.render(config, run_id=run_id, state=state, trainer_args=trainer_args)
