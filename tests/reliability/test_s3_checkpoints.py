@@ -141,6 +141,13 @@ def test_s3_save_killed_before_its_marker_leaves_the_previous_one(
 def test_s3_named_run_stopped_and_continued_by_its_name_alone(s3, straight: dict[int, float], outcome: Outcome) -> None:
     """A named run checkpointing to S3 stopped by ``job stop``, then ``run --name NAME`` with no other option."""
     prefix = "named/"
+    try:
+        _stopped_and_continued(s3, straight, outcome, prefix)
+    finally:
+        cli("down")  # the etcd the continued run started stays up after a success: stopped here
+
+
+def _stopped_and_continued(s3, straight: dict[int, float], outcome: Outcome, prefix: str) -> None:
     run = Run(*TINY, "--steps", str(STEPS), "--name", "s3-named", *_ckpt_args("named"))
     try:
         run.wait_for(r'^\{"step": 5,')
