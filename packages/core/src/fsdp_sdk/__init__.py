@@ -40,6 +40,7 @@ _LAZY: dict[str, str] = {
     "BackendError": "fsdp_sdk.errors",
     "KubernetesError": "fsdp_sdk.errors",
     "RunError": "fsdp_sdk.errors",
+    "report": "fsdp_sdk.step_report",
 }
 
 __all__ = [
@@ -64,6 +65,7 @@ __all__ = [
     "__version__",
     "hookimpl",
     "load_config",
+    "report",
 ]
 
 if TYPE_CHECKING:
@@ -77,6 +79,7 @@ if TYPE_CHECKING:
     from fsdp_sdk.preflight import PreflightResult
     from fsdp_sdk.resolved import Resolved
     from fsdp_sdk.runs import JobRef, RunResult
+    from fsdp_sdk.step_report import report
 
 
 def __getattr__(name: str) -> Any:

@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from fsdp_sdk.monitoring import MonitoringComponent
     from fsdp_sdk.runner import DryRun, JobRunner, RunStatus
     from fsdp_sdk.runs import JobRef, RecordedRun, RunEvent, RunResult
+    from fsdp_sdk.user_code import TrainHandle
 
 __all__ = ["Client", "parse_trainer_args"]
 
@@ -874,8 +875,10 @@ class Client:
                 if fresh_id
                 else stable_rdzv_id(self.config, api=api, create_secret=create_secret)
             )
+        from fsdp_sdk.user_code import for_cluster
+
         return render_job(
-            self._job_resolved(self.resolved, strict=not preview),
+            for_cluster(self._job_resolved(self.resolved, strict=not preview), build=False),
             rdzv_id=rdzv_id,
             create_secret=create_secret,
             api=api,
@@ -940,10 +943,11 @@ class Client:
         self._check_reservation(self.config)
         if not force:
             self.check_fits()
+        from fsdp_sdk.user_code import for_cluster
+
         runner = KubernetesRunner(self.jobs)  # on the local backend too: a kubeconfig was given
-        plan = runner.dryrun(
-            self._job_resolved(self.resolved), run_id=run_id, api=api, create_secret=create_secret, unique=unique
-        )
+        resolved = for_cluster(self._job_resolved(self.resolved), build=True, dry_run=dry_run, progress=self.progress)
+        plan = runner.dryrun(resolved, run_id=run_id, api=api, create_secret=create_secret, unique=unique)
         job = runner.schedule(plan, server_dry_run=dry_run, replace=replace).job
         if not dry_run:
             self.loaded_plugins.hooks.job_submitted(plan.config or self.config, job)
@@ -1030,7 +1034,9 @@ class Client:
             Setting(key if key.startswith("trainer.") else f"trainer.{key}", value, key, "run()")
             for key, value in (trainer_overrides or {}).items()
         ]
-        settings += parse_trainer_args(trainer_args)
+        from fsdp_sdk.user_code import code_args
+
+        settings += code_args(self.resolved.config, trainer_args) or parse_trainer_args(trainer_args)
         return self.resolved.with_overrides(settings) if settings else self.resolved
 
     def dryrun(
@@ -1064,6 +1070,45 @@ class Client:
         resolved = self._run_resolved(trainer_overrides, trainer_args)
         resolved = runner.admit(resolved, resume=resume, scale=scale, dry_run=dry_run, force=force)
         return runner.dryrun(resolved, run_id=run_id, resume=resume)
+
+    def train(
+        self,
+        func: Callable[..., Any],
+        *,
+        nodes: int | None = None,
+        nproc_per_node: int | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        run_id: str | None = None,
+        on_event: Callable[[RunEvent], None] | None = None,
+        on_output: Callable[[str], None] | None = None,
+    ) -> TrainHandle:
+        """Run ``func`` on every rank of a job, as the Kubeflow SDK's ``CustomTrainer`` does: only its source
+        travels, so it imports what it uses inside itself (see :mod:`fsdp_sdk.user_code`); it gets what a
+        ``--script`` gets (rendezvous, ``FSDP_SDK_CHECKPOINT_DIR``, :func:`fsdp_sdk.report`).
+
+        Locally the run goes to its end here; on a cluster the job is submitted (the code layer built and
+        pushed when new) and the handle follows it (:meth:`~fsdp_sdk.user_code.TrainHandle.wait`).
+
+        :param func: a function defined with ``def`` at a module's top level.
+        :param nodes: workers (``job.num_workers``; locally, simulated nodes).
+        :param nproc_per_node: processes per worker (``job.nproc_per_node``).
+        :param kwargs: its keyword arguments (JSON values).
+        :returns: the job's handle; ``handle.result()`` is rank 0's return value.
+        :raises ConfigError: ``func`` cannot travel (a lambda, a closure, a global it reads), or ``kwargs`` are not JSON.
+        :raises RunError: the run failed.
+        """
+        from fsdp_sdk.user_code import train
+
+        return train(
+            self,
+            func,
+            nodes=nodes,
+            nproc_per_node=nproc_per_node,
+            kwargs=kwargs,
+            run_id=run_id,
+            on_event=on_event,
+            on_output=on_output,
+        )
 
     @functools.cached_property
     def runner(self) -> JobRunner:

@@ -209,7 +209,10 @@ def plan_launch(
     :raises ConfigError: an invalid setting, or a job that will not fit (unless ``force``), or a job of that name
         still running.
     """
-    job_client = derived_client(client, parse_trainer_args(trainer_args))  # a bad trainer option: refused here
+    from fsdp_sdk.user_code import code_args
+
+    # a bad trainer option: refused here; with --script, what follows -- is the script's
+    job_client = derived_client(client, code_args(client.config, trainer_args) or parse_trainer_args(trainer_args))
     backend = client.backend
     cluster = client.config.cluster
     if backend.runs_jobs:
@@ -414,8 +417,10 @@ def launch(
         client.scale(plan.scale_to)
     if plan.install_prereqs:
         client.install_prereqs()
+    from fsdp_sdk.user_code import code_args
+
     settings = [
-        *parse_trainer_args(plan.trainer_args),
+        *(code_args(client.config, plan.trainer_args) or parse_trainer_args(plan.trainer_args)),
         Setting("job.tag", plan.image_tag, "image content tag", "launch"),
         Setting("job.registry", plan.registry, "image registry", "launch"),
     ]

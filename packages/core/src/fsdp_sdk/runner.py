@@ -383,16 +383,18 @@ class KubernetesRunner:
         checkpoint bucket, the shared claim, the disk), with the cluster's checkpoint bucket, refused when the
         cluster has too few nodes (unless ``scale``) or the job will not fit (unless ``force``)."""
         from fsdp_sdk.config import Setting
+        from fsdp_sdk.user_code import for_cluster
 
         if resume is not None:
             resolved = resolved.with_overrides([Setting("job.name", resume, "--resume", "command line")])
         if self.site is None:
-            return resolved
+            return for_cluster(resolved, build=not dry_run, progress=self.jobs.progress)
         resolved = self.site.job_resolved(resolved, strict=not dry_run)
         self.site.ensure_nodes(resolved.config, scale=scale, dry_run=dry_run)
         if not force:
             self.site.check_fits(resolved)
-        return resolved
+        # your own code (--script): its layer's content tag, the layer built and pushed first when ECR lacks it
+        return for_cluster(resolved, build=not dry_run, progress=self.jobs.progress)
 
     def dryrun(
         self,

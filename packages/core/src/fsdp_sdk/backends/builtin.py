@@ -34,7 +34,10 @@ def fsdp_sdk_preflight(config: Config, action: str) -> list[PreflightResult]:
 
 @hookimpl
 def fsdp_sdk_register_settings(registry: SettingsRegistry) -> None:
-    """The ``local`` section (:class:`~fsdp_sdk.backends.local.settings.LocalSettings`)."""
+    """The ``local`` section (:class:`~fsdp_sdk.backends.local.settings.LocalSettings`) and the ``code`` section
+    (:class:`~fsdp_sdk.user_code.CodeSettings`: your own script, module or function, on every backend)."""
     from fsdp_sdk.backends.local.settings import LocalSettings
+    from fsdp_sdk.user_code import CodeSettings
 
     registry.add("local", LocalSettings)
+    registry.add("code", CodeSettings)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from fsdp_sdk.cli.application import Application
+from fsdp_sdk.cli.code_options import code_options
 from fsdp_sdk.cli.options import (
     common_options,
     complete_run_names,
@@ -87,7 +88,7 @@ def _render_options(function: F) -> F:
     ]
     for option in reversed(options):
         function = option(function)
-    return trainer_args_argument(function)
+    return trainer_args_argument(code_options(function))
 
 
 @contextlib.contextmanager

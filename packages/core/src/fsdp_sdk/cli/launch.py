@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from fsdp_sdk.cli.application import Application
+from fsdp_sdk.cli.code_options import code_options
 from fsdp_sdk.cli.options import common_options, json_option, setting, trainer_options
 from fsdp_sdk.errors import ConfigError
 
@@ -40,6 +41,7 @@ def confirm(what: str, plan_cost: float | None, *, yes: bool) -> None:
     help="Workers (nodes) of the job (job.num_workers).",
 )
 @trainer_options()
+@code_options
 @click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation (needed without a terminal).")
 @click.option("--down", is_flag=True, help="Delete the cluster when the job ends, successful or not.")
 @click.option("--force", is_flag=True, help="Launch even when the estimate says the job will not fit in GPU memory.")

@@ -327,8 +327,12 @@ def trainer_options(steps_help: str = "Optimizer steps (trainer.train.steps).") 
 
 def _trainer_settings(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
     if values and not ctx.resilient_parsing:
+        from fsdp_sdk.cli.code_options import gives_code
         from fsdp_sdk.config import parse_trainer_args
 
+        if gives_code(_app(ctx).settings):  # --script / --module: what follows -- is your code's
+            _app(ctx).set("code.args", list(values), "-- ARGS")
+            return values
         for each in parse_trainer_args(values):
             _app(ctx).set(each.path, each.value, each.origin.name, each.origin.source)
     return values

@@ -9,6 +9,7 @@ import time
 import click
 
 from fsdp_sdk.cli.application import Application
+from fsdp_sdk.cli.code_options import code_options
 from fsdp_sdk.cli.options import (
     common_options,
     complete_run_names,
@@ -31,6 +32,7 @@ from fsdp_sdk.cli.options import (
     help="On a cluster with fewer nodes than the job needs, scale it to --nodes first (without: refused).",
 )
 @trainer_options()
+@code_options
 @click.option(
     "--name",
     "--run-id",
@@ -55,7 +57,7 @@ from fsdp_sdk.cli.options import (
 )
 @dry_run_option
 @json_option
-@click.argument("trainer_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- TRAINER OPTIONS]")
+@click.argument("trainer_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- TRAINER OPTIONS | SCRIPT ARGS]")
 @click.pass_obj
 def run(
     app: Application,
@@ -71,7 +73,10 @@ def run(
 
     Trainer options go after '--' as on the trainer's command line
     (fsdp-sdk run -- --train.lr 1e-3 --parallel.api fsdp1) or through
-    --set section.field=value.
+    --set section.field=value. With --script PATH (or --module PKG.MOD) your
+    own code runs on every rank instead, with what follows '--' as its
+    arguments (fsdp-sdk run --script train.py -- --epochs 3); it reports its
+    steps with fsdp_sdk.report(step=, loss=, tokens=) (docs/your-code.md).
 
     \b
     On the local backend, one torchrun agent per simulated node runs on this

@@ -97,6 +97,8 @@ LOCAL_MOUNT_PATH = "/local"
 SHARED_MOUNT_PATH = "/shared"
 #: The workers' environment variable holding the trainer's output directory (``$(FSDP_SDK_OUTPUT_DIR)`` in a command).
 OUTPUT_DIR_ENV = "FSDP_SDK_OUTPUT_DIR"
+#: The workers' environment variable telling your own code (``--script``) where its checkpoints go.
+CHECKPOINT_DIR_ENV = "FSDP_SDK_CHECKPOINT_DIR"
 #: The registry a preview (``job render`` without ``job.registry``) puts in the image reference.
 PLACEHOLDER_REGISTRY = "set-job-registry.invalid"
 CONTAINER_NAME = "pytorch"  # the Training Operator requires this container name
@@ -286,6 +288,8 @@ def worker_environment(config: Config, instance: InstanceType) -> list[dict[str,
         }
     )
     env[OUTPUT_DIR_ENV] = output_dir(config)
+    if _code(config):  # where your code saves and resumes (fsdp_sdk.code_entry)
+        env[CHECKPOINT_DIR_ENV] = checkpoint_dir(config) or f"{output_dir(config)}/checkpoints"
     given = str((config.trainer.get("checkpoint") or {}).get("dir") or "")
     if _on_bucket(config) or given.startswith("s3://"):
         # the trainer's S3 client signs for the bucket's region; Pod Identity (or the user's own setup) gives credentials
@@ -362,6 +366,13 @@ def _check_bucket_prefix(config: Config) -> None:
             )
 
 
+def _code(config: Config) -> bool:
+    """Whether the job runs your own code (``--script``, ``--module``, ``Client.train``)."""
+    from fsdp_sdk.user_code import active
+
+    return active(config) is not None
+
+
 def _resume_set(config: Config) -> bool:
     return "resume" in (config.trainer.get("checkpoint") or {})
 
@@ -430,6 +441,11 @@ def _command(config: Config) -> tuple[list[str], list[str]]:
     syntax (``huggingface-cli login --token ${HF_TOKEN} && torchrun ...``): then it runs as ``bash -c``, so
     the operators work and ``${HF_TOKEN}`` is expanded in the container from the Secret, never written here.
     """
+    from fsdp_sdk.user_code import CODE_COMMAND, active, entry_arguments
+
+    code = active(config)
+    if code is not None:  # your own code, in the code layer (fsdp_sdk.user_code)
+        return list(CODE_COMMAND), entry_arguments(code, in_image=True)
     command = config.job.command
     if command:
         if _SHELL_SYNTAX.search(command):
@@ -437,6 +453,20 @@ def _command(config: Config) -> tuple[list[str], list[str]]:
         return shlex.split(command), []
     # The operator passes the rendezvous settings as PET_* variables, which torchrun reads.
     return ["torchrun", "-m", "fsdp_trainer"], trainer_arguments(_trainer_settings(config))
+
+
+def _code_image(config: Config, trainer_image: str) -> str:
+    """The code layer's image: the trainer image's repository, the code's content tag (``code.digest``)."""
+    from fsdp_sdk.user_code import code_image_ref, settings_of
+
+    digest = settings_of(config).digest
+    if not digest:
+        raise ConfigError(
+            "code.digest",
+            "is not computed: the code layer's tag comes from its files",
+            "render through Client.render_job() or 'fsdp-sdk job render', which hash the code directory first",
+        )
+    return code_image_ref(trainer_image, digest)
 
 
 def _resources(config: Config, instance: InstanceType) -> dict[str, dict[str, int | str]]:
@@ -777,6 +807,8 @@ def render_job(
         field = "job.image" if not config.job.image.strip() else "job.tag"
         raise ConfigError(field, "is empty", f"set {field} (IMAGE / TAG in .env), e.g. fsdp-sdk-trainer:latest")
     image = _check_image(plugins.hooks.job_image(config), preview=preview)
+    if _code(config):
+        image = _code_image(config, image)
     rdzv_id = rdzv_id or new_rdzv_id(config.job.name)
     if not re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", rdzv_id):
         raise ConfigError(

@@ -34,8 +34,9 @@ __all__ = [
     "unused_checkpoint_note",
 ]
 
-#: The SDK sections whose explicitly set values a run records (``cluster.*`` says where the record is: not kept).
-RECORDED_SECTIONS = ("job", "local")
+#: The SDK sections whose explicitly set values a run records (``cluster.*`` says where the record is: not kept;
+#: ``code.*``: the run's own script, module or function, run again when it is continued).
+RECORDED_SECTIONS = ("job", "local", "code")
 _STEP_DIR = re.compile(r"^step_(\d{8})$")
 _MARKER = "COMPLETE"
 

@@ -96,6 +96,8 @@ class RunPlan:
     total_steps: int | None = None
     stall_timeout_s: float = 600.0
     notes: tuple[str, ...] = field(default=())
+    code: str | None = None
+    """What runs instead of the trainer (``--script train.py``...; :mod:`fsdp_sdk.user_code`), or ``None``."""
 
     @property
     def world_size(self) -> int:
@@ -122,6 +124,7 @@ class RunPlan:
             "total_steps": self.total_steps,
             "stall_timeout_s": self.stall_timeout_s,
             "notes": list(self.notes),
+            "code": self.code,
         }
 
 
@@ -172,17 +175,19 @@ def render_run(
     :param python: the interpreter that runs the agents.
     """
     from fsdp_sdk.backends.local.settings import LocalSettings
+    from fsdp_sdk.user_code import active
 
     local = config.sections.get("local") or LocalSettings()
     nodes, nproc = config.job.num_workers, config.job.nproc_per_node or 1
     run_dir = root / "runs" / run_id
+    code = active(config)
     trainer: dict[str, Any] = copy.deepcopy(dict(config.trainer))
     train = trainer.setdefault("train", {})
     output_dir = Path(train.get("output_dir") or run_dir)
     train["output_dir"] = str(output_dir)
     notes: list[str] = []
 
-    resolved = _trainer_config(trainer)
+    resolved = _trainer_config(trainer) if code is None else None
     total_steps = resolved.train.steps if resolved is not None else _int_or_none(train.get("steps"))
     checkpoint = trainer.get("checkpoint", {})
     checkpoint_dir: Path | None = None
@@ -224,14 +229,15 @@ def render_run(
         "127.0.0.1",
         "-m",
         RANK_MODULE,
-        TRAINER_MODULE,
-        *trainer_arguments(trainer),
-        *trainer_args,
+        *_what_runs(config, trainer, trainer_args),
     )
 
     env: dict[str, str] = {"PYTHONUNBUFFERED": "1"}  # stream the leader's lines as they come
     if "OMP_NUM_THREADS" not in (base_env or {}):
         env["OMP_NUM_THREADS"] = str(max(1, cpu_count // max(nodes * nproc, 1)))  # torchrun would force 1 and warn
+    if code is not None:  # where your code writes (fsdp_sdk.code_entry); the trainer gets them as options
+        checkpoint_dir = output_dir / "checkpoints"
+        env.update({"FSDP_SDK_OUTPUT_DIR": str(output_dir), "FSDP_SDK_CHECKPOINT_DIR": str(checkpoint_dir)})
     env.update(config.job.env)
     if config.job.hf_token:
         env["HF_TOKEN"] = config.job.hf_token.get_secret_value()
@@ -256,7 +262,18 @@ def render_run(
         total_steps=total_steps,
         stall_timeout_s=local.stall_timeout_s,
         notes=tuple(notes),
+        code=code.what() if code is not None else None,
     )
+
+
+def _what_runs(config: Config, trainer: Mapping[str, Any], trainer_args: Sequence[str]) -> list[str]:
+    """The module each rank runs and its arguments: the trainer with its settings, or your code in place."""
+    from fsdp_sdk.user_code import active, entry_arguments
+
+    code = active(config)
+    if code is not None:
+        return ["fsdp_sdk.code_entry", *entry_arguments(code, in_image=False)]
+    return [TRAINER_MODULE, *trainer_arguments(trainer), *trainer_args]
 
 
 def _int_or_none(value: Any) -> int | None:

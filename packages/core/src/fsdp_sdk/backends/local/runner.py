@@ -79,8 +79,11 @@ class LocalRunner:
         from fsdp_sdk.backends.local.memory import gpu_memory_gib, host_memory
         from fsdp_sdk.backends.local.settings import LocalSettings
         from fsdp_sdk.estimate import EstimateUnavailable, estimate_job
+        from fsdp_sdk.user_code import active
 
         config = resolved.config
+        if active(config) is not None:
+            return  # your own code: no model the estimate knows
         nproc = config.job.nproc_per_node or 1
         sized = copy.deepcopy(config)
         sized.job.nproc_per_node = nproc
@@ -229,7 +232,7 @@ class LocalRunner:
             raise RunError(f"run {dryrun.run_id} has finished; nothing to start")
         config, draft = dryrun.config, dryrun.plan
         assert config is not None and draft is not None
-        if importlib.util.find_spec("fsdp_trainer") is None:
+        if draft.code is None and importlib.util.find_spec("fsdp_trainer") is None:
             raise BackendError(
                 "local: the trainer is not installed (no module fsdp_trainer); pip install -e packages/trainer"
             )

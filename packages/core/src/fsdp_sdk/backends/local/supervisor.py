@@ -247,7 +247,10 @@ class Supervisor:
             for earlier in self.pending[index]:
                 self._leader_line(earlier, at)
             self.pending = [[] for _ in self.plan.commands]
-            self._emit("phase", f"trainers started; loading the model ({self._model_name()})")
+            if self.plan.code:
+                self._emit("phase", f"your code started on {self.plan.world_size} ranks ({self.plan.code})")
+            else:
+                self._emit("phase", f"trainers started; loading the model ({self._model_name()})")
         if self.leader is None:
             self.pending[index].append(line)
         elif index == self.leader:
@@ -419,8 +422,8 @@ class Supervisor:
         raise RunError(message)
 
     def _check_progress(self) -> None:
-        if self.last_progress is None or self.summary_seen:
-            return
+        if self.last_progress is None or self.summary_seen or (self.plan.code and not self.last_step):
+            return  # your code is watched for stalls once it reports steps (fsdp_sdk.report)
         idle = time.monotonic() - self.last_progress
         if idle < self.plan.stall_timeout_s:
             return
