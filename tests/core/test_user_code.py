@@ -23,7 +23,7 @@ pytest.importorskip("torch")
 
 #: A DDP script as a team would have it: torch only, no fsdp-sdk import. It saves a checkpoint every step in
 #: FSDP_SDK_CHECKPOINT_DIR and resumes from it; with --kill-at N, rank 1 kills itself (SIGKILL) once after step N.
-DDP_SCRIPT = '''
+DDP_SCRIPT = """
 import argparse, json, os, signal
 import torch
 import torch.distributed as dist
@@ -64,7 +64,7 @@ for step in range(start + 1, args.steps + 1):
         open(marker, "w").close()
         os.kill(os.getpid(), signal.SIGKILL)
 dist.destroy_process_group()
-'''
+"""
 
 #: A module that reports its steps with the helper.
 REPORTING_MODULE = """
@@ -164,9 +164,7 @@ def test_a_module_reporting_its_steps_shows_in_runs_and_job_report(local_cluster
     assert training["steps"] == 3 and training["final_loss"] == pytest.approx(1 / 3)
 
 
-def test_client_train_runs_a_function_on_two_ranks_and_returns_its_result(
-    local_cluster: None, state_dir: Path
-) -> None:
+def test_client_train_runs_a_function_on_two_ranks_and_returns_its_result(local_cluster: None, state_dir: Path) -> None:
     client = Client.from_sources(overrides={"cluster.backend": "local"})
     handle = client.train(train_on_every_rank, nodes=2, nproc_per_node=1, kwargs={"scale": 10})
     assert handle.result() == {"sum": 30.0, "world": 2}  # rank 0's: 1 + 2 over the gloo group, times 10
