@@ -1325,8 +1325,11 @@ class Client:
         :raises ConfigError: the estimated peak exceeds the usable memory, or ``--auto`` would find nothing that fits.
         """
         from fsdp_sdk.estimate import EstimateUnavailable, estimate_job, fit_problem
+        from fsdp_sdk.user_code import active
 
         resolved = resolved or self.resolved
+        if active(resolved.config) is not None:
+            return None  # your own code: no model the estimate knows
         try:
             est = estimate_job(resolved.config, resolved.instance, scaling=False)
         except EstimateUnavailable as exc:

@@ -37,6 +37,7 @@ of every other node where the port is free.
 
 from __future__ import annotations
 
+import atexit
 import json
 import math
 import os
@@ -46,12 +47,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["METRICS_FILE", "METRICS_PORT_ENV", "report"]
+__all__ = ["METRICS_FILE", "METRICS_LINGER_ENV", "METRICS_PORT_ENV", "report"]
 
 #: The run's metrics file, in ``$FSDP_SDK_OUTPUT_DIR`` (the trainer's name for it).
 METRICS_FILE = "metrics.jsonl"
 #: The port of the Prometheus endpoint (unset: none).
 METRICS_PORT_ENV = "FSDP_SDK_METRICS_PORT"
+#: Seconds the endpoint waits at exit for a scrape of the last step (the trainer's ``prometheus_linger_s``).
+METRICS_LINGER_ENV = "FSDP_SDK_METRICS_LINGER_S"
 _OUTPUT_DIR_ENV = "FSDP_SDK_OUTPUT_DIR"
 _lock = threading.Lock()
 _last_time: float | None = None
@@ -126,6 +129,11 @@ def _serve(record: dict[str, Any]) -> None:
                 }
                 try:
                     _exporter = PrometheusExporter(int(port), info)
+                    try:
+                        linger = float(os.environ.get(METRICS_LINGER_ENV) or 0)
+                    except ValueError:
+                        linger = 0.0
+                    atexit.register(_exporter.close, linger)  # the last step is scraped before the process ends
                 except (OSError, ValueError) as error:
                     if _rank() == 0:
                         print(

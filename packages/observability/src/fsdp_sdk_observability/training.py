@@ -76,8 +76,20 @@ def _annotations(port: int) -> dict[str, str]:
     return {"prometheus.io/scrape": "true", "prometheus.io/port": str(port), "prometheus.io/path": "/metrics"}
 
 
+def _code_env(env: list[dict[str, Any]], config: Config, port: int) -> list[dict[str, Any]]:
+    """Your own code's environment with the endpoint of ``fsdp_sdk.report`` on (``fsdp_sdk.step_report``)."""
+    from fsdp_sdk.step_report import METRICS_LINGER_ENV, METRICS_PORT_ENV
+
+    linger = 2 * parse_duration(settings_of(config).scrape_interval)
+    kept = [e for e in env if e.get("name") not in (METRICS_PORT_ENV, METRICS_LINGER_ENV)]
+    return [*kept, {"name": METRICS_PORT_ENV, "value": str(port)}, {"name": METRICS_LINGER_ENV, "value": f"{linger:g}"}]
+
+
 def add_trainer_endpoint(config: Config, objects: list[dict[str, Any]]) -> None:
-    """Turn the trainer's Prometheus endpoint on in the rendered job objects, in place."""
+    """Turn the trainer's Prometheus endpoint on in the rendered job objects, in place (for your own code
+    (``--script``), the endpoint of ``fsdp_sdk.report``, through its environment)."""
+    from fsdp_sdk.user_code import CODE_COMMAND
+
     if not scraping_enabled(config) or config.job.command:
         return
     port = trainer_port(config)
@@ -86,9 +98,12 @@ def add_trainer_endpoint(config: Config, objects: list[dict[str, Any]]) -> None:
             for replica in (obj["spec"].get("pytorchReplicaSpecs") or {}).values():
                 template = replica["template"]
                 container = template["spec"]["containers"][0]
-                if container.get("command") != _TRAINER_COMMAND:
+                if container.get("command") == CODE_COMMAND:
+                    container["env"] = _code_env(container.get("env") or [], config, port)
+                elif container.get("command") != _TRAINER_COMMAND:
                     continue
-                container["args"] = _options(container.get("args") or [], config)
+                else:
+                    container["args"] = _options(container.get("args") or [], config)
                 ports = [p for p in container.get("ports") or [] if p.get("name") != TRAINER_PORT_NAME]
                 container["ports"] = [*ports, {"name": TRAINER_PORT_NAME, "containerPort": port, "protocol": "TCP"}]
                 meta = template.setdefault("metadata", {})
@@ -97,9 +112,13 @@ def add_trainer_endpoint(config: Config, objects: list[dict[str, Any]]) -> None:
             from fsdp_sdk.k8s.render import worker_pods
 
             trainer = obj["spec"].get("trainer") or {}
-            if trainer.get("command") != _TRAINER_COMMAND:
+            if trainer.get("command") == CODE_COMMAND:
+                _check_trainjob_port(config, port)
+                trainer["env"] = _code_env(trainer.get("env") or [], config, port)
+            elif trainer.get("command") != _TRAINER_COMMAND:
                 continue
-            _check_trainjob_port(config, port)
-            trainer["args"] = _options(trainer.get("args") or [], config)
+            else:
+                _check_trainjob_port(config, port)
+                trainer["args"] = _options(trainer.get("args") or [], config)
             for pod in worker_pods([obj]):  # the pods of fsdp-sdk's runtime patch; the runtime declares the port
                 pod.annotations.update(_annotations(port))
