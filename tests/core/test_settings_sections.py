@@ -132,6 +132,6 @@ def test_a_config_built_directly_gets_the_sections_when_resolved(demo: DemoPlugi
     resolved = Config().resolved(plugins, validate_trainer=False)
     assert resolved.section("demo") == DemoSettings()
     with pytest.raises(
-        ConfigError, match="nope: is not a settings section of an installed plugin; sections here: demo"
+        ConfigError, match="nope: is not a settings section of an installed plugin; sections here: code, demo, local"
     ):
         resolved.section("nope")
