@@ -79,9 +79,24 @@ def summarize(output_dir: Path, steps_run: int, **extra: Any) -> dict[str, Any]:
         "tokens_per_s_per_gpu": sum(r["tokens"] for r in timed) / seconds if seconds > 0 else None,
         "final_loss": last.get("loss") if last else None,
         "peak_mem_gib": max(mems) if mems else None,
+        "world_size": int(os.environ.get("WORLD_SIZE", "1") or 1),
+        **_device(),
         "python_version": sys.version.split()[0],
         **extra,
     }
+
+
+def _device() -> dict[str, Any]:
+    """The device the code used, as far as torch (when the code imported it) tells without starting CUDA."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return {}
+    try:
+        if torch.cuda.is_initialized():
+            return {"device": "cuda", "gpu_name": torch.cuda.get_device_name(), "torch_version": torch.__version__}
+    except Exception:  # a torch build without CUDA
+        pass
+    return {"device": "cpu", "torch_version": torch.__version__}
 
 
 class _StepLines:

@@ -127,8 +127,9 @@ def summary_lines(
         given = isinstance(run_tokens_per_s, (int, float))
         throughput += f" over the whole run ({_number(segment)} this segment)" if given else " this segment"
     lines = [
-        f"Run {run_id} finished in {took}: {steps} steps"
-        + (f" ({run_now} in this segment)" if continued else "")
+        f"Run {run_id} finished in {took}: "
+        + (f"{steps} steps" if steps is not None else "no steps reported (fsdp_sdk.report)")
+        + (f" ({run_now} in this segment)" if continued and steps is not None else "")
         + ", final loss "
         + (f"{loss:.4f}" if isinstance(loss, (int, float)) else "-"),
         f"  throughput   {throughput} and {_number(summary.get('tflops_per_gpu'), 2)} TFLOP/s per process"
