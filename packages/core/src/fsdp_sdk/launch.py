@@ -270,6 +270,7 @@ def plan_launch(
         steps.append(f"use the image {image}: ECR holds it (its content has not changed)")
     else:
         steps.append(f"build the image {client.config.job.image}:{tag} and push it to ECR ({image})")
+    steps += _code_layer_steps(job_client, image, ecr)
 
     job_name = client.config.job.name
     replace = False
@@ -317,6 +318,21 @@ def plan_launch(
         trainer_args=tuple(trainer_args),
         registry=registry,
     )
+
+
+def _code_layer_steps(job_client: Client, image: str, ecr: Any) -> list[str]:
+    """The step of your own code's layer (``--script``; :mod:`fsdp_sdk.user_code`) on ``image``, when there is one."""
+    from fsdp_sdk.k8s.image import image_in_ecr
+    from fsdp_sdk.user_code import active, code_image_ref, collect
+
+    code = active(job_client.config)
+    if code is None:
+        return []
+    bundle = collect(code, image)  # over code.max_mib: refused here, before anything is created
+    layer = code_image_ref(image, bundle.tag)
+    if image_in_ecr(job_client.config, bundle.tag, ecr=ecr):
+        return [f"use the code layer {layer} ({code.what()}): ECR holds it (its content has not changed)"]
+    return [f"build the code layer {layer} ({code.what()}, {len(bundle.files)} files) and push it to ECR"]
 
 
 def _account_registry(region: str, ecr: Any) -> str:
