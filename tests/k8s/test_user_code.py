@@ -201,3 +201,63 @@ def test_a_directory_over_the_limit_is_refused_before_anything_is_built_or_sent(
     (line,) = err.strip().splitlines()
     assert code == 2 and "train.steps" in line and "option of the built-in trainer" in line
     assert recorded(log) == [] and apiserver.writes() == []  # nothing built, nothing submitted
+
+
+def sum_of_squares(n):
+    """Sent to the cluster by Client.train: its source alone."""
+    import math
+
+    return {"sum": sum(i * i for i in range(n)), "pi": round(math.pi, 2)}
+
+
+def test_client_train_on_a_cluster_sends_the_function_in_the_layer_and_returns_its_result(
+    isolated_cli: None,
+    aws: str,
+    tmp_path: Path,
+    kubeconfig: Path,
+    apiserver: FakeApiServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from fsdp_sdk.client import Client
+
+    log = tmp_path / "calls.jsonl"
+    monkeypatch.setenv("PATH", f"{install_fake_tools(tmp_path / 'bin', log, 'docker')}:{Path('/usr/bin')}")
+    state = tmp_path / "state"
+    client = Client.from_sources(
+        overrides={"job.registry": REGISTRY, "cluster.state_dir": str(state)}, kubeconfig=kubeconfig
+    )
+    handle = client.train(sum_of_squares, nodes=2, nproc_per_node=4, kwargs={"n": 4})
+    (job,) = apiserver.objects("PyTorchJob")
+    assert handle.job.name == job["metadata"]["name"] == "fsdp" and job["spec"]["nprocPerNode"] == "4"
+    (container,) = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
+    tag = container["image"].rsplit(":", 1)[1]
+    assert [c["argv"][0] for c in recorded(log)] == ["build", "login", "tag", "push"]
+    assert container["command"] == CODE_COMMAND
+    args = container["args"]
+    assert args[args.index("--function") + 1] == "sum_of_squares" and json.loads(args[args.index("--kwargs") + 1]) == {
+        "n": 4
+    }
+
+    # What the leader pod runs: the layer's /workspace is the build context's code/ (what docker COPYs there).
+    workspace = state / "code-layers" / tag / "code"
+    assert sorted(p.name for p in workspace.iterdir()) == ["sum_of_squares.py"]
+    local_args = [a.replace("/workspace", str(workspace)) for a in args]
+    env = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "FSDP_SDK_OUTPUT_DIR": str(tmp_path / "out")}
+    pod = subprocess.run(
+        [sys.executable, "-m", "fsdp_sdk.code_entry", *local_args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=True,
+    )
+    name = job["metadata"]["name"]
+    apiserver.add_pod(f"{name}-worker-0", labels={"training.kubeflow.org/job-name": name}, log=pod.stdout)
+    apiserver.set_status(
+        "kubeflow.org/v1", "PyTorchJob", name, {"conditions": [{"type": "Succeeded", "status": "True"}]}
+    )
+    assert handle.result() == {"sum": 14, "pi": 3.14}

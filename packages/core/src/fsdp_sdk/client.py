@@ -1086,8 +1086,9 @@ class Client:
         travels, so it imports what it uses inside itself (see :mod:`fsdp_sdk.user_code`); it gets what a
         ``--script`` gets (rendezvous, ``FSDP_SDK_CHECKPOINT_DIR``, :func:`fsdp_sdk.report`).
 
-        Locally the run goes to its end here; on a cluster the job is submitted (the code layer built and
-        pushed when new) and the handle follows it (:meth:`~fsdp_sdk.user_code.TrainHandle.wait`).
+        On a backend that runs jobs itself (``local``) the run goes to its end here; on a cluster (or with the
+        client's ``kubeconfig``) the job is submitted (the code layer built and pushed when new) and the handle
+        follows it (:meth:`~fsdp_sdk.user_code.TrainHandle.wait`).
 
         :param func: a function defined with ``def`` at a module's top level.
         :param nodes: workers (``job.num_workers``; locally, simulated nodes).

@@ -642,7 +642,7 @@ def train(
         kube_context=client.kube_context,
         hermetic=client.hermetic,
     )
-    if bound.backend.runs_jobs:
+    if bound.backend.runs_jobs and client._kubeconfig is None:  # given a kubeconfig, jobs go to that cluster
         result = bound.run(run_id=run_id, on_event=on_event, on_output=on_output)
         return TrainHandle(result.job, bound, dict(result.summary), result.output_dir)
     job = bound.submit_job(run_id=run_id)
