@@ -157,6 +157,11 @@ def test_a_module_reporting_its_steps_shows_in_runs_and_job_report(local_cluster
     lines = (Path(record["output_dir"]) / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in lines] == [1, 2, 3]  # rank 0's alone, once each
 
+    resumed = run_cli("run", "--backend", "local", "--resume", "reported", "--dry-run", "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    command = json.loads(resumed.stdout)["commands"][0]  # --resume runs the run's own code again
+    assert command[command.index("fsdp_sdk.code_entry") :][-5:] == ["--module", "mytrain.loop", "--", "--steps", "3"]
+
     pytest.importorskip("matplotlib", reason="job report's plots need fsdp-sdk[report]")
     report = run_cli("job", "report", "--backend", "local", "reported", "-o", str(work_dir / "report"), "--json")
     assert report.returncode == 0, report.stderr
@@ -195,6 +200,8 @@ def test_bad_inputs_are_one_line_and_start_nothing(work_dir: Path, state_dir: Pa
     assert "--model" in preset and "pass your code's own options after --" in preset
     both = _one_line_error(run_cli("run", "--backend", "local", "--script", "train.py", "--module", "a.b"))
     assert "--module" in both
+    command = run_cli("run", "--backend", "local", "--script", "train.py", "--set", "job.command=python x.py")
+    assert "both say what the workers run" in _one_line_error(command)
     assert not (state_dir / "local").exists()  # no etcd started, no run recorded
 
 

@@ -128,6 +128,12 @@ class CodeSettings:
             )
         if self.dir is not None and not Path(self.dir).is_dir():
             raise ConfigError("code.dir", f"{self.dir} is not a directory", "name the directory your code lives in")
+        if config.job.command:
+            raise ConfigError(
+                named("job.command"),
+                f"and {self.what()} both say what the workers run",
+                "unset job.command (CMD in .env) to run your code, or drop --script/--module",
+            )
         if self.max_mib <= 0:
             raise ConfigError("code.max_mib", f"{self.max_mib} is not positive", "use MiB, e.g. 200")
         for section, values in config.trainer.items():
