@@ -15,7 +15,7 @@ from fsdp_sdk.k8s.render import render_job, worker_pods
 from fsdp_sdk.k8s.validate import load_crd_schema, validate_objects
 from fsdp_sdk.plugins import build_plugins
 from fsdp_sdk.resolved import Resolved
-from fsdp_sdk.user_code import CODE_COMMAND, CodeSettings, collect, for_cluster, prepare_context
+from fsdp_sdk.user_code import CODE_COMMAND, CodeSettings, collect, entry_arguments, for_cluster, prepare_context
 
 from .fake_apiserver import FakeApiServer
 from .tools import cli, install_fake_tools, recorded
@@ -100,6 +100,17 @@ def test_the_code_layer_and_its_tag_follow_the_content(code_dir: Path, tmp_path:
     assert changed.tag != first.tag and changed.tag.startswith("code-") and len(changed.tag) == 21
     assert collect(code, f"{REGISTRY}/fsdp-sdk-trainer:src-fedcba9876543210").tag != changed.tag  # another base
 
+    module = CodeSettings(module="lib.model", args=["--width", "4"])
+    assert collect(module, BASE).files == first.files  # --module: the current directory travels
+    assert entry_arguments(module, in_image=True) == [
+        "--dir",
+        "/workspace",
+        "--module",
+        "lib.model",
+        "--",
+        "--width",
+        "4",
+    ]
     assert first.dockerfile.splitlines()[3] == f"FROM {BASE}" and "requirements.txt" not in first.dockerfile
     (code_dir / "requirements.txt").write_text("einops==0.8.1\n")
     with_requirements = collect(code, BASE)
