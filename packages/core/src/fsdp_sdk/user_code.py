@@ -43,7 +43,6 @@ from fsdp_sdk.errors import ConfigError
 
 if TYPE_CHECKING:
     from fsdp_sdk.config import Config, Setting
-    from fsdp_sdk.plugins import Plugins
     from fsdp_sdk.resolved import Resolved
     from fsdp_sdk.runs import JobRef, RunEvent
 
@@ -374,20 +373,6 @@ def prepare_context(bundle: CodeBundle, context: Path) -> Path:
     dockerfile = context / "Dockerfile"
     dockerfile.write_text(bundle.dockerfile)
     return dockerfile
-
-
-def with_digest(config: Config, tag: str) -> Config:
-    """``config`` with the code layer's tag in ``code.digest``."""
-    from fsdp_sdk.config import Setting
-
-    return config.with_overrides([Setting("code.digest", tag, "code.digest", "fsdp-sdk")])
-
-
-def bundle_for(config: Config, plugins: Plugins) -> CodeBundle:
-    """The code bundle of ``config``'s code on the trainer image its job runs (``job_image``)."""
-    code = active(config)
-    assert code is not None
-    return collect(code, plugins.hooks.job_image(config))
 
 
 def ensure_code_image(
