@@ -44,6 +44,8 @@ def _checkpoints(s3, prefix: str) -> dict[str, bool]:
     """step directory -> has its COMPLETE marker."""
     found: dict[str, bool] = {}
     for key in _objects(s3, prefix):
+        if "/" not in key[len(prefix) :]:  # OWNER.json: the run that owns the prefix
+            continue
         step, name = key[len(prefix) :].split("/", 1)[0], key.rsplit("/", 1)[-1]
         found[step] = found.get(step, False) or name == "COMPLETE"
     return found

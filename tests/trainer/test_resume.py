@@ -35,7 +35,7 @@ def test_kill_after_step_5_then_resume_matches_straight_run(straight, tmp_path):
     )
     assert killed.returncode != 0
     assert [r["step"] for r in killed.records] == [1, 2, 3, 4, 5]
-    ckpts = sorted(p.name for p in (out / "checkpoints").iterdir())
+    ckpts = sorted(p.name for p in (out / "checkpoints").glob("step_*"))
     assert ckpts == ["step_00000005"]
     train_state = json.loads((out / "checkpoints" / "step_00000005" / "train_state.json").read_text())
     assert train_state["step"] == 5 and train_state["data"]["position"] > 0
@@ -49,7 +49,7 @@ def test_kill_after_step_5_then_resume_matches_straight_run(straight, tmp_path):
     for step in range(6, STEPS + 1):
         assert losses[step] == pytest.approx(straight[step], abs=1e-6), f"step {step}"
     assert resumed.summary["steps"] == STEPS and resumed.summary["steps_run"] == 5
-    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_00000005", "step_00000010"]
+    assert sorted(p.name for p in (out / "checkpoints").glob("step_*")) == ["step_00000005", "step_00000010"]
 
 
 def test_save_killed_midway_leaves_the_previous_checkpoint(straight, tmp_path):
@@ -72,7 +72,7 @@ def test_save_killed_midway_leaves_the_previous_checkpoint(straight, tmp_path):
     assert [r["step"] for r in resumed.records] == list(range(1, STEPS + 1)), (
         "steps 3-4 of the crashed run are replaced"
     )
-    assert sorted(p.name for p in ckpt.iterdir()) == ["step_00000006", "step_00000008", "step_00000010"]
+    assert sorted(p.name for p in ckpt.glob("step_*")) == ["step_00000006", "step_00000008", "step_00000010"]
 
 
 def test_fsdp1_checkpoint_resumes(straight, tmp_path):

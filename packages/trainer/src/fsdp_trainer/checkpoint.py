@@ -73,7 +73,10 @@ from .converters.master_weights import attach_masters, masters_by_key, with_mast
 from .distributed import DistEnv
 from .errors import ConfigError
 from .model import DTYPES, meta_model, reset_rotary_
+from .digests import check_files, expected_files
+from .ownership import RunIdentity, check_owner, claim, gone_line, remember_checkpoint, run_identity, whose
 from .storage import (
+    BROKEN,
     MARKER,
     CheckpointStore,
     LocalStore,
@@ -199,7 +202,9 @@ class Checkpointer:
         """``stateful``: name -> object with ``state_dict()``/``load_state_dict()`` (scheduler, data loader, scaler)."""
         assert cfg.dir is not None
         self.cfg, self.env, self.model, self.optimizer, self.stateful = cfg, env, model, optimizer, stateful
-        self.store: CheckpointStore = store_for(cfg.dir, cfg.s3_client, cfg.write_threads)
+        self.store: CheckpointStore = store_for(cfg.dir, cfg.s3_client, cfg.write_threads, cfg.s3_timeout_s)
+        self._identity: RunIdentity | None = None  # take_ownership()
+        self._run_cfg: Any = None
         self.root = Path(cfg.dir) if not is_s3(cfg.dir) else None
         #: Seconds each save kept training waiting (staging only, for an asynchronous save).
         self.blocking_s: list[float] = []
@@ -248,27 +253,115 @@ class Checkpointer:
         self.env.barrier()
 
     def find_resume(self) -> str | None:
-        """The checkpoint ``checkpoint.resume`` points at (None: start fresh), as the leader sees it, on every rank.
+        """The checkpoint to resume (None: start fresh), chosen by the leader and checked against its digests
+        (``digests.py``), on every rank.
 
         Each rank choosing for itself could pick different checkpoints (a save landing
         between two ranks' listings, a lagging shared filesystem), so with a process
-        group of more than one rank the leader decides and broadcasts.
+        group of more than one rank the leader decides and broadcasts. Each rank then checks
+        a share of the chosen checkpoint's files; a broken one is named, marked ``BROKEN`` (no
+        later start, restart or ``run --resume`` takes it again), and the previous complete one is
+        taken instead, with a warning.
         """
+        candidates = self._on_leader(self._resume_candidates)
+        for i, (ckpt, files) in enumerate(candidates):
+            problem = files if isinstance(files, str) else None
+            if isinstance(files, dict):
+                problem = self._first_problem(ckpt, files)
+            if problem is None:
+                return ckpt  # type: ignore[no-any-return]
+            fallback = candidates[i + 1][0] if i + 1 < len(candidates) else None
+            self._mark_broken(ckpt, problem, fallback)
+        if candidates:
+            ckpt, _ = candidates[0]
+            raise ConfigError(
+                f"--checkpoint.resume: no checkpoint in {self.store.root} loads: {ckpt} and every earlier one are "
+                "broken (see the warnings above; each is marked BROKEN); restore them, or start over with "
+                "--checkpoint.resume never or another --checkpoint.dir"
+            )
+        return None
+
+    def _on_leader(self, fn: Any) -> Any:
+        """``fn()`` on the leader, its result (or its ConfigError) on every rank."""
         import torch.distributed as dist
 
         if self.env is None or not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-            return self._find_resume_local()
+            return fn()
         choice: list[Any] = [None]
         if self.env.is_leader:
             try:
-                choice[0] = ("path", self._find_resume_local())
+                choice[0] = ("value", fn())
             except ConfigError as e:
                 choice[0] = ("error", str(e))
         dist.broadcast_object_list(choice, src=0, device=torch.device("cpu"))
         kind, value = choice[0]
         if kind == "error":
             raise ConfigError(value)
-        return value  # type: ignore[no-any-return]
+        return value
+
+    def _first_problem(self, ckpt: str, files: dict[str, tuple[int, str]]) -> str | None:
+        """This rank checks its share of ``ckpt``'s files; the first problem any rank found (every rank)."""
+        import torch.distributed as dist
+
+        store = self._store_of(ckpt)
+        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+            return check_files(store, ckpt, files)
+        problem = check_files(store, ckpt, files, (dist.get_rank(), dist.get_world_size()))
+        found: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(found, problem)
+        return next((p for p in found if p), None)
+
+    def _mark_broken(self, ckpt: str, problem: str, fallback: str | None) -> None:
+        """Leader: say what is broken, and mark the checkpoint so nothing resumes it again (then a barrier)."""
+        if self.env.is_leader:
+            store = self._store_of(ckpt)
+            then = f"; resuming from the previous complete checkpoint, {fallback}" if fallback else ""
+            log.warning("checkpoint: %s is broken: %s; marked %s%s", ckpt, problem, BROKEN, then)
+            try:
+                store.write(store.join(ckpt, BROKEN), f"{problem}\n".encode())
+            except Exception as e:  # a read-only location: say so; the checks find it broken again next time
+                log.warning("checkpoint: could not mark %s %s (%s)", ckpt, BROKEN, " ".join(str(e).split())[:200])
+        self.env.barrier()
+
+    def _resume_candidates(self) -> list[tuple[str, Any]]:
+        """Leader: the checkpoints to try, newest first, each with its recorded files (``digests.expected_files``)."""
+        if not self.cfg.enabled or self.cfg.resume == "never":
+            return []
+        if self.cfg.resume == "auto":
+            found = self.store.complete()
+            if not found and self._run_cfg is not None:
+                gone = gone_line(self._run_cfg, self.store)
+                if gone:
+                    log.warning("%s", gone)
+            return [(c.id, expected_files(self.store, c.id)) for c in reversed(found)]
+        path = self._find_resume_local()
+        assert path is not None
+        store = self._store_of(path)
+        if self._identity is not None and store is not self.store:
+            taken = whose(store, path, self._identity)
+            if taken:
+                log.warning("%s", taken)
+        return [(path, expected_files(store, path))]
+
+    def take_ownership(self, run_cfg: Any) -> None:
+        """Before anything is written or cleaned in ``checkpoint.dir``: make this run its owner, or refuse the run
+        in one line naming the owner (``ownership.py``). Every rank; the leader decides."""
+        self._run_cfg = run_cfg
+
+        def decide() -> RunIdentity:
+            identity = run_identity(run_cfg)
+            explicit = None if self.cfg.resume in ("auto", "never") else self.cfg.resume
+            warning = claim(self.store, identity, explicit)
+            if warning:
+                log.warning("%s", warning)
+            return identity
+
+        self._identity = self._on_leader(decide)
+
+    def _check_owner(self) -> None:
+        """Leader: still this run's location (another run's claim since refuses this one)."""
+        if self._identity is not None and self.env.is_leader:
+            check_owner(self.store, self._identity)
 
     def prune_newer_than(self, step: int) -> None:
         """After an explicit resume at ``step``: delete the abandoned run's newer checkpoints (leader only, then a barrier)."""
@@ -284,7 +377,7 @@ class Checkpointer:
         parent = ckpt.rstrip("/").rsplit("/", 1)[0] if is_s3(ckpt) else str(Path(ckpt).parent)
         if parent.rstrip("/") == self.store.root.rstrip("/"):
             return self.store
-        return store_for(parent, self.cfg.s3_client)
+        return store_for(parent, self.cfg.s3_client, s3_timeout_s=self.cfg.s3_timeout_s)
 
     def _find_resume_local(self) -> str | None:
         if not self.cfg.enabled or self.cfg.resume == "never":
@@ -295,7 +388,11 @@ class Checkpointer:
         path = self.cfg.resume.rstrip("/")
         if is_s3(path):
             parse_s3(path, "--checkpoint.resume")
-        if not self._store_of(path).is_complete(path):
+        store = self._store_of(path)
+        if store.is_broken(path):
+            why = (store.read(store.join(path, BROKEN)) or b"").decode(errors="replace").strip()
+            raise ConfigError(f"--checkpoint.resume: {path} is broken ({why}; found when it was loaded); name another")
+        if not store.is_complete(path):
             raise ConfigError(f"--checkpoint.resume: {path} is not a complete checkpoint (no {MARKER} marker)")
         return path
 
@@ -350,6 +447,7 @@ class Checkpointer:
         waited = time.perf_counter() - start
         staging = self.store.staging_id(step)
         if self.env.is_leader:
+            self._check_owner()
             self.store.prepare(step)
         self.env.barrier()
         state = self._dcp_state()[0]
@@ -492,7 +590,10 @@ class Checkpointer:
 
     def _commit(self, step: int) -> str:
         """Leader: the marker (and rename), then ``checkpoint.keep``."""
+        self._check_owner()
         final = self.store.commit(step)
+        if self._run_cfg is not None:
+            remember_checkpoint(self._run_cfg, final, step)
         for old in self.store.complete()[: -self.cfg.keep]:
             self.store.remove(old.id)
         return final

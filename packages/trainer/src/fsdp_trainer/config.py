@@ -210,6 +210,12 @@ class CheckpointConfig(options.Section):
     """Threads each rank's save writes its shards with, one file each (DCP's thread_count): more can help a store that one writing thread cannot fill (a RAID of NVMe drives, memory, S3)."""
     s3_client: Literal["s3torchconnector", "fsspec"] = "s3torchconnector"
     """What writes and reads s3:// checkpoints: s3torchconnector (AWS's CRT client and DCP storage), or fsspec (torch's FsspecWriter/Reader over s3fs, pip install s3fs), the fallback for an S3-compatible store the CRT client cannot serve."""
+    s3_connect_timeout_s: float = 10.0
+    """Seconds the first contact with each s3:// location (at start, before the process group) may take before the run is refused: an endpoint that does not answer."""
+    s3_timeout_s: float = 60.0
+    """Seconds any S3 operation of a checkpoint (a listing, a small object, a read, a shard upload) may go without an answer from the endpoint before the run fails saying so."""
+    save_timeout_s: float = 1800.0
+    """Seconds a whole save may take (an asynchronous one: to its commit, checked at every step); past it the run fails naming the checkpoint."""
 
 
 @dataclass(eq=False, repr=False)

@@ -35,5 +35,11 @@ class ConfigError(TrainerError, ValueError):
         return (_rebuild, (str(self), self.flag, self.problem))
 
 
+class StoreStalled(TrainerError):
+    """The checkpoint store stopped answering (an S3 endpoint that accepts and never answers); the message names the
+    location and the bound (``checkpoint.s3_timeout_s``, ``checkpoint.save_timeout_s``). The stalled request cannot be
+    cancelled: the process exits without waiting for it."""
+
+
 def _rebuild(message: str, flag: str | None, problem: str) -> ConfigError:
     return ConfigError(message, flag=flag, problem=problem)

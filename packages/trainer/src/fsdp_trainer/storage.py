@@ -31,16 +31,46 @@ import io
 import os
 import re
 import shutil
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError
+from .errors import ConfigError, StoreStalled
 
 MARKER = "COMPLETE"
+#: Put in a checkpoint that failed verification at load (its reason inside): never resumed again, kept to inspect.
+BROKEN = "BROKEN"
 STEP_DIR = re.compile(r"^step_(\d{8})$")
 ASIDE_DIR = re.compile(r"^(step_\d{8})\.old-\d+$")
 S3_CLIENTS = ("s3torchconnector", "fsspec")
+#: Bytes read at a time when a file is checksummed.
+CHUNK = 8 << 20
+#: A file inside a checkpoint (or its staging directory): (checkpoint, name inside it).
+SMALL_FILE = re.compile(r"^(.*/step_\d{8}(?:\.tmp)?)/(.+)$")
+
+
+def bounded(fn: Any, args: tuple[Any, ...], timeout_s: float, uri: str, setting: str) -> Any:
+    """``fn(*args)`` in a daemon thread, waited for at most ``timeout_s``: its result or its exception, else
+    :class:`StoreStalled` ("<uri>: no answer from the endpoint for 60 s (<setting>)"). A stalled call is left behind
+    in its daemon thread (nothing can cancel a request the CRT client has in flight); the run fails."""
+    done = threading.Event()
+    out: list[Any] = [None, None]
+
+    def call() -> None:
+        try:
+            out[0] = fn(*args)
+        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+            out[1] = e
+        done.set()
+
+    threading.Thread(target=call, name="s3-bounded", daemon=True).start()
+    if not done.wait(timeout_s):
+        raise StoreStalled(f"{uri}: no answer from the endpoint for {timeout_s:g} s ({setting})")
+    if out[1] is not None:
+        raise out[1]
+    return out[0]
 
 
 def step_dir_name(step: int) -> str:
@@ -83,6 +113,9 @@ class Listing:
     id: str
     """What DCP's ``checkpoint_id`` and the store's methods take (a path or an ``s3://`` URI)."""
     complete: bool
+    """Has its ``COMPLETE`` marker and no ``BROKEN`` one."""
+    broken: bool = False
+    """Marked ``BROKEN``: it failed verification when a run tried to load it (``digests.py``)."""
 
 
 class CheckpointStore:
@@ -113,8 +146,20 @@ class CheckpointStore:
         return [c for c in self.listing() if c.complete]
 
     def is_complete(self, ckpt: str) -> bool:
-        """Whether ``ckpt`` has its marker."""
-        return self.exists(self.join(ckpt, MARKER))
+        """Whether ``ckpt`` has its marker and was never found broken."""
+        return self.exists(self.join(ckpt, MARKER)) and not self.is_broken(ckpt)
+
+    def is_broken(self, ckpt: str) -> bool:
+        """Whether ``ckpt`` failed verification at an earlier load (its ``BROKEN`` marker)."""
+        return self.exists(self.join(ckpt, BROKEN))
+
+    def size(self, file: str) -> int | None:
+        """A file's size in bytes; None when it does not exist."""
+        raise NotImplementedError
+
+    def sha256(self, file: str) -> str | None:
+        """A file's SHA-256 (hex), read in chunks; None when it does not exist."""
+        raise NotImplementedError
 
     def exists(self, file: str) -> bool:
         """Whether the file exists."""
@@ -145,8 +190,25 @@ class CheckpointStore:
         raise NotImplementedError
 
     def writer(self, ckpt: str) -> Any:
-        """DCP ``StorageWriter`` for ``ckpt``."""
+        """DCP ``StorageWriter`` for ``ckpt``, recording the size and SHA-256 of what it writes (``digests.py``),
+        with those of the small files this process wrote into ``ckpt`` before."""
+        from .digests import DigestingWriter
+
+        small = getattr(self, "_small", {}).pop(ckpt.rstrip("/"), {})
+        return DigestingWriter(self._dcp_writer(ckpt), self, ckpt, small)
+
+    def _dcp_writer(self, ckpt: str) -> Any:
         raise NotImplementedError
+
+    def _note_small(self, file: str, data: bytes) -> None:
+        """Remember the digest of a small file written into a checkpoint (the next ``writer()`` of it records it)."""
+        m = SMALL_FILE.match(file)
+        if m is None or m.group(2) in (MARKER, BROKEN) or m.group(2).startswith("digests/"):
+            return
+        import hashlib
+
+        pending = self.__dict__.setdefault("_small", {})
+        pending.setdefault(m.group(1), {})[m.group(2)] = (len(data), hashlib.sha256(data).hexdigest())
 
     def reader(self, ckpt: str) -> Any:
         """DCP ``StorageReader`` for ``ckpt``."""
@@ -192,11 +254,30 @@ class LocalStore(CheckpointStore):
         for p in self.path.iterdir():
             m = STEP_DIR.match(p.name)
             if m:
-                found.append(Listing(int(m.group(1)), str(p), (p / MARKER).is_file()))
+                broken = (p / BROKEN).is_file()
+                found.append(Listing(int(m.group(1)), str(p), (p / MARKER).is_file() and not broken, broken))
         return sorted(found, key=lambda c: c.step)
 
     def exists(self, file: str) -> bool:
         return Path(file).is_file()
+
+    def size(self, file: str) -> int | None:
+        try:
+            return Path(file).stat().st_size
+        except FileNotFoundError:
+            return None
+
+    def sha256(self, file: str) -> str | None:
+        import hashlib
+
+        digest = hashlib.sha256()
+        try:
+            with open(file, "rb") as f:
+                while chunk := f.read(CHUNK):
+                    digest.update(chunk)
+        except FileNotFoundError:
+            return None
+        return digest.hexdigest()
 
     def prepare(self, step: int) -> None:
         tmp = Path(self.staging_id(step))
@@ -204,6 +285,7 @@ class LocalStore(CheckpointStore):
         (tmp / "rng").mkdir(parents=True)
 
     def write(self, file: str, data: bytes) -> None:
+        self._note_small(file, data)
         path = Path(file)
         path.parent.mkdir(parents=True, exist_ok=True)
         _write_synced(path, data)
@@ -243,7 +325,7 @@ class LocalStore(CheckpointStore):
             removed.append(str(p))
         return removed
 
-    def writer(self, ckpt: str) -> Any:
+    def _dcp_writer(self, ckpt: str) -> Any:
         from torch.distributed.checkpoint import FileSystemWriter
 
         return FileSystemWriter(ckpt, thread_count=self.write_threads)
@@ -277,12 +359,20 @@ def replace_dir(tmp: Path, final: Path) -> None:
 
 
 class S3Store(CheckpointStore):
-    """Checkpoints under an ``s3://bucket/prefix``: written in place, complete once the ``COMPLETE`` object exists."""
+    """Checkpoints under an ``s3://bucket/prefix``: written in place, complete once the ``COMPLETE`` object exists.
 
-    def __init__(self, root: str, client: str = "s3torchconnector") -> None:
+    Every small operation (listing, a small object, a deletion, a chunk read) is bounded by ``timeout_s``
+    (``checkpoint.s3_timeout_s``): an endpoint that accepts and never answers fails it with :class:`StoreStalled`
+    instead of hanging the run. ``last_progress`` (monotonic seconds) is when the store last heard from S3, which
+    the checkpointer's watchdog reads for the shard writes it cannot bound one by one.
+    """
+
+    def __init__(self, root: str, client: str = "s3torchconnector", timeout_s: float = 60.0) -> None:
         self.bucket, self.prefix = parse_s3(root)
         self.root = f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
         self.client_kind = client
+        self.timeout_s = timeout_s
+        self.last_progress = time.monotonic()
         self._client: Any = None
 
     # -- the small objects, listing and deletion: s3torchconnector's client (CRT) --
@@ -292,6 +382,12 @@ class S3Store(CheckpointStore):
             self._client = s3_client()
         return self._client
 
+    def _bounded(self, uri: str, fn: Any, *args: Any) -> Any:
+        """``fn(*args)``, or StoreStalled naming ``uri`` when S3 has not answered within ``timeout_s``."""
+        result = bounded(fn, args, self.timeout_s, uri, "--checkpoint.s3_timeout_s")
+        self.last_progress = time.monotonic()
+        return result
+
     def _key(self, uri: str) -> str:
         bucket, key = parse_s3(uri)
         if bucket != self.bucket:
@@ -299,12 +395,15 @@ class S3Store(CheckpointStore):
         return key
 
     def _keys(self, prefix: str, delimiter: str = "") -> tuple[list[str], list[str]]:
-        keys: list[str] = []
-        prefixes: list[str] = []
-        for page in self._s3().list_objects(self.bucket, prefix, delimiter):
-            keys.extend(o.key for o in page.object_info)
-            prefixes.extend(page.common_prefixes)
-        return keys, prefixes
+        def run() -> tuple[list[str], list[str]]:
+            keys: list[str] = []
+            prefixes: list[str] = []
+            for page in self._s3().list_objects(self.bucket, prefix, delimiter):
+                keys.extend(o.key for o in page.object_info)
+                prefixes.extend(page.common_prefixes)
+            return keys, prefixes
+
+        return self._bounded(f"s3://{self.bucket}/{prefix}", run)  # type: ignore[no-any-return]
 
     def staging_id(self, step: int) -> str:
         return self.final_id(step)
@@ -318,33 +417,56 @@ class S3Store(CheckpointStore):
             m = STEP_DIR.match(name)
             if m:
                 ckpt = self.join(self.root, name)
-                found.append(Listing(int(m.group(1)), ckpt, self.is_complete(ckpt)))
+                broken = self.is_broken(ckpt)
+                found.append(Listing(int(m.group(1)), ckpt, not broken and self.exists(self.join(ckpt, MARKER)), broken))
         return sorted(found, key=lambda c: c.step)
 
-    def exists(self, file: str) -> bool:
+    def _head(self, file: str) -> Any:
         from s3torchconnectorclient import S3Exception
 
         try:
-            self._s3().head_object(self.bucket, self._key(file))
+            return self._bounded(file, self._s3().head_object, self.bucket, self._key(file))
         except S3Exception as e:
             if "not found" in str(e).lower():
-                return False
+                return None
             raise
-        return True
+
+    def exists(self, file: str) -> bool:
+        return self._head(file) is not None
+
+    def size(self, file: str) -> int | None:
+        info = self._head(file)
+        return None if info is None else int(info.size)
+
+    def sha256(self, file: str) -> str | None:
+        import hashlib
+
+        if not self.exists(file):
+            return None
+        reader = self._bounded(file, self._s3().get_object, self.bucket, self._key(file))
+        digest = hashlib.sha256()
+        while chunk := self._bounded(file, reader.read, CHUNK):
+            digest.update(chunk)
+        return digest.hexdigest()
 
     def prepare(self, step: int) -> None:
         self.remove(self.staging_id(step))  # a rerun of the same step, or an interrupted save's debris
 
     def write(self, file: str, data: bytes) -> None:
-        stream = self._s3().put_object(self.bucket, self._key(file))
-        stream.write(data)
-        stream.close()
+        self._note_small(file, data)
+
+        def run() -> None:
+            stream = self._s3().put_object(self.bucket, self._key(file))
+            stream.write(data)
+            stream.close()
+
+        self._bounded(file, run)
 
     def read(self, file: str) -> bytes | None:
         if not self.exists(file):
             return None
-        reader = self._s3().get_object(self.bucket, self._key(file))
-        return bytes(reader.read())
+        reader = self._bounded(file, self._s3().get_object, self.bucket, self._key(file))
+        return bytes(self._bounded(file, reader.read))
 
     def commit(self, step: int) -> str:
         final = self.final_id(step)
@@ -356,22 +478,22 @@ class S3Store(CheckpointStore):
         marker = f"{key}/{MARKER}"
         keys, _ = self._keys(f"{key}/")
         if marker in keys:
-            self._s3().delete_object(self.bucket, marker)
+            self._bounded(ckpt, self._s3().delete_object, self.bucket, marker)
         for k in keys:
             if k != marker:
-                self._s3().delete_object(self.bucket, k)
+                self._bounded(ckpt, self._s3().delete_object, self.bucket, k)
 
     def clean_partial(self) -> list[str]:
         removed = []
         for c in self.listing():
-            if not c.complete:
+            if not c.complete and not c.broken:  # a broken one is kept (marked) for its owner to inspect
                 self.remove(c.id)
                 removed.append(c.id)
         return removed
 
     # -- the shards: s3torchconnector's DCP storage, or torch's fsspec storage over s3fs --
 
-    def writer(self, ckpt: str) -> Any:
+    def _dcp_writer(self, ckpt: str) -> Any:
         if self.client_kind == "fsspec":
             from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
 
@@ -455,9 +577,11 @@ def check_s3_locations(cfg: Any) -> None:
             ) from None
 
 
-def store_for(location: str, s3_client_kind: str = "s3torchconnector", write_threads: int = 1) -> CheckpointStore:
+def store_for(
+    location: str, s3_client_kind: str = "s3torchconnector", write_threads: int = 1, s3_timeout_s: float = 60.0
+) -> CheckpointStore:
     """The store of a ``checkpoint.dir`` (a directory or ``s3://bucket/prefix``)."""
-    store = S3Store(location, s3_client_kind) if is_s3(location) else LocalStore(location)
+    store = S3Store(location, s3_client_kind, s3_timeout_s) if is_s3(location) else LocalStore(location)
     store.write_threads = write_threads
     return store
 

@@ -308,6 +308,7 @@ class Trainer:
         """Resume if asked, train to ``train.steps``, save, export; returns the summary (leader prints it)."""
         cfg, env = self.cfg, self.env
         if cfg.checkpoint.enabled:
+            self.checkpointer.take_ownership(cfg)  # one run per checkpoint.dir (ownership.py): before it is touched
             self.checkpointer.clean_partial()
             resume = self.checkpointer.find_resume()
             if resume is not None:
