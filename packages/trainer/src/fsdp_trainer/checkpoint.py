@@ -45,6 +45,7 @@ middle of that step's save (shards and metadata written, no marker yet).
 
 from __future__ import annotations
 
+import contextlib
 import copy as copy_module
 import functools
 import json
@@ -52,8 +53,12 @@ import logging
 import os
 import random
 import signal
+import sys
+import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as futures_wait
 from pathlib import Path
 from typing import Any
 
@@ -70,10 +75,10 @@ from torch.distributed.tensor import DTensor
 
 from .config import CheckpointConfig
 from .converters.master_weights import attach_masters, masters_by_key, with_masters
-from .distributed import DistEnv
-from .errors import ConfigError
-from .model import DTYPES, meta_model, reset_rotary_
 from .digests import check_files, expected_files
+from .distributed import DistEnv
+from .errors import ConfigError, StoreStalled
+from .model import DTYPES, meta_model, reset_rotary_
 from .ownership import RunIdentity, check_owner, claim, gone_line, remember_checkpoint, run_identity, whose
 from .storage import (
     BROKEN,
@@ -205,6 +210,8 @@ class Checkpointer:
         self.store: CheckpointStore = store_for(cfg.dir, cfg.s3_client, cfg.write_threads, cfg.s3_timeout_s)
         self._identity: RunIdentity | None = None  # take_ownership()
         self._run_cfg: Any = None
+        self._save_started: float | None = None  # a save in flight (bounded: _stalled)
+        self._save_step = 0
         self.root = Path(cfg.dir) if not is_s3(cfg.dir) else None
         #: Seconds each save kept training waiting (staging only, for an asynchronous save).
         self.blocking_s: list[float] = []
@@ -473,14 +480,16 @@ class Checkpointer:
                 job = functools.partial(self._finish_async, write, step)
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(1, thread_name_prefix="checkpoint-commit")
+            self._begin_save(step)
             self._pending = self._executor.submit(job)
             self._pending_step = step
             self.blocking_s.append(time.perf_counter() - start)
             return self.store.final_id(step)
-        dcp.save(state, storage_writer=self.store.writer(staging))
-        self._fault_point(step)
-        self.env.barrier()  # every rank's shards are written
-        final = self._commit(step) if self.env.is_leader else self.store.final_id(step)
+        with self._watchdog(step):
+            dcp.save(state, storage_writer=self.store.writer(staging))
+            self._fault_point(step)
+            self.env.barrier()  # every rank's shards are written
+            final = self._commit(step) if self.env.is_leader else self.store.final_id(step)
         self.env.barrier()
         self.blocking_s.append(time.perf_counter() - start)
         log.info("checkpoint: saved %s", final)
@@ -601,26 +610,84 @@ class Checkpointer:
     def _finish_async(self, write: Any, step: int) -> str:
         """Background: write (or wait for DCP's write), then (leader) commit. Runs in the commit thread."""
         start = time.perf_counter()
-        write()  # raises the background save's error
-        self._fault_point(step)
-        final = self._commit(step) if self.env.is_leader else self.store.final_id(step)
+        try:
+            write()  # raises the background save's error
+            self._fault_point(step)
+            final = self._commit(step) if self.env.is_leader else self.store.final_id(step)
+        finally:
+            self._save_started = None
         self.timings["background_s"].append(time.perf_counter() - start)
         log.info("checkpoint: saved %s (asynchronously)", final)
         return final
 
     def poll(self) -> None:
-        """Raise the error of a background save that failed (cheap: call it every step)."""
+        """Raise the error of a background save that failed, or that stalled (cheap: call it every step)."""
         pending = self._pending
         if pending is not None and pending.done():
             self._pending = None
             self._raise_if_failed(pending)
+        elif pending is not None:
+            self._raise_if_stalled()
 
     def wait(self) -> None:
-        """Wait for the background save in flight, if any; raise its error."""
+        """Wait for the background save in flight, if any (bounded: see :meth:`_stalled`); raise its error."""
         self.before_update()
-        pending, self._pending = self._pending, None
+        pending = self._pending
         if pending is not None:
+            while not futures_wait([pending], timeout=0.5).done:
+                self._raise_if_stalled()
+            self._pending = None
             self._raise_if_failed(pending)
+
+    # -- bounded saves: a store that stops answering fails the run within checkpoint.s3_timeout_s / save_timeout_s --
+
+    def _begin_save(self, step: int) -> None:
+        self._save_started, self._save_step = time.monotonic(), step
+        if hasattr(self.store, "last_progress"):
+            self.store.last_progress = time.monotonic()
+
+    def _stalled(self) -> str | None:
+        """What the save in flight is stuck on, in words; None while it goes on (S3 only: the CRT client's requests
+        have no timeout of their own, so progress is what the store last heard, ``S3Store.last_progress``)."""
+        started, last = self._save_started, getattr(self.store, "last_progress", None)
+        if started is None or last is None:
+            return None
+        now, ckpt = time.monotonic(), self.store.final_id(self._save_step)
+        if now - last > self.cfg.s3_timeout_s:
+            return f"{ckpt}: no answer from the endpoint for {self.cfg.s3_timeout_s:g} s (--checkpoint.s3_timeout_s)"
+        if now - started > self.cfg.save_timeout_s:
+            return f"{ckpt}: the save did not finish within {self.cfg.save_timeout_s:g} s (--checkpoint.save_timeout_s)"
+        return None
+
+    def _raise_if_stalled(self) -> None:
+        stall = self._stalled()
+        if stall is not None:
+            self._pending = None
+            raise StoreStalled(f"checkpoint: the background save of step {self._save_step} failed: {stall}")
+
+    @contextlib.contextmanager
+    def _watchdog(self, step: int) -> Iterator[None]:
+        """Around a synchronous save: a thread that ends the process with the cause when the store stalls (the
+        blocked request cannot be interrupted, and the peers wait at the next barrier)."""
+        self._begin_save(step)
+        done = threading.Event()
+
+        def watch() -> None:
+            while not done.wait(0.5):
+                stall = self._stalled()
+                if stall is not None:
+                    line = f"checkpoint: the save of step {step} failed: {stall}"
+                    log.error("%s", line)
+                    print(f"error: {line}", file=sys.stderr, flush=True)
+                    os._exit(1)
+
+        if hasattr(self.store, "last_progress"):
+            threading.Thread(target=watch, name="checkpoint-watchdog", daemon=True).start()
+        try:
+            yield
+        finally:
+            done.set()
+            self._save_started = None
 
     def _raise_if_failed(self, pending: Future[str]) -> None:
         try:
@@ -628,6 +695,8 @@ class Checkpointer:
         except BaseException as e:  # DCP's CheckpointException is a BaseException
             if isinstance(e, (KeyboardInterrupt, SystemExit)):
                 raise
+            if isinstance(e, StoreStalled):
+                raise StoreStalled(f"checkpoint: the background save of step {self._pending_step} failed: {e}") from e
             # DCP's CheckpointException carries each rank's traceback: its last line is the cause
             lines = [line.strip() for line in str(e).splitlines() if line.strip()]
             cause = lines[-1] if lines else type(e).__name__

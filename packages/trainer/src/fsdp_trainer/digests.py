@@ -171,7 +171,7 @@ def expected_files(store: Any, ckpt: str) -> dict[str, tuple[int, str]] | str | 
     if all(r is None for r in records):
         return None
     files: dict[str, tuple[int, str]] = {}
-    for name, record in zip(names, records):
+    for name, record in zip(names, records, strict=True):
         if record is None:
             return f"{name} is missing (it lists what that rank wrote)"
         try:
@@ -182,7 +182,9 @@ def expected_files(store: Any, ckpt: str) -> dict[str, tuple[int, str]] | str | 
     return files
 
 
-def check_files(store: Any, ckpt: str, files: dict[str, tuple[int, str]], share: tuple[int, int] = (0, 1)) -> str | None:
+def check_files(
+    store: Any, ckpt: str, files: dict[str, tuple[int, str]], share: tuple[int, int] = (0, 1)
+) -> str | None:
     """The first of ``files`` (this rank's ``share``: (rank, world) takes every world-th file) that differs from
     what was saved, said in words ("__0_0.distcp is 543691 bytes, 612345 were written"); None when all match."""
     rank, world = share

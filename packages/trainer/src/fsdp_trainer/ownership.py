@@ -16,6 +16,7 @@ The record also keeps the run's last committed checkpoint, which says when a loc
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -65,10 +66,8 @@ def run_identity(cfg: Any) -> RunIdentity:
     """This run's identity (see the module docstring); made and recorded at its first start."""
     path = Path(cfg.train.output_dir) / IDENTITY_FILE
     record: dict[str, Any] = {}
-    try:
+    with contextlib.suppress(OSError, ValueError):
         record = json.loads(path.read_text())
-    except (OSError, ValueError):
-        pass
     run_id = os.environ.get(RUN_ID_ENV) or record.get("run_id") or uuid.uuid4().hex
     name = os.environ.get(RUN_NAME_ENV) or record.get("name") or Path(cfg.train.output_dir).resolve().name
     identity = RunIdentity(
@@ -149,9 +148,7 @@ def claim(store: Any, identity: RunIdentity, explicit_resume: str | None) -> str
     owner = read_owner(store)
     warning = None
     if owner is not None and not owner.same_run(identity):
-        inside = explicit_resume is not None and explicit_resume.rstrip("/").rsplit("/", 1)[0] == store.root.rstrip(
-            "/"
-        )
+        inside = explicit_resume is not None and explicit_resume.rstrip("/").rsplit("/", 1)[0] == store.root.rstrip("/")
         if not inside:
             raise ConfigError(refusal(store, owner))
         warning = (

@@ -61,7 +61,7 @@ def bounded(fn: Any, args: tuple[Any, ...], timeout_s: float, uri: str, setting:
     def call() -> None:
         try:
             out[0] = fn(*args)
-        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+        except BaseException as e:
             out[1] = e
         done.set()
 
@@ -418,7 +418,9 @@ class S3Store(CheckpointStore):
             if m:
                 ckpt = self.join(self.root, name)
                 broken = self.is_broken(ckpt)
-                found.append(Listing(int(m.group(1)), ckpt, not broken and self.exists(self.join(ckpt, MARKER)), broken))
+                found.append(
+                    Listing(int(m.group(1)), ckpt, not broken and self.exists(self.join(ckpt, MARKER)), broken)
+                )
         return sorted(found, key=lambda c: c.step)
 
     def _head(self, file: str) -> Any:
@@ -545,9 +547,80 @@ def s3_client(max_attempts: int | None = None) -> Any:
     return S3Client(s3_region(), endpoint=endpoint, s3client_config=config)
 
 
+#: S3's errors for credentials it does not accept (as opposed to a policy that denies them): code -> (what the CRT
+#: client's error carries for it: S3's message, or the CRT's own error name; what it means).
+REJECTED_CREDENTIALS = {
+    "InvalidAccessKeyId": (
+        ("The AWS Access Key Id you provided does not exist",),
+        "the access key id is not known to S3",
+    ),
+    "SignatureDoesNotMatch": (
+        ("The request signature we calculated does not match",),
+        "the secret access key does not match the access key id",
+    ),
+    "ExpiredToken": (
+        ("The provided token has expired", "AWS_ERROR_S3_TOKEN_EXPIRED"),
+        "the session token has expired",
+    ),
+    "InvalidToken": (("The provided token is malformed",), "the session token is not valid"),
+}
+
+#: botocore's credential provider names, in words.
+CREDENTIAL_SOURCES = {
+    "env": "the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN)",
+    "shared-credentials-file": "the shared credentials file (AWS_SHARED_CREDENTIALS_FILE, ~/.aws/credentials)",
+    "config-file": "the AWS config file (AWS_CONFIG_FILE, ~/.aws/config)",
+    "assume-role": "a role assumed through the AWS profile",
+    "assume-role-with-web-identity": "a web identity role (IRSA: AWS_ROLE_ARN, AWS_WEB_IDENTITY_TOKEN_FILE)",
+    "container-role": "the container credentials endpoint (EKS Pod Identity or ECS)",
+    "iam-role": "the instance role (instance metadata)",
+    "sso": "AWS SSO (the profile's sso settings)",
+    "custom-process": "the profile's credential_process",
+}
+
+
+def credential_source() -> str:
+    """Where the standard chain finds credentials here, in words (botocore's resolver, as the CRT client's chain
+    looks in the same places and order)."""
+    try:
+        import botocore.session
+
+        session = botocore.session.Session()
+        credentials = session.get_credentials()
+    except Exception:
+        return "the standard AWS chain"
+    if credentials is None:
+        return "nowhere (no credentials found: requests go unsigned)"
+    method = getattr(credentials, "method", "") or ""
+    where = CREDENTIAL_SOURCES.get(method, method or "the standard AWS chain")
+    profile = os.environ.get("AWS_PROFILE")
+    if method in ("shared-credentials-file", "config-file", "assume-role", "sso", "custom-process") and profile:
+        where += f", profile {profile}"
+    key = getattr(credentials, "access_key", "") or ""
+    return f"{where}; access key id {key[:4]}...{key[-4:]}" if len(key) > 8 else where
+
+
+def describe_s3_error(detail: str, uri: str) -> str | None:
+    """The words for an S3 error that is about credentials (rejected ones, said apart from a denying policy)."""
+    for code, (said, meaning) in REJECTED_CREDENTIALS.items():
+        if code in detail or any(phrase in detail for phrase in said):
+            return (
+                f"S3 rejected the credentials ({code}: {meaning}); they came from {credential_source()}; "
+                "fix or replace them (or unset them to use another source)"
+            )
+    if "AccessDenied" in detail or "Access Denied" in detail:
+        bucket = parse_s3(uri)[0]
+        return (
+            f"S3 accepted the credentials (from {credential_source()}) but a policy denies access to bucket "
+            f"{bucket}; allow s3:ListBucket on it and s3:GetObject, s3:PutObject, s3:DeleteObject on its objects"
+        )
+    return None
+
+
 def check_s3_locations(cfg: Any) -> None:
     """List one key under each ``s3://`` location of a ``TrainerConfig`` (checkpoint dir, resume, export, weights,
-    tokenizer); raise a one-line ConfigError naming the setting when S3 refuses or cannot be reached."""
+    tokenizer); raise a one-line ConfigError naming the setting when S3 refuses or cannot be reached (credentials it
+    rejects said apart from a policy that denies; no answer within ``checkpoint.s3_connect_timeout_s``)."""
     ck, model = cfg.checkpoint, cfg.model
     locations = [
         ("--checkpoint.dir", ck.dir if ck.enabled else None),
@@ -566,11 +639,17 @@ def check_s3_locations(cfg: Any) -> None:
         seen.add(bucket)
         from s3torchconnectorclient import S3Exception
 
+        def first_key(bucket: str = bucket, prefix: str = prefix) -> Any:
+            return next(iter(s3_client(max_attempts=2).list_objects(bucket, prefix, "/", 1)), None)  # fail fast
+
         try:
-            next(iter(s3_client(max_attempts=2).list_objects(bucket, prefix, "/", 1)), None)  # fail fast
+            bounded(first_key, (), ck.s3_connect_timeout_s, uri, "--checkpoint.s3_connect_timeout_s")
         except S3Exception as e:
             detail = " ".join(str(e).split())[:300]
             where = s3_endpoint() or f"S3 in {s3_region()}"
+            credentials = describe_s3_error(detail, uri)
+            if credentials:
+                raise ConfigError(f"{flag}: cannot use {uri} ({where}): {credentials}") from None
             raise ConfigError(
                 f"{flag}: cannot use {uri} ({where}): {detail}; check the bucket, AWS_REGION, the endpoint "
                 "(AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL) and the credentials"

@@ -13,7 +13,7 @@ import random
 import sys
 
 from .config import TrainerConfig
-from .errors import ConfigError, TrainerError
+from .errors import ConfigError, StoreStalled, TrainerError
 
 log = logging.getLogger("fsdp_trainer")
 
@@ -62,6 +62,8 @@ def run(cfg: TrainerConfig) -> dict:
         if env.is_leader:
             print(json.dumps(summary), flush=True)  # last stdout line: the run's summary
         env.barrier()  # leave together: a rank tearing down its group while a peer still uses it can abort
+    except StoreStalled:
+        raise  # a request is stuck in a thread: no teardown (main_with_config exits at once)
     except TrainerError:
         destroy_distributed()  # our own errors are raised alike on every rank: tear down together
         raise
@@ -143,6 +145,9 @@ def main_with_config(cfg: TrainerConfig) -> int:
     """Run and map failures to exit codes: 2 for settings (one line naming the flag), 1 otherwise."""
     try:
         run(cfg)
+    except StoreStalled as e:  # the stalled request's thread cannot be joined: leave without waiting for it
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        os._exit(e.exit_code)
     except TrainerError as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
         return e.exit_code
