@@ -101,6 +101,7 @@ def test_resume_picks_the_newest_complete_checkpoint(tmp_path):
     ]:
         (tmp_path / name).mkdir()
         if complete:
+            (tmp_path / name / "train_state.json").write_text('{"world_size": 1}')  # saved without digests
             (tmp_path / name / "COMPLETE").write_text("")
     assert [step for step, _ in complete_checkpoints(tmp_path)] == [1, 2]
 
@@ -194,6 +195,7 @@ def test_explicit_resume_prunes_the_abandoned_runs_newer_checkpoints(tmp_path):
 
     for step in (2, 4, 6, 8):
         (tmp_path / f"step_{step:08d}").mkdir()
+        (tmp_path / f"step_{step:08d}" / "train_state.json").write_text('{"world_size": 1}')  # saved without digests
         (tmp_path / f"step_{step:08d}" / "COMPLETE").write_text("")
 
     class Leader:

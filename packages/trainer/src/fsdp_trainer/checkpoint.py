@@ -320,7 +320,8 @@ class Checkpointer:
 
     def _mark_broken(self, ckpt: str, problem: str, fallback: str | None) -> None:
         """Leader: say what is broken, and mark the checkpoint so nothing resumes it again (then a barrier)."""
-        if self.env.is_leader:
+        leader = self.env is None or self.env.is_leader
+        if leader:
             store = self._store_of(ckpt)
             then = f"; resuming from the previous complete checkpoint, {fallback}" if fallback else ""
             log.warning("checkpoint: %s is broken: %s; marked %s%s", ckpt, problem, BROKEN, then)
@@ -328,7 +329,8 @@ class Checkpointer:
                 store.write(store.join(ckpt, BROKEN), f"{problem}\n".encode())
             except Exception as e:  # a read-only location: say so; the checks find it broken again next time
                 log.warning("checkpoint: could not mark %s %s (%s)", ckpt, BROKEN, " ".join(str(e).split())[:200])
-        self.env.barrier()
+        if self.env is not None:
+            self.env.barrier()
 
     def _resume_candidates(self) -> list[tuple[str, Any]]:
         """Leader: the checkpoints to try, newest first, each with its recorded files (``digests.expected_files``)."""

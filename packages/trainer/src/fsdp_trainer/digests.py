@@ -137,6 +137,26 @@ class DigestingWriter(StorageWriter):
     def validate_checkpoint_id(cls, checkpoint_id: Any) -> bool:
         return True
 
+    # -- AsyncStager, delegated (DCP's async_save stages through its writer's own stager: FSDP1's ShardedTensor) --
+
+    @property
+    def _synchronize_after_execute(self) -> bool:
+        return bool(getattr(self.inner, "_synchronize_after_execute", True))
+
+    @property
+    def should_synchronize_after_execute(self) -> bool:
+        return self._synchronize_after_execute
+
+    def stage(self, state_dict: Any) -> Any:
+        return self.inner.stage(state_dict)
+
+    def synchronize_staging(self) -> None:
+        self.inner.synchronize_staging()
+
+    def close(self) -> None:
+        if hasattr(self.inner, "close"):
+            self.inner.close()
+
     def _put(self, name: str, files: dict[str, tuple[int, str]]) -> None:
         body = {"files": {k: {"size": size, "sha256": sha} for k, (size, sha) in sorted(files.items())}}
         self.store.write(self.store.join(self.ckpt, name), json.dumps(body, indent=1).encode())
