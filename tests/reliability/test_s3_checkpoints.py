@@ -182,3 +182,31 @@ def _stopped_and_continued(s3, straight: dict[int, float], outcome: Outcome, pre
         f"'run --name s3-named' resumed at step {saved + 1} from S3; all {STEPS} losses equal the uninterrupted run's"
     )
     wait_until(lambda: not processes_of("s3-named"), 20, "processes of the run are gone")
+
+
+def test_a_run_trains_from_the_s3_export_of_another(s3, outcome: Outcome) -> None:
+    """A run's --checkpoint.export_hf s3:// prefix given to the next run as --model.name_or_path, both through the
+    CLI; the same prefix with its weights cut short is refused naming it and what is missing."""
+    export = f"s3://{BUCKET}/export/exp"
+    one = ("--backend", "local", "--nodes", "1", "--nproc-per-node", "1")
+    first = cli(
+        "run", *one, "--preset", "tiny", "--steps", "2", "--name", "exporter", "--", "--checkpoint.export_hf", export
+    )
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert {"config.json", "model.safetensors"} <= {k.rsplit("/", 1)[-1] for k in _objects(s3, "export/exp/")}
+    args = ("--steps", "2", "--", "--model.name_or_path", export, "--data.source", "text")
+    second = cli("run", *one, "--name", "from-export", "--json", *args)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert json.loads(second.stdout)["steps_run"] == 2
+    outcome.note("trained 2 steps from the first run's S3 export, named as --model.name_or_path through the CLI")
+
+    weights = s3.get_object(Bucket=BUCKET, Key="export/exp/model.safetensors")["Body"].read()
+    s3.put_object(Bucket=BUCKET, Key="export/exp/model.safetensors", Body=weights[: len(weights) // 2])
+    partial = cli("run", *one, "--name", "from-partial", *args)
+    assert partial.returncode == 1, partial.stderr[-3000:]  # the trainer refused it (exit 2): not restarted
+    line = (
+        f"--model.name_or_path: {export} is not a whole model export: model.safetensors is truncated "
+        f"({len(weights) // 2} of {len(weights)} bytes)"
+    )
+    assert f"Error: run from-partial failed: agent 0: error: {line}; logs in " in partial.stderr, partial.stderr[-3000:]
+    outcome.saw(line)

@@ -435,3 +435,37 @@ def test_an_expired_session_token_is_said_with_the_profile_it_came_from(s3, tmp_
         "credentials file (AWS_SHARED_CREDENTIALS_FILE, ~/.aws/credentials), profile trainer; access key id "
         "ASIA...ED01; fix or replace them (or unset them to use another source)"
     ), str(e.value)
+
+
+# ---------------------------------------------------------------------------------------------- partial exports
+
+
+def test_a_partial_export_is_refused_naming_the_prefix_and_what_is_missing(s3):
+    """An export without its config, without weights, or missing a shard its index lists."""
+    from fsdp_trainer.errors import ConfigError
+    from fsdp_trainer.storage import check_s3_model
+
+    uri = f"s3://{BUCKET}/export/part"
+    s3.put_object(Bucket=BUCKET, Key="export/part/tokenizer.json", Body=b"{}")
+    with pytest.raises(ConfigError) as e:
+        check_s3_model(uri)
+    assert (
+        str(e.value)
+        == f"--model.name_or_path: {uri} is not a whole model export: no config.json (found: tokenizer.json)"
+    )
+    s3.put_object(Bucket=BUCKET, Key="export/part/config.json", Body=b"{}")
+    with pytest.raises(ConfigError) as e:
+        check_s3_model(uri)
+    assert str(e.value) == (
+        f"--model.name_or_path: {uri} is not a whole model export: no *.safetensors weights "
+        "(found: config.json, tokenizer.json)"
+    )
+    index = {"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}
+    s3.put_object(Bucket=BUCKET, Key="export/part/model.safetensors.index.json", Body=json.dumps(index).encode())
+    s3.put_object(Bucket=BUCKET, Key="export/part/model-00001-of-00002.safetensors", Body=b"")
+    with pytest.raises(ConfigError) as e:
+        check_s3_model(uri)
+    assert str(e.value) == (
+        f"--model.name_or_path: {uri} is not a whole model export: model-00002-of-00002.safetensors (listed in "
+        "model.safetensors.index.json) is missing"
+    )

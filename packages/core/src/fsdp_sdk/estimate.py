@@ -118,6 +118,8 @@ def read_model(model: str) -> ModelSource:
     PRESETS = _autotune().presets.PRESETS
     if model in PRESETS:
         return ModelSource(model, "preset", PRESETS[model]())
+    if model.startswith("s3://"):
+        return _spec_source(f"{model.rstrip('/')}/config.json", _s3_config_text(model))
     path = Path(model).expanduser()
     if path.is_dir():
         path = path / "config.json"
@@ -138,8 +140,45 @@ def read_model(model: str) -> ModelSource:
             + f"use a preset ({', '.join(PRESETS)}) or the path of a Hugging Face config.json or model directory",
         )
     try:
-        spec = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError("model", f"{path} is not readable JSON ({exc})", "pass a Hugging Face config.json") from None
+    return _spec_source(str(path), text)
+
+
+def _s3_config_text(uri: str) -> str:
+    """The ``config.json`` under an ``s3://`` model prefix (what ``checkpoint.export_hf`` writes), read with the SDK's
+    AWS session. :raises ConfigError: no config.json there; :raises EstimateUnavailable: S3 cannot be read here (the
+    trainer, with its own credentials, says why if it cannot either)."""
+    import os
+
+    from fsdp_sdk.aws.session import aws_client
+
+    bucket, _, prefix = uri[len("s3://") :].partition("/")
+    key = "/".join(p for p in (prefix.strip("/"), "config.json") if p)
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+    try:
+        client = aws_client("s3", region)
+        return str(client.get_object(Bucket=bucket, Key=key)["Body"].read().decode())
+    except Exception as exc:  # botocore's ClientError, a connection error, no credentials
+        code = str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
+        if code in ("NoSuchKey", "404"):
+            raise ConfigError(
+                "model",
+                f"{uri} holds no config.json (not a Hugging Face model directory, or an export that did not finish)",
+                "pass the s3:// prefix a finished --checkpoint.export_hf wrote, or a preset",
+            ) from None
+        raise EstimateUnavailable(
+            "model", f"cannot read {uri}/config.json here ({' '.join(str(exc).split())[:200]})", "the trainer reads it"
+        ) from None
+
+
+def _spec_source(where: str, text: str) -> ModelSource:
+    """A :class:`ModelSource` from the text of a ``config.json`` (``where`` names it in errors)."""
+    path = where
+    try:
+        spec = json.loads(text)
+    except ValueError as exc:
         raise ConfigError("model", f"{path} is not readable JSON ({exc})", "pass a Hugging Face config.json") from None
     if not isinstance(spec, dict):
         raise ConfigError("model", f"{path} is not a JSON object", "pass a Hugging Face config.json")
@@ -152,7 +191,7 @@ def read_model(model: str) -> ModelSource:
                 f"{path} has no positive integer {key}",
                 "pass the config.json of a Llama-architecture decoder (hidden_size, num_hidden_layers, ...)",
             )
-    return ModelSource(str(path), "config.json", spec, str(spec.get("model_type") or "llama"))
+    return ModelSource(path, "config.json", spec, str(spec.get("model_type") or "llama"))
 
 
 def _trainer_model(trainer: Any) -> ModelSource:

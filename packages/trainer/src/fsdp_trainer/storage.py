@@ -28,6 +28,7 @@ instead (``pip install s3fs``): the fallback for a store the CRT client cannot s
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import shutil
@@ -654,6 +655,8 @@ def check_s3_locations(cfg: Any) -> None:
                 f"{flag}: cannot use {uri} ({where}): {detail}; check the bucket, AWS_REGION, the endpoint "
                 "(AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL) and the credentials"
             ) from None
+    if is_s3(model.name_or_path):
+        check_s3_model(model.name_or_path)
 
 
 def store_for(
@@ -725,11 +728,54 @@ def s3_safetensors(uri: str, field: str = "--model.name_or_path") -> dict[str, A
     return tensors
 
 
+def check_s3_model(uri: str, field: str = "--model.name_or_path") -> None:
+    """Refuse (ConfigError, one line naming the prefix and what is missing) an ``s3://`` model directory that is not
+    a whole export: no ``config.json``, no ``*.safetensors`` weights, a shard its index lists but the prefix lacks,
+    or a safetensors file shorter than its header says (an upload cut short)."""
+    import struct
+
+    client, bucket, keys = _list_keys(uri, field)
+    base = parse_s3(uri, field)[1]
+    names = {k[len(base) + 1 :] if base else k: k for k in keys}
+    sizes = {
+        o.key: o.size for page in client.list_objects(bucket, f"{base}/" if base else "", "/") for o in page.object_info
+    }
+    found = ", ".join(sorted(names)) or "nothing"
+    if "config.json" not in names:
+        raise ConfigError(f"{field}: {uri} is not a whole model export: no config.json (found: {found})")
+    weights = sorted(n for n in names if n.endswith(".safetensors"))
+    if not weights:
+        raise ConfigError(f"{field}: {uri} is not a whole model export: no *.safetensors weights (found: {found})")
+    if "model.safetensors.index.json" in names:
+        index = json.loads(bytes(client.get_object(bucket, names["model.safetensors.index.json"]).read()))
+        missing = sorted(set(index.get("weight_map", {}).values()) - set(weights))
+        if missing:
+            raise ConfigError(
+                f"{field}: {uri} is not a whole model export: {', '.join(missing)} (listed in "
+                "model.safetensors.index.json) is missing"
+            )
+    for name in weights:
+        key = names[name]
+        reader = client.get_object(bucket, key)
+        head = bytes(reader.read(8))
+        header_len = struct.unpack("<Q", head)[0] if len(head) == 8 else 0
+        header = json.loads(bytes(reader.read(header_len))) if 0 < header_len < 100 << 20 else {}
+        end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
+        expected = 8 + header_len + end
+        if not header or sizes.get(key, 0) < expected:
+            raise ConfigError(
+                f"{field}: {uri} is not a whole model export: {name} is truncated "
+                f"({sizes.get(key, 0)} of {expected} bytes)"
+            )
+
+
 def s3_upload_dir(src: Path, uri: str, field: str = "--checkpoint.export_hf") -> None:
-    """Put every file of directory ``src`` under ``s3://bucket/prefix/``."""
+    """Put every file of directory ``src`` under ``s3://bucket/prefix/``, ``config.json`` last: an upload cut short
+    leaves no config, which ``check_s3_model`` refuses."""
     client = s3_client()
     bucket, prefix = parse_s3(uri, field)
-    for path in sorted(p for p in src.rglob("*") if p.is_file()):
+    files = sorted((p for p in src.rglob("*") if p.is_file()), key=lambda p: (p.name == "config.json", str(p)))
+    for path in files:
         key = "/".join(x for x in (prefix, path.relative_to(src).as_posix()) if x)
         stream = client.put_object(bucket, key)
         with open(path, "rb") as f:
