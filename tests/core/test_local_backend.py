@@ -590,3 +590,35 @@ def test_a_run_whose_start_callback_fails_is_stopped_and_recorded(state_dir: Pat
         assert (record.run_id, record.state) == ("cb", "interrupted") and record.ended_at is not None
     finally:
         client.down()
+
+
+def test_a_checkpoint_that_failed_to_load_is_not_restarted_into(tmp_path: Path) -> None:
+    """A launch fails loading a checkpoint (the trainer could not mark it BROKEN), and its restart fails loading the
+    same one: not restarted again; a restart that fails on another checkpoint would be."""
+    import os
+
+    from fsdp_sdk.backends.local.agent import EVENT_PREFIX
+    from fsdp_sdk.backends.local.supervisor import Supervisor
+    from fsdp_sdk.errors import RunError
+
+    def failing_load(ckpt: str) -> object:
+        event = json.dumps({"event": "worker_failed", "exitcode": 1, "local_rank": 0, "pid": 4242})
+        line = f"error: checkpoint: loading {ckpt} failed (unpickling error); marked it BROKEN, so the next start"
+        script = f"import sys; print({line!r}, flush=True); print({EVENT_PREFIX + event!r}, flush=True); sys.exit(1)"
+        return _oom_plan(tmp_path, script)
+
+    order = iter(["/c/step_00000004", "/c/step_00000002", "/c/step_00000002"])
+    first = failing_load(next(order))
+    launches: list[object] = []
+
+    def relaunch() -> object:
+        launches.append(1)
+        return failing_load(next(order))
+
+    supervisor = Supervisor(first, dict(os.environ), lambda event: None, relaunch=relaunch, poll_s=0.05)
+    with pytest.raises(RunError) as err:
+        supervisor.run()
+    assert len(launches) == 2, "restarted after step 4 failed, and after step 2 failed the first time"
+    assert "; not restarted: /c/step_00000002 failed to load in the previous launch too (after 2 restarts)" in str(
+        err.value
+    ), str(err.value)

@@ -469,3 +469,25 @@ def test_a_partial_export_is_refused_naming_the_prefix_and_what_is_missing(s3):
         f"--model.name_or_path: {uri} is not a whole model export: model-00002-of-00002.safetensors (listed in "
         "model.safetensors.index.json) is missing"
     )
+
+
+def test_a_checkpoint_that_fails_to_load_is_marked_and_not_loaded_again(s3, tmp_path):
+    """A checkpoint saved without digests (an older trainer) whose shard is cut short: the load's failure names it,
+    marks it BROKEN, and the next start resumes from the one before."""
+    prefix = f"s3://{BUCKET}/legacy"
+    args = [*ARGS, "--checkpoint.dir", prefix, "--checkpoint.async_save", "false"]
+    assert_ok(run_trainer([*args, "--train.steps", "4"], tmp_path / "r1"))
+    for key in _keys(s3, "legacy/step_00000004/digests/"):
+        s3.delete_object(Bucket=BUCKET, Key=key)
+    shard = "legacy/step_00000004/__0_0.distcp"
+    data = s3.get_object(Bucket=BUCKET, Key=shard)["Body"].read()
+    s3.put_object(Bucket=BUCKET, Key=shard, Body=data[: len(data) // 2])
+    failed = run_trainer([*args, "--train.steps", "6"], tmp_path / "r1")
+    assert failed.returncode == 1, failed.stderr[-3000:]
+    (error,) = _errors(failed)
+    assert error.startswith(f"error: checkpoint: loading {prefix}/step_00000004 failed (") and error.endswith(
+        "); marked it BROKEN, so the next start or restart resumes from the previous complete checkpoint"
+    ), error
+    again = run_trainer([*args, "--train.steps", "6"], tmp_path / "r1")
+    assert_ok(again)
+    assert f"checkpoint: resumed from {prefix}/step_00000002 (step 2)" in again.stderr

@@ -77,7 +77,7 @@ from .config import CheckpointConfig
 from .converters.master_weights import attach_masters, masters_by_key, with_masters
 from .digests import check_files, expected_files
 from .distributed import DistEnv
-from .errors import ConfigError, StoreStalled
+from .errors import CheckpointLoadFailed, ConfigError, StoreStalled, TrainerError
 from .model import DTYPES, meta_model, reset_rotary_
 from .ownership import RunIdentity, check_owner, claim, gone_line, remember_checkpoint, run_identity, whose
 from .storage import (
@@ -105,6 +105,14 @@ __all__ = ["MARKER", "Checkpointer", "complete_checkpoints", "export_hf", "step_
 def complete_checkpoints(root: Path | str) -> list[tuple[int, Path]]:
     """(step, path) of every complete checkpoint in directory ``root``, oldest first."""
     return [(c.step, Path(c.id)) for c in LocalStore(str(root)).complete()]
+
+
+def _transient(e: BaseException) -> bool:
+    """Whether a load failed for the store (unreachable, stalled), not for the checkpoint's bytes."""
+    failures = getattr(e, "failures", None)  # DCP's CheckpointException: rank -> exception or (exception, traceback)
+    causes = [f[0] if isinstance(f, tuple) else f for f in failures.values()] if isinstance(failures, dict) else [e]
+    names = {type(c).__name__ for c in causes}
+    return bool(names & {"S3Exception", "StoreStalled", "ConnectionError", "TimeoutError"})
 
 
 class _Unstageable(Exception):
@@ -406,8 +414,31 @@ class Checkpointer:
         return path
 
     def load(self, path: str | Path) -> int:
-        """Restore model, optimizer, RNG and ``stateful`` objects from ``path``; returns the step it was saved at."""
+        """Restore model, optimizer, RNG and ``stateful`` objects from ``path``; returns the step it was saved at.
+
+        A checkpoint whose files do not load (one saved without digests, or damaged in a way they do not show) is
+        marked ``BROKEN`` and the run fails saying so (CheckpointLoadFailed): its next start, a restart by the local
+        supervisor or ``run --resume``, takes the previous complete checkpoint instead of failing the same way. A
+        store that cannot be reached is not the checkpoint's fault: that error goes on as it is.
+        """
         ckpt = str(path)
+        try:
+            return self._load(ckpt)
+        except BaseException as e:  # DCP's CheckpointException is a BaseException
+            if isinstance(e, (KeyboardInterrupt, SystemExit, TrainerError)) or _transient(e):
+                raise
+            lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+            cause = " ".join((lines[-1] if lines else type(e).__name__).split())[:300]
+            if self.env is None or self.env.is_leader:
+                store = self._store_of(ckpt)
+                with contextlib.suppress(Exception):
+                    store.write(store.join(ckpt, BROKEN), f"loading it failed: {cause}\n".encode())
+            raise CheckpointLoadFailed(
+                f"checkpoint: loading {ckpt} failed ({cause}); marked it {BROKEN}, so the next start or restart "
+                "resumes from the previous complete checkpoint"
+            ) from e
+
+    def _load(self, ckpt: str) -> int:
         store = self._store_of(ckpt)
         state, masters = self._dcp_state()
         dcp.load(state, storage_reader=store.reader(ckpt))

@@ -35,6 +35,10 @@ class ConfigError(TrainerError, ValueError):
         return (_rebuild, (str(self), self.flag, self.problem))
 
 
+class CheckpointLoadFailed(TrainerError):
+    """A checkpoint's files did not load; it is marked ``BROKEN`` (restarts resume the previous one)."""
+
+
 class StoreStalled(TrainerError):
     """The checkpoint store stopped answering (an S3 endpoint that accepts and never answers); the message names the
     location and the bound (``checkpoint.s3_timeout_s``, ``checkpoint.save_timeout_s``). The stalled request cannot be

@@ -290,6 +290,9 @@ def worker_environment(config: Config, instance: InstanceType) -> list[dict[str,
     env[OUTPUT_DIR_ENV] = output_dir(config)
     if _code(config):  # where your code saves and resumes (fsdp_sdk.code_entry)
         env[CHECKPOINT_DIR_ENV] = checkpoint_dir(config) or f"{output_dir(config)}/checkpoints"
+    # the trainer's run identity (fsdp_trainer/ownership.py): a pod back on a fresh disk is the same run, and owns the
+    # checkpoint prefix its job wrote
+    env["FSDP_RUN_ID"], env["FSDP_RUN_NAME"] = f"{job.namespace}/{job.name}", job.name
     given = str((config.trainer.get("checkpoint") or {}).get("dir") or "")
     if _on_bucket(config) or given.startswith("s3://"):
         # the trainer's S3 client signs for the bucket's region; Pod Identity (or the user's own setup) gives credentials

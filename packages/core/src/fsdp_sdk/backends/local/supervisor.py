@@ -9,7 +9,9 @@ agent's output to ``logs/agent-<i>.log``, streams the leader's (the agent whose 
   and rank is stopped) with the root cause (:mod:`~fsdp_sdk.backends.local.cause`) in one line; so
   does a rank that exits 2 (the trainer refused its settings: a restart would fail the same way),
   and a rank killed by ``SIGKILL`` while an OOM counter rose (:mod:`~fsdp_sdk.backends.local.memory`):
-  "out of memory", not restarted into the same death;
+  "out of memory", not restarted into the same death; and a launch that fails loading a checkpoint the previous
+  launch failed to load too (the trainer marks one that does not load ``BROKEN``, so a restart takes the one
+  before; where it could not mark it, a restart would fail the same way);
 * progress: a run that finishes no step for ``stall_timeout_s`` (counted from the trainers' start)
   is stuck; the rank that stopped is named (a stopped process, one busy while the others wait);
 * etcd (:class:`EtcdGuard`): dead or not answering for ``local.etcd_unhealthy_s``, it is restarted
@@ -29,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import json
 import queue
+import re
 import signal
 import subprocess
 import threading
@@ -50,6 +53,8 @@ __all__ = ["FINISH_GRACE_S", "LEADER_MARKER", "EtcdGuard", "Supervisor", "disk_c
 
 #: The trainer's leader prints this at start; the agent whose output contains it is streamed.
 LEADER_MARKER = "master_addr="
+#: The trainer's line for a checkpoint that failed to load (``fsdp_trainer.checkpoint.Checkpointer.load``).
+LOAD_FAILED = re.compile(r"checkpoint: loading (\S+) failed")
 #: Seconds agents may linger after the trainers finished (torch's exit barrier) before they are stopped.
 FINISH_GRACE_S = 30.0
 
@@ -162,6 +167,8 @@ class Supervisor:
     ) -> None:
         self.plan, self.env, self.on_event, self.poll_s, self.relaunch = plan, env, on_event, poll_s, relaunch
         self.restarts = 0
+        #: Checkpoints a launch failed to load (the trainer's "checkpoint: loading X failed"): never restarted into.
+        self.failed_loads: set[str] = set()
         self._reset()
 
     def _reset(self) -> None:
@@ -184,6 +191,7 @@ class Supervisor:
         self.finished_at: float | None = None
         self.done = False
         self.refused: int | None = None  # agent whose rank exited 2: the trainer refused its settings
+        self.load_failed: str | None = None  # the checkpoint this launch failed to load
 
     # ------------------------------------------------------------------ output
 
@@ -238,6 +246,9 @@ class Supervisor:
             with contextlib.suppress(ValueError):
                 self._agent_event(index, json.loads(line[len(EVENT_PREFIX) :]))
             return
+        failed_load = LOAD_FAILED.search(line)
+        if failed_load:
+            self.load_failed = failed_load.group(1)
         primary = classify(line)
         if primary is not None:
             self.errors.append(ErrorLine(at, f"agent {index}", line, primary))
@@ -414,6 +425,11 @@ class Supervisor:
                 killed = killed or f"agent {index} (pid {pid}) was killed by SIGKILL"
                 cause = out_of_memory("host", killed, f"the kernel's OOM killer: {rose}", self.memory_estimate)
                 restartable = False
+        if self.load_failed is not None:
+            if self.load_failed in self.failed_loads:  # the trainer could not mark it BROKEN: it would fail again
+                cause += f"; not restarted: {self.load_failed} failed to load in the previous launch too"
+                restartable = False
+            self.failed_loads.add(self.load_failed)
         if self.restarts:
             cause += f" (after {self.restarts} restart{'s' if self.restarts > 1 else ''})"
         message = f"run {self.plan.run_id} failed: {cause}; logs in {self.plan.log_dir}"
