@@ -185,8 +185,10 @@ def _stopped_and_continued(s3, straight: dict[int, float], outcome: Outcome, pre
 
 
 def test_a_run_trains_from_the_s3_export_of_another(s3, outcome: Outcome) -> None:
-    """A run's --checkpoint.export_hf s3:// prefix given to the next run as --model.name_or_path, both through the
-    CLI; the same prefix with its weights cut short is refused naming it and what is missing."""
+    """A run trains from another run's S3 export, both through the CLI; a cut-short export is refused naming it.
+
+    The first run's --checkpoint.export_hf s3:// prefix is the next run's --model.name_or_path; the same prefix with
+    its weights cut short is refused naming the prefix and what is missing."""
     export = f"s3://{BUCKET}/export/exp"
     one = ("--backend", "local", "--nodes", "1", "--nproc-per-node", "1")
     first = cli(
