@@ -39,6 +39,13 @@ complete checkpoints newer than S in ``checkpoint.dir`` belong to the abandoned 
 they are deleted once the resume is loaded, so they neither outrank the new run's
 checkpoints in pruning nor are picked by a later ``resume=auto``.
 
+Faults (``ownership.py``, ``digests.py``, ``storage.py``): before ``checkpoint.dir`` is touched the leader makes
+this run its owner or refuses the run naming the owner; every save records each file's size and SHA-256, checked
+before a load (a broken checkpoint is named, marked ``BROKEN`` and the previous one taken); a checkpoint that fails
+to load anyway is marked too; on S3 a save that hears nothing from the endpoint for ``checkpoint.s3_timeout_s``
+(or runs past ``checkpoint.save_timeout_s``) fails the run with the cause: a synchronous one from a watchdog
+thread, a background one at the next step's check.
+
 Testing aid: ``FSDP_TRAINER_FAULT_DURING_SAVE=<step>`` SIGKILLs every rank in the
 middle of that step's save (shards and metadata written, no marker yet).
 """

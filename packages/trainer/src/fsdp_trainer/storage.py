@@ -12,6 +12,11 @@ files are written, listed, committed and deleted:
   without the marker is the debris of an interrupted save: never resumed, deleted by
   :meth:`CheckpointStore.clean_partial`. Deleting removes the marker first.
 
+A checkpoint that failed verification when loaded gets a ``BROKEN`` object (the reason inside): it no longer
+counts as complete, is never resumed again, and is kept (not deleted as debris) for its owner to inspect. Every
+small S3 operation is bounded (:func:`bounded`, ``checkpoint.s3_timeout_s``); credentials S3 rejects are said apart
+from a policy that denies (:func:`describe_s3_error`).
+
 S3 goes through AWS's ``s3torchconnector`` (``pip install fsdp-trainer[s3]``): its DCP
 ``S3StorageWriter``/``S3StorageReader`` for the shards, its CRT-based client for the
 small objects, listing and deleting. The endpoint comes from the standard settings
