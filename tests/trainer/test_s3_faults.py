@@ -223,10 +223,10 @@ class FrozenProxy:
     """A TCP proxy on loopback in front of ``target``; once :attr:`frozen` is set (by hand, or at the first request
     naming ``freeze_on``), it forwards nothing more and accepts new connections without ever answering."""
 
-    def __init__(self, target: str, freeze_on: bytes | None = None) -> None:
+    def __init__(self, target: str, freeze_on: bytes | None = None, occurrence: int = 1) -> None:
         host, port = target.removeprefix("http://").split(":")
         self.target = (host, int(port))
-        self.freeze_on = freeze_on
+        self.freeze_on, self.left = freeze_on, occurrence
         self.frozen = threading.Event()
         self.server = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.server.getsockname()[1]}"
@@ -252,7 +252,9 @@ class FrozenProxy:
         try:
             while data := src.recv(65536):
                 if from_client and self.freeze_on is not None and self.freeze_on in data:
-                    self.frozen.set()
+                    self.left -= 1  # the occurrence-th request naming freeze_on freezes it
+                    if self.left <= 0:
+                        self.frozen.set()
                 if self.frozen.is_set():
                     return  # hold the connection open, answer nothing
                 dst.sendall(data)
@@ -270,8 +272,8 @@ class FrozenProxy:
 def proxy(s3, aws):
     made: list[FrozenProxy] = []
 
-    def make(freeze_on: bytes | None = None) -> FrozenProxy:
-        made.append(FrozenProxy(aws, freeze_on))
+    def make(freeze_on: bytes | None = None, occurrence: int = 1) -> FrozenProxy:
+        made.append(FrozenProxy(aws, freeze_on, occurrence))
         return made[-1]
 
     yield make
@@ -297,6 +299,21 @@ def test_a_frozen_endpoint_fails_the_save_within_its_bound(proxy, tmp_path, mode
     ], run.stderr[-3000:]
     if mode == "async":
         assert 4 < max(r["step"] for r in run.records) < 400, "training went on until the next step's check saw it"
+
+
+def test_a_frozen_endpoint_while_a_checkpoint_loads_fails_within_its_bound(proxy, tmp_path):
+    """Frozen while the resumed checkpoint's shard is read (after its checksums were checked): bounded too."""
+    prefix = f"s3://{BUCKET}/frozen-load"
+    args = [*ARGS, "--checkpoint.dir", prefix, "--checkpoint.s3_timeout_s", "2"]
+    assert_ok(run_trainer([*args, "--train.steps", "2"], tmp_path / "r1"))
+    # the shard's first GET is the checksum's, the second the load's
+    frozen = proxy(freeze_on=b"GET /ckpt/frozen-load/step_00000002/__0_0.distcp", occurrence=2)
+    run = run_trainer([*args, "--train.steps", "4"], tmp_path / "r1", env={"AWS_ENDPOINT_URL": frozen.url}, timeout=90)
+    assert frozen.frozen.is_set() and run.returncode == 1, run.stderr[-3000:]
+    assert _errors(run) == [
+        f"error: checkpoint: loading {prefix}/step_00000002 failed: {prefix}/step_00000002: no answer from the "
+        "endpoint for 2 s (--checkpoint.s3_timeout_s)"
+    ], run.stderr[-3000:]
 
 
 def test_a_frozen_endpoint_at_start_is_refused_within_the_connect_bound(proxy, tmp_path):

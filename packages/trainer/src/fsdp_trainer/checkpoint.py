@@ -225,7 +225,8 @@ class Checkpointer:
         self.store: CheckpointStore = store_for(cfg.dir, cfg.s3_client, cfg.write_threads, cfg.s3_timeout_s)
         self._identity: RunIdentity | None = None  # take_ownership()
         self._run_cfg: Any = None
-        self._save_started: float | None = None  # a save in flight (bounded: _stalled)
+        self._save_started: float | None = None  # a save (or load) in flight (bounded: _stalled)
+        self._watched: tuple[Any, str, bool] = (None, "", True)
         self._save_step = 0
         self.root = Path(cfg.dir) if not is_s3(cfg.dir) else None
         #: Seconds each save kept training waiting (staging only, for an asynchronous save).
@@ -448,7 +449,8 @@ class Checkpointer:
     def _load(self, ckpt: str) -> int:
         store = self._store_of(ckpt)
         state, masters = self._dcp_state()
-        dcp.load(state, storage_reader=store.reader(ckpt))
+        with self._watchdog(f"loading {ckpt}", store, ckpt, save=False):
+            dcp.load(state, storage_reader=store.reader(ckpt))
         set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
         attach_masters(
             self.model, self.optimizer, masters
@@ -525,7 +527,7 @@ class Checkpointer:
             self._pending_step = step
             self.blocking_s.append(time.perf_counter() - start)
             return self.store.final_id(step)
-        with self._watchdog(step):
+        with self._watchdog(f"the save of step {step}", self.store, self.store.final_id(step)):
             dcp.save(state, storage_writer=self.store.writer(staging))
             self._fault_point(step)
             self.env.barrier()  # every rank's shards are written
@@ -682,20 +684,26 @@ class Checkpointer:
     # -- bounded saves: a store that stops answering fails the run within checkpoint.s3_timeout_s / save_timeout_s --
 
     def _begin_save(self, step: int) -> None:
-        self._save_started, self._save_step = time.monotonic(), step
-        if hasattr(self.store, "last_progress"):
-            self.store.last_progress = time.monotonic()
+        self._begin(self.store, self.store.final_id(step), save=True)
+        self._save_step = step
+
+    def _begin(self, store: CheckpointStore, ckpt: str, save: bool) -> None:
+        """Watch a save (bounded by both timeouts) or a load (by ``s3_timeout_s``) of ``ckpt`` in ``store``."""
+        self._save_started, self._watched = time.monotonic(), (store, ckpt, save)
+        if hasattr(store, "last_progress"):
+            store.last_progress = time.monotonic()
 
     def _stalled(self) -> str | None:
-        """What the save in flight is stuck on, in words; None while it goes on (S3 only: the CRT client's requests
-        have no timeout of their own, so progress is what the store last heard, ``S3Store.last_progress``)."""
-        started, last = self._save_started, getattr(self.store, "last_progress", None)
+        """What the save (or load) in flight is stuck on, in words; None while it goes on (S3 only: the CRT client's
+        requests have no timeout of their own, so progress is what the store last heard, ``S3Store.last_progress``)."""
+        started, (store, ckpt, save) = self._save_started, self._watched
+        last = getattr(store, "last_progress", None)
         if started is None or last is None:
             return None
-        now, ckpt = time.monotonic(), self.store.final_id(self._save_step)
+        now = time.monotonic()
         if now - last > self.cfg.s3_timeout_s:
             return f"{ckpt}: no answer from the endpoint for {self.cfg.s3_timeout_s:g} s (--checkpoint.s3_timeout_s)"
-        if now - started > self.cfg.save_timeout_s:
+        if save and now - started > self.cfg.save_timeout_s:
             return f"{ckpt}: the save did not finish within {self.cfg.save_timeout_s:g} s (--checkpoint.save_timeout_s)"
         return None
 
@@ -706,22 +714,23 @@ class Checkpointer:
             raise StoreStalled(f"checkpoint: the background save of step {self._save_step} failed: {stall}")
 
     @contextlib.contextmanager
-    def _watchdog(self, step: int) -> Iterator[None]:
-        """Around a synchronous save: a thread that ends the process with the cause when the store stalls (the
-        blocked request cannot be interrupted, and the peers wait at the next barrier)."""
-        self._begin_save(step)
+    def _watchdog(self, what: str, store: CheckpointStore, ckpt: str, save: bool = True) -> Iterator[None]:
+        """Around a synchronous save or a load: a thread that ends the process with the cause ("checkpoint: <what>
+        failed: ...") when the store stalls (the blocked request cannot be interrupted; the peers wait at the next
+        collective until torchrun stops them)."""
+        self._begin(store, ckpt, save)
         done = threading.Event()
 
         def watch() -> None:
             while not done.wait(0.5):
                 stall = self._stalled()
                 if stall is not None:
-                    line = f"checkpoint: the save of step {step} failed: {stall}"
+                    line = f"checkpoint: {what} failed: {stall}"
                     log.error("%s", line)
                     print(f"error: {line}", file=sys.stderr, flush=True)
                     os._exit(1)
 
-        if hasattr(self.store, "last_progress"):
+        if hasattr(store, "last_progress"):
             threading.Thread(target=watch, name="checkpoint-watchdog", daemon=True).start()
         try:
             yield

@@ -74,6 +74,41 @@ class _DigestingFileSystem:
         return getattr(self.inner, name)
 
 
+class _ProgressStream:
+    """A read stream that tells the store it heard from S3 at each read (the load's watchdog reads it)."""
+
+    def __init__(self, inner: Any, store: Any) -> None:
+        self.inner, self.store = inner, store
+
+    def read(self, *args: Any) -> Any:
+        data = self.inner.read(*args)
+        self.store.last_progress = time.monotonic()
+        return data
+
+    def readinto(self, buffer: Any) -> Any:
+        n = self.inner.readinto(buffer)
+        self.store.last_progress = time.monotonic()
+        return n
+
+    def __getattr__(self, name: str) -> Any:  # seek, tell, readable, close...
+        return getattr(self.inner, name)
+
+
+class ProgressFileSystem:
+    """A DCP file system whose read streams keep ``store.last_progress`` current."""
+
+    def __init__(self, inner: Any, store: Any) -> None:
+        self.inner, self.store = inner, store
+
+    @contextlib.contextmanager
+    def create_stream(self, path: Any, mode: str) -> Iterator[Any]:
+        with self.inner.create_stream(path, mode) as stream:
+            yield _ProgressStream(stream, self.store) if "r" in mode else stream
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
 class DigestingWriter(StorageWriter):
     """The store's DCP writer, recording each file's size and SHA-256 in ``digests/`` (see the module docstring).
 

@@ -217,7 +217,15 @@ class CheckpointStore:
         pending.setdefault(m.group(1), {})[m.group(2)] = (len(data), hashlib.sha256(data).hexdigest())
 
     def reader(self, ckpt: str) -> Any:
-        """DCP ``StorageReader`` for ``ckpt``."""
+        """DCP ``StorageReader`` for ``ckpt`` (its reads keep ``last_progress`` current, where the store has one)."""
+        from .digests import ProgressFileSystem
+
+        reader = self._dcp_reader(ckpt)
+        if hasattr(self, "last_progress") and getattr(reader, "fs", None) is not None:
+            reader.fs = ProgressFileSystem(reader.fs, self)
+        return reader
+
+    def _dcp_reader(self, ckpt: str) -> Any:
         raise NotImplementedError
 
 
@@ -336,7 +344,7 @@ class LocalStore(CheckpointStore):
 
         return FileSystemWriter(ckpt, thread_count=self.write_threads)
 
-    def reader(self, ckpt: str) -> Any:
+    def _dcp_reader(self, ckpt: str) -> Any:
         from torch.distributed.checkpoint import FileSystemReader
 
         return FileSystemReader(ckpt)
@@ -512,7 +520,7 @@ class S3Store(CheckpointStore):
         writer.fs = S3FileSystem(s3_region(), s3_client=s3_client())
         return writer
 
-    def reader(self, ckpt: str) -> Any:
+    def _dcp_reader(self, ckpt: str) -> Any:
         if self.client_kind == "fsspec":
             from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
 
