@@ -162,7 +162,7 @@ def test_a_truncated_and_a_bit_flipped_shard_are_named_and_skipped(s3, tmp_path)
     assert _warnings(resumed)[:2] == [
         f"checkpoint: {prefix}/step_00000006 is broken: __0_0.distcp is {len(data6) // 2} bytes, {len(data6)} were "
         f"written; marked BROKEN; resuming from the previous complete checkpoint, {prefix}/step_00000004",
-        f"checkpoint: {prefix}/step_00000004 is broken: __0_0.distcp does not match the SHA-256 recorded at save "
+        f"checkpoint: {prefix}/step_00000004 is broken: __0_0.distcp does not match the CRC32 recorded at save "
         f"(its bytes changed); marked BROKEN; resuming from the previous complete checkpoint, {prefix}/step_00000002",
     ]
     assert f"checkpoint: resumed from {prefix}/step_00000002 (step 2)" in resumed.stderr

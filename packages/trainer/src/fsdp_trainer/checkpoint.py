@@ -40,7 +40,7 @@ they are deleted once the resume is loaded, so they neither outrank the new run'
 checkpoints in pruning nor are picked by a later ``resume=auto``.
 
 Faults (``ownership.py``, ``digests.py``, ``storage.py``): before ``checkpoint.dir`` is touched the leader makes
-this run its owner or refuses the run naming the owner; every save records each file's size and SHA-256, checked
+this run its owner or refuses the run naming the owner; every save records each file's size and CRC32, checked
 before a load (a broken checkpoint is named, marked ``BROKEN`` and the previous one taken); a checkpoint that fails
 to load anyway is marked too; on S3 a save that hears nothing from the endpoint for ``checkpoint.s3_timeout_s``
 (or runs past ``checkpoint.save_timeout_s``) fails the run with the cause: a synchronous one from a watchdog

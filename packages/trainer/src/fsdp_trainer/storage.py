@@ -163,8 +163,8 @@ class CheckpointStore:
         """A file's size in bytes; None when it does not exist."""
         raise NotImplementedError
 
-    def sha256(self, file: str) -> str | None:
-        """A file's SHA-256 (hex), read in chunks; None when it does not exist."""
+    def crc32(self, file: str) -> str | None:
+        """A file's CRC32 (8 hex digits, as ``digests.Crc32``), read in chunks; None when it does not exist."""
         raise NotImplementedError
 
     def exists(self, file: str) -> bool:
@@ -196,7 +196,7 @@ class CheckpointStore:
         raise NotImplementedError
 
     def writer(self, ckpt: str) -> Any:
-        """DCP ``StorageWriter`` for ``ckpt``, recording the size and SHA-256 of what it writes (``digests.py``),
+        """DCP ``StorageWriter`` for ``ckpt``, recording the size and CRC32 of what it writes (``digests.py``),
         with those of the small files this process wrote into ``ckpt`` before."""
         from .digests import DigestingWriter
 
@@ -211,10 +211,10 @@ class CheckpointStore:
         m = SMALL_FILE.match(file)
         if m is None or m.group(2) in (MARKER, BROKEN) or m.group(2).startswith("digests/"):
             return
-        import hashlib
+        from .digests import small_digest
 
         pending = self.__dict__.setdefault("_small", {})
-        pending.setdefault(m.group(1), {})[m.group(2)] = (len(data), hashlib.sha256(data).hexdigest())
+        pending.setdefault(m.group(1), {})[m.group(2)] = small_digest(data)
 
     def reader(self, ckpt: str) -> Any:
         """DCP ``StorageReader`` for ``ckpt`` (its reads keep ``last_progress`` current, where the store has one)."""
@@ -281,10 +281,10 @@ class LocalStore(CheckpointStore):
         except FileNotFoundError:
             return None
 
-    def sha256(self, file: str) -> str | None:
-        import hashlib
+    def crc32(self, file: str) -> str | None:
+        from .digests import Crc32
 
-        digest = hashlib.sha256()
+        digest = Crc32()
         try:
             with open(file, "rb") as f:
                 while chunk := f.read(CHUNK):
@@ -454,13 +454,13 @@ class S3Store(CheckpointStore):
         info = self._head(file)
         return None if info is None else int(info.size)
 
-    def sha256(self, file: str) -> str | None:
-        import hashlib
+    def crc32(self, file: str) -> str | None:
+        from .digests import Crc32
 
         if not self.exists(file):
             return None
         reader = self._bounded(file, self._s3().get_object, self.bucket, self._key(file))
-        digest = hashlib.sha256()
+        digest = Crc32()
         while chunk := self._bounded(file, reader.read, CHUNK):
             digest.update(chunk)
         return digest.hexdigest()
