@@ -212,3 +212,26 @@ def test_a_run_trains_from_the_s3_export_of_another(s3, outcome: Outcome) -> Non
     )
     assert f"Error: run from-partial failed: agent 0: error: {line}; logs in " in partial.stderr, partial.stderr[-3000:]
     outcome.saw(line)
+
+
+def test_a_second_run_on_a_runs_prefix_is_refused(s3, monkeypatch, tmp_path: Path, outcome: Outcome) -> None:
+    """Another run started on a finished run's S3 prefix: by another name, or by the same name from another state
+    directory; each is refused in one line naming the owner, and nothing of it is written there."""
+    one = ("--backend", "local", "--nodes", "1", "--nproc-per-node", "1", "--preset", "tiny", "--steps", "2")
+    args = ("--", "--checkpoint.dir", f"s3://{BUCKET}/shared")
+    first = cli("run", *one, "--name", "owner", *args)
+    assert first.returncode == 0, first.stderr[-3000:]
+    before = _objects(s3, "shared/")
+    other = cli("run", *one, "--name", "other", *args)
+    monkeypatch.setenv("FSDP_SDK_STATE_DIR", str(tmp_path / "another-state"))
+    twin = cli("run", *one, "--name", "owner", *args)
+    for refused, name in ((other, "other"), (twin, "owner")):
+        assert refused.returncode == 1, refused.stderr[-3000:]  # the trainer refused it (exit 2): not restarted
+        line = last_line(refused.stderr)
+        assert line.startswith(
+            f"Error: run {name} failed: agent 0: error: --checkpoint.dir: s3://{BUCKET}/shared holds the checkpoints "
+            "of run 'owner' (id "
+        ), line
+        assert "use another --checkpoint.dir for this run, or continue that run (fsdp-sdk run --resume owner)" in line
+        outcome.saw(line)
+    assert _objects(s3, "shared/") == before, "nothing written by the refused runs"
