@@ -215,8 +215,9 @@ def test_a_run_trains_from_the_s3_export_of_another(s3, outcome: Outcome) -> Non
 
 
 def test_a_second_run_on_a_runs_prefix_is_refused(s3, monkeypatch, tmp_path: Path, outcome: Outcome) -> None:
-    """Another run started on a finished run's S3 prefix: by another name, or by the same name from another state
-    directory; each is refused in one line naming the owner, and nothing of it is written there."""
+    """Another run on a finished run's S3 prefix: another name, or the same name from another state directory.
+
+    Each is refused in one line naming the owner, and nothing of it is written there."""
     one = ("--backend", "local", "--nodes", "1", "--nproc-per-node", "1", "--preset", "tiny", "--steps", "2")
     args = ("--", "--checkpoint.dir", f"s3://{BUCKET}/shared")
     first = cli("run", *one, "--name", "owner", *args)
