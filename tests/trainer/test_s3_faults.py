@@ -505,3 +505,22 @@ def test_a_checkpoint_that_fails_to_load_is_marked_and_not_loaded_again(s3, tmp_
     again = run_trainer([*args, "--train.steps", "6"], tmp_path / "r1")
     assert_ok(again)
     assert f"checkpoint: resumed from {prefix}/step_00000002 (step 2)" in again.stderr
+
+
+def test_a_broken_checkpoint_named_by_resume_is_refused_not_replaced(tmp_path):
+    """--checkpoint.resume naming a checkpoint whose shard changed: refused naming it and the object (a directory)."""
+    out = tmp_path / "r1"
+    args = [*ARGS, "--checkpoint.async_save", "false"]
+    assert_ok(run_trainer([*args, "--train.steps", "4"], out))
+    ckpt = out / "checkpoints" / "step_00000002"
+    shard = ckpt / "__0_0.distcp"
+    data = bytearray(shard.read_bytes())
+    data[100] ^= 0x10
+    shard.write_bytes(bytes(data))
+    run = run_trainer([*args, "--train.steps", "6", "--checkpoint.resume", str(ckpt)], out)
+    assert run.returncode == 2, run.stderr[-3000:]
+    assert _errors(run) == [
+        f"error: --checkpoint.resume: {ckpt} is broken: __0_0.distcp does not match the CRC32 recorded at save "
+        "(its bytes changed); name another checkpoint"
+    ]
+    assert (ckpt / "BROKEN").is_file() and (out / "checkpoints" / "step_00000004" / "COMPLETE").is_file()

@@ -295,6 +295,8 @@ class Checkpointer:
                 return ckpt  # type: ignore[no-any-return]
             fallback = candidates[i + 1][0] if i + 1 < len(candidates) else None
             self._mark_broken(ckpt, problem, fallback)
+            if self.cfg.resume != "auto":  # the checkpoint named: no other one is taken in its place
+                raise ConfigError(f"--checkpoint.resume: {ckpt} is broken: {problem}; name another checkpoint")
         if candidates:
             ckpt, _ = candidates[0]
             raise ConfigError(
