@@ -135,7 +135,9 @@ def test_a_run_starting_at_step_1_beside_a_complete_checkpoint_of_it_says_so(tmp
     ckpt = tmp_path / "run" / "checkpoints"
     _checkpoint(ckpt, 4)
     _checkpoint(ckpt, 6, complete=False)
-    assert complete_checkpoints(str(ckpt)) == [4]
+    _checkpoint(ckpt, 8)
+    (ckpt / "step_00000008" / "BROKEN").write_text("__0_0.distcp does not match the CRC32 recorded at save")
+    assert complete_checkpoints(str(ckpt)) == [4], "a checkpoint the trainer found broken does not count"
     trainer = {"checkpoint": {"resume": "never"}}
     note = unused_checkpoint_note("r", trainer, tmp_path / "run", [])
     assert note == (

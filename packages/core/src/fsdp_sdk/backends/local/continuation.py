@@ -39,6 +39,7 @@ __all__ = [
 RECORDED_SECTIONS = ("job", "local", "code")
 _STEP_DIR = re.compile(r"^step_(\d{8})$")
 _MARKER = "COMPLETE"
+_BROKEN = "BROKEN"  # fsdp_trainer.storage.BROKEN: the trainer found the checkpoint damaged when it loaded it
 
 
 def recorded_settings(config: Config, run_dir: Path) -> dict[str, Any]:
@@ -178,8 +179,9 @@ def refuse_lost_progress(record: RunRecord, new: Config, run_dir: Path) -> None:
 
 
 def complete_checkpoints(location: str) -> list[int]:
-    """The steps of the complete checkpoints (``step_XXXXXXXX`` with its ``COMPLETE`` marker) at ``location``,
-    oldest first: a directory, or an ``s3://`` prefix (listed with boto3). Empty when it cannot be read."""
+    """The steps of the complete checkpoints (``step_XXXXXXXX`` with its ``COMPLETE`` marker and without the trainer's
+    ``BROKEN`` marker: one found damaged does not count) at ``location``, oldest first: a directory, or an ``s3://``
+    prefix (listed with boto3). Empty when it cannot be read."""
     if location.startswith("s3://"):
         return _s3_complete(location)
     root = Path(location)
@@ -190,7 +192,7 @@ def complete_checkpoints(location: str) -> list[int]:
     steps = []
     for entry in entries:
         match = _STEP_DIR.match(entry.name)
-        if match and (entry / _MARKER).is_file():
+        if match and (entry / _MARKER).is_file() and not (entry / _BROKEN).exists():
             steps.append(int(match.group(1)))
     return sorted(steps)
 
@@ -209,7 +211,8 @@ def _s3_complete(location: str) -> list[int]:
                 if not match:
                     continue
                 marker = client.list_objects_v2(Bucket=bucket, Prefix=f"{common['Prefix']}{_MARKER}", MaxKeys=1)
-                if marker.get("KeyCount", 0):
+                broken = client.list_objects_v2(Bucket=bucket, Prefix=f"{common['Prefix']}{_BROKEN}", MaxKeys=1)
+                if marker.get("KeyCount", 0) and not broken.get("KeyCount", 0):
                     steps.append(int(match.group(1)))
         return sorted(steps)
     except Exception:  # credentials, network, a missing bucket: the trainer reports those; this is only a note
