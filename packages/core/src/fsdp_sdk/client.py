@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from fsdp_sdk.k8s.jobs import JobClient, JobStatus
     from fsdp_sdk.k8s.monitoring import Monitoring
     from fsdp_sdk.k8s.prereqs import Prereqs, PrereqStatus
+    from fsdp_sdk.k8s.validate import CrdSchema
     from fsdp_sdk.launch import LaunchPlan, LaunchResult
     from fsdp_sdk.monitoring import MonitoringComponent
     from fsdp_sdk.runner import DryRun, JobRunner, RunStatus
@@ -856,6 +857,7 @@ class Client:
         api: str | None = None,
         preview: bool = False,
         fresh_id: bool = False,
+        crds: Sequence[CrdSchema] = (),
     ) -> list[dict[str, Any]]:
         """The job's Kubernetes objects, exactly as ``job submit`` would apply them (pure; any backend).
 
@@ -866,6 +868,8 @@ class Client:
         :param preview: for reading only: a missing ``job.registry`` becomes a placeholder and a
             :class:`~fsdp_sdk.k8s.render.RenderWarning` instead of an error.
         :param fresh_id: without ``rdzv_id``, a fresh random one (as each submission gets) instead.
+        :param crds: CRDs (:func:`~fsdp_sdk.k8s.validate.load_crd_schema`) to check what the plugins' render hooks
+            set against: a :class:`~fsdp_sdk.k8s.render.RenderWarning` names the plugin and each field pruned.
         """
         from fsdp_sdk.k8s.render import new_rdzv_id, render_job, stable_rdzv_id
 
@@ -883,6 +887,7 @@ class Client:
             create_secret=create_secret,
             api=api,
             preview=preview,
+            crds=crds,
         )
 
     @functools.cached_property

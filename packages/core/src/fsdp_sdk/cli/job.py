@@ -123,7 +123,8 @@ def _render_warnings() -> Iterator[None]:
     metavar="FILE|URL",
     multiple=True,
     help="CRD to validate custom resources with: a file, or the URL of a release's CRD "
-    "(--validate names the ones the SDK renders for). Repeatable.",
+    "(--validate names the ones the SDK renders for); with or without --validate, a field a plugin's render hook "
+    "set that this CRD would prune is a warning naming the plugin. Repeatable.",
 )
 @click.option(
     "--k8s-version",
@@ -163,8 +164,15 @@ def render(
         from fsdp_sdk.k8s.validate import require_validation
 
         require_validation()
+    schemas = []
+    if crds:
+        from fsdp_sdk.k8s.validate import load_crd_schema
+
+        schemas = [load_crd_schema(c) for c in crds]
     with _render_warnings():
-        objects = app.client.render_job(rdzv_id=rdzv_id, create_secret=create_secret, preview=True, fresh_id=fresh_id)
+        objects = app.client.render_job(
+            rdzv_id=rdzv_id, create_secret=create_secret, preview=True, fresh_id=fresh_id, crds=schemas
+        )
     click.echo(to_yaml_documents(objects), nl=False)
     if validate:
         _report_validation(objects, crds, k8s_version or app.client.config.cluster.kubernetes_version)

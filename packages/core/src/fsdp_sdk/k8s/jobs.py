@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from fsdp_sdk.config import Config
     from fsdp_sdk.k8s.kube import Kube
     from fsdp_sdk.k8s.retry import RetryPolicy
+    from fsdp_sdk.k8s.validate import CrdSchema
     from fsdp_sdk.plugins import Plugins
     from fsdp_sdk.resolved import Resolved
     from fsdp_sdk.runs import JobRef
@@ -64,6 +65,8 @@ REPLACE_TIMEOUT_S = 600.0
 _PHASE_ORDER = ("Failed", "Succeeded", "Suspended", "Restarting", "Running", "Created")
 _CONDITION_PHASE = {"Complete": "Succeeded", "JobSucceeded": "Succeeded", "JobFailed": "Failed"}
 _SUFFIX_ALPHABET = string.ascii_lowercase + string.digits
+#: The CRDs of the job kinds fsdp-sdk renders, read from the cluster for the pruning check after render hooks.
+_JOB_CRDS = ("pytorchjobs.kubeflow.org", "trainjobs.trainer.kubeflow.org")
 
 
 def resolve_kubeconfig(kubeconfig: str | os.PathLike[str] | None = None) -> str | None:
@@ -293,16 +296,40 @@ class JobClient:
     # ------------------------------------------------------------------ submit
 
     def render(
-        self, *, run_id: str | None = None, create_secret: bool | None = None, api: str | None = None
+        self,
+        *,
+        run_id: str | None = None,
+        create_secret: bool | None = None,
+        api: str | None = None,
+        crds: Sequence[CrdSchema] = (),
     ) -> list[dict[str, Any]]:
-        """The job's objects (see :func:`fsdp_sdk.k8s.render.render_job`); ``run_id`` is the rendezvous id."""
+        """The job's objects (see :func:`fsdp_sdk.k8s.render.render_job`); ``run_id`` is the rendezvous id.
+
+        :param crds: CRDs to check what the plugins' render hooks set against (a warning per field pruned).
+        """
         return render_job(
             self._resolved or self.config,
             rdzv_id=run_id,
             create_secret=create_secret,
             api=api,
             plugins=self.plugin_set(),
+            crds=crds,
         )
+
+    def installed_crds(self) -> list[CrdSchema]:
+        """The cluster's CRDs of the job kinds fsdp-sdk renders (PyTorchJob, TrainJob), those it has and lets us read:
+        what its API server prunes by, for the check after the plugins' render hooks."""
+        from fsdp_sdk.k8s.validate import crd_from_object
+
+        found = []
+        for name in _JOB_CRDS:
+            try:
+                crd = self.kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name)
+            except KubernetesError:
+                continue  # not allowed to read CRDs: the check is skipped, the server still prunes
+            if crd is not None:
+                found.append(crd_from_object(crd))
+        return found
 
     def submit(
         self,
@@ -355,7 +382,7 @@ class JobClient:
             ref = other.submit(run_id=run_id, create_secret=create_secret, api=api, dry_run=dry_run, replace=replace)
             self.last_objects = other.last_objects
             return ref
-        objects = self.render(run_id=run_id, create_secret=create_secret, api=api)
+        objects = self.render(run_id=run_id, create_secret=create_secret, api=api, crds=self.installed_crds())
         return self.apply(objects, dry_run=dry_run, replace=replace)
 
     def apply(self, rendered: Sequence[Mapping[str, Any]], *, dry_run: bool = False, replace: bool = False) -> JobRef:
