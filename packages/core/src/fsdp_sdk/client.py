@@ -42,6 +42,7 @@ from fsdp_sdk.resolved import Resolved
 if TYPE_CHECKING:
     import datetime as dt
 
+    from fsdp_sdk.aws.capacity_block import BlockSchedule
     from fsdp_sdk.aws.checkpoint_bucket import BucketUsage, CheckpointStore
     from fsdp_sdk.aws.pricing import Price
     from fsdp_sdk.costs import ClusterCost, JobCost
@@ -204,6 +205,14 @@ class Client:
             raise_for_failures(results)
         return results
 
+    def _pending_block(self) -> BlockSchedule | None:
+        """The cluster's Capacity Block when it has not started yet (an EKS backend's; reads only)."""
+        if not self.backend.eks_cluster:
+            return None
+        from fsdp_sdk.aws.capacity_block import pending_block
+
+        return pending_block(self.config)
+
     def _filled(self, results: Sequence[PreflightResult]) -> dict[str, Any]:
         """The values preflight checks suggest for fields the user left unset."""
         filled: dict[str, Any] = {}
@@ -266,6 +275,11 @@ class Client:
             preview = False
         filled = self._filled(results)
         filled.update(self._discovered())
+        # a Capacity Block not started yet is the one warning of that check with nothing else wrong
+        waiting = any(r.check == "capacity-reservation" and not r.ok and not r.blocking for r in results)
+        block = self._pending_block() if waiting and not any(r.blocking for r in results) else None
+        if block is not None:
+            filled.update(block.filled(self.config))  # created empty, scaled when the block starts
         store = self._planned_store(filled, inspect=preflight, collect=collect) if self.backend.eks_cluster else None
         if store is not None and not store.named:
             filled["cluster.checkpoint_bucket"] = store.bucket
@@ -277,6 +291,10 @@ class Client:
         if preview:
             plan = self.backend.preview(config, plan, progress=self.progress)
         steps, objects = list(plan.steps), list(plan.kubernetes)
+        if block is not None:
+            from fsdp_sdk.k8s.idle import gpu_nodegroup
+
+            steps += block.steps(gpu_nodegroup(config))
         if not self.backend.runs_jobs:
             prerequisites = self._prerequisites(config, plan.kubernetes)
             steps.append(f"write the cluster's kubeconfig under {config.cluster.state_dir}")
@@ -295,6 +313,8 @@ class Client:
         cost, details = plan.hourly_cost_usd, dict(plan.details)
         if store is not None:
             details["checkpoints"] = store.to_dict()
+        if block is not None:
+            details["capacity_block"] = block.to_dict()
         if any(r.check == "aws-credentials" and r.ok for r in results):
             # The backend priced the GPU nodes from the table (us-east-1, dated); AWS answers for this region.
             price = self.hourly_price(resolved)
@@ -337,6 +357,12 @@ class Client:
                 "plan", f"was made for {plan.backend}/{plan.cluster}", "make the plan with this client's plan()"
             )
         status = self.backend.apply(config, plan, progress=self.progress)
+        if "capacity_block" in plan.details and self.backend.eks_cluster:
+            from fsdp_sdk.aws.capacity_block import BlockSchedule, schedule_scaling
+            from fsdp_sdk.k8s.idle import gpu_nodegroup
+
+            block = BlockSchedule.from_dict(plan.details["capacity_block"])
+            schedule_scaling(config, block, gpu_nodegroup(config), progress=self.progress)
         if "checkpoints" in plan.details and self.backend.eks_cluster:
             self._make_checkpoint_store(config, plan)
         if not self.backend.runs_jobs:
