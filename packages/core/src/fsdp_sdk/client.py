@@ -301,7 +301,7 @@ class Client:
             steps += store.steps() if store is not None else []
             steps += [step for p in prerequisites for step in p.steps]
             objects = [dict(o) for p in prerequisites for o in p.objects]
-            from fsdp_sdk.k8s.idle import render_idle_controller
+            from fsdp_sdk.k8s.idle import identity_steps, render_idle_controller
 
             idle = render_idle_controller(config)
             if idle:
@@ -310,6 +310,7 @@ class Client:
                     "install the idle scale-to-zero controller: the GPU nodes go to 0 after "
                     f"{config.cluster.idle_scale_to_zero_minutes} minutes without a training pod"
                 )
+                steps += identity_steps(config) if self.backend.eks_cluster else []
         cost, details = plan.hourly_cost_usd, dict(plan.details)
         if store is not None:
             details["checkpoints"] = store.to_dict()
@@ -515,6 +516,10 @@ class Client:
             self._record_cost("down", self.config, 0)
         if not dry_run:
             self._remember(status)
+        if self.backend.eks_cluster and not dry_run:
+            from fsdp_sdk.k8s.idle import remove_identity
+
+            remove_identity(self.config, progress=self.progress)  # the idle controller's role, policy, association
         store = self._checkpoint_store(self.config)
         if store is None:
             return status
