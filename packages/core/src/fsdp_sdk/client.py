@@ -1217,8 +1217,13 @@ class Client:
         tokens: float | None = None,
         trainer_src: str | os.PathLike[str] | None = None,
         build_args: Mapping[str, str] | None = None,
+        collect: bool = False,
     ) -> LaunchPlan:
-        """What :meth:`launch` will do, and at what cost (see :func:`fsdp_sdk.launch.plan_launch`); changes nothing."""
+        """What :meth:`launch` will do, and at what cost (see :func:`fsdp_sdk.launch.plan_launch`); changes nothing.
+
+        :param collect: plan what cannot be read too (``launch --dry-run`` without credentials or tools): failed
+            checks in the plan's ``blocked``, what could not be read in its ``unknown``.
+        """
         from fsdp_sdk.launch import plan_launch
 
         return plan_launch(
@@ -1229,6 +1234,7 @@ class Client:
             tokens=tokens,
             trainer_src=Path(trainer_src) if trainer_src else None,
             build_args=build_args,
+            collect=collect,
         )
 
     def launch(
