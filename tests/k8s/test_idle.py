@@ -396,3 +396,81 @@ def test_up_plans_the_controller_with_the_cluster(tmp_path: Any) -> None:
     plan = client.plan(preflight=False)
     assert any("GPU nodes go to 0 after 45 minutes without a training pod" in step for step in plan.steps)
     assert [o["metadata"]["name"] for o in plan.kubernetes if o["kind"] == "CronJob"] == [CONTROLLER_NAME]
+
+
+def test_down_deletes_the_identity_up_made(
+    aws: str,
+    stubbed: Callable[..., tuple[Any, Any]],
+    pod_identity: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Any,
+) -> None:
+    """``Client.down`` of an EKS backend's cluster deletes the controller's association, policy and role."""
+    from typing import ClassVar
+
+    import fsdp_sdk.aws.session
+    from fsdp_sdk import Client, hookimpl
+    from fsdp_sdk.backends.base import ClusterBackend, ClusterStatus, Plan
+    from fsdp_sdk.k8s.idle import install_identity
+    from fsdp_sdk.plugins import build_plugins
+
+    class EksLike(ClusterBackend):
+        name: ClassVar[str] = "eks-like"
+        eks_cluster: ClassVar[bool] = True
+
+        def plan(self, resolved: Any) -> Plan:
+            return Plan(backend=self.name, cluster=resolved.config.cluster.name, steps=[])
+
+        def apply(self, config: Config, plan: Plan, *, progress: Any = None) -> ClusterStatus:
+            return self.status(config)
+
+        def down(self, config: Config, *, dry_run: bool = False, progress: Any = None) -> ClusterStatus:
+            return ClusterStatus(backend=self.name, cluster=config.cluster.name, state="absent", nodes=0)
+
+        def scale(self, config: Config, nodes: int, *, dry_run: bool = False, progress: Any = None) -> ClusterStatus:
+            return self.status(config)
+
+        def status(self, config: Config) -> ClusterStatus:
+            return ClusterStatus(backend=self.name, cluster=config.cluster.name, state="ready", nodes=2)
+
+        def kubeconfig(self, config: Config) -> Any:
+            return None
+
+    class Register:
+        @hookimpl
+        def fsdp_sdk_register_backends(self, registry: Any) -> None:
+            registry.add(EksLike)
+
+    clients = _identity_clients(pod_identity, stubbed)
+    moto_client = fsdp_sdk.aws.session.aws_client
+    moto_eks = moto_client("eks", "us-west-2")
+    monkeypatch.setattr(type(pod_identity), "_moto", property(lambda self: moto_eks))  # its clusters stay moto's
+    monkeypatch.setattr(
+        fsdp_sdk.aws.session,
+        "aws_client",
+        lambda service, region: clients["eks"] if service == "eks" else moto_client(service, region),
+    )
+    plugins = build_plugins(autoload=False)
+    plugins.register(Register(), name="eks-like")
+    client = Client.from_dict(
+        {
+            "cluster": {
+                "backend": "eks-like",
+                "name": "demo",
+                "idle_scale_to_zero_minutes": 30,
+                "checkpoint_bucket": "ckpt-demo",
+                "state_dir": str(tmp_path),
+            },
+            "job": {"namespace": "ml"},
+        },
+        plugins=plugins,
+    )
+    install_identity(client.config, clients=clients)
+    assert len(pod_identity.associations) == 1
+    said: list[str] = []
+    client.progress = said.append
+    client.down()
+    name = role_name(client.config)
+    assert pod_identity.associations == {}
+    assert name not in [r["RoleName"] for r in clients["iam"].list_roles()["Roles"]]
+    assert f"deleted the idle controller's IAM role {name}" in said
