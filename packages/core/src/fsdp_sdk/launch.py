@@ -233,7 +233,7 @@ def plan_launch(
     backend = client.backend
     cluster = client.config.cluster
     if backend.runs_jobs:
-        cluster_plan = client.plan()
+        cluster_plan = client.plan(collect=collect)
         local_steps = ["start etcd on this machine unless it runs"] if cluster_plan.steps else []
         nodes = job_client.config.job.num_workers
         local_steps.append(f"run {client.config.job.name} here: {nodes} simulated node(s), the progress followed")
