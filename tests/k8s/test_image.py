@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import itertools
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -74,7 +75,7 @@ def extras_the_job_needs(args: list[str]) -> set[str]:
 
     sections = dict(options.sections(TrainerConfig))
     needed: set[str] = set()
-    for flag, value in zip(args, args[1:], strict=False):
+    for flag, value in itertools.pairwise(args):
         if not flag.startswith("--") or "." not in flag:
             continue
         section, name = flag[2:].split(".", 1)
