@@ -39,3 +39,13 @@ def cluster(
         server.write_kubeconfig(tmp_path / "cluster-kubeconfig")
         with Nodes(server):
             yield server
+
+
+@pytest.fixture(scope="session")
+def image_python() -> str:
+    """``bin/python`` of the trainer image's environment (built from the Dockerfile's install lines, cached by the
+    build's content tag: see :mod:`rehearsal.image`)."""
+    from .image import build_image_venv
+
+    trainer = Path(__file__).resolve().parents[2] / "packages" / "trainer"
+    return str(build_image_venv(trainer) / "bin" / "python")

@@ -137,6 +137,8 @@ class Nodes:
             spec = pod.get("spec") or {}
             if spec.get("nodeName") or "containers" not in spec:
                 continue
+            if (pod.get("status") or {}).get("phase") not in (None, "Pending"):
+                continue  # placed and started by someone else (a test's kubelet)
             name, message = place(spec, nodes, used)
             meta = pod["metadata"]
             if name is None:

@@ -1,0 +1,85 @@
+"""``fsdp-sdk launch`` from an empty state directory to a finished job, offline, with the eksctl backend: moto for
+AWS, the recording eksctl acting on moto and on the cluster as the real one does, the ``docker`` stand-in building
+the image from the Dockerfile's install lines, the loopback API server with nodes, device plugins and a scheduler,
+and the Training Operator and kubelets running the workers as processes in the image's environment."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from eksctl.helpers import AwsAnswers, Tools
+from fsdp_sdk.aws.session import aws_client
+from k8s.conftest import etcd_endpoint  # noqa: F401 - the real etcd of the cluster's etcd service
+from k8s.fake_apiserver import FakeApiServer
+from k8s.tools import cli
+
+from . import docker_standin
+from .operator import TrainingCluster
+
+pytestmark = pytest.mark.usefixtures("eksctl_env")
+
+STEPS = 4
+
+
+def _trainer_copy(tmp_path: Path) -> Path:
+    import fsdp_trainer
+
+    source = Path(fsdp_trainer.__file__).resolve().parents[2]
+    trainer = tmp_path / "trainer"
+    shutil.copytree(source / "src", trainer / "src", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        if (source / name).exists():
+            shutil.copy2(source / name, trainer / name)
+    return trainer
+
+
+def _checkpoints(bucket: str) -> list[str]:
+    listing = aws_client("s3", "us-west-2").list_objects_v2(Bucket=bucket)
+    return sorted(o["Key"] for o in listing.get("Contents", []) if "/checkpoints/" in o["Key"])
+
+
+def test_launch_with_eksctl_from_nothing_to_a_finished_job_checkpointed_in_the_cluster_bucket(
+    tools: Tools,
+    answers: AwsAnswers,
+    cluster: FakeApiServer,
+    etcd_endpoint: str,  # noqa: F811
+    image_python: str,  # the image of these sources, built once for the session
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    kubeconfig = tmp_path / "cluster-kubeconfig"
+    docker_state = tmp_path / "docker"
+    docker_standin.install(tools.bin_dir, docker_state)
+    monkeypatch.setenv("FAKE_EKSCTL_KUBECONFIG", str(kubeconfig))
+    monkeypatch.setenv("FSDP_SDK_CLUSTER__KUBECONFIG", str(kubeconfig))
+    monkeypatch.setenv("FSDP_SDK_JOB__NPROC_PER_NODE", "1")  # CPU: one trainer process per node, not one per GPU
+    trainer = _trainer_copy(tmp_path)
+    args = ("--backend", "eksctl", "--preset", "tiny", "--steps", str(STEPS), "--nodes", "2")
+    with TrainingCluster(cluster, tmp_path / "nodes", docker_state, etcd_endpoint):
+        code, out, err = cli(
+            capsys,
+            "launch",
+            "--yes",
+            *args,
+            "--trainer-src",
+            str(trainer),
+            "--",
+            "--data.seq_len",
+            "64",
+            "--checkpoint.every_steps",
+            "2",
+        )
+    assert code == 0, err[-4000:]
+    assert "final loss" in out, out[-2000:]
+    buckets = [b["Name"] for b in aws_client("s3", "us-west-2").list_buckets()["Buckets"]]
+    (bucket,) = [b for b in buckets if b.startswith("fsdp-sdk-")]
+    keys = _checkpoints(bucket)
+    assert any(k.startswith(f"default/fsdp/checkpoints/step_{STEPS:08d}/") for k in keys), keys
+    assert os.environ.get("FAKE_EKSCTL_KUBECONFIG")
+    json.dumps(keys)
