@@ -55,6 +55,14 @@ class TrainingCluster:
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop, name="rehearsal-operator", daemon=True)
         self.errors: list[BaseException] = []
+        self._delete_when: tuple[str, str, Any] | None = None
+        #: the pods deleted by :meth:`delete_pod_when`, with the line that triggered it
+        self.deleted: list[tuple[str, str]] = []
+
+    def delete_pod_when(self, pod: str, predicate: Any, *, watching: str) -> None:
+        """Delete ``pod`` (as ``kubectl delete pod`` does) once the container of pod ``watching`` prints a line
+        matching ``predicate``."""
+        self._delete_when = (watching, pod, predicate)
 
     def __enter__(self) -> TrainingCluster:
         self._thread.start()
@@ -262,9 +270,15 @@ class TrainingCluster:
         namespace, name = meta.get("namespace", "default"), meta["name"]
         assert process.stdout is not None
         for raw in process.stdout:
+            line = raw.decode(errors="replace")
             log = self.server._logs.get((namespace, name))
             if log is not None:
-                log.append(raw.decode(errors="replace"))
+                log.append(line)
+            target = self._delete_when
+            if target is not None and target[0] == name and target[2](line):
+                self._delete_when = None
+                self.deleted.append((target[1], line.strip()))
+                self.server.delete("v1", "Pod", target[1], namespace)
         code = process.wait()
         current = self.server.get("v1", "Pod", name, namespace)
         if current is None or current["metadata"].get("uid") != meta.get("uid"):

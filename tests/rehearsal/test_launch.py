@@ -6,7 +6,6 @@ and the Training Operator and kubelets running the workers as processes in the i
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -43,12 +42,24 @@ def _checkpoints(bucket: str) -> list[str]:
     return sorted(o["Key"] for o in listing.get("Contents", []) if "/checkpoints/" in o["Key"])
 
 
+def _losses(out: str) -> dict[int, float]:
+    """step -> loss of the leader's log as launch followed it (a step seen twice: its latest value)."""
+    found = {}
+    for line in out.splitlines():
+        if line.startswith('{"step":'):
+            record = json.loads(line)
+            if "loss" in record:
+                found[record["step"]] = record["loss"]
+    return found
+
+
 def test_launch_with_eksctl_from_nothing_to_a_finished_job_checkpointed_in_the_cluster_bucket(
     tools: Tools,
     answers: AwsAnswers,
     cluster: FakeApiServer,
     etcd_endpoint: str,  # noqa: F811
     image_python: str,  # the image of these sources, built once for the session
+    pod_identity: object,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
@@ -60,26 +71,36 @@ def test_launch_with_eksctl_from_nothing_to_a_finished_job_checkpointed_in_the_c
     monkeypatch.setenv("FSDP_SDK_CLUSTER__KUBECONFIG", str(kubeconfig))
     monkeypatch.setenv("FSDP_SDK_JOB__NPROC_PER_NODE", "1")  # CPU: one trainer process per node, not one per GPU
     trainer = _trainer_copy(tmp_path)
-    args = ("--backend", "eksctl", "--preset", "tiny", "--steps", str(STEPS), "--nodes", "2")
+    common = ("--yes", "--backend", "eksctl", "--preset", "tiny", "--nodes", "2", "--trainer-src", str(trainer))
+    trainer_args = ("--", "--data.seq_len", "64", "--checkpoint.every_steps", "2")
     with TrainingCluster(cluster, tmp_path / "nodes", docker_state, etcd_endpoint):
-        code, out, err = cli(
-            capsys,
-            "launch",
-            "--yes",
-            *args,
-            "--trainer-src",
-            str(trainer),
-            "--",
-            "--data.seq_len",
-            "64",
-            "--checkpoint.every_steps",
-            "2",
-        )
-    assert code == 0, err[-4000:]
-    assert "final loss" in out, out[-2000:]
-    buckets = [b["Name"] for b in aws_client("s3", "us-west-2").list_buckets()["Buckets"]]
-    (bucket,) = [b for b in buckets if b.startswith("fsdp-sdk-")]
-    keys = _checkpoints(bucket)
-    assert any(k.startswith(f"default/fsdp/checkpoints/step_{STEPS:08d}/") for k in keys), keys
-    assert os.environ.get("FAKE_EKSCTL_KUBECONFIG")
-    json.dumps(keys)
+        # From an empty state directory: the cluster, the image, the job, its checkpoints in the cluster's bucket
+        code, out, err = cli(capsys, "launch", *common, "--steps", str(STEPS), *trainer_args)
+        assert code == 0, err[-4000:]
+        assert "final loss" in out, out[-2000:]
+        first = _losses(out)
+        assert sorted(first) == list(range(1, STEPS + 1)), out[-2000:]
+        buckets = [b["Name"] for b in aws_client("s3", "us-west-2").list_buckets()["Buckets"]]
+        (bucket,) = [b for b in buckets if b.startswith("fsdp-sdk-")]
+        keys = _checkpoints(bucket)
+        assert any(k.startswith(f"default/fsdp/checkpoints/step_{STEPS:08d}/") for k in keys), keys
+        pods = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in cluster.objects("Pod") if "nodeName" in p["spec"]}
+        assert sorted(pods) == ["fsdp-worker-0", "fsdp-worker-1"] and len(set(pods.values())) == 2  # one per GPU node
+
+        # launch again with more steps: the finished job is replaced and continues from its last checkpoint
+        code, out, err = cli(capsys, "launch", *common, "--steps", str(STEPS + 2), *trainer_args)
+        assert code == 0, err[-4000:]
+        assert sorted(_losses(out)) == [STEPS + 1, STEPS + 2], out[-2000:]
+        keys = _checkpoints(bucket)
+        assert any(k.startswith(f"default/fsdp/checkpoints/step_{STEPS + 2:08d}/") for k in keys), keys
+
+    # down: the cluster goes, its bucket stays (no --delete-checkpoints), and nothing of its IAM remains
+    code, out, err = cli(capsys, "down", "--yes", "--backend", "eksctl")
+    assert code == 0, err[-3000:]
+    assert bucket in [b["Name"] for b in aws_client("s3", "us-west-2").list_buckets()["Buckets"]]
+    assert _checkpoints(bucket)
+    iam = aws_client("iam", "us-west-2")
+    roles = [r["RoleName"] for r in iam.list_roles()["Roles"] if "fsdp-sdk" in r["RoleName"]]
+    policies = [p["PolicyName"] for p in iam.list_policies(Scope="Local")["Policies"] if "fsdp-sdk" in p["PolicyName"]]
+    assert roles == [] and policies == [], (roles, policies)
+    assert pod_identity.associations == {}, pod_identity.associations
