@@ -84,6 +84,13 @@ class Cluster:
         if code >= 300:
             raise RuntimeError(f"{obj['kind']} {obj['metadata']['name']}: {answer.get('message') if answer else code}")
 
+    def delete_nodes(self, group: str) -> None:
+        """The instances of node group ``group`` are gone: their Nodes leave the cluster."""
+        code, found = self._call("GET", "/api/v1/nodes")
+        for node in (found or {}).get("items", []) if code == 200 else []:
+            if (node["metadata"].get("labels") or {}).get("eks.amazonaws.com/nodegroup") == group:
+                self._call("DELETE", f"/api/v1/nodes/{node['metadata']['name']}", agent="node-lifecycle")
+
 
 def _path(obj: dict[str, Any]) -> str:
     group_version = obj["apiVersion"]

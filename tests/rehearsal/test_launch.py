@@ -1,5 +1,6 @@
-"""``fsdp-sdk launch`` from an empty state directory to a finished job, offline, with the eksctl backend: moto for
-AWS, the recording eksctl acting on moto and on the cluster as the real one does, the ``docker`` stand-in building
+"""``fsdp-sdk launch`` from an empty state directory to a finished job, offline, with each EKS backend: moto for
+AWS; the recording eksctl acting on moto and on the cluster as the real one does, or the real terraform binary on
+a configuration whose provisioners do what the shipped one's resources do (``terraform_configuration/``); the ``docker`` stand-in building
 the image from the Dockerfile's install lines, the loopback API server with nodes, device plugins and a scheduler,
 and the Training Operator and kubelets running the workers as processes in the image's environment."""
 
@@ -53,7 +54,31 @@ def _losses(out: str) -> dict[int, float]:
     return found
 
 
-def test_launch_with_eksctl_from_nothing_to_a_finished_job_checkpointed_in_the_cluster_bucket(
+def _terraform(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kubeconfig: Path) -> None:
+    """The terraform backend on the rehearsal's configuration (the real terraform binary runs it)."""
+    import sys
+
+    from fsdp_sdk.plugins import get_plugins
+    from fsdp_sdk_terraform import CONFIGURATION_DIR, plugin
+
+    if shutil.which("terraform") is None:
+        pytest.skip("terraform is not installed (https://developer.hashicorp.com/terraform/install)")
+    get_plugins().register(plugin, name="terraform")
+    configuration = tmp_path / "configuration"
+    shutil.copytree(Path(__file__).with_name("terraform_configuration"), configuration)
+    shutil.copy2(CONFIGURATION_DIR / "variables.tf", configuration / "variables.tf")
+    monkeypatch.setenv("FSDP_SDK_TERRAFORM__CONFIGURATION", str(configuration))
+    monkeypatch.setenv("FSDP_SDK_CLUSTER__AVAILABILITY_ZONES", "us-west-2a,us-west-2b")
+    monkeypatch.setenv("FSDP_TF_TEST_PYTHON", sys.executable)
+    monkeypatch.setenv("FSDP_TF_TEST_KUBECONFIG", str(kubeconfig))
+    monkeypatch.setenv("FSDP_TF_TEST_STANDINS", str(Path(__file__).resolve().parents[1] / "eksctl"))
+    monkeypatch.setenv("TF_PLUGIN_CACHE_DIR", str(tmp_path / "plugin-cache"))
+    (tmp_path / "plugin-cache").mkdir()
+
+
+@pytest.mark.parametrize("backend", ["eksctl", "terraform"])
+def test_launch_from_nothing_to_a_finished_job_checkpointed_in_the_cluster_bucket(
+    backend: str,
     tools: Tools,
     answers: AwsAnswers,
     cluster: FakeApiServer,
@@ -69,9 +94,11 @@ def test_launch_with_eksctl_from_nothing_to_a_finished_job_checkpointed_in_the_c
     docker_standin.install(tools.bin_dir, docker_state)
     monkeypatch.setenv("FAKE_EKSCTL_KUBECONFIG", str(kubeconfig))
     monkeypatch.setenv("FSDP_SDK_CLUSTER__KUBECONFIG", str(kubeconfig))
+    if backend == "terraform":
+        _terraform(tmp_path, monkeypatch, kubeconfig)
     monkeypatch.setenv("FSDP_SDK_JOB__NPROC_PER_NODE", "1")  # CPU: one trainer process per node, not one per GPU
     trainer = _trainer_copy(tmp_path)
-    common = ("--yes", "--backend", "eksctl", "--preset", "tiny", "--nodes", "2", "--trainer-src", str(trainer))
+    common = ("--yes", "--backend", backend, "--preset", "tiny", "--nodes", "2", "--trainer-src", str(trainer))
     trainer_args = ("--", "--data.seq_len", "64", "--checkpoint.every_steps", "2")
     with TrainingCluster(cluster, tmp_path / "nodes", docker_state, etcd_endpoint):
         # From an empty state directory: the cluster, the image, the job, its checkpoints in the cluster's bucket
@@ -95,7 +122,7 @@ def test_launch_with_eksctl_from_nothing_to_a_finished_job_checkpointed_in_the_c
         assert any(k.startswith(f"default/fsdp/checkpoints/step_{STEPS + 2:08d}/") for k in keys), keys
 
     # down: the cluster goes, its bucket stays (no --delete-checkpoints), and nothing of its IAM remains
-    code, out, err = cli(capsys, "down", "--yes", "--backend", "eksctl")
+    code, out, err = cli(capsys, "down", "--yes", "--backend", backend)
     assert code == 0, err[-3000:]
     assert bucket in [b["Name"] for b in aws_client("s3", "us-west-2").list_buckets()["Buckets"]]
     assert _checkpoints(bucket)
