@@ -68,6 +68,8 @@ from typing import Any
 
 import yaml
 
+from .server_apply import ApplyConflict, immutable_changes, record_update, server_side_apply
+
 Validator = Callable[[dict], list[str]]
 
 AGGREGATED_DISCOVERY = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
@@ -253,15 +255,6 @@ def _fields_match(selector: str, obj: dict) -> bool:
         if key == "metadata.namespace" and meta.get("namespace") != value:
             return False
     return True
-
-
-def _merge_apply(current: dict, applied: dict) -> dict:
-    """Server-side apply, simplified: applied fields replace, status and server fields stay."""
-    merged = copy.deepcopy(applied)
-    merged["metadata"] = {**current.get("metadata", {}), **applied.get("metadata", {})}
-    if "status" in current:
-        merged["status"] = current["status"]
-    return merged
 
 
 class FakeApiServer:
@@ -1126,16 +1119,55 @@ class _Handler(BaseHTTPRequestHandler):
                     409, "Conflict", f'{res.plural}.{res.group or "core"} "{name}" is being deleted; try again later'
                 )
                 return
-            stored = _merge_apply(current, body) if (apply and current) else copy.deepcopy(body)
+            manager = (query.get("fieldManager") or [self.headers.get("User-Agent", "unknown").split("/")[0]])[0]
+            if apply:
+                try:
+                    stored = server_side_apply(
+                        current,
+                        body,
+                        manager,
+                        force=query.get("force", [""])[0] in ("true", "1"),
+                        api_version=res.group_version,
+                    )
+                except ApplyConflict as conflict:
+                    self._fail(
+                        409,
+                        "Conflict",
+                        conflict.message(res.kind, name),
+                        {
+                            "name": name,
+                            "group": res.group,
+                            "kind": res.plural,
+                            "causes": [
+                                {"reason": "FieldManagerConflict", "message": f'conflict with "{m}"', "field": f".{f}"}
+                                for m, f in conflict.conflicts
+                            ],
+                        },
+                    )
+                    return
+            else:
+                stored = record_update(current, body, manager, api_version=res.group_version)
+            immutable = immutable_changes(res.kind, current, stored) if current is not None else []
+            if immutable:
+                self._fail(
+                    422,
+                    "Invalid",
+                    f'{res.kind}.{res.group or "core"} "{name}" is invalid: ' + "; ".join(immutable),
+                    {
+                        "name": name,
+                        "group": res.group,
+                        "kind": res.kind,
+                        "causes": [
+                            {"reason": "FieldValueInvalid", "message": e, "field": e.split(":")[0]} for e in immutable
+                        ],
+                    },
+                )
+                return
             if res.kind == "Secret" and stored.get("stringData"):
                 data = dict(stored.get("data") or {})
                 for k, v in stored.pop("stringData").items():
                     data[k] = base64.b64encode(str(v).encode()).decode()
                 stored["data"] = data
-            if apply:
-                stored["metadata"]["managedFields"] = [
-                    {"manager": query["fieldManager"][0], "operation": "Apply", "apiVersion": res.group_version}
-                ]
             stored = api._stamp(stored, namespace if res.namespaced else None)
             if not dry_run:
                 api._objects[key] = stored
