@@ -732,7 +732,7 @@ class Client:
         return Prereqs(self.config, kube, kubeconfig=str(path) if path else None, context=self.kube_context)
 
     def install_prereqs(
-        self, *, operator: bool = True, operator_version: str | None = None, api: str | None = None
+        self, *, operator: bool = True, operator_version: str | None = None, api: str | None = None, queue: bool = False
     ) -> list[dict[str, Any]]:
         """Apply etcd and install the job controller on the cluster (idempotent).
 
@@ -741,7 +741,11 @@ class Client:
         :param api: ``pytorchjob`` (the Training Operator) or ``trainjob`` (Kubeflow Trainer v2); default ``job.api``.
         """
         return self.prereqs().install(
-            operator=operator, operator_version=operator_version, api=api or self.config.job.api, progress=self.progress
+            operator=operator,
+            operator_version=operator_version,
+            api=api or self.config.job.api,
+            queue=queue,  # Kueue and its queues (issue 42)
+            progress=self.progress,
         )
 
     def prereq_status(self, *, api: str | None = None) -> PrereqStatus:

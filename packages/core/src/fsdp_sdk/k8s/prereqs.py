@@ -230,10 +230,22 @@ class Prereqs:
         self.context = context
 
     def prerequisites(
-        self, *, operator: bool = True, operator_version: str | None = None, api: str | None = None
+        self,
+        *,
+        operator: bool = True,
+        operator_version: str | None = None,
+        api: str | None = None,
+        queue: bool = False,
     ) -> list[Prerequisite]:
-        """What ``prereqs install`` applies: etcd, then the job controller of ``api`` (default ``job.api``; pure)."""
-        return job_prerequisites(self.config, operator=operator, operator_version=operator_version, api=api)
+        """What ``prereqs install`` applies: etcd, then the job controller of ``api`` (default ``job.api``), then
+        with ``queue`` Kueue and fsdp-sdk's queues sized to the GPU node group (pure)."""
+        found = job_prerequisites(self.config, operator=operator, operator_version=operator_version, api=api)
+        if queue:
+            from fsdp_sdk.k8s.cluster_objects import kueue
+            from fsdp_sdk.plugins import build_plugins
+
+            found.append(kueue(self.config, self.config.instance(build_plugins())))
+        return found
 
     def objects(self) -> list[dict[str, Any]]:
         """The objects the SDK applies itself (etcd)."""
@@ -252,6 +264,7 @@ class Prereqs:
         operator: bool = True,
         operator_version: str | None = None,
         api: str | None = None,
+        queue: bool = False,
         progress: Callable[[str], None] = lambda line: None,
     ) -> list[dict[str, Any]]:
         """Apply etcd and install the job controller of ``api`` (default ``job.api``): the Training Operator
@@ -262,7 +275,7 @@ class Prereqs:
         :raises KubernetesError: the API server refused an object.
         :raises ToolError: ``kubectl`` failed.
         """
-        prerequisites = self.prerequisites(operator=operator, operator_version=operator_version, api=api)
+        prerequisites = self.prerequisites(operator=operator, operator_version=operator_version, api=api, queue=queue)
         if dry_run:
             return [dict(o) for p in prerequisites for o in (*p.objects, *p.after)]
         return install_prerequisites(
