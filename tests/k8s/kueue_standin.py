@@ -51,20 +51,26 @@ def _ended(job: dict) -> bool:
 
 
 def _pod_sets(job: dict) -> list[dict]:
-    """The Workload's pod sets: (name, count, per-pod requests) of each replica type."""
+    """The Workload's pod sets (``name``, ``count``, ``template``): one per replica type, as Kueue's integrations
+    build them (a TrainJob's from ``trainer.resourcesPerNode`` over its runtime's ``node`` job)."""
     spec = job.get("spec") or {}
     if job["kind"] == "TrainJob":
         trainer = spec.get("trainer") or {}
-        requests = (trainer.get("resourcesPerNode") or {}).get("requests") or {}
-        return [{"name": "node", "count": int(trainer.get("numNodes") or 1), "requests": dict(requests)}]
-    sets = []
-    for kind, replica in (spec.get("pytorchReplicaSpecs") or {}).items():
-        requests: dict[str, float] = {}
-        for container in replica["template"]["spec"].get("containers") or []:
-            for name, value in ((container.get("resources") or {}).get("requests") or {}).items():
-                requests[name] = requests.get(name, 0.0) + _quantity(value)
-        sets.append({"name": kind.lower(), "count": int(replica.get("replicas") or 1), "requests": requests})
-    return sets
+        container = {"name": "node", "image": trainer.get("image", ""), "resources": trainer.get("resourcesPerNode")}
+        template = {"spec": {"containers": [container]}}
+        return [{"name": "node", "count": int(trainer.get("numNodes") or 1), "template": template}]
+    return [
+        {"name": kind.lower(), "count": int(replica.get("replicas") or 1), "template": replica["template"]}
+        for kind, replica in (spec.get("pytorchReplicaSpecs") or {}).items()
+    ]
+
+
+def _pod_requests(pod_set: dict) -> dict[str, float]:
+    requests: dict[str, float] = {}
+    for container in pod_set["template"]["spec"].get("containers") or []:
+        for name, value in ((container.get("resources") or {}).get("requests") or {}).items():
+            requests[name] = requests.get(name, 0.0) + _quantity(value)
+    return requests
 
 
 class KueueStandIn:
@@ -167,7 +173,7 @@ class KueueStandIn:
     def _requests(workload: dict, covered: set[str]) -> dict[str, float]:
         total: dict[str, float] = {}
         for pod_set in workload["spec"]["podSets"]:
-            requests = {k: _quantity(v) for k, v in pod_set["requests"].items()}
+            requests = _pod_requests(pod_set)
             if "pods" in covered:
                 requests["pods"] = 1
             for name, amount in requests.items():
@@ -218,7 +224,7 @@ class KueueStandIn:
                     {
                         "name": p["name"],
                         "count": p["count"],
-                        "flavors": {r: flavor["name"] for r in covered if r in p["requests"] or r == "pods"},
+                        "flavors": {r: flavor["name"] for r in covered if r in _pod_requests(p) or r == "pods"},
                     }
                     for p in workload["spec"]["podSets"]
                 ],
