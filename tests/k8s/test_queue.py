@@ -235,3 +235,21 @@ def test_rendered_queues_against_kueues_crds() -> None:
     for obj in render_queue(config, config.instance(build_plugins(autoload=False))):
         schema = load_crd_schema(SCHEMAS / KUEUE_CRD_FILES[obj["kind"]])
         assert schema.errors(obj) + schema.pruned(obj) == [], obj["kind"]
+
+
+def test_scale_resizes_the_cluster_queue(apiserver: FakeApiServer, tmp_path: Path) -> None:
+    from .test_estimate_on_clusters import ScalingBackend, _client
+
+    _queues(apiserver, nodes=2)
+    client = _client(apiserver, tmp_path, nodes=2, max_nodes=4)
+    lines: list[str] = []
+    client.progress = lines.append
+    client.scale(4)
+    assert ScalingBackend.sizes == [4]
+    stored = apiserver.get(KUEUE_API, "ClusterQueue", CLUSTER_QUEUE, "")
+    quota = {r["name"]: r["nominalQuota"] for r in stored["spec"]["resourceGroups"][0]["flavors"][0]["resources"]}
+    assert quota["pods"] == "4" and quota["nvidia.com/gpu"] == "32" and quota["vpc.amazonaws.com/efa"] == "128"
+    assert "ClusterQueue fsdp-sdk: quota sized to 4 nodes" in lines
+    client.scale(0)  # scaled to zero: nothing is admitted until the nodes come back
+    stored = apiserver.get(KUEUE_API, "ClusterQueue", CLUSTER_QUEUE, "")
+    assert {r["nominalQuota"] for r in stored["spec"]["resourceGroups"][0]["flavors"][0]["resources"]} == {"0", "0Gi"}

@@ -536,6 +536,9 @@ class Client:
         status = self.backend.scale(self.config, nodes, dry_run=dry_run, progress=self.progress)
         if not dry_run and not self.backend.runs_jobs:
             self._record_cost("scale", self.config, nodes)
+            from fsdp_sdk.k8s.queue import scale_quota
+
+            scale_quota(self, nodes)  # Kueue's ClusterQueue follows the node group (issue 42)
         if not dry_run:
             self._remember(status)
         return status

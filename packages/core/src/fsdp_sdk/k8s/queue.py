@@ -50,6 +50,8 @@ __all__ = [
     "queue_states",
     "quota",
     "render_queue",
+    "scale_quota",
+    "update_quota",
 ]
 
 #: The API version of Kueue's objects (v0.19's storage version; v1beta1 is deprecated).
@@ -381,6 +383,22 @@ def update_quota(kube: Kube, config: Config, instance: InstanceType, nodes: int)
     if not _served(kube, "ClusterQueue") or kube.get(KUEUE_API, "ClusterQueue", CLUSTER_QUEUE) is None:
         return None
     return kube.apply(render_queue(config, instance, nodes=nodes)[1])
+
+
+def scale_quota(client: Any, nodes: int) -> dict[str, Any] | None:
+    """After ``scale``: size fsdp-sdk's ClusterQueue to ``nodes`` when the cluster has one (:func:`update_quota`).
+    A cluster it cannot reach is said in a progress line, not raised: the nodes have been scaled already."""
+    from fsdp_sdk.errors import FsdpSdkError
+
+    try:
+        kube = client.jobs.kube
+        updated = update_quota(kube, client.config, client.resolved.instance, nodes)
+    except FsdpSdkError as error:
+        client.progress(f"warning: Kueue's ClusterQueue {CLUSTER_QUEUE} was not resized to {nodes} nodes: {error}")
+        return None
+    if updated is not None:
+        client.progress(f"ClusterQueue {CLUSTER_QUEUE}: quota sized to {nodes} nodes")
+    return updated
 
 
 def queue_objects(objects: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
