@@ -299,10 +299,12 @@ def _order(workload: Mapping[str, Any]) -> tuple[int, str, str]:
     return -priority, str(meta.get("creationTimestamp") or ""), str(meta.get("uid") or "")
 
 
-def _owner(workload: Mapping[str, Any]) -> tuple[str, str] | None:
-    for ref in (workload.get("metadata") or {}).get("ownerReferences") or []:
+def _owner(workload: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    """``(namespace, kind, name)`` of the job that owns ``workload``."""
+    meta = workload.get("metadata") or {}
+    for ref in meta.get("ownerReferences") or []:
         if ref.get("controller"):
-            return ref.get("kind", ""), ref.get("name", "")
+            return str(meta.get("namespace") or ""), str(ref.get("kind") or ""), str(ref.get("name") or "")
     return None
 
 
@@ -332,15 +334,15 @@ def queue_states(kube: Kube, jobs: Iterable[Mapping[str, Any]]) -> dict[tuple[st
         meta = job.get("metadata") or {}
         key = (str(job.get("kind") or ""), str(meta.get("name") or ""))
         queue = meta["labels"][QUEUE_LABEL]
-        workload = mine.get(key)
-        if workload is None:
+        owned = mine.get((str(meta.get("namespace") or ""), *key))
+        if owned is None:
             states[key] = QueueState("Queued", queue, message="waiting for Kueue to make its Workload")
             continue
-        wl_meta = workload.get("metadata") or {}
-        admission = (workload.get("status") or {}).get("admission") or {}
-        if _true(workload, "Finished"):
+        wl_meta = owned.get("metadata") or {}
+        admission = (owned.get("status") or {}).get("admission") or {}
+        if _true(owned, "Finished"):
             states[key] = QueueState("Finished", queue, admission.get("clusterQueue", ""), wl_meta.get("name", ""))
-        elif _true(workload, "QuotaReserved") or _true(workload, "Admitted"):
+        elif _true(owned, "QuotaReserved") or _true(owned, "Admitted"):
             states[key] = QueueState("Admitted", queue, admission.get("clusterQueue", ""), wl_meta.get("name", ""))
         else:
             cluster_queue = queues.get((wl_meta.get("namespace") or "", queue), "")
@@ -352,7 +354,7 @@ def queue_states(kube: Kube, jobs: Iterable[Mapping[str, Any]]) -> dict[tuple[st
             message = next(
                 (
                     str(c.get("message") or "")
-                    for c in (workload.get("status") or {}).get("conditions") or []
+                    for c in (owned.get("status") or {}).get("conditions") or []
                     if c.get("type") == "QuotaReserved"
                 ),
                 "",
