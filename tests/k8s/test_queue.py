@@ -98,6 +98,25 @@ def test_the_quota_is_the_gpu_node_group() -> None:
     assert local_queue["spec"] == {"clusterQueue": CLUSTER_QUEUE}
 
 
+#: What Kueue v0.19.2's manifests.yaml puts in kueue-system/kueue-manager-config (the start of
+#: config/components/manager/controller_manager_config.yaml and its integrations: PyTorchJob commented out).
+KUEUE_DEFAULT_CONFIG = """apiVersion: config.kueue.x-k8s.io/v1beta2
+kind: Configuration
+health:
+  healthProbeBindAddress: :8081
+webhook:
+  port: 9443
+integrations:
+  frameworks:
+  - "batch/job"
+  - "kubeflow.org/mpijob"
+  - "jobset.x-k8s.io/jobset"
+  # - "kubeflow.org/pytorchjob"
+  - "trainer.kubeflow.org/trainjob"
+  - "pod"
+"""
+
+
 def test_prereqs_install_queue_applies_kueue_then_its_queues(
     apiserver: FakeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
@@ -112,15 +131,34 @@ def test_prereqs_install_queue_applies_kueue_then_its_queues(
 
     code, out, err = cli(capsys, "prereqs", "install", "--queue", "--skip-operator", "--dry-run")
     assert code == 0, err
-    assert f"# would run: kubectl apply --server-side -f {url} --kubeconfig {kubeconfig}" in out
+    assert f"# would run: kubectl apply --server-side --force-conflicts -f {url} --kubeconfig {kubeconfig}" in out
+    assert "# then: enable Kueue's integrations kubeflow.org/pytorchjob, trainer.kubeflow.org/trainjob" in out
     shown = [o for o in yaml.safe_load_all(out) if o and o.get("apiVersion") == KUEUE_API]
     assert [o["kind"] for o in shown] == ["ResourceFlavor", "ClusterQueue", "LocalQueue"]
     assert apiserver.requests == [] and recorded(log) == []
 
+    manager_config = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "kueue-manager-config", "namespace": "kueue-system"},
+        "data": {"controller_manager_config.yaml": KUEUE_DEFAULT_CONFIG},
+    }
+    apiserver.put(manager_config)  # what the recording kubectl's 'apply -f manifests.yaml' would have made
     code, _, err = cli(capsys, "prereqs", "install", "--queue", "--skip-operator")
     assert code == 0, err
     argv = [c["argv"] for c in recorded(log)]
-    assert argv[0] == ["apply", "--server-side", "-f", url, "--kubeconfig", str(kubeconfig)]
+    assert argv[0] == ["apply", "--server-side", "--force-conflicts", "-f", url, "--kubeconfig", str(kubeconfig)]
+    # PyTorchJob's integration switched on, TrainJob's kept, then the controller restarted to read it
+    stored_config = apiserver.get("v1", "ConfigMap", "kueue-manager-config", "kueue-system")
+    frameworks = yaml.safe_load(stored_config["data"]["controller_manager_config.yaml"])["integrations"]["frameworks"]
+    assert frameworks == ["batch/job", "kubeflow.org/mpijob", "jobset.x-k8s.io/jobset", "trainer.kubeflow.org/trainjob",
+                          "pod", "kubeflow.org/pytorchjob"]  # fmt: skip
+    assert argv[3:] == [
+        ["rollout", "restart", "deployment/kueue-controller-manager", "-n", "kueue-system", "--kubeconfig",
+         str(kubeconfig)],
+        ["rollout", "status", "deployment/kueue-controller-manager", "-n", "kueue-system", "--timeout=300s",
+         "--kubeconfig", str(kubeconfig)],
+    ]  # fmt: skip
     assert argv[1][:5] == ["patch", "deployment", "kueue-controller-manager", "--namespace", "kueue-system"]
     assert argv[2][:6] == ["wait", "--for=condition=Available", "--timeout=300s", "-n", "kueue-system",
                            "deployment/kueue-controller-manager"]  # fmt: skip
@@ -129,6 +167,24 @@ def test_prereqs_install_queue_applies_kueue_then_its_queues(
     assert quota["pods"] == "2" and quota["nvidia.com/gpu"] == "16"  # cluster.nodes = 2 p5.48xlarge
     assert apiserver.get(KUEUE_API, "LocalQueue", LOCAL_QUEUE) is not None
     assert apiserver.get(KUEUE_API, "ResourceFlavor", "fsdp-sdk-gpu", "") is not None
+
+    code, _, err = cli(capsys, "prereqs", "install", "--queue", "--skip-operator")  # again: nothing to restart
+    assert code == 0, err
+    assert [c["argv"][:2] for c in recorded(log)][5:] == [["apply", "--server-side"], ["patch", "deployment"],
+                                                          ["wait", "--for=condition=Available"]]  # fmt: skip
+
+
+def test_prereqs_install_queue_without_kueues_configuration_says_so(
+    apiserver: FakeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    log = tmp_path / "calls.jsonl"
+    monkeypatch.setenv(
+        "PATH", f"{install_fake_tools(tmp_path / 'bin', log, 'kubectl')}{os.pathsep}{os.environ['PATH']}"
+    )
+    monkeypatch.setenv("KUBECONFIG", str(apiserver.write_kubeconfig(tmp_path / "kubeconfig")))
+    code, _, err = cli(capsys, "prereqs", "install", "--queue", "--skip-operator")
+    assert code == 1
+    assert "Kueue's configuration kueue-system/kueue-manager-config (controller_manager_config.yaml) is missing" in err
 
 
 def test_render_shows_the_queue_label(monkeypatch: pytest.MonkeyPatch, capsys) -> None:

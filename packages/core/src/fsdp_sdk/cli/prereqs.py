@@ -69,6 +69,13 @@ def install(
         for prerequisite in prerequisites:
             for command in prerequisite.commands(kubeconfig=setup.kubeconfig, context=setup.context):
                 click.echo(f"# would run: {shlex.join(command)}")
+        if queue:
+            from fsdp_sdk.k8s import queue as kueue
+
+            click.echo(
+                f"# then: enable Kueue's integrations {', '.join(kueue.FRAMEWORKS)} in {kueue.KUEUE_NAMESPACE}/"
+                f"{kueue.KUEUE_CONFIGMAP} and restart deployment/{kueue.KUEUE_DEPLOYMENT} (when not enabled yet)"
+            )
         click.echo(to_yaml_documents([dict(o) for p in prerequisites for o in (*p.objects, *p.after)]), nl=False)
         return
     app.client.install_prereqs(operator=not skip_operator, operator_version=operator_version, api=api, queue=queue)

@@ -195,9 +195,10 @@ def manifests_command(
     dry_run: bool = False,
     kubectl: str = "kubectl",
 ) -> list[str]:
-    """The exact ``kubectl apply --server-side -f URL`` command that applies a release's manifests (server-side:
-    Kueue's CRDs are too large for the client-side annotation, as its README says)."""
-    command = [kubectl, "apply", "--server-side", "-f", url]
+    """The exact ``kubectl apply --server-side --force-conflicts -f URL`` command that applies a release's
+    manifests (server-side: Kueue's CRDs are too large for the client-side annotation, as its README says;
+    ``--force-conflicts``: fsdp-sdk edits Kueue's manager ConfigMap afterwards, and a new apply takes it back)."""
+    command = [kubectl, "apply", "--server-side", "--force-conflicts", "-f", url]
     if dry_run:
         command.append("--dry-run=server")
     if kubeconfig:

@@ -278,9 +278,52 @@ class Prereqs:
         prerequisites = self.prerequisites(operator=operator, operator_version=operator_version, api=api, queue=queue)
         if dry_run:
             return [dict(o) for p in prerequisites for o in (*p.objects, *p.after)]
-        return install_prerequisites(
+        applied = install_prerequisites(
             prerequisites, self.kube, kubeconfig=self.kubeconfig, context=self.context, progress=progress
         )
+        if queue:
+            self._enable_kueue_integrations(progress)
+        return applied
+
+    def _enable_kueue_integrations(self, progress: Callable[[str], None]) -> None:
+        """Turn on Kueue's PyTorchJob and TrainJob integrations in its manager configuration (the release's
+        default leaves PyTorchJob off) and restart its controller to read it; nothing when they are on."""
+        from fsdp_sdk.k8s import queue
+
+        assert self.kube is not None  # install_prerequisites refused to go on without one
+        where = f"{queue.KUEUE_NAMESPACE}/{queue.KUEUE_CONFIGMAP}"
+        found = self.kube.get("v1", "ConfigMap", queue.KUEUE_CONFIGMAP, queue.KUEUE_NAMESPACE)
+        text = ((found or {}).get("data") or {}).get(queue.KUEUE_CONFIG_KEY)
+        if text is None:
+            raise KubernetesError(
+                f"Kueue's configuration {where} ({queue.KUEUE_CONFIG_KEY}) is missing after installing Kueue: "
+                "run 'fsdp-sdk prereqs install --queue' again"
+            )
+        try:
+            updated = queue.with_frameworks(text)
+        except ValueError as error:
+            raise KubernetesError(f"Kueue's configuration {where} cannot be read: {error}") from error
+        if updated is None:
+            return
+        progress(f"enabling Kueue's integrations {', '.join(queue.FRAMEWORKS)} in {where}")
+        self.kube.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": queue.KUEUE_CONFIGMAP, "namespace": queue.KUEUE_NAMESPACE},
+                "data": {queue.KUEUE_CONFIG_KEY: updated},
+            }
+        )
+        target = (["--kubeconfig", self.kubeconfig] if self.kubeconfig else []) + (
+            ["--context", self.context] if self.context else []
+        )
+        deployment = f"deployment/{queue.KUEUE_DEPLOYMENT}"
+        for command in (
+            ["kubectl", "rollout", "restart", deployment, "-n", queue.KUEUE_NAMESPACE, *target],
+            ["kubectl", "rollout", "status", deployment, "-n", queue.KUEUE_NAMESPACE, "--timeout=300s", *target],
+        ):
+            progress("restarting Kueue: " + " ".join(command))
+            run_tool(command, step="restart Kueue with its integrations", progress=progress)
 
     def status(self, *, api: str | None = None) -> PrereqStatus:
         """Read what is installed for the job API ``api`` (default ``job.api``); changes nothing."""

@@ -9,6 +9,11 @@
   the ``pods`` quota (one worker pod per node), ``StrictFIFO`` so a job keeps its place;
 * a ``LocalQueue`` in ``job.namespace`` pointing at it.
 
+Kueue manages a kind only when its integration is on: v0.19.2's default manager configuration
+(``config/components/manager/controller_manager_config.yaml``) enables ``trainer.kubeflow.org/trainjob`` but not
+``kubeflow.org/pytorchjob``, so ``prereqs install --queue`` adds both (:func:`with_frameworks`) and restarts
+Kueue's controller.
+
 A job carries the LocalQueue's name in the ``kueue.x-k8s.io/queue-name`` label (:func:`queue_labels`; Kueue's
 webhook then suspends it until its Workload is admitted: ``pkg/controller/jobframework/defaults.go``,
 ``ApplyDefaultForSuspend``, kubernetes-sigs/kueue v0.19.2). Reading back (:func:`queue_state`) uses Kueue's
@@ -64,6 +69,12 @@ KUEUE_DEPLOYMENT = "kueue-controller-manager"
 FLAVOR = "fsdp-sdk-gpu"
 CLUSTER_QUEUE = "fsdp-sdk"
 LOCAL_QUEUE = "fsdp-sdk"
+#: Kueue's manager configuration (``config/components/manager``, kustomize prefix ``kueue-``) and its key.
+KUEUE_CONFIGMAP = "kueue-manager-config"
+KUEUE_CONFIG_KEY = "controller_manager_config.yaml"
+#: The integrations fsdp-sdk's jobs need: v0.19.2's default configuration enables TrainJob but leaves PyTorchJob
+#: commented out (``config/components/manager/controller_manager_config.yaml``).
+FRAMEWORKS = ("kubeflow.org/pytorchjob", "trainer.kubeflow.org/trainjob")
 #: ``job.queue`` value that submits outside any queue.
 NO_QUEUE = "no-queue"
 _EFA = "vpc.amazonaws.com/efa"
@@ -75,6 +86,25 @@ def kueue_manifests_url(version: str | None = None) -> str:
     """The release's ``manifests.yaml`` (what Kueue's README installs with ``kubectl apply --server-side -f``)."""
     version = version or pin("kueue").version
     return f"https://github.com/kubernetes-sigs/kueue/releases/download/{version}/manifests.yaml"
+
+
+def with_frameworks(text: str, frameworks: Sequence[str] = FRAMEWORKS) -> str | None:
+    """Kueue's manager configuration ``text`` with ``frameworks`` in ``integrations.frameworks`` (pure); ``None``
+    when they are all there already.
+
+    :raises ValueError: ``text`` is not a Kueue ``Configuration``.
+    """
+    import yaml
+
+    data = yaml.safe_load(text) or {}
+    if not isinstance(data, dict) or data.get("kind") != "Configuration":
+        raise ValueError("not a Kueue Configuration")
+    enabled = data.setdefault("integrations", {}).setdefault("frameworks", [])
+    missing = [f for f in frameworks if f not in enabled]
+    if not missing:
+        return None
+    enabled.extend(missing)
+    return str(yaml.safe_dump(data, sort_keys=False))
 
 
 def quota(instance: InstanceType, nodes: int) -> dict[str, str]:
