@@ -309,3 +309,28 @@ def test_scale_resizes_the_cluster_queue(apiserver: FakeApiServer, tmp_path: Pat
     client.scale(0)  # scaled to zero: nothing is admitted until the nodes come back
     stored = apiserver.get(KUEUE_API, "ClusterQueue", CLUSTER_QUEUE, "")
     assert {r["nominalQuota"] for r in stored["spec"]["resourceGroups"][0]["flavors"][0]["resources"]} == {"0", "0Gi"}
+
+
+def test_trainjobs_queue_the_same_way(
+    apiserver: FakeApiServer, kubeconfig: Path, trainjob_crd: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    from .test_jobs import install_trainer_objects
+
+    install_trainer_objects(apiserver, trainjob_crd)
+    _queues(apiserver, nodes=2)
+    kueue = KueueStandIn(apiserver)
+    trainjob = ("trainer.kubeflow.org/v1alpha1", "TrainJob")
+    for name in ("one", "two"):
+        code, _, err = _submit(capsys, monkeypatch, name, "--api", "trainjob")
+        assert code == 0, err
+        assert apiserver.get(*trainjob, name)["metadata"]["labels"][QUEUE_LABEL] == LOCAL_QUEUE
+        kueue.reconcile()
+    assert "queued behind 1 job" in err
+    assert apiserver.get(*trainjob, "one")["spec"]["suspend"] is False
+    assert apiserver.get(*trainjob, "two")["spec"]["suspend"] is True
+    status = json.loads(cli(capsys, "job", "status", "two", "--api", "trainjob", "--json")[1])
+    assert status["phase"] == "Queued" and status["queue"]["position"] == 1
+    done = {"type": "Complete", "status": "True", "lastTransitionTime": "2026-12-06T01:00:00Z"}
+    apiserver.set_status(*trainjob, "one", {"conditions": [done]})
+    kueue.reconcile()
+    assert apiserver.get(*trainjob, "two")["spec"]["suspend"] is False
