@@ -334,3 +334,17 @@ def test_trainjobs_queue_the_same_way(
     apiserver.set_status(*trainjob, "one", {"conditions": [done]})
     kueue.reconcile()
     assert apiserver.get(*trainjob, "two")["spec"]["suspend"] is False
+
+
+def test_prereqs_status_shows_the_queue(apiserver: FakeApiServer, kubeconfig: Path, capsys) -> None:
+    code, out, _ = cli(capsys, "prereqs", "status", "--json")
+    report = json.loads(out)
+    assert code == 1 and report["queue"]["cluster_queue"] is None
+    assert "the ClusterQueue fsdp-sdk is missing: run 'fsdp-sdk prereqs install --queue'" in report["problems"]
+    _queues(apiserver, nodes=2)
+    report = json.loads(cli(capsys, "prereqs", "status", "--json")[1])
+    assert report["queue"]["quota"]["pods"] == "2" and report["queue"]["local_queue"] == "default/fsdp-sdk"
+    assert not any("ClusterQueue" in p or "LocalQueue" in p for p in report["problems"])
+    assert any(
+        p.startswith("Kueue's controller kueue-system/kueue-controller-manager is missing") for p in report["problems"]
+    )

@@ -137,6 +137,8 @@ class PrereqStatus:
     runtime_crd: bool = False
     runtime: bool = False
     runtime_metrics_port: int | None = None
+    queue: dict[str, Any] | None = None
+    """Kueue, when the cluster serves its kinds (:func:`fsdp_sdk.k8s.queue.queue_status`); ``None`` without."""
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -198,6 +200,8 @@ class PrereqStatus:
                 "namespace": TRAINING_OPERATOR_NAMESPACE,
             }
             data["pytorchjob_crd"] = self.pytorchjob_crd
+        if self.queue is not None:
+            data["queue"] = dict(self.queue)
         data["problems"] = list(self.problems)
         return data
 
@@ -345,6 +349,9 @@ class Prereqs:
         status.etcd_service = self.kube.get("v1", "Service", name, namespace) is not None
         if not status.etcd_service:
             status.problems.append(f"etcd service {namespace}/{name} is missing: run 'fsdp-sdk prereqs install'")
+        from fsdp_sdk.k8s.queue import queue_status
+
+        status.queue = queue_status(self.kube, self.config, status.problems)
         if status.api == "trainjob":
             self._trainer_status(self.kube, status)
             return status

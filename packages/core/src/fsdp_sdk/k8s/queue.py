@@ -417,6 +417,36 @@ def update_quota(kube: Kube, config: Config, instance: InstanceType, nodes: int)
     return kube.apply(render_queue(config, instance, nodes=nodes)[1])
 
 
+def queue_status(kube: Kube, config: Config, problems: list[str]) -> dict[str, Any] | None:
+    """``prereqs status``'s Kueue part: its controller, fsdp-sdk's ClusterQueue (quota, admitted and pending
+    Workloads) and the LocalQueue of ``job.namespace``; what is missing goes to ``problems``. ``None`` when the
+    cluster does not serve Kueue's kinds (no queue installed: nothing is wrong)."""
+    if not _served(kube, "ClusterQueue"):
+        return None
+    install = "run 'fsdp-sdk prereqs install --queue'"
+    deployment = kube.get("apps/v1", "Deployment", KUEUE_DEPLOYMENT, KUEUE_NAMESPACE)
+    ready = int(((deployment or {}).get("status") or {}).get("readyReplicas") or 0)
+    if deployment is None:
+        problems.append(f"Kueue's controller {KUEUE_NAMESPACE}/{KUEUE_DEPLOYMENT} is missing: {install}")
+    elif not ready:
+        problems.append(f"Kueue's controller {KUEUE_NAMESPACE}/{KUEUE_DEPLOYMENT} has no ready replica")
+    cluster_queue = kube.get(KUEUE_API, "ClusterQueue", CLUSTER_QUEUE)
+    local = kube.get(KUEUE_API, "LocalQueue", LOCAL_QUEUE, config.job.namespace)
+    if cluster_queue is None:
+        problems.append(f"the ClusterQueue {CLUSTER_QUEUE} is missing: {install}")
+    if local is None:
+        problems.append(f"the LocalQueue {config.job.namespace}/{LOCAL_QUEUE} is missing: {install}")
+    found = (cluster_queue or {}).get("status") or {}
+    return {
+        "controller_ready_replicas": ready,
+        "cluster_queue": CLUSTER_QUEUE if cluster_queue is not None else None,
+        "quota": {name: written for name, (_, _, written) in _nominal(cluster_queue or {}).items()},
+        "admitted": int(found.get("admittedWorkloads") or 0),
+        "pending": int(found.get("pendingWorkloads") or 0),
+        "local_queue": f"{config.job.namespace}/{LOCAL_QUEUE}" if local is not None else None,
+    }
+
+
 def scale_quota(client: Any, nodes: int) -> dict[str, Any] | None:
     """After ``scale``: size fsdp-sdk's ClusterQueue to ``nodes`` when the cluster has one (:func:`update_quota`).
     A cluster it cannot reach is said in a progress line, not raised: the nodes have been scaled already."""
