@@ -449,11 +449,15 @@ def queue_status(kube: Kube, config: Config, problems: list[str]) -> dict[str, A
 
 def scale_quota(client: Any, nodes: int) -> dict[str, Any] | None:
     """After ``scale``: size fsdp-sdk's ClusterQueue to ``nodes`` when the cluster has one (:func:`update_quota`).
-    A cluster it cannot reach is said in a progress line, not raised: the nodes have been scaled already."""
-    from fsdp_sdk.errors import FsdpSdkError
+    Without a kubeconfig nothing is tried; a cluster it cannot reach is said in a progress line, not raised: the
+    nodes have been scaled already."""
+    from fsdp_sdk.errors import ConfigError, FsdpSdkError
 
     try:
         kube = client.jobs.kube
+    except ConfigError:
+        return None  # no connection to the cluster configured: no queue of ours to know of
+    try:
         updated = update_quota(kube, client.config, client.resolved.instance, nodes)
     except FsdpSdkError as error:
         client.progress(f"warning: Kueue's ClusterQueue {CLUSTER_QUEUE} was not resized to {nodes} nodes: {error}")
