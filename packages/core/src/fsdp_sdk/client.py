@@ -742,6 +742,7 @@ class Client:
         :param operator: install the job controller too.
         :param operator_version: its release tag (default: the pinned one).
         :param api: ``pytorchjob`` (the Training Operator) or ``trainjob`` (Kubeflow Trainer v2); default ``job.api``.
+        :param queue: also Kueue and fsdp-sdk's queues sized to the GPU node group (:mod:`fsdp_sdk.k8s.queue`).
         """
         return self.prereqs().install(
             operator=operator,

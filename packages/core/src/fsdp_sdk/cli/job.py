@@ -403,7 +403,7 @@ def list_jobs(app: Application, as_json: bool) -> None:
 
 
 def _queued_phase(status: RunStatus) -> str:
-    """The phase, with the place in Kueue's queue of a queued job (``Queued (2nd in fsdp-sdk)``)."""
+    """The phase, with the place in Kueue's queue of a queued job (``Queued (#2 in fsdp-sdk)``)."""
     queue = status.details.get("queue") or {}
     if status.phase == "Queued" and queue.get("position"):
         return f"Queued (#{queue['position']} in {queue.get('cluster_queue') or queue.get('queue')})"
