@@ -121,6 +121,42 @@ BUILTIN_RESOURCES = (
     Resource("trainer.kubeflow.org", "v1alpha1", "ClusterTrainingRuntime", "clustertrainingruntimes", namespaced=False),
 )
 
+#: Kueue's kinds (kueue.x-k8s.io/v1beta2, as Kueue v0.19 serves them): pass ``resources=BUILTIN_RESOURCES +
+#: KUEUE_RESOURCES`` for a cluster with Kueue installed.
+KUEUE_RESOURCES = (
+    Resource("kueue.x-k8s.io", "v1beta2", "ResourceFlavor", "resourceflavors", namespaced=False, short_names=("rf",)),
+    Resource(
+        "kueue.x-k8s.io",
+        "v1beta2",
+        "ClusterQueue",
+        "clusterqueues",
+        namespaced=False,
+        subresources=("status",),
+        short_names=("cq",),
+    ),
+    Resource("kueue.x-k8s.io", "v1beta2", "LocalQueue", "localqueues", subresources=("status",), short_names=("lq",)),
+    Resource("kueue.x-k8s.io", "v1beta2", "Workload", "workloads", subresources=("status",), short_names=("wl",)),
+)
+#: The files Kueue's CRDs would have in ../shared/schemas (``config/components/crd/bases`` of its release).
+KUEUE_CRD_FILES = {
+    "ResourceFlavor": "kueue.x-k8s.io_resourceflavors.yaml",
+    "ClusterQueue": "kueue.x-k8s.io_clusterqueues.yaml",
+    "LocalQueue": "kueue.x-k8s.io_localqueues.yaml",
+    "Workload": "kueue.x-k8s.io_workloads.yaml",
+}
+
+
+def kueue_validators(schemas: Path) -> dict:
+    """Validators for Kueue's kinds from their CRDs in ``schemas`` (those present; strict, as for the others)."""
+    from fsdp_sdk.k8s.validate import load_crd_schema
+
+    validators: dict[tuple[str, str], Validator] = {}
+    for kind, name in KUEUE_CRD_FILES.items():
+        if (schemas / name).exists():
+            schema = load_crd_schema(schemas / name)
+            validators[("kueue.x-k8s.io/v1beta2", kind)] = lambda obj, s=schema: s.errors(obj) + s.pruned(obj)
+    return validators
+
 
 @dataclass
 class RecordedRequest:

@@ -53,8 +53,30 @@ def test_objects_validate_and_grant_only_pods_and_the_state_configmap() -> None:
     report = validate_objects(objects)
     assert report.ok, report.errors
     kinds = sorted(o["kind"] for o in objects)
-    assert kinds == ["ConfigMap", "ConfigMap", "CronJob", "Role", "RoleBinding", "ServiceAccount"]
-    assert {o["metadata"]["namespace"] for o in objects} == {"ml"}
+    assert kinds == [
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ConfigMap",
+        "ConfigMap",
+        "CronJob",
+        "Role",
+        "RoleBinding",
+        "ServiceAccount",
+    ]
+    cluster_scoped = {"ClusterRole", "ClusterRoleBinding"}
+    assert {o["metadata"]["namespace"] for o in objects if o["kind"] not in cluster_scoped} == {"ml"}
+    assert not any("namespace" in o["metadata"] for o in objects if o["kind"] in cluster_scoped)
+    queue_role = next(o for o in objects if o["kind"] == "ClusterRole")
+    assert queue_role["rules"] == [  # Kueue's ClusterQueue of fsdp-sdk, to set its quota to 0: nothing else
+        {
+            "apiGroups": ["kueue.x-k8s.io"],
+            "resources": ["clusterqueues"],
+            "resourceNames": ["fsdp-sdk"],
+            "verbs": ["get", "update"],
+        }
+    ]
+    binding = next(o for o in objects if o["kind"] == "ClusterRoleBinding")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": CONTROLLER_NAME, "namespace": "ml"}]
     role = next(o for o in objects if o["kind"] == "Role")
     assert role["rules"] == [
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
@@ -183,9 +205,13 @@ def test_scales_to_zero_after_the_idle_time_across_runs(stubbed: Callable[..., t
         {"update": {"id": "u-1", "status": "InProgress", "type": "ConfigUpdate"}},
         {**ng, "scalingConfig": {"minSize": 0, "desiredSize": 0, "maxSize": 4}},
     )
+    zeroed: list[bool] = []
+    cluster.zero_queue_quota = lambda: zeroed.append(True) or True  # type: ignore[attr-defined]
     assert run(T0 + dt.timedelta(minutes=30)) == "scale-to-zero"
+    assert zeroed == [True]  # the Kueue quota follows the nodes to 0
     stubber.add_response("describe_nodegroup", _nodegroup(0), ng)
     assert run(T0 + dt.timedelta(minutes=31)) == "at-zero"  # no second update
+    assert zeroed == [True]
     stubber.assert_no_pending_responses()
     assert cluster.state["last-action"] == "at-zero"
 
@@ -474,3 +500,24 @@ def test_down_deletes_the_identity_up_made(
     assert pod_identity.associations == {}
     assert name not in [r["RoleName"] for r in clients["iam"].list_roles()["Roles"]]
     assert f"deleted the idle controller's IAM role {name}" in said
+
+
+def test_the_shipped_script_sets_the_kueue_quota_to_zero_when_there_is_one() -> None:
+    from fsdp_sdk.k8s.queue import CLUSTER_QUEUE, KUEUE_API, render_queue
+    from fsdp_sdk.plugins import build_plugins
+
+    from .fake_apiserver import BUILTIN_RESOURCES, KUEUE_RESOURCES
+
+    assert f"/apis/{KUEUE_API}/clusterqueues/{CLUSTER_QUEUE}" == idle_controller.CLUSTER_QUEUE_PATH
+    with FakeApiServer() as server:  # no Kueue: nothing to do
+        view = idle_controller.InCluster("ml", STATE_CONFIGMAP, server=server.url, token=server.token, ca_file=None)
+        assert view.zero_queue_quota() is False
+    with FakeApiServer(resources=BUILTIN_RESOURCES + KUEUE_RESOURCES) as server:
+        config = Config.from_dict({})
+        server.put(render_queue(config, config.instance(build_plugins(autoload=False)))[1])
+        view = idle_controller.InCluster("ml", STATE_CONFIGMAP, server=server.url, token=server.token, ca_file=None)
+        assert view.zero_queue_quota() is True
+        stored = server.get(KUEUE_API, "ClusterQueue", CLUSTER_QUEUE, "")
+        resources = stored["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
+        assert {r["name"] for r in resources} >= {"nvidia.com/gpu", "pods"}
+        assert {r["nominalQuota"] for r in resources} == {"0"}

@@ -568,6 +568,9 @@ class Client:
         status = self.backend.scale(self.config, nodes, dry_run=dry_run, progress=self.progress)
         if not dry_run and not self.backend.runs_jobs:
             self._record_cost("scale", self.config, nodes)
+            from fsdp_sdk.k8s.queue import scale_quota
+
+            scale_quota(self, nodes)  # Kueue's ClusterQueue follows the node group (issue 42)
         if not dry_run:
             self._remember(status)
         return status
@@ -764,16 +767,21 @@ class Client:
         return Prereqs(self.config, kube, kubeconfig=str(path) if path else None, context=self.kube_context)
 
     def install_prereqs(
-        self, *, operator: bool = True, operator_version: str | None = None, api: str | None = None
+        self, *, operator: bool = True, operator_version: str | None = None, api: str | None = None, queue: bool = False
     ) -> list[dict[str, Any]]:
         """Apply etcd and install the job controller on the cluster (idempotent).
 
         :param operator: install the job controller too.
         :param operator_version: its release tag (default: the pinned one).
         :param api: ``pytorchjob`` (the Training Operator) or ``trainjob`` (Kubeflow Trainer v2); default ``job.api``.
+        :param queue: also Kueue and fsdp-sdk's queues sized to the GPU node group (:mod:`fsdp_sdk.k8s.queue`).
         """
         return self.prereqs().install(
-            operator=operator, operator_version=operator_version, api=api or self.config.job.api, progress=self.progress
+            operator=operator,
+            operator_version=operator_version,
+            api=api or self.config.job.api,
+            queue=queue,  # Kueue and its queues (issue 42)
+            progress=self.progress,
         )
 
     def prereq_status(self, *, api: str | None = None) -> PrereqStatus:

@@ -290,6 +290,7 @@ def submit(
         "rdzv_id": ref.run_id,
         "dry_run": dry_run,
         "objects": [f"{o['kind']}/{o['metadata']['name']}" for o in jobs.last_objects],
+        **({"queue": jobs.last_queue} if getattr(jobs, "last_queue", None) else {}),
     }
     verb = "would submit (server dry run passed)" if dry_run else "submitted"
     line = f"{verb} {kind} {ref.namespace}/{ref.name} (rdzv id {ref.run_id})"
@@ -398,7 +399,7 @@ def list_jobs(app: Application, as_json: bool) -> None:
     rows = [
         (
             j.name,
-            j.phase,
+            _queued_phase(j),
             sum(c.get("active", 0) for c in (j.details.get("replicas") or {}).values()),
             j.details.get("rdzv_id"),
             j.details.get("created"),
@@ -407,6 +408,14 @@ def list_jobs(app: Application, as_json: bool) -> None:
         for j, cost in zip(jobs, costs, strict=True)
     ]
     click.echo(table(["name", "phase", "active", "rdzv id", "created", "cost"], rows))
+
+
+def _queued_phase(status: RunStatus) -> str:
+    """The phase, with the place in Kueue's queue of a queued job (``Queued (#2 in fsdp-sdk)``)."""
+    queue = status.details.get("queue") or {}
+    if status.phase == "Queued" and queue.get("position"):
+        return f"Queued (#{queue['position']} in {queue.get('cluster_queue') or queue.get('queue')})"
+    return status.phase
 
 
 def _steps(details: Any) -> str | None:

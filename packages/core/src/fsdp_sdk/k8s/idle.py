@@ -5,7 +5,8 @@ namespace:
 
 * a ConfigMap holding the controller's script (:mod:`fsdp_sdk.idle_controller`, standard library + boto3), and an
   empty one it keeps its state in (when a training pod was last seen);
-* a ServiceAccount whose Role may get and list pods, and get and update that one state ConfigMap: nothing else;
+* a ServiceAccount whose Role may get and list pods, and get and update that one state ConfigMap, and whose
+  ClusterRole may get and update fsdp-sdk's Kueue ClusterQueue (its quota goes to 0 with the nodes): nothing else;
 * a CronJob that runs the script every minute on a system node, in the pinned AWS Lambda Python image (boto3 in it).
 
 Its AWS identity comes through EKS Pod Identity (:func:`install_identity`): an IAM role only that service account
@@ -128,6 +129,37 @@ def _schedule(minutes: int) -> str:
     return "* * * * *" if minutes < 10 else "*/5 * * * *"
 
 
+def _queue_access(namespace: str) -> list[dict[str, Any]]:
+    """The ClusterRole (and its binding) that lets the controller set fsdp-sdk's Kueue ClusterQueue's quota to 0
+    when it scales the nodes to 0 (:func:`fsdp_sdk.idle_controller.zero_quota`); harmless without Kueue."""
+    from fsdp_sdk.k8s.queue import CLUSTER_QUEUE
+
+    name = f"{CONTROLLER_NAME}-queue"
+    meta = {"name": name, "labels": dict(_LABELS)}
+    return [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": meta,
+            "rules": [
+                {
+                    "apiGroups": ["kueue.x-k8s.io"],
+                    "resources": ["clusterqueues"],
+                    "resourceNames": [CLUSTER_QUEUE],
+                    "verbs": ["get", "update"],
+                }
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": dict(meta),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": CONTROLLER_NAME, "namespace": namespace}],
+        },
+    ]
+
+
 def render_idle_controller(config: Config) -> list[dict[str, Any]]:
     """The controller's Kubernetes objects (pure); none when ``cluster.idle_scale_to_zero_minutes`` is unset."""
     from fsdp_sdk.pins import pin
@@ -187,6 +219,7 @@ def render_idle_controller(config: Config) -> list[dict[str, Any]]:
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": CONTROLLER_NAME},
             "subjects": [{"kind": "ServiceAccount", "name": CONTROLLER_NAME, "namespace": namespace}],
         },
+        *_queue_access(namespace),
         {
             "apiVersion": "v1",
             "kind": "ConfigMap",

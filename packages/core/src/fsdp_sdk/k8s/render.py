@@ -824,6 +824,10 @@ def render_job(
         )
     render = render_trainjob if api == "trainjob" else render_pytorchjob
     objects = [render(config, instance, image, rdzv_id)]
+    if config.job.queue:  # unset: JobClient.apply adds fsdp-sdk's LocalQueue when the cluster has Kueue
+        from fsdp_sdk.k8s.queue import queue_labels
+
+        objects[0]["metadata"]["labels"].update(queue_labels(config.job.queue))
     if create_secret if create_secret is not None else bool(config.job.hf_token):
         objects.append(render_hf_secret(config))
     changes: list[tuple[str, int, str]] | None = [] if crds else None
