@@ -15,7 +15,6 @@ from k8s.tools import cli
 
 pytestmark = pytest.mark.usefixtures("eksctl_env")
 
-JOINS = pytest.mark.xfail(strict=True, reason="fixed on branch joins")
 
 
 def _no_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -30,7 +29,6 @@ def _no_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     reset_sessions()
 
 
-@JOINS
 def test_the_efa_plugin_image_is_a_tag_eks_publishes() -> None:
     """EKS's chart (aws/eks-charts) ships ``v0.5.21-eksbuild.N`` builds; the bare ``v0.5.21`` is not in the
     registry: ImagePullBackOff on every GPU node."""
@@ -44,7 +42,6 @@ def test_the_efa_plugin_image_is_a_tag_eks_publishes() -> None:
     assert re.search(r":v\d+\.\d+\.\d+-eksbuild\.\d+$", image), image
 
 
-@JOINS
 def test_launch_dry_run_shows_its_plan_without_credentials(
     tools: Tools, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -54,7 +51,6 @@ def test_launch_dry_run_shows_its_plan_without_credentials(
     assert plan["steps"] and code in (0, 1), err
 
 
-@JOINS
 def test_status_without_credentials_is_the_same_on_both_backends(
     tools: Tools, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
