@@ -1,4 +1,4 @@
-"""Asynchronous saves (``checkpoint.async_save``), one process, no process group: the background write's error fails
+"""Asynchronous saves (``checkpoint.async_mode async``), one process, no process group: the background write's error fails
 the run with its cause and leaves no marker; the next save waits for the previous one; what is written is the state
 at the time of the save, not what training changed afterwards."""
 
@@ -27,12 +27,16 @@ class Env:
         return values
 
 
-def checkpointer(tmp_path, **cfg) -> tuple[Checkpointer, torch.nn.Module, torch.optim.Optimizer]:
+def checkpointer(
+    tmp_path, stage_on_device: bool = False, **cfg
+) -> tuple[Checkpointer, torch.nn.Module, torch.optim.Optimizer]:
     model = torch.nn.Linear(4, 3)
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
     model(torch.ones(2, 4)).sum().backward()
     optimizer.step()
-    ck = Checkpointer(CheckpointConfig(dir=str(tmp_path), async_save=True, **cfg), Env(), model, optimizer, {})
+    ck = Checkpointer(
+        CheckpointConfig(dir=str(tmp_path), async_mode="async", **cfg), Env(), model, optimizer, {}, stage_on_device
+    )
     return ck, model, optimizer
 
 
