@@ -93,10 +93,11 @@ def staged_state(gb: float) -> dict[str, torch.Tensor]:
 def writers(state: dict[str, torch.Tensor], root: Path) -> dict[str, Callable[[], None]]:
     import torch.distributed.checkpoint as dcp
 
-    def dcp_save(threads: int) -> Callable[[], None]:
+    def dcp_save(threads: int, copy_ahead: int = 10_000_000) -> Callable[[], None]:
         def go() -> None:
             target = root / f"dcp-t{threads}"
-            dcp.save(state, storage_writer=dcp.FileSystemWriter(str(target), thread_count=threads), no_dist=True)
+            writer = dcp.FileSystemWriter(str(target), thread_count=threads, per_thread_copy_ahead=copy_ahead)
+            dcp.save(state, storage_writer=writer, no_dist=True)
 
         return go
 
@@ -127,6 +128,9 @@ def writers(state: dict[str, torch.Tensor], root: Path) -> dict[str, Callable[[]
             f.flush()
             os.fsync(f.fileno())
 
+    def in_one_thread(fn: Callable[[int, list[torch.Tensor]], None]) -> Callable[[], None]:
+        return lambda: fn(0, list(state.values()))
+
     def gil(i: int, tensors: list[torch.Tensor]) -> None:
         deadline = time.perf_counter() + 4.0
         while time.perf_counter() < deadline:
@@ -134,7 +138,11 @@ def writers(state: dict[str, torch.Tensor], root: Path) -> dict[str, Callable[[]
 
     return {
         "dcp-1-thread": dcp_save(1),
+        "dcp-1-thread-no-copy-ahead": dcp_save(1, 0),
         "dcp-4-threads": dcp_save(4),
+        "torch-save-1-thread": in_one_thread(torch_save),
+        "raw-write-1-thread": in_one_thread(raw_write),
+        "python-only-1-thread": in_one_thread(gil),
         "torch-save-4-threads": in_threads(torch_save),
         "raw-write-4-threads": in_threads(raw_write),
         "python-only-4-threads": in_threads(gil),
@@ -194,7 +202,8 @@ def main() -> int:
     parser.add_argument("--copy-gb", type=float, default=4.0)
     parser.add_argument(
         "--cases",
-        default="dcp-1-thread,dcp-4-threads,torch-save-4-threads,raw-write-4-threads,python-only-4-threads",
+        default="dcp-1-thread,dcp-1-thread-no-copy-ahead,dcp-4-threads,torch-save-1-thread,torch-save-4-threads,"
+        "raw-write-1-thread,raw-write-4-threads,python-only-1-thread,python-only-4-threads",
     )
     args = parser.parse_args()
     record: dict[str, Any] = {

@@ -640,6 +640,11 @@ class Checkpointer:
             else:
                 staged = _copy_tree(staged, self._buffers, torch.device("cpu"), False, None, [0.0])
             self.timings["offload_s"].append(time.perf_counter() - start)
+        if hasattr(writer, "per_thread_copy_ahead"):
+            # the staged copy is on the host already: DCP's copy-ahead loader (one write thread on a CUDA machine)
+            # would only synchronize this thread's current stream, the device's default one that training runs
+            # on, before writing each tensor (bench/reports/2026-12-06-h200-checkpoint-blocking.md)
+            writer.per_thread_copy_ahead = 0
         start = time.perf_counter()
         dcp.save(staged, storage_writer=writer, process_group=self._group)
         self.timings["write_s"].append(time.perf_counter() - start)
