@@ -719,9 +719,9 @@ class Checkpointer:
             "every_steps": every,
             "step_s": round(step_s, 4),
             "interval_s": round(interval, 2),
-            "gb_per_save": round(gb, 2),
-            "needed_gb_per_s": round(gb / interval, 3),
-            "store_gb_per_s": round(gb / write_s, 3) if write_s > 0 else None,
+            "gb_per_save": float(f"{gb:.3g}"),
+            "needed_gb_per_s": float(f"{gb / interval:.3g}"),
+            "store_gb_per_s": float(f"{gb / write_s:.3g}") if write_s > 0 else None,
             "store_figure": "measured" if done else "at most (the write had not ended)",
             "background_s": round(busy_s, 2),
             "saves_queue": queues,
@@ -731,14 +731,14 @@ class Checkpointer:
         took = f"{'took' if done else 'took at most'} {a['store_gb_per_s']} GB/s"
         if queues:
             log.warning(
-                "checkpoint: a save every %d steps (%.1f s) needs %.2f GB/s from this rank (%.1f GB a save); this "
+                "checkpoint: a save every %d steps (%.1f s) needs %.3g GB/s from this rank (%.3g GB a save); this "
                 "store %s (the first save: %.1f s in the background): every save will wait for the previous one; "
                 "every %d steps or more would not",
                 every, interval, a["needed_gb_per_s"], gb, took, busy_s, a["min_every_steps"],
             )  # fmt: skip
         else:
             log.info(
-                "checkpoint: a save every %d steps (%.1f s) needs %.2f GB/s from this rank; this store %s: "
+                "checkpoint: a save every %d steps (%.1f s) needs %.3g GB/s from this rank; this store %s: "
                 "saves keep pace (every %d steps or more would)",
                 every, interval, a["needed_gb_per_s"], took, a["min_every_steps"],
             )  # fmt: skip
