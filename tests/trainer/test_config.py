@@ -258,7 +258,11 @@ def test_a_removed_choice_is_refused_naming_the_ones_left():
 
 def test_experiments_are_off_by_default():
     cfg = load_config(None, [])
-    assert dataclasses.asdict(cfg.experimental) == {"symmetric_memory": False, "flat_shards": False}
+    assert dataclasses.asdict(cfg.experimental) == {
+        "symmetric_memory": False,
+        "stage_on_device": False,
+        "flat_shards": False,
+    }
 
 
 def test_file_errors(tmp_path):
@@ -351,7 +355,9 @@ def test_the_old_stage_on_device_flag_moves_behind_the_experimental_fence(tmp_pa
 
 
 def test_an_old_flag_beside_its_replacement_or_with_a_bad_value_is_refused():
-    with pytest.raises(ConfigError, match=r"^--checkpoint.async_save: deprecated, and --checkpoint.async_mode is given"):
+    with pytest.raises(
+        ConfigError, match=r"^--checkpoint.async_save: deprecated, and --checkpoint.async_mode is given"
+    ):
         load_config(None, ["--checkpoint.async_save", "true", "--checkpoint.async_mode", "disabled"])
     with pytest.raises(ConfigError, match=r"^--checkpoint.async_save: 'maybe' is not a boolean"):
         load_config(None, ["--checkpoint.async_save", "maybe"])
