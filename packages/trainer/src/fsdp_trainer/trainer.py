@@ -194,6 +194,7 @@ class Trainer:
             self.model,
             self.optimizer,
             {"data": self.data, "scheduler": self.scheduler, "scaler": self.scaler},
+            stage_on_device=cfg.experimental.stage_on_device,
         )
         hf = self.hf_config
         head_dim = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
@@ -377,6 +378,7 @@ class Trainer:
                 "final_wait_s": round(ck.final_wait_s, 4),
                 **{k: [round(s, 4) for s in v] for k, v in ck.timings.items() if v},
                 **({"staged_on": "device" if ck.staged_on_device else "host"} if ck.timings["stage_s"] else {}),
+                **({"store_advice": ck.advice} if ck.advice else {}),
             }
         }
 
