@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import click
 
 from fsdp_sdk.cli.application import Application
@@ -21,7 +24,8 @@ def runs(app: Application, as_json: bool) -> None:
     STATE is running, succeeded, failed, interrupted (Ctrl-C or SIGTERM), or lost
     (its fsdp-sdk process was killed). 'fsdp-sdk run --resume ID' continues a run
     from its latest checkpoint. COST is "local": runs on this machine are not billed. With --json, a list of objects (run_id, state,
-    steps, total_steps, final_loss, tokens_per_s, duration_s, output_dir, error, cost...).
+    steps, total_steps, final_loss, tokens_per_s, duration_s, output_dir, error, restarts, cost...). Below the
+    table, one line per restart and per failure says why.
     """
     records = app.client.runs()
     if as_json:
@@ -44,3 +48,17 @@ def runs(app: Application, as_json: bool) -> None:
         for r in records
     ]
     click.echo(table(["id", "state", "steps", "loss", "tokens/s", "duration", "cost", "directory"], rows))
+    for line in _causes(records):
+        click.echo(line)
+
+
+def _causes(records: Sequence[Any]) -> list[str]:
+    """Below the table: why each run was restarted, and why a failed one failed (the record's own lines)."""
+    lines = []
+    for r in records:
+        for number, restart in enumerate(getattr(r, "restarts", None) or [], 1):
+            lines.append(f"{r.run_id}: restart {number}: {restart.get('cause')}")
+        error = getattr(r, "error", None)
+        if r.state == "failed" and error:
+            lines.append(f"{r.run_id}: failed: {error}")
+    return lines
