@@ -505,6 +505,26 @@ class FakeApiServer:
                     raise TimeoutError(f"the fake API server did not reach the expected state in {timeout}s")
                 self._changed.wait(timeout=min(left, 0.5))
 
+    def wait_for_request(
+        self, method: str, path_part: str, *, since: float = 0.0, answered: bool = False, timeout: float = 20
+    ) -> RecordedRequest:
+        """Block until a ``method`` request whose path contains ``path_part`` arrived at or after ``since``
+        (``time.monotonic()``; with ``answered``, until it was answered too): a test waits for what the client did,
+        not for a time. Raises :class:`TimeoutError` after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for request in list(self.requests):
+                if (
+                    request.method == method
+                    and path_part in request.path
+                    and request.at >= since
+                    and (request.answered is not None or not answered)
+                ):
+                    return request
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no {method} request to ...{path_part} within {timeout}s")
+            time.sleep(0.02)  # polling the request log, with a deadline
+
     def add_pod(
         self,
         name: str,

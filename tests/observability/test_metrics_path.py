@@ -3,6 +3,9 @@ and a DCGM exporter's text exposition; ``fsdp-sdk job report`` reads the figures
 HTTP API; headless Chromium renders the report; every dashboard query runs against that Prometheus.
 
 One session-scoped fixture runs it all once (about half a minute on 2 cores); every wait polls with a deadline.
+Nothing depends on how fast the machine is: the trainer's run is paced by Prometheus's scrapes
+(``paced_trainer.py``: every ``PACE``-th step waits until both targets were scraped again), so Prometheus holds
+at least ``STEPS / PACE`` samples of every series within the run, idle machine or saturated.
 """
 
 from __future__ import annotations
@@ -32,9 +35,11 @@ PROMETHEUS = shutil.which("prometheus")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 RUN_ID = "e2e0run1"
 JOB = "fsdp"
-#: Steps of the trainer run: about 4 s on CPU, so Prometheus (scraping every 500 ms) keeps several samples of each
-#: GPU series within the run, which the report's GPU plot draws as lines (30 steps left it one sample at times).
+#: Steps of the trainer run, and the pace: every PACE-th step waits for a scrape of the trainer and of the DCGM
+#: exposition, so Prometheus keeps at least STEPS / PACE samples of each series within the run (the report's plots
+#: draw them as lines) however fast or slow the machine trains.
 STEPS = 100
+PACE = 10
 HOSTNAME = "ip-10-0-1-17"
 # gpu -> DCGM field -> value, as the exporter would serve them for the job's pod
 GPUS = {
@@ -72,8 +77,15 @@ def dcgm_exposition() -> str:
 
 class _Exposition(http.server.BaseHTTPRequestHandler):
     body = b""
+    scrapes = 0
+    counter: Path | None = None  # where the count of scrapes is written, for the paced trainer
 
     def do_GET(self) -> None:
+        type(self).scrapes += 1
+        if self.counter is not None:
+            tmp = self.counter.with_suffix(".tmp")
+            tmp.write_text(str(self.scrapes))
+            tmp.replace(self.counter)
         self.send_response(200)
         self.send_header("Content-Type", "text/plain; version=0.0.4")
         self.send_header("Content-Length", str(len(self.body)))
@@ -135,6 +147,7 @@ def metrics_path(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MetricsPa
     trainer_port, prometheus_port = _port(), _port()
 
     _Exposition.body = dcgm_exposition().encode()
+    _Exposition.counter = root / "dcgm-scrapes"
     exposition = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Exposition)
     threading.Thread(target=exposition.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
 
@@ -182,9 +195,10 @@ def metrics_path(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MetricsPa
             prometheus_log,
         )
         env = {k: v for k, v in os.environ.items() if not k.startswith(("FSDP_SDK_", "KUBECONFIG"))}
+        env.update(PACE_EVERY=str(PACE), PACE_DCGM_SCRAPES=str(_Exposition.counter))
         trainer_log = root / "trainer.log"
         command = [
-            sys.executable, "-m", "fsdp_trainer",
+            sys.executable, str(Path(__file__).with_name("paced_trainer.py")),
             "--model.preset", "tiny", "--data.seq_len", "256", "--train.steps", str(STEPS), "--train.log_every", "10",
             "--runtime.device", "cpu", "--checkpoint.enabled", "false",
             "--train.output_dir", str(run_dir),
@@ -260,7 +274,7 @@ def test_prometheus_samples_are_the_trainer_records(metrics_path: MetricsPath) -
 
     metrics = from_prometheus(PrometheusApi(metrics_path.prometheus), run_id=RUN_ID)
     by_step = {r["step"]: r for r in metrics_path.records}
-    assert len(metrics.records) >= 2 and metrics.records[-1]["step"] == STEPS
+    assert len(metrics.records) >= STEPS // PACE and metrics.records[-1]["step"] == STEPS  # one per paced step, at least
     for record in metrics.records:
         expected = by_step[record["step"]]
         for field in ("loss", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu", "step_time_s", "grad_norm"):

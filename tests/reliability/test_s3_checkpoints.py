@@ -27,12 +27,15 @@ BUCKET = "fsdp-ckpt"
 
 @pytest.fixture
 def s3(aws: str):
-    """The moto bucket, and the environment every process of the run inherits (endpoint, fake credentials)."""
+    """The moto bucket, and the environment every process of the run inherits (endpoint, fake credentials); after
+    the test, ``fsdp-sdk down`` stops the etcd its runs started (a run that succeeds leaves the cluster up)."""
     import boto3
 
     client = boto3.client("s3")
     client.create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
-    return client
+    yield client
+    down = cli("down", "--backend", "local")
+    assert down.returncode == 0, down.stderr
 
 
 def _objects(s3, prefix: str) -> list[str]:
