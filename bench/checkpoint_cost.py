@@ -130,8 +130,17 @@ def run_case(name: str, ckpt: list[str], model_dir: Path, args: argparse.Namespa
         "async": ck.get("async"),
         **{
             k: ck[k]
-            for k in ("wait_s", "alloc_s", "stage_s", "copy_s", "offload_s", "write_s", "background_s", "staged_on",
-                      "store_advice")
+            for k in (
+                "wait_s",
+                "alloc_s",
+                "stage_s",
+                "copy_s",
+                "offload_s",
+                "write_s",
+                "background_s",
+                "staged_on",
+                "store_advice",
+            )
             if k in ck
         },
         **extra,

@@ -16,7 +16,6 @@ from k8s.tools import cli
 pytestmark = pytest.mark.usefixtures("eksctl_env")
 
 
-
 def _no_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from fsdp_sdk.aws.session import reset_sessions
 
