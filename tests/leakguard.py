@@ -76,10 +76,24 @@ def _ours(after_pid: int) -> dict[int, Any]:
         try:
             process = psutil.Process(pid)
             if process.status() != psutil.STATUS_ZOMBIE and process.environ().get(MARK) == mark:
+                if _interpreter_helper(process):
+                    continue
                 found[pid] = process
         except psutil.Error:
             continue
     return found
+
+
+def _interpreter_helper(process: Any) -> bool:
+    """Python's multiprocessing resource tracker: started by a ``spawn`` pool (torch.multiprocessing in the trainer's
+    tests) as a child of the interpreter that spawned, it lives by design until that interpreter exits and then ends
+    by itself; it is the interpreter's, not the test's."""
+    import psutil
+
+    try:
+        return "multiprocessing.resource_tracker" in " ".join(process.cmdline())
+    except psutil.Error:
+        return False
 
 
 def _listening() -> set[int]:

@@ -764,7 +764,13 @@ class Client:
 
         path = self._kubeconfig_or_fail() if connect else self.kubeconfig()
         kube = Kube.from_kubeconfig(path, context=self.kube_context, progress=self.progress) if connect else None
-        return Prereqs(self.config, kube, kubeconfig=str(path) if path else None, context=self.kube_context)
+        return Prereqs(
+            self.config,
+            kube,
+            kubeconfig=str(path) if path else None,
+            context=self.kube_context,
+            plugins=self.loaded_plugins,
+        )
 
     def install_prereqs(
         self, *, operator: bool = True, operator_version: str | None = None, api: str | None = None, queue: bool = False

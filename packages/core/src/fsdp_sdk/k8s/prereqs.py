@@ -39,6 +39,7 @@ from fsdp_sdk.tools import run_tool
 if TYPE_CHECKING:
     from fsdp_sdk.config import Config
     from fsdp_sdk.k8s.kube import Kube
+    from fsdp_sdk.plugins import Plugins
 
 __all__ = [
     "ETCD_IMAGE",
@@ -223,15 +224,23 @@ class Prereqs:
     :param kube: the API connection (``None`` is enough for rendering and dry runs).
     :param kubeconfig: passed on to ``kubectl``.
     :param context: passed on to ``kubectl``.
+    :param plugins: the plugin set whose instance types size the queue (default: the installed plugins).
     """
 
     def __init__(
-        self, config: Config, kube: Kube | None = None, *, kubeconfig: str | None = None, context: str | None = None
+        self,
+        config: Config,
+        kube: Kube | None = None,
+        *,
+        kubeconfig: str | None = None,
+        context: str | None = None,
+        plugins: Plugins | None = None,
     ) -> None:
         self.config = config
         self.kube = kube
         self.kubeconfig = kubeconfig
         self.context = context
+        self.plugins = plugins
 
     def prerequisites(
         self,
@@ -248,7 +257,7 @@ class Prereqs:
             from fsdp_sdk.k8s.cluster_objects import kueue
             from fsdp_sdk.plugins import build_plugins
 
-            found.append(kueue(self.config, self.config.instance(build_plugins())))
+            found.append(kueue(self.config, self.config.instance(self.plugins or build_plugins())))
         return found
 
     def objects(self) -> list[dict[str, Any]]:
