@@ -20,7 +20,6 @@ only such a role, the plan says so (:func:`identity_steps`), ``down`` deletes it
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 from collections.abc import Callable, Mapping
 from importlib import resources
@@ -313,33 +312,24 @@ def install_identity(
     name = role_name(config)
     with aws_errors("sts", "find the AWS account"):
         account = str(sts.get_caller_identity()["Account"])
-    try:
-        with aws_errors("iam", f"look up the IAM role {name}"):
-            role = iam.get_role(RoleName=name)["Role"]
-    except BackendError as error:
-        if getattr(error, "code", "") != "NoSuchEntity":
-            raise
-        with aws_errors("iam", f"create the IAM role {name}"):
-            role = iam.create_role(
-                Path=role_path(config),
-                RoleName=name,
-                AssumeRolePolicyDocument=json.dumps(POD_IDENTITY_TRUST_POLICY),
-                Description=f"fsdp-sdk idle scale-to-zero controller of EKS cluster {cluster} in {region}",
-                Tags=[{"Key": OWNER_TAG, "Value": cluster}, {"Key": "fsdp-sdk.io/region", "Value": region}],
-            )["Role"]
-        say(f"created IAM role {name} (EKS Pod Identity of the idle controller)")
-    else:
-        if not _owned(role, config):
-            raise BackendError(
-                f"IAM role {name} exists but was not created by fsdp-sdk for cluster {cluster} in {region} "
-                f"(it lacks the tag {OWNER_TAG}={cluster} or the path {role_path(config)}); delete it "
-                f"('aws iam delete-role --role-name {name}') or use another cluster.name"
-            )
-    arn = str(role["Arn"])
-    with aws_errors("iam", f"set the policy of the IAM role {name}"):
-        iam.put_role_policy(
-            RoleName=name, PolicyName=POLICY_NAME, PolicyDocument=json.dumps(scaling_policy(config, account))
-        )
+    from fsdp_sdk.aws.iam_roles import ensure_role
+
+    arn, _ = ensure_role(
+        iam,
+        name=name,
+        path=role_path(config),
+        trust_policy=POD_IDENTITY_TRUST_POLICY,
+        description=f"fsdp-sdk idle scale-to-zero controller of EKS cluster {cluster} in {region}",
+        tags=[{"Key": OWNER_TAG, "Value": cluster}, {"Key": "fsdp-sdk.io/region", "Value": region}],
+        owned=lambda role: _owned(role, config),
+        not_owned=f"IAM role {name} exists but was not created by fsdp-sdk for cluster {cluster} in {region} "
+        f"(it lacks the tag {OWNER_TAG}={cluster} or the path {role_path(config)}); delete it "
+        f"('aws iam delete-role --role-name {name}') or use another cluster.name",
+        policy_name=POLICY_NAME,
+        policy=scaling_policy(config, account),
+        progress=say,
+        created_line=f"created IAM role {name} (EKS Pod Identity of the idle controller)",
+    )
     with aws_errors("eks", "enable the eks-pod-identity-agent add-on"):
         try:
             eks.describe_addon(clusterName=cluster, addonName="eks-pod-identity-agent")
