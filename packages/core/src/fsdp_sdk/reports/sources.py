@@ -155,8 +155,8 @@ def from_prometheus(
                 for series in api.samples(f"{exported}{{{pods}}}", seconds=window, at=end):
                     host = host_of(series.labels) or series.labels.get("node") or series.labels.get("instance", "?")
                     key = f"{host} GPU {series.labels.get('gpu', '?')}"
-                    samples = [(t - start, v * factor) for t, v in series.samples if start <= t <= end]
-                    gpus.setdefault(name, {}).setdefault(key, samples)
+                    points = [(t - start, v * factor) for t, v in series.samples if start <= t <= end]
+                    gpus.setdefault(name, {}).setdefault(key, points)
     return RunMetrics(
         run=run_id or str(job), source=f"prometheus {api.url}", records=records, gpus=gpus, job=job_name, started=start
     )
