@@ -269,7 +269,7 @@ def test_wait_returns_the_summary_for_client_run(apiserver: FakeApiServer, kubec
     since = time.monotonic()
 
     def finish() -> None:  # once the wait follows the leader's log, the job succeeds
-        apiserver.wait_for_request("GET", "/pods/fsdp-worker-0/log", since=since)
+        apiserver.wait_for_request("GET", "/pods/fsdp-worker-0/log", since=since, query={"follow": "true"})
         apiserver.set_status(
             "kubeflow.org/v1", "PyTorchJob", "fsdp", {"conditions": _conditions("Created", "Running", "Succeeded")}
         )
