@@ -153,3 +153,22 @@ def test_a_continued_run_records_each_earlier_segment() -> None:
     second = {"started_at": 500.0, "ended_at": 515.0, "earlier_s": _earlier_s(first), "segments": _segments(first)}
     assert _segments(second) == [[100.0, 110.0], [500.0, 515.0]] and _earlier_s(second) == 25.0
     assert _segments({"started_at": 900.0}) == [], "a segment without an end (lost) adds none, as earlier_s"
+
+
+def test_a_finished_run_run_again_gives_the_figures_runs_gives(invoke, state_dir: Path) -> None:
+    """Running a finished (continued) run by its name starts nothing and sums it up as its end did and as 'runs'
+    does: the whole run's duration and throughput, its last segment's beside them (was: the trainer's own
+    tokens/s of the last segment, 2,008, with no word of the whole run's)."""
+    pytest.importorskip("fsdp_trainer")
+    _continued_run(state_dir)
+    result = invoke("run", "--backend", "local", "--preset", "tiny", "--name", "twice", "--steps", "8")
+    assert result.exit_code == 0, result.output
+    assert "run twice has finished (8 steps): nothing started" in result.stderr
+    assert (
+        "Run twice finished in 0:37 (the whole run; 0:22 this segment): 8 steps (4 in this segment), "
+        "final loss 1.5000" in result.stderr
+    ), result.stderr
+    assert f"throughput   {WHOLE:,.0f} tokens/s over the whole run (2,008 this segment)" in result.stderr
+    listed = json.loads(invoke("runs", "--backend", "local", "--json").stdout)[0]
+    assert listed["tokens_per_s"] == pytest.approx(WHOLE) and listed["run_duration_s"] == 37.0
+    assert not (state_dir / "local" / "state.json").exists(), "no etcd was started"

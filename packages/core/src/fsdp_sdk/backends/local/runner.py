@@ -190,6 +190,8 @@ class LocalRunner:
             trainer_args=tuple(trainer_args),
             resume=resume is not None,
             finished_duration_s=self.record(run_id).run_duration_s if finished is not None else None,  # every segment
+            # the same figures as 'runs' and the end of the run gave (the whole run's throughput, not the trainer's own)
+            finished_figures=_figures(plan.run_dir, self.record(run_id)) if finished is not None else {},
         )
 
     @staticmethod
