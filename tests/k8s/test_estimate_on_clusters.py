@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from pathlib import Path
 from typing import ClassVar
 
@@ -105,6 +104,10 @@ def test_job_submit_refuses_unless_forced(
 def _operator(apiserver: FakeApiServer, stop: threading.Event, per_gpu: dict[int, float]) -> None:
     """Play the Training Operator and the trainer for every PyTorchJob that appears."""
     seen: set[str] = set()
+
+    def new_job_or_stop() -> bool:
+        return stop.is_set() or any(j["metadata"]["name"] not in seen for j in apiserver.objects("PyTorchJob"))
+
     while not stop.is_set():
         for job in apiserver.objects("PyTorchJob"):
             name = job["metadata"]["name"]
@@ -129,7 +132,7 @@ def _operator(apiserver: FakeApiServer, stop: threading.Event, per_gpu: dict[int
                 "kubeflow.org/v1", "PyTorchJob", name, {"conditions": [{"type": "Succeeded", "status": "True"}]}
             )
             apiserver.close_log(f"{name}-worker-0")
-        time.sleep(0.05)
+        apiserver.wait_for(new_job_or_stop, timeout=600)  # on the server's change signal, not a time
 
 
 def test_sweep_on_a_cluster_scales_submits_and_collects(apiserver: FakeApiServer, tmp_path: Path) -> None:
