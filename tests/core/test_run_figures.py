@@ -94,7 +94,8 @@ def test_runs_status_report_and_summary_give_the_same_figures_and_say_which(
     page = (run_dir / "report" / "report.html").read_text()
     assert "<th>duration (the whole run)</th><td>0:37 (0:22 this segment)</td>" in page
     assert f"<td>{WHOLE:,.0f} tokens/s per GPU</td>" in page and "started 2026-12-06 12:43:41 UTC" in page
-    axis = json.loads((run_dir / "report" / "summary.json").read_text())["time_axis"]
+    axis = result["summary"]["time_axis"]  # as summary.json has it
+    assert axis == json.loads((run_dir / "report" / "summary.json").read_text())["time_axis"]
     assert axis["of"].startswith("the run's running time since its start"), axis
     assert axis["span_s"] == [0.0, training["duration_s"]], "the plots span the duration the table gives"
     for plot in ("throughput.png", "loss.png"):  # on the run's clock: step 1 ended at 9 s, step 8 at 35 s
