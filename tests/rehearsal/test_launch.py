@@ -145,6 +145,7 @@ def test_launch_from_nothing_to_a_finished_job_checkpointed_in_the_cluster_bucke
         assert sorted(first) == list(range(1, STEPS + 1)), out[-2000:]
         if backend == "eksctl":
             # the pod was deleted after the checkpoint, and its container stopped with every process in it
+            assert len(training.deleted) == 1, "no pod was deleted: no step logged after the first checkpoint"
             ((deleted, leader, _),) = training.deleted
             (stopped,) = training.stopped
             assert stopped.pod == deleted and len(stopped.pids) >= 3, vars(stopped)  # init, torchrun, trainer
