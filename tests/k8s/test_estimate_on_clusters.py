@@ -23,7 +23,7 @@ from .fake_apiserver import FakeApiServer
 from .tools import cli
 
 REGISTRY = "123456789012.dkr.ecr.us-west-2.amazonaws.com"
-LEADER_LINE = "[rank0] 12:00:00 INFO fsdp_trainer.distributed: master_addr=fsdp-worker-0"
+LEADER_LINE = "[rank0] 12:00:00 INFO fsdp_trainer.distributed: master_addr=fsdp-worker-0 host=fsdp-worker-0.fsdp"
 #: A 70B on one g5 node (8 x 24 GiB A10G): far over the memory.
 TOO_BIG = {"model.preset": "llama2-70b", "train.steps": 5}
 

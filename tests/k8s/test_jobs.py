@@ -210,7 +210,7 @@ def test_status_phases_from_conditions() -> None:
 
 def leader_line(host: str) -> str:
     """The line the trainer's rank 0 logs at start (fsdp_trainer.logs format), which marks the leader pod."""
-    return f"[rank0] 12:00:00 INFO fsdp_trainer.distributed: master_addr={host}"
+    return f"[rank0] 12:00:00 INFO fsdp_trainer.distributed: master_addr={host} host={host}.fsdp"
 
 
 def _add_workers(apiserver: FakeApiServer, *, follow_open: bool = False) -> None:

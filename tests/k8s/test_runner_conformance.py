@@ -31,7 +31,7 @@ from .test_jobs import install_trainer_objects
 from .tools import kubernetes_plugins
 
 REGISTRY = "123456789012.dkr.ecr.us-west-2.amazonaws.com"
-LEADER = "[rank0] 12:00:00 INFO fsdp_trainer.distributed: master_addr=fsdp-worker-0"
+LEADER = "[rank0] 12:00:00 INFO fsdp_trainer.distributed: master_addr=fsdp-worker-0 host=fsdp-worker-0.fsdp"
 TRAINER = {"model": {"preset": "tiny"}, "train": {"steps": 3}, "checkpoint": {"enabled": False}}
 #: (apiVersion, kind, the label its pods carry, the condition that ends it well) of each Kubernetes job API.
 KUBE = {

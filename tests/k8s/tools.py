@@ -121,7 +121,7 @@ def kubernetes_plugins(kubeconfig: Path) -> Plugins:
 
 
 #: What the trainer's rank 0 logs at start (fsdp_trainer.logs format); it marks the leader pod.
-LEADER_LINE = "[rank0] 12:00:00 INFO fsdp_trainer.distributed: master_addr=fsdp-worker-0"
+LEADER_LINE = "[rank0] 12:00:00 INFO fsdp_trainer.distributed: master_addr=fsdp-worker-0 host=fsdp-worker-0.fsdp"
 
 
 def play_two_worker_job(apiserver: FakeApiServer, name: str = "fsdp", run_id: str | None = None) -> None:

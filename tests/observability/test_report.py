@@ -135,7 +135,7 @@ def test_job_report_reads_the_leader_log_without_prometheus(
 
     monkeypatch.setenv("KUBECONFIG", str(apiserver.write_kubeconfig(isolated / "kubeconfig")))
     monkeypatch.setenv("PATH", "/nonexistent")  # no kubectl: no port-forward to Prometheus
-    log = "master_addr=10.0.0.1\n" + "".join(json.dumps(r) + "\n" for r in _records())
+    log = "master_addr=10.0.0.1 host=ip-10-0-0-1.ec2.internal\n" + "".join(json.dumps(r) + "\n" for r in _records())
     apiserver.add_pod("train-worker-0", labels={JOB_NAME_LABEL: "train"}, log=log)
     apiserver.add_pod("train-worker-1", labels={JOB_NAME_LABEL: "train"}, log="")
     code, out, err = cli(

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from fsdp_sdk.k8s.render import JOB_NAME_LABEL
+from fsdp_sdk.runs import is_leader_line
 
 if TYPE_CHECKING:
     from fsdp_sdk.k8s.kube import Kube
@@ -38,12 +39,6 @@ def job_pods(kube: Kube, namespace: str, name: str, api: str) -> list[dict[str, 
     return kube.list("v1", "Pod", namespace, label_selector=f"{label}={name}")
 
 
-def _leader_line(line: str) -> bool:
-    """Whether ``line`` is the trainer's (or ``fsdp_sdk.code_entry``'s) ``master_addr=`` line: not torchrun's own
-    ``...api.py:553]   master_addr=...`` of its rendezvous result, which every pod logs (the jobs log at INFO)."""
-    return line.startswith("master_addr=") or ": master_addr=" in line
-
-
 def find_leader(kube: Kube, namespace: str, name: str, api: str) -> str | None:
     """The name of the job's pod whose log head has the trainer's ``master_addr=`` line; ``None`` while none has."""
     for pod in job_pods(kube, namespace, name, api):
@@ -51,6 +46,6 @@ def find_leader(kube: Kube, namespace: str, name: str, api: str) -> str | None:
         if (pod.get("status") or {}).get("phase") == "Pending":
             continue
         head = kube.pod_log(pod_name, namespace, limit_bytes=LOG_HEAD_BYTES)
-        if any(_leader_line(line) for line in head.splitlines()):
+        if any(is_leader_line(line) for line in head.splitlines()):
             return pod_name
     return None

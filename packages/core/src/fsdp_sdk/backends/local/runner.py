@@ -584,10 +584,10 @@ def _gib(value: float) -> str:
 
 
 def _has_leader(path: Path) -> bool:
-    from fsdp_sdk.backends.local.supervisor import LEADER_MARKER
+    from fsdp_sdk.runs import is_leader_line
 
     try:
-        return LEADER_MARKER in path.read_text(encoding="utf-8", errors="replace")
+        return any(is_leader_line(line) for line in path.read_text(encoding="utf-8", errors="replace").splitlines())
     except OSError:
         return False
 
