@@ -75,6 +75,54 @@ def test_logs_follow_waits_for_the_leader_and_goes_on_after_a_restart(
     assert lines.items == ["loading", leader, '{"step": 1}', leader, '{"step": 2}']  # each line once
 
 
+def test_pods_waiting_for_what_a_person_must_fix_are_named_once(apiserver: FakeApiServer, kubeconfig: Path) -> None:
+    """No node fits a worker (no EFA advertised: a device plugin that did not start), another's image cannot be
+    pulled: each is said once while the follow waits for the leader, not a silent wait."""
+    progress: list[str] = []
+    jobs = client(kubeconfig, progress)
+    jobs.submit(run_id="fsdp-p1")
+    labels = {JOB_LABEL: "fsdp"}
+    unschedulable = {
+        "phase": "Pending",
+        "conditions": [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": "0/2 nodes are available: 2 Insufficient vpc.amazonaws.com/efa.",
+            }
+        ],
+    }
+    image = f"{REGISTRY}/fsdp-sdk-trainer:gone"
+    pull = {
+        "phase": "Pending",
+        "containerStatuses": [
+            {
+                "name": "pytorch",
+                "state": {"waiting": {"reason": "ImagePullBackOff", "message": f'Back-off pulling image "{image}"'}},
+            }
+        ],
+    }
+    apiserver.add_pod("fsdp-worker-0", labels=labels, phase="Pending")
+    apiserver.add_pod("fsdp-worker-1", labels=labels, phase="Pending")
+    apiserver.set_status("v1", "Pod", "fsdp-worker-0", unschedulable)
+    apiserver.set_status("v1", "Pod", "fsdp-worker-1", pull)
+    lines = Lines()
+    follower = threading.Thread(target=jobs.logs, kwargs={"follow": True, "out": lines})
+    follower.start()
+    apiserver.wait_for(lambda: sum("is Pending" in p for p in progress) >= 2)
+    apiserver.set_status("v1", "Pod", "fsdp-worker-1", pull)  # a change: the follow looks again, says nothing new
+    apiserver.set_status(*JOB, conditions("Created", "Failed"))
+    follower.join(timeout=20)
+    assert not follower.is_alive()
+    pending = [p for p in progress if "is Pending" in p]
+    assert pending == [
+        "pod default/fsdp-worker-0 is Pending, not scheduled: 0/2 nodes are available: 2 Insufficient "
+        "vpc.amazonaws.com/efa.",
+        f'pod default/fsdp-worker-1 is Pending, ImagePullBackOff: Back-off pulling image "{image}"',
+    ]
+
+
 def test_logs_of_a_job_that_does_not_exist_do_not_wait(
     apiserver: FakeApiServer, kubeconfig: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

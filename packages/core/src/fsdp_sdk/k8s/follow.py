@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from fsdp_sdk.errors import KubernetesError
-from fsdp_sdk.k8s.job_pods import LOG_DRAIN_S, find_leader, job_api, job_pods
+from fsdp_sdk.k8s.job_pods import LOG_DRAIN_S, find_leader, job_api, job_pods, pending_reasons
 from fsdp_sdk.k8s.retry import FailureStreak, TransientError, reason
 
 if TYPE_CHECKING:
@@ -285,6 +285,7 @@ class LogFollower:
 
         cursors: dict[str, LogCursor] = {}
         waited = False
+        said: set[tuple[str, str]] = set()
         while True:
             leader = self._looked_up(
                 lambda: find_leader(self.kube, self.jobs.namespace, self.name, self.api), "the leader"
@@ -300,6 +301,7 @@ class LogFollower:
                         "(the pod whose trainer prints master_addr=)"
                     )
                     waited = True
+                self._say_why_pending(said)
                 self._wait_for_pods()
                 continue
             try:
@@ -367,6 +369,15 @@ class LogFollower:
                     return False
                 self.kube.report_retry(f"{reason(error)}; looking for {what} again in {wait:.1f}s")
                 self.kube.retry.sleep(wait)
+
+    def _say_why_pending(self, said: set[tuple[str, str]]) -> None:
+        """Each pod that waits for something a person must act on (no node fits it, its image cannot be pulled),
+        said once per reason: a job does not stay Pending without a word."""
+        pods = self._looked_up(lambda: job_pods(self.kube, self.jobs.namespace, self.name, self.api), "the pods")
+        for pod, why in pending_reasons(pods or []):
+            if (pod, why) not in said:
+                said.add((pod, why))
+                self._say(f"pod {self.jobs.namespace}/{pod} is Pending, {why}")
 
     def _wait_for_pods(self) -> None:
         """Return at the next change of the job's pods, or after ``jobs.leader_recheck_s`` seconds."""

@@ -39,6 +39,34 @@ def job_pods(kube: Kube, namespace: str, name: str, api: str) -> list[dict[str, 
     return kube.list("v1", "Pod", namespace, label_selector=f"{label}={name}")
 
 
+#: Why a container has not started, as the kubelet reports it, that a person must act on (not the passing
+#: ``ContainerCreating`` / ``PodInitializing``).
+STUCK_REASONS = frozenset(
+    {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError", "CreateContainerError"}
+)
+
+
+def pending_reasons(pods: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """(pod, why) for each pod of a job that is not running and says why: the scheduler's ``Unschedulable``
+    condition (``0/2 nodes are available: 2 Insufficient vpc.amazonaws.com/efa``) or a container the kubelet cannot
+    start (``ErrImagePull``...)."""
+    found = []
+    for pod in pods:
+        status = pod.get("status") or {}
+        if status.get("phase") not in (None, "Pending"):
+            continue
+        name = pod["metadata"]["name"]
+        for condition in status.get("conditions") or []:
+            if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+                found.append((name, f"not scheduled: {condition.get('message') or condition.get('reason', '')}"))
+        for container in status.get("containerStatuses") or []:
+            waiting = (container.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason") in STUCK_REASONS:
+                message = " ".join(str(waiting.get("message") or "").split())
+                found.append((name, f"{waiting['reason']}" + (f": {message}" if message else "")))
+    return found
+
+
 def find_leader(kube: Kube, namespace: str, name: str, api: str) -> str | None:
     """The name of the job's pod whose log head has the trainer's ``master_addr=`` line; ``None`` while none has."""
     for pod in job_pods(kube, namespace, name, api):
