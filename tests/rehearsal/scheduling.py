@@ -2,7 +2,8 @@
 
 A node advertises an extended resource only where a device plugin serves it: a DaemonSet whose pods the
 scheduler would place on that node (node selector, required node affinity, tolerations of every ``NoSchedule`` /
-``NoExecute`` taint) and whose container is a known plugin image. A pod is placed on a node only if it passes
+``NoExecute`` taint) and whose container is a known plugin image that its registry has (:mod:`rehearsal.registry`:
+a tag nobody saw is ``ErrImagePull``). A pod is placed on a node only if it passes
 the same checks and its requests fit the node's allocatable; otherwise it stays ``Pending`` with the reason
 the scheduler gives.
 """
@@ -10,6 +11,8 @@ the scheduler gives.
 from __future__ import annotations
 
 from typing import Any
+
+from .registry import pullable
 
 #: plugin image name -> (resource, how many a node has: from its instance type)
 PLUGINS = {
@@ -81,6 +84,8 @@ def advertised(node: dict[str, Any], daemonsets: list[dict[str, Any]], devices: 
             continue
         for container in pod["containers"]:
             resource = plugin_resource(container)
+            if resource and not pullable(container.get("image", "")):
+                continue  # ErrImagePull on every node: the plugin never starts, nothing is advertised
             if resource and devices.get(resource):
                 assert resource not in found, f"two device plugins advertise {resource} on {node['metadata']['name']}"
                 found[resource] = devices[resource]
