@@ -6,7 +6,7 @@ The imports are read from the source with ``ast`` (nothing is imported). What co
   including inside top-level ``if``/``try`` blocks and class bodies. No cycle is allowed here, in any package.
 * **type-only imports** (inside ``if TYPE_CHECKING:``): added to the graph above, they may only close the
   cycles listed in :data:`KNOWN_TYPE_CYCLES` (the configuration and the plugin set name each other's
-  types, and `Resolved` holds both; the `Client` and the launch it delegates to); a module that joins a type-level cycle fails the test.
+  types, and `Resolved` holds both); a module that joins a type-level cycle fails the test.
 * **imports inside functions** are not counted: they are how the CLI keeps its start-up budget (the
   layers are imported when a command needs them) and how :class:`~fsdp_sdk.config.Config`'s
   constructors reach the modules that do the work. The two pairs that used to reach into each other
@@ -39,14 +39,12 @@ PACKAGES = {
 KNOWN_TYPE_CYCLES = {
     "fsdp_sdk": {
         "fsdp_sdk.backends.base",
-        "fsdp_sdk.client",
         "fsdp_sdk.config",
         "fsdp_sdk.config.conversions",
         "fsdp_sdk.config.model",
         "fsdp_sdk.config.sources",
         "fsdp_sdk.hookspecs",
         "fsdp_sdk.instance_types",
-        "fsdp_sdk.launch",
         "fsdp_sdk.resolved",
         "fsdp_sdk.plugins",
     }

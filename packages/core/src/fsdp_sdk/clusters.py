@@ -7,7 +7,7 @@ otherwise as last known, with when. A cluster that left other traces (a cost led
 eksctl or Terraform working directory) is listed too, with what those traces tell.
 
 This module reads and writes the records and lays out the table; :func:`observe` is the one function that asks a
-live backend (through a :class:`~fsdp_sdk.client.Client`).
+live backend (through the cluster and job workflows, :mod:`fsdp_sdk.workflows`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from fsdp_sdk.backends.base import ClusterStatus
-    from fsdp_sdk.client import Client
+    from fsdp_sdk.workflows.cluster import ClusterWorkflow
+    from fsdp_sdk.workflows.jobs import JobWorkflow
 
 __all__ = [
     "ClusterSnapshot",
@@ -174,38 +175,38 @@ def _traces(root: Path) -> Iterable[ClusterSnapshot]:
 
 
 def snapshot_from_status(
-    client: Client,
+    cluster_flow: ClusterWorkflow,
     status: ClusterStatus,
     *,
     jobs: Sequence[Any] | None = None,
     now: dt.datetime | None = None,
     source: str = "live",
 ) -> ClusterSnapshot:
-    """The snapshot of what ``status`` (the client's backend's) says, with the configuration's facts beside it.
+    """The snapshot of what ``status`` (the cluster workflow's backend's) says, with the configuration's facts beside it.
 
     :param jobs: the cluster's jobs (``RunStatus`` or ``JobStatus``: anything with a ``phase``), when listed.
     """
     from fsdp_sdk import pins
 
-    config = client.config
+    config = cluster_flow.config
     cluster = config.cluster
     now = now or dt.datetime.now(dt.timezone.utc)
-    local = client.backend.runs_jobs
-    instance = client.resolved.instance if not local else None
+    local = cluster_flow.backend.runs_jobs
+    instance = cluster_flow.resolved.instance if not local else None
     version = None if local else str(status.details.get("kubernetes_version") or cluster.kubernetes_version)
     release = pins.kubernetes_release(version) if version else None
     usd_per_hour = cost_usd = since = None
     if local:
         usd_per_hour, cost_usd = 0.0, 0.0
     else:
-        cost = client.cost(nodes_now=status.nodes if status.state != "absent" else 0, now=now)
+        cost = cluster_flow.cost(nodes_now=status.nodes if status.state != "absent" else 0, now=now)
         usd_per_hour = 0.0 if status.state == "absent" else cost.usd_per_hour
         cost_usd, since = cost.usd, cost.since
     minutes = cluster.idle_scale_to_zero_minutes or None
     phases = [str(getattr(job, "phase", "")) for job in jobs] if jobs is not None else None
     return ClusterSnapshot(
         name=cluster.name,
-        backend=client.backend.name,
+        backend=cluster_flow.backend.name,
         region="local" if local else str(status.details.get("region") or cluster.region),
         state=status.state,
         observed_at=now,
@@ -225,44 +226,44 @@ def snapshot_from_status(
     )
 
 
-def observe(client: Client, *, now: dt.datetime | None = None) -> ClusterSnapshot:
-    """Ask the client's backend for the cluster's state and jobs now; record and return the snapshot.
+def observe(flow: JobWorkflow, *, now: dt.datetime | None = None) -> ClusterSnapshot:
+    """Ask the job workflow's backend for the cluster's state and jobs now; record and return the snapshot.
 
     Listing jobs is best effort (a cluster that is not up has none; an unreachable API server leaves the counts
     unknown). Errors of the status itself propagate: the caller decides to fall back to the record.
     """
     from fsdp_sdk.errors import FsdpSdkError
 
-    status = client.status()
+    status = flow.cluster.status()
     jobs: list[Any] | None = None
-    if status.state in {"ready", "degraded"} or client.backend.runs_jobs:
+    if status.state in {"ready", "degraded"} or flow.backend.runs_jobs:
         try:
-            jobs = list(client.runner.list())
+            jobs = list(flow.runner.list())
         except (FsdpSdkError, OSError):
             jobs = None
     elif status.state == "absent":
         jobs = []
-    snapshot = snapshot_from_status(client, status, jobs=jobs, now=now)
+    snapshot = snapshot_from_status(flow.cluster, status, jobs=jobs, now=now)
     with contextlib.suppress(OSError):
-        remember(client.config.cluster.state_dir, snapshot)
+        remember(flow.config.cluster.state_dir, snapshot)
     return snapshot
 
 
-def record_status(client: Client, status: ClusterStatus) -> None:
+def record_status(cluster_flow: ClusterWorkflow, status: ClusterStatus) -> None:
     """Record what a command just saw of the cluster (``status``, ``up``, ``scale``, ``down``), without asking the
     backend anything more; never fails the command (a record is a convenience; the command's result matters).
 
     An absent cluster is recorded only over an earlier record (a cluster torn down): looking at a cluster that never
     existed leaves the state directory as it was."""
-    config = client.config.cluster
-    region = "local" if client.backend.runs_jobs else str(status.details.get("region") or config.region)
+    config = cluster_flow.config.cluster
+    region = "local" if cluster_flow.backend.runs_jobs else str(status.details.get("region") or config.region)
     if (
         status.state == "absent"
-        and not snapshot_path(config.state_dir, client.backend.name, region, config.name).exists()
+        and not snapshot_path(config.state_dir, cluster_flow.backend.name, region, config.name).exists()
     ):
         return
     with contextlib.suppress(Exception):
-        remember(config.state_dir, snapshot_from_status(client, status))
+        remember(config.state_dir, snapshot_from_status(cluster_flow, status))
 
 
 def _age(then: dt.datetime, now: dt.datetime) -> str:

@@ -629,11 +629,13 @@ def train(
         resolved.config,
         plugins=client.loaded_plugins,
         progress=client.progress,
-        kubeconfig=client._kubeconfig,
+        kubeconfig=client.context.given_kubeconfig,
         kube_context=client.kube_context,
         hermetic=client.hermetic,
     )
-    if bound.backend.runs_jobs and client._kubeconfig is None:  # given a kubeconfig, jobs go to that cluster
+    if (
+        bound.backend.runs_jobs and client.context.given_kubeconfig is None
+    ):  # given a kubeconfig, jobs go to that cluster
         result = bound.run(run_id=run_id, on_event=on_event, on_output=on_output)
         return TrainHandle(result.job, bound, dict(result.summary), result.output_dir)
     job = bound.submit_job(run_id=run_id)

@@ -92,7 +92,7 @@ def _refresh(app: Application, snapshot: ClusterSnapshot) -> ClusterSnapshot:
         )
         if client.backend.eks_cluster and not _has_credentials(client.config.cluster.region):
             return dataclasses.replace(snapshot, note=snapshot.note or "no AWS credentials here: last recorded state")
-        return observe(client)
+        return observe(client.job_workflow)
     except FsdpSdkError as error:
         return dataclasses.replace(snapshot, note=f"could not read it now ({error}): last recorded state")
 
