@@ -29,7 +29,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import pluggy
+# the markers live in fsdp_sdk.markers (below every layer), and here for the plugins that import them from here
+from fsdp_sdk.markers import PROJECT_NAME, hookimpl, hookspec
 
 if TYPE_CHECKING:
     import click
@@ -43,13 +44,6 @@ if TYPE_CHECKING:
     from fsdp_sdk.runs import JobRef
 
 __all__ = ["PROJECT_NAME", "hookimpl", "hookspec"]
-
-#: The pluggy project name; also the entry-point group third-party plugins use.
-PROJECT_NAME = "fsdp_sdk"
-
-hookspec = pluggy.HookspecMarker(PROJECT_NAME)
-#: Decorator for plugin hook implementations (also exported as ``fsdp_sdk.hookimpl``).
-hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 
 # -------------------------------------------------------------------------

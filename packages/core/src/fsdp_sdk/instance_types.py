@@ -25,7 +25,7 @@ from typing import TypedDict
 
 from fsdp_sdk._fields import FrozenFields
 from fsdp_sdk.errors import PluginError
-from fsdp_sdk.hookspecs import hookimpl
+from fsdp_sdk.markers import hookimpl
 from fsdp_sdk.registry import NamedRegistry
 
 __all__ = ["BUILTIN_INSTANCE_TYPES", "PRICE_DATE", "InstanceType", "InstanceTypeRegistry"]

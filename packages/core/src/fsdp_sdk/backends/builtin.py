@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fsdp_sdk.hookspecs import hookimpl
+from fsdp_sdk.markers import hookimpl
 
 if TYPE_CHECKING:
     from fsdp_sdk.backends.base import BackendRegistry

@@ -4,7 +4,9 @@ side of a job (:class:`fsdp_sdk.runner.ClusterSite`: its checkpoint bucket, node
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import datetime as dt
 import functools
 import os
 from collections.abc import Mapping, Sequence
@@ -17,10 +19,9 @@ from fsdp_sdk.preflight import raise_for_failures
 from fsdp_sdk.resolved import Resolved
 
 if TYPE_CHECKING:
-    import datetime as dt
-
     from fsdp_sdk.aws.checkpoint_bucket import BucketUsage, CheckpointStore
     from fsdp_sdk.backends.base import ClusterBackend, ClusterStatus, Plan, ProgressCallback
+    from fsdp_sdk.clusters import ClusterSnapshot
     from fsdp_sdk.costs import ClusterCost
     from fsdp_sdk.estimate import Estimate
     from fsdp_sdk.k8s.cluster_objects import Prerequisite
@@ -395,10 +396,75 @@ class ClusterWorkflow:
         return dataclasses.replace(status, details=details)
 
     def remember(self, status: ClusterStatus) -> None:
-        """Record what was just seen of the cluster, for ``fsdp-sdk clusters`` (:mod:`fsdp_sdk.clusters`)."""
-        from fsdp_sdk.clusters import record_status
+        """Record what a command just saw of the cluster (``status``, ``up``, ``scale``, ``down``), for ``fsdp-sdk
+        clusters`` (:mod:`fsdp_sdk.clusters`), without asking the backend anything more; never fails the command (a
+        record is a convenience; the command's result matters).
 
-        record_status(self, status)
+        An absent cluster is recorded only over an earlier record (a cluster torn down): looking at a cluster that
+        never existed leaves the state directory as it was."""
+        from fsdp_sdk.clusters import remember, snapshot_path
+
+        config = self.config.cluster
+        region = "local" if self.backend.runs_jobs else str(status.details.get("region") or config.region)
+        if (
+            status.state == "absent"
+            and not snapshot_path(config.state_dir, self.backend.name, region, config.name).exists()
+        ):
+            return
+        with contextlib.suppress(Exception):
+            remember(config.state_dir, self.snapshot(status))
+
+    def snapshot(
+        self,
+        status: ClusterStatus,
+        *,
+        jobs: Sequence[Any] | None = None,
+        now: dt.datetime | None = None,
+        source: str = "live",
+    ) -> ClusterSnapshot:
+        """The snapshot of what ``status`` (the backend's) says, with the configuration's facts beside it.
+
+        :param jobs: the cluster's jobs (``RunStatus`` or ``JobStatus``: anything with a ``phase``), when listed.
+        """
+        from fsdp_sdk import pins
+        from fsdp_sdk.clusters import QUEUED_PHASES, RUNNING_PHASES, ClusterSnapshot
+
+        config = self.config
+        cluster = config.cluster
+        now = now or dt.datetime.now(dt.timezone.utc)
+        local = self.backend.runs_jobs
+        instance = self.resolved.instance if not local else None
+        version = None if local else str(status.details.get("kubernetes_version") or cluster.kubernetes_version)
+        release = pins.kubernetes_release(version) if version else None
+        usd_per_hour = cost_usd = since = None
+        if local:
+            usd_per_hour, cost_usd = 0.0, 0.0
+        else:
+            cost = self.cost(nodes_now=status.nodes if status.state != "absent" else 0, now=now)
+            usd_per_hour = 0.0 if status.state == "absent" else cost.usd_per_hour
+            cost_usd, since = cost.usd, cost.since
+        minutes = cluster.idle_scale_to_zero_minutes or None
+        phases = [str(getattr(job, "phase", "")) for job in jobs] if jobs is not None else None
+        return ClusterSnapshot(
+            name=cluster.name,
+            backend=self.backend.name,
+            region="local" if local else str(status.details.get("region") or cluster.region),
+            state=status.state,
+            observed_at=now,
+            nodes=status.nodes,
+            max_nodes=None if local else cluster.max_nodes,
+            instance_type=None if local else cluster.instance_type,
+            gpu=f"{instance.gpu_count}x {instance.gpu_model} {instance.gpu_memory_gib:g} GiB" if instance else None,
+            kubernetes_version=version,
+            standard_support_until=str(release.end_of_standard) if release is not None else None,
+            usd_per_hour=usd_per_hour,
+            cost_usd=cost_usd,
+            since=since,
+            idle_minutes=None if local else minutes,
+            jobs_running=sum(phase in RUNNING_PHASES for phase in phases) if phases is not None else None,
+            jobs_queued=sum(phase in QUEUED_PHASES for phase in phases) if phases is not None else None,
+            source=source,
+        )
 
     def kubernetes_support_line(self, status: ClusterStatus) -> str:
         """When the cluster's Kubernetes version leaves (or left) EKS standard support, in one line."""

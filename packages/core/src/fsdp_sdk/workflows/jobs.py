@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     import datetime as dt
 
     from fsdp_sdk.backends.base import ClusterBackend, ProgressCallback
+    from fsdp_sdk.clusters import ClusterSnapshot
     from fsdp_sdk.costs import JobCost
     from fsdp_sdk.estimate import Estimate
     from fsdp_sdk.k8s.image import ImageBuild, ImagePush
@@ -314,6 +315,30 @@ class JobWorkflow:
             else self.ctx.hourly_price().usd_per_hour,
             now=now,
         )
+
+    def observe(self, *, now: dt.datetime | None = None) -> ClusterSnapshot:
+        """Ask the backend for the cluster's state and jobs now; record and return the snapshot (``fsdp-sdk
+        clusters``, :mod:`fsdp_sdk.clusters`).
+
+        Listing jobs is best effort (a cluster that is not up has none; an unreachable API server leaves the counts
+        unknown). Errors of the status itself propagate: the caller decides to fall back to the record.
+        """
+        from fsdp_sdk.clusters import remember
+        from fsdp_sdk.errors import FsdpSdkError
+
+        status = self.cluster.status()
+        jobs: list[Any] | None = None
+        if status.state in {"ready", "degraded"} or self.backend.runs_jobs:
+            try:
+                jobs = list(self.runner.list())
+            except (FsdpSdkError, OSError):
+                jobs = None
+        elif status.state == "absent":
+            jobs = []
+        snapshot = self.cluster.snapshot(status, jobs=jobs, now=now)
+        with contextlib.suppress(OSError):
+            remember(self.config.cluster.state_dir, snapshot)
+        return snapshot
 
     # ------------------------------------------------------------------ images
 
