@@ -14,7 +14,7 @@ import pytest
 from fsdp_sdk import grammar
 from fsdp_sdk.aws.checkpoint_bucket import (
     OWNER_TAG,
-    CheckpointStore,
+    CheckpointBucket,
     bucket_usage,
     delete_checkpoints,
     derived_bucket_name,
@@ -35,8 +35,8 @@ ACCOUNT = "123456789012"
 REGION = "us-west-2"
 
 
-def store(bucket: str = "fsdp-sdk-123456789012-us-west-2-demo", **fields: Any) -> CheckpointStore:
-    return CheckpointStore(bucket, fields.pop("region", REGION), "demo", fields.pop("namespace", "default"), **fields)
+def store(bucket: str = "fsdp-sdk-123456789012-us-west-2-demo", **fields: Any) -> CheckpointBucket:
+    return CheckpointBucket(bucket, fields.pop("region", REGION), "demo", fields.pop("namespace", "default"), **fields)
 
 
 # ---------------------------------------------------------------------------------------------- pure plan
@@ -73,7 +73,7 @@ def test_the_plan_names_the_bucket_role_and_association() -> None:
         Config.from_dict({"cluster": {"name": "demo", "checkpoint_bucket": "my-checkpoints"}}), account=None
     )
     assert (named.bucket, named.named) == ("my-checkpoints", True)
-    assert CheckpointStore.from_dict(json.loads(json.dumps(planned.to_dict()))) == planned
+    assert CheckpointBucket.from_dict(json.loads(json.dumps(planned.to_dict()))) == planned
     with pytest.raises(ValueError):
         plan_store(config)
 

@@ -46,7 +46,7 @@ from fsdp_sdk.workflows.jobs import JobWorkflow
 if TYPE_CHECKING:
     import datetime as dt
 
-    from fsdp_sdk.aws.checkpoint_bucket import BucketUsage, CheckpointStore
+    from fsdp_sdk.aws.checkpoint_bucket import BucketUsage, CheckpointBucket
     from fsdp_sdk.aws.pricing import Price
     from fsdp_sdk.costs import ClusterCost, JobCost
     from fsdp_sdk.estimate import Estimate
@@ -273,7 +273,7 @@ class Client:
 
     # ------------------------------------------------------------------ checkpoint bucket
 
-    def checkpoint_usage(self) -> tuple[CheckpointStore, list[BucketUsage] | None] | None:
+    def checkpoint_usage(self) -> tuple[CheckpointBucket, list[BucketUsage] | None] | None:
         """The checkpoint bucket (as found: absent, ours, adopted) and what ``down(delete_checkpoints=True)`` would
         delete from it, by job prefix (``None`` when the bucket does not exist); ``None`` for backends without one."""
         return self.cluster_workflow.checkpoint_usage()

@@ -128,11 +128,6 @@ class InstanceType(FrozenFields):
         if self.gpudirect_rdma and self.efa_interfaces == 0:
             raise PluginError(f"instance type {self.name}: gpudirect_rdma needs EFA (efa_interfaces > 0)")
 
-    @property
-    def bf16_tflops(self) -> float:
-        """Dense BF16 peak of the whole instance in TFLOP/s."""
-        return self.bf16_tflops_per_gpu * self.gpu_count
-
     def to_dict(self) -> dict[str, object]:
         """The fields as a JSON-ready dict."""
         return dataclasses.asdict(self)

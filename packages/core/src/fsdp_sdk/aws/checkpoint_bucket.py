@@ -17,7 +17,7 @@
   it; the ``eks-pod-identity-agent`` add-on, which every cluster backend installs, hands the credentials
   to them). No credential is ever written into a Kubernetes object.
 
-:func:`plan_store` is pure (the configuration and the account id in, a :class:`CheckpointStore` out: what
+:func:`plan_store` is pure (the configuration and the account id in, a :class:`CheckpointBucket` out: what
 ``up --dry-run`` shows); :func:`inspect_bucket` reads (is the bucket there, in which region, whose);
 :func:`ensure_bucket`, :func:`ensure_access`, :func:`remove_access`, :func:`bucket_usage` and
 :func:`delete_checkpoints` act, through :func:`fsdp_sdk.aws.session.aws_errors` (one-line errors). The
@@ -54,7 +54,7 @@ __all__ = [
     "POLICY_NAME",
     "TRAINER_SERVICE_ACCOUNT",
     "BucketUsage",
-    "CheckpointStore",
+    "CheckpointBucket",
     "account_id",
     "bucket_summary",
     "bucket_usage",
@@ -149,7 +149,7 @@ def _partition(region: str) -> str:
 
 
 @dataclass(frozen=True)
-class CheckpointStore:
+class CheckpointBucket:
     """The checkpoint bucket of one cluster and the pods' access to it, as planned.
 
     :param bucket: the bucket's name.
@@ -270,13 +270,13 @@ class CheckpointStore:
         return data
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> CheckpointStore:
+    def from_dict(cls, data: Mapping[str, Any]) -> CheckpointBucket:
         """The store of a plan's ``details["checkpoints"]``."""
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names})
 
 
-def plan_store(config: Config, *, account: str | None = None) -> CheckpointStore:
+def plan_store(config: Config, *, account: str | None = None) -> CheckpointBucket:
     """The checkpoint store of ``config``'s cluster (pure).
 
     :param config: the resolved configuration (``cluster.checkpoint_bucket``, ``cluster.region``, ``cluster.name``,
@@ -291,7 +291,7 @@ def plan_store(config: Config, *, account: str | None = None) -> CheckpointStore
         bucket, named = derived_bucket_name(account, cluster.region, cluster.name), False
     else:
         raise ValueError("plan_store needs the account id when cluster.checkpoint_bucket is unset")
-    return CheckpointStore(bucket, cluster.region, cluster.name, config.job.namespace, named=named)
+    return CheckpointBucket(bucket, cluster.region, cluster.name, config.job.namespace, named=named)
 
 
 def _client(clients: Clients | None, service: str, region: str) -> Any:
@@ -313,7 +313,7 @@ def _bucket_region(s3: Any, bucket: str) -> str:
     return "eu-west-1" if location == "EU" else str(location)  # no constraint: us-east-1; "EU": the old eu-west-1
 
 
-def inspect_bucket(store: CheckpointStore, *, clients: Clients | None = None) -> CheckpointStore:
+def inspect_bucket(store: CheckpointBucket, *, clients: Clients | None = None) -> CheckpointBucket:
     """Look at the bucket (reads only): absent, ours, or someone's to adopt; ``store`` with :attr:`found` set.
 
     :raises ConfigError: the bucket is in another region, or these credentials cannot reach it (another
@@ -357,7 +357,7 @@ def inspect_bucket(store: CheckpointStore, *, clients: Clients | None = None) ->
     return dataclasses.replace(store, found="ours" if ours else "adopted")
 
 
-def _configure_bucket(s3: Any, store: CheckpointStore) -> None:
+def _configure_bucket(s3: Any, store: CheckpointBucket) -> None:
     bucket = store.bucket
     with aws_errors("s3", f"block public access to the S3 bucket {bucket}"):
         s3.put_public_access_block(
@@ -382,7 +382,7 @@ def _configure_bucket(s3: Any, store: CheckpointStore) -> None:
         s3.put_bucket_tagging(Bucket=bucket, Tagging={"TagSet": store.tags()})
 
 
-def _report_adopted(s3: Any, store: CheckpointStore, progress: Progress) -> None:
+def _report_adopted(s3: Any, store: CheckpointBucket, progress: Progress) -> None:
     """Say what an adopted bucket lacks; change nothing (its lifecycle rules and versioning are its owner's)."""
     with aws_errors("s3", f"read the versioning of the S3 bucket {store.bucket}"):
         versioning = s3.get_bucket_versioning(Bucket=store.bucket).get("Status")
@@ -406,14 +406,14 @@ def _report_adopted(s3: Any, store: CheckpointStore, progress: Progress) -> None
 
 
 def ensure_bucket(
-    store: CheckpointStore, *, clients: Clients | None = None, progress: Progress = _no_progress
-) -> CheckpointStore:
+    store: CheckpointBucket, *, clients: Clients | None = None, progress: Progress = _no_progress
+) -> CheckpointBucket:
     """Create the bucket as planned, or adopt the existing one; idempotent.
 
     A bucket this SDK created for the cluster gets its settings again (they may have been changed); an adopted
     bucket is left as it is, and what it lacks is said on ``progress``.
 
-    :returns: ``store`` with :attr:`~CheckpointStore.found` as it was before the call.
+    :returns: ``store`` with :attr:`~CheckpointBucket.found` as it was before the call.
     :raises ConfigError: the bucket is in another region, another account's, or its name is taken.
     """
     s3 = _client(clients, "s3", store.region)
@@ -447,7 +447,7 @@ def _role_tags(role: Mapping[str, Any]) -> dict[str, str]:
     return {t["Key"]: t["Value"] for t in role.get("Tags") or []}
 
 
-def _ensure_role(iam: Any, store: CheckpointStore, progress: Progress) -> str:
+def _ensure_role(iam: Any, store: CheckpointBucket, progress: Progress) -> str:
     name = store.role_name
     try:
         with aws_errors("iam", f"look up the IAM role {name}"):
@@ -475,7 +475,7 @@ def _ensure_role(iam: Any, store: CheckpointStore, progress: Progress) -> str:
     return str(role["Arn"])
 
 
-def _associations(eks: Any, store: CheckpointStore) -> list[dict[str, Any]]:
+def _associations(eks: Any, store: CheckpointBucket) -> list[dict[str, Any]]:
     with aws_errors("eks", f"list the EKS Pod Identity associations of {store.namespace}/{store.service_account}"):
         found: list[dict[str, Any]] = eks.list_pod_identity_associations(
             clusterName=store.cluster, namespace=store.namespace, serviceAccount=store.service_account
@@ -484,7 +484,7 @@ def _associations(eks: Any, store: CheckpointStore) -> list[dict[str, Any]]:
 
 
 def ensure_access(
-    store: CheckpointStore,
+    store: CheckpointBucket,
     *,
     clients: Clients | None = None,
     progress: Progress = _no_progress,
@@ -624,7 +624,7 @@ def _usage_prefix(key: str) -> str:
     return "/".join(parts[:2]) + "/" if len(parts) > 2 else parts[0] + ("/" if len(parts) > 1 else "")
 
 
-def bucket_usage(store: CheckpointStore, *, clients: Clients | None = None) -> list[BucketUsage] | None:
+def bucket_usage(store: CheckpointBucket, *, clients: Clients | None = None) -> list[BucketUsage] | None:
     """What :func:`delete_checkpoints` would delete, by job prefix (reads only); ``None`` when the bucket is absent.
 
     The whole bucket when it is ours; only the namespace's prefix of an adopted bucket.
@@ -645,7 +645,7 @@ def bucket_usage(store: CheckpointStore, *, clients: Clients | None = None) -> l
 
 
 def delete_checkpoints(
-    store: CheckpointStore, *, clients: Clients | None = None, progress: Progress = _no_progress
+    store: CheckpointBucket, *, clients: Clients | None = None, progress: Progress = _no_progress
 ) -> bool:
     """Empty and delete the bucket when fsdp-sdk created it for this cluster; of an adopted bucket, delete only the
     objects under the namespace's prefix and keep the bucket. Incomplete multipart uploads are aborted first.
@@ -688,7 +688,7 @@ def delete_checkpoints(
     return True
 
 
-def bucket_summary(store: CheckpointStore, *, clients: Clients | None = None) -> str:
+def bucket_summary(store: CheckpointBucket, *, clients: Clients | None = None) -> str:
     """One line for ``status``: ``s3://<bucket> (us-west-2)``, with ``absent`` when it does not exist."""
     found = inspect_bucket(store, clients=clients)
     where = f"s3://{store.bucket} ({store.region})"

@@ -325,11 +325,6 @@ class GpuNodeGroup:
         return bool(self.interfaces)
 
     @property
-    def eks_capacity_type(self) -> str:
-        """The EKS node group's capacity type (``ON_DEMAND``, ``SPOT``, ``CAPACITY_BLOCK``)."""
-        return {"spot": "SPOT", "capacity-block": "CAPACITY_BLOCK"}.get(self.capacity_type, "ON_DEMAND")
-
-    @property
     def market_type(self) -> str | None:
         """The launch template's market type: ``capacity-block`` for Capacity Blocks, else None."""
         return "capacity-block" if self.capacity_type == "capacity-block" else None

@@ -54,7 +54,6 @@ __all__ = [
     "monitoring",
     "render_etcd",
     "training_operator",
-    "training_operator_command",
     "training_operator_kustomize_url",
 ]
 
@@ -211,27 +210,6 @@ def patch_command(
 def _on_system_nodes(config: Config) -> dict[str, Any]:
     """The merge patch that puts a Deployment's pods where etcd's go (:func:`system_pod_scheduling`)."""
     return {"spec": {"template": {"spec": system_pod_scheduling(config)}}}
-
-
-def training_operator_command(
-    version: str = TRAINING_OPERATOR_VERSION,
-    *,
-    kubeconfig: str | None = None,
-    context: str | None = None,
-    dry_run: bool = False,
-    kubectl: str = "kubectl",
-) -> list[str]:
-    """The exact ``kubectl`` command that installs the Training Operator.
-
-    :param dry_run: add ``--dry-run=server`` (validate on the server, change nothing).
-    """
-    return kustomize_command(
-        training_operator_kustomize_url(version),
-        kubeconfig=kubeconfig,
-        context=context,
-        dry_run=dry_run,
-        kubectl=kubectl,
-    )
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,6 @@ from fsdp_sdk.k8s.cluster_objects import (
     etcd_name,
     job_prerequisites,
     render_etcd,
-    training_operator_command,
     training_operator_kustomize_url,
 )
 from fsdp_sdk.tools import run_tool
@@ -48,7 +47,6 @@ __all__ = [
     "Prereqs",
     "install_prerequisites",
     "render_etcd",
-    "training_operator_command",
     "training_operator_kustomize_url",
 ]
 
@@ -238,12 +236,6 @@ class Prereqs:
     def objects(self) -> list[dict[str, Any]]:
         """The objects the SDK applies itself (etcd)."""
         return render_etcd(self.config)
-
-    def operator_command(self, version: str | None = None, *, dry_run: bool = False) -> list[str]:
-        """The ``kubectl`` command that installs the Training Operator on this cluster."""
-        return training_operator_command(
-            version or TRAINING_OPERATOR_VERSION, kubeconfig=self.kubeconfig, context=self.context, dry_run=dry_run
-        )
 
     def install(
         self,

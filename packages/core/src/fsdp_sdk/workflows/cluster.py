@@ -19,7 +19,7 @@ from fsdp_sdk.preflight import raise_for_failures
 from fsdp_sdk.resolved import Resolved
 
 if TYPE_CHECKING:
-    from fsdp_sdk.aws.checkpoint_bucket import BucketUsage, CheckpointStore
+    from fsdp_sdk.aws.checkpoint_bucket import BucketUsage, CheckpointBucket
     from fsdp_sdk.backends.base import ClusterBackend, ClusterStatus, Plan, ProgressCallback
     from fsdp_sdk.clusters import ClusterSnapshot
     from fsdp_sdk.costs import ClusterCost
@@ -171,7 +171,7 @@ class ClusterWorkflow:
 
         return account_id(self.config.cluster.region)
 
-    def checkpoint_store(self, config: Config, *, inspect: bool = False) -> CheckpointStore | None:
+    def checkpoint_store(self, config: Config, *, inspect: bool = False) -> CheckpointBucket | None:
         """The checkpoint bucket and access of an EKS backend's cluster (:mod:`fsdp_sdk.aws.checkpoint_bucket`);
         ``None`` for other backends. The bucket is ``cluster.checkpoint_bucket``, else named after the account.
 
@@ -186,7 +186,7 @@ class ClusterWorkflow:
         store = plan_store(config, account=account)
         return inspect_bucket(store) if inspect else store
 
-    def planned_store(self, filled: Mapping[str, Any], *, inspect: bool, collect: bool) -> CheckpointStore | None:
+    def planned_store(self, filled: Mapping[str, Any], *, inspect: bool, collect: bool) -> CheckpointBucket | None:
         """The checkpoint store a plan shows; when collecting (``up --dry-run``), a store that cannot be found
         without credentials is left out of the plan with a warning instead of stopping it."""
         from fsdp_sdk.errors import FsdpSdkError
@@ -201,13 +201,13 @@ class ClusterWorkflow:
 
     def make_checkpoint_store(self, config: Config, plan: Plan) -> None:
         """Create or adopt the plan's checkpoint bucket, then the pods' role and Pod Identity association."""
-        from fsdp_sdk.aws.checkpoint_bucket import CheckpointStore, ensure_access, ensure_bucket
+        from fsdp_sdk.aws.checkpoint_bucket import CheckpointBucket, ensure_access, ensure_bucket
 
-        store = CheckpointStore.from_dict(plan.details["checkpoints"])
+        store = CheckpointBucket.from_dict(plan.details["checkpoints"])
         ensure_bucket(store, progress=self.progress)
         ensure_access(store, progress=self.progress)
 
-    def checkpoint_usage(self) -> tuple[CheckpointStore, list[BucketUsage] | None] | None:
+    def checkpoint_usage(self) -> tuple[CheckpointBucket, list[BucketUsage] | None] | None:
         """The checkpoint bucket (as found) and what ``down(delete_checkpoints=True)`` would delete from it."""
         from fsdp_sdk.aws.checkpoint_bucket import bucket_usage, inspect_bucket
 
