@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from fsdp_sdk import grammar
+from fsdp_sdk.aws.arn import partition
 from fsdp_sdk.aws.session import aws_client, aws_errors
 from fsdp_sdk.errors import BackendError, ConfigError
 
@@ -140,14 +141,6 @@ def checkpoint_url(bucket: str, namespace: str, job: str) -> str:
     return f"s3://{bucket}/{job_prefix(namespace, job)}checkpoints"
 
 
-def _partition(region: str) -> str:
-    if region.startswith("cn-"):
-        return "aws-cn"
-    if region.startswith("us-gov-"):
-        return "aws-us-gov"
-    return "aws"
-
-
 @dataclass(frozen=True)
 class CheckpointBucket:
     """The checkpoint bucket of one cluster and the pods' access to it, as planned.
@@ -191,7 +184,7 @@ class CheckpointBucket:
     @property
     def bucket_arn(self) -> str:
         """``arn:aws:s3:::<bucket>``."""
-        return f"arn:{_partition(self.region)}:s3:::{self.bucket}"
+        return f"arn:{partition(self.region)}:s3:::{self.bucket}"
 
     def access_policy(self) -> dict[str, Any]:
         """The role's inline policy: the objects under :attr:`prefix`, and listing that prefix; nothing else."""

@@ -20,6 +20,8 @@ from collections.abc import Callable, Mapping
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
+from fsdp_sdk.aws.arn import partition
+
 if TYPE_CHECKING:
     from fsdp_sdk.config import Config
 
@@ -48,15 +50,6 @@ def gpu_nodegroup(config: Config) -> str:
     section = config.sections.get(config.cluster.backend)
     name = getattr(section, "gpu_nodegroup", None)
     return name if isinstance(name, str) and name else "gpu"
-
-
-def partition(region: str) -> str:
-    """The AWS partition of ``region`` (``aws``, ``aws-cn``, ``aws-us-gov``)."""
-    if region.startswith("cn-"):
-        return "aws-cn"
-    if region.startswith("us-gov-"):
-        return "aws-us-gov"
-    return "aws"
 
 
 def nodegroup_arn(config: Config, account: str) -> str:
