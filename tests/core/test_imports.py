@@ -220,6 +220,7 @@ REMAINING_CIRCLE = {
 MODEL = {
     "fsdp_sdk._fields",
     "fsdp_sdk.backends.base",
+    "fsdp_sdk.contracts",
     "fsdp_sdk.entry_points",
     "fsdp_sdk.envfile",
     "fsdp_sdk.errors",

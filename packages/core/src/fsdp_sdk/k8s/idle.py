@@ -47,9 +47,10 @@ ACTIONS = ("eks:DescribeNodegroup", "eks:UpdateNodegroupConfig")
 
 def gpu_nodegroup(config: Config) -> str:
     """The name of the cluster's GPU node group: the backend's setting (``eksctl.gpu_nodegroup``), else ``gpu``."""
-    section = config.sections.get(config.cluster.backend)
-    name = getattr(section, "gpu_nodegroup", None)
-    return name if isinstance(name, str) and name else "gpu"
+    from fsdp_sdk.contracts import gpu_nodegroup_settings
+
+    section = gpu_nodegroup_settings(config)
+    return section.gpu_nodegroup if section is not None and section.gpu_nodegroup else "gpu"
 
 
 def nodegroup_arn(config: Config, account: str) -> str:
