@@ -13,18 +13,14 @@ import pytest
 
 from fsdp_sdk import grammar
 from fsdp_sdk.aws.checkpoint_bucket import (
-    OWNER_TAG,
-    CheckpointBucket,
     bucket_usage,
     delete_checkpoints,
-    derived_bucket_name,
     ensure_access,
     ensure_bucket,
     inspect_bucket,
-    plan_store,
     remove_access,
-    role_name,
 )
+from fsdp_sdk.aws.checkpoint_plan import OWNER_TAG, CheckpointBucket, derived_bucket_name, plan_store, role_name
 from fsdp_sdk.aws.session import aws_client
 from fsdp_sdk.config import Config
 from fsdp_sdk.errors import BackendError, ConfigError

@@ -326,3 +326,49 @@ def test_the_layer_rules_see_a_breach() -> None:
     assert layer("fsdp_sdk.cli.job") == "cli" and layer("fsdp_sdk.workflows.jobs") == "workflows"
     assert "fsdp_sdk" not in MAY_IMPORT["fsdp_trainer"]
     assert any(target == "fsdp_trainer.config" for _module, target in _imported_names("fsdp_sdk"))
+
+
+#: The rendering modules of ``aws/`` and ``k8s/``: pure (configuration in, plain data out), so ``--dry-run`` and the
+#: tests see exactly what would be applied. They reach no module that acts: one that imports a client library of
+#: AWS or Kubernetes, runs a process or reads the machine's processes.
+PURE = {
+    "fsdp_sdk.aws.arn",
+    "fsdp_sdk.aws.checkpoint_plan",
+    "fsdp_sdk.aws.eks",
+    "fsdp_sdk.k8s.cluster_objects",
+    "fsdp_sdk.k8s.job_pods",
+    "fsdp_sdk.k8s.render",
+    "fsdp_sdk.k8s.retry",
+    "fsdp_sdk.k8s.trainer_v2",
+    "fsdp_sdk.k8s.validate",
+}
+ACTING_LIBRARIES = {"boto3", "botocore", "kubernetes", "psutil", "requests", "subprocess", "urllib3"}
+
+
+def _acting_modules() -> set[str]:
+    """The modules of ``fsdp_sdk`` that import an acting library themselves (at any level, type-only aside)."""
+    acting = set()
+    for name, path in _modules("fsdp_sdk").items():
+        for node in _imports(_tree(path).body, type_checking=False, functions=True):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            if not getattr(node, "level", 0) and {n.split(".")[0] for n in names} & ACTING_LIBRARIES:
+                acting.add(name)
+    return acting
+
+
+def test_rendering_reaches_nothing_that_acts() -> None:
+    graph = import_graph("fsdp_sdk", functions=True)
+    acting = _acting_modules()
+    reached: dict[str, list[str]] = {}
+    for module in sorted(PURE):
+        seen, todo = set(), [module]
+        while todo:
+            for target in graph[todo.pop()] - seen:
+                seen.add(target)
+                todo.append(target)
+        if seen & acting or module in acting:
+            reached[module] = sorted(seen & acting)
+    assert reached == {}
+    assert {"fsdp_sdk.aws.session", "fsdp_sdk.k8s.kube", "fsdp_sdk.aws.checkpoint_bucket"} <= acting | {
+        m for m in graph if graph[m] & {"fsdp_sdk.aws.session"}
+    }

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from fsdp_sdk.aws.checkpoint_bucket import CheckpointBucket, ensure_bucket
+from fsdp_sdk.aws.checkpoint_bucket import ensure_bucket
+from fsdp_sdk.aws.checkpoint_plan import CheckpointBucket
 from fsdp_sdk.aws.session import aws_client
 from fsdp_sdk.client import Client
 from fsdp_sdk.config import Config

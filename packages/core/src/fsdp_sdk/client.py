@@ -46,7 +46,8 @@ from fsdp_sdk.workflows.jobs import JobWorkflow
 if TYPE_CHECKING:
     import datetime as dt
 
-    from fsdp_sdk.aws.checkpoint_bucket import BucketUsage, CheckpointBucket
+    from fsdp_sdk.aws.checkpoint_bucket import BucketUsage
+    from fsdp_sdk.aws.checkpoint_plan import CheckpointBucket
     from fsdp_sdk.aws.pricing import Price
     from fsdp_sdk.costs import ClusterCost, JobCost
     from fsdp_sdk.estimate import Estimate

@@ -334,7 +334,7 @@ def monitoring(components: Sequence[MonitoringComponent]) -> list[Prerequisite]:
 def checkpoint_access(config: Config) -> list[Prerequisite]:
     """The ServiceAccount of the jobs' pods in ``job.namespace``, when the cluster has a checkpoint bucket
     (none without one); its Pod Identity association is made through the EKS API, not here."""
-    from fsdp_sdk.aws.checkpoint_bucket import TRAINER_SERVICE_ACCOUNT
+    from fsdp_sdk.aws.checkpoint_plan import TRAINER_SERVICE_ACCOUNT
 
     if not config.cluster.checkpoint_bucket:
         return []

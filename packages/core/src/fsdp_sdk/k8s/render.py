@@ -44,7 +44,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from fsdp_sdk.aws.checkpoint_bucket import TRAINER_SERVICE_ACCOUNT, checkpoint_url
+from fsdp_sdk.aws.checkpoint_plan import TRAINER_SERVICE_ACCOUNT, checkpoint_url
 from fsdp_sdk.config import SECRET_ENV_NAME, trainer_arguments
 from fsdp_sdk.errors import ConfigError
 from fsdp_sdk.k8s.trainer_v2 import NODE_JOB, PATCH_MANAGER, RUNTIME_NAME

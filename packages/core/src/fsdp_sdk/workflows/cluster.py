@@ -19,7 +19,8 @@ from fsdp_sdk.preflight import raise_for_failures
 from fsdp_sdk.resolved import Resolved
 
 if TYPE_CHECKING:
-    from fsdp_sdk.aws.checkpoint_bucket import BucketUsage, CheckpointBucket
+    from fsdp_sdk.aws.checkpoint_bucket import BucketUsage
+    from fsdp_sdk.aws.checkpoint_plan import CheckpointBucket
     from fsdp_sdk.backends.base import ClusterBackend, ClusterStatus, Plan, ProgressCallback
     from fsdp_sdk.clusters import ClusterSnapshot
     from fsdp_sdk.costs import ClusterCost
@@ -180,7 +181,8 @@ class ClusterWorkflow:
         """
         if not self.backend.eks_cluster:
             return None
-        from fsdp_sdk.aws.checkpoint_bucket import inspect_bucket, plan_store
+        from fsdp_sdk.aws.checkpoint_bucket import inspect_bucket
+        from fsdp_sdk.aws.checkpoint_plan import plan_store
 
         account = None if config.cluster.checkpoint_bucket else self.account
         store = plan_store(config, account=account)
@@ -201,7 +203,8 @@ class ClusterWorkflow:
 
     def make_checkpoint_store(self, config: Config, plan: Plan) -> None:
         """Create or adopt the plan's checkpoint bucket, then the pods' role and Pod Identity association."""
-        from fsdp_sdk.aws.checkpoint_bucket import CheckpointBucket, ensure_access, ensure_bucket
+        from fsdp_sdk.aws.checkpoint_bucket import ensure_access, ensure_bucket
+        from fsdp_sdk.aws.checkpoint_plan import CheckpointBucket
 
         store = CheckpointBucket.from_dict(plan.details["checkpoints"])
         ensure_bucket(store, progress=self.progress)
@@ -550,7 +553,7 @@ class ClusterWorkflow:
         trial = config.with_overrides([Setting("cluster.checkpoint_bucket", "fsdp-sdk")])
         if checkpoint_dir(trial) is None:
             return resolved
-        from fsdp_sdk.aws.checkpoint_bucket import plan_store
+        from fsdp_sdk.aws.checkpoint_plan import plan_store
         from fsdp_sdk.errors import FsdpSdkError
 
         try:
