@@ -382,8 +382,8 @@ class KubernetesRunner:
         """The job's configuration: named ``resume`` when given (its checkpoints live under its name: the
         checkpoint bucket, the shared claim, the disk), with the cluster's checkpoint bucket, refused when the
         cluster has too few nodes (unless ``scale``) or the job will not fit (unless ``force``)."""
+        from fsdp_sdk.code_layer import for_cluster
         from fsdp_sdk.config import Setting
-        from fsdp_sdk.user_code import for_cluster
 
         if resume is not None:
             resolved = resolved.with_overrides([Setting("job.name", resume, "--resume", "command line")])

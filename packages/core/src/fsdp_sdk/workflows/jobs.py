@@ -139,7 +139,7 @@ class JobWorkflow:
                 if fresh_id
                 else stable_rdzv_id(self.config, api=api, create_secret=create_secret)
             )
-        from fsdp_sdk.user_code import for_cluster
+        from fsdp_sdk.code_layer import for_cluster
 
         return render_job(
             for_cluster(self.cluster.job_resolved(self.resolved, strict=not preview), build=False),
@@ -165,7 +165,7 @@ class JobWorkflow:
         self.cluster.check_reservation(self.config)
         if not force:
             self.ctx.check_fits()
-        from fsdp_sdk.user_code import for_cluster
+        from fsdp_sdk.code_layer import for_cluster
 
         runner = self.cluster_runner()  # on the local backend too: a kubeconfig was given
         resolved = for_cluster(
