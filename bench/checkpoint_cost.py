@@ -130,7 +130,17 @@ def run_case(name: str, ckpt: list[str], model_dir: Path, args: argparse.Namespa
         "async": ck.get("async"),
         **{
             k: ck[k]
-            for k in ("wait_s", "alloc_s", "stage_s", "copy_s", "offload_s", "write_s", "background_s", "staged_on")
+            for k in (
+                "wait_s",
+                "alloc_s",
+                "stage_s",
+                "copy_s",
+                "offload_s",
+                "write_s",
+                "background_s",
+                "staged_on",
+                "store_advice",
+            )
             if k in ck
         },
         **extra,
@@ -211,14 +221,14 @@ def main() -> int:
         kind, *options = case.split("-")  # async-t8: checkpoint.write_threads 8; async-host, async-device: where
         threads = next((o[1:] for o in options if o.startswith("t") and o[1:].isdigit()), "")  # async saves stage
         staging = {
-            "host": ["--checkpoint.stage_on_device", "false"],
-            "device": ["--checkpoint.stage_on_device", "true"],
+            "host": ["--experimental.stage_on_device", "false"],
+            "device": ["--experimental.stage_on_device", "true"],
         }
         stage = [flag for o in options for flag in staging.get(o, [])]
         ckpt = ["--checkpoint.enabled", "false"]
         if kind in ("sync", "async"):
             ckpt = ["--checkpoint.dir", root, "--checkpoint.every_steps", str(args.every), "--checkpoint.keep",
-                    str(args.keep), "--checkpoint.async_save", str(kind == "async").lower(),
+                    str(args.keep), "--checkpoint.async_mode", "async" if kind == "async" else "disabled",
                     "--checkpoint.write_threads", threads or "1", *stage]  # fmt: skip
         try:
             result = run_case(case, ckpt, model_dir, args, work)

@@ -12,6 +12,9 @@
   Quotas, capacity reservation details, EKS add-ons): each stubbed request is checked against the
   real service model, and the test fails if an expected request was not made;
 * ``routed``: a client that sends some operations to a stubbed client and the rest to moto.
+
+Every test runs under the leak guard (``tests/leakguard.py``, registered here): a process, port or file it leaves
+behind fails the run, naming the test; the end of the run lists what skipped tests lacked and how to get it.
 """
 
 from __future__ import annotations
@@ -27,6 +30,15 @@ import pytest
 AWS_TEST_REGION = "us-west-2"
 #: The third-party schemas every developer and CI share, beside the project root (never copied into it).
 SHARED_SCHEMAS = Path(__file__).resolve().parents[1].parent / "shared" / "schemas"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The leak guard (``tests/leakguard.py``): a test that leaves a process, port or file behind fails the run;
+    the end of the run says which tests were skipped for lack of what."""
+    from leakguard import LeakGuard
+
+    if not config.pluginmanager.has_plugin("leak-guard"):
+        config.pluginmanager.register(LeakGuard(config), "leak-guard")
 
 
 def shared_schema(name: str) -> Path:

@@ -377,7 +377,6 @@ def _groups(config: Config) -> list[dict[str, Any]]:
     """Each rendered node group as the scheduler sees it: labels, taints, resources, host paths."""
     instance = config.instance(_plugins())
     if config.cluster.backend == "eksctl":
-        from fsdp_sdk_eksctl.device_plugins import EKSCTL_EFA_TOLERATIONS
         from fsdp_sdk_eksctl.plan import make_plan
         from fsdp_sdk_eksctl.render import gpu_group
 
@@ -388,8 +387,9 @@ def _groups(config: Config) -> list[dict[str, Any]]:
         labels = gpu["labels"]
         taints = gpu["taints"]
         bottlerocket = gpu["amiFamily"] == "Bottlerocket"
-        # eksctl installs its own EFA plugin for efaEnabled groups: it runs where its tolerations let it
-        own = {"tolerations": list(EKSCTL_EFA_TOLERATIONS)} if gpu.get("efaEnabled") else None
+        # eksctl installs its own EFA plugin for efaEnabled groups; the plan's EFA DaemonSet is that object, adopted
+        # (fsdp_sdk_eksctl.device_plugins): one object, so no second plugin to count
+        own = None
         system_labels = system["labels"]
     else:
         from fsdp_sdk_terraform.backend import TerraformBackend
@@ -449,7 +449,7 @@ def _schedulable(spec: dict[str, Any], node: dict[str, Any]) -> bool:
         (spec.get("affinity") or {}).get("nodeAffinity", {}).get("requiredDuringSchedulingIgnoredDuringExecution")
     )
     if required and not any(
-        all(labels.get(e["key"]) in e["values"] for e in term["matchExpressions"])
+        all((labels.get(e["key"]) in e["values"]) == (e["operator"] == "In") for e in term["matchExpressions"])
         for term in required["nodeSelectorTerms"]
     ):
         return False

@@ -25,6 +25,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+try:  # imported by the tests (a package), or run as the eksctl script (its folder on sys.path)
+    from . import eksctl_in_cluster
+except ImportError:
+    import eksctl_in_cluster  # type: ignore[no-redef,import-not-found]
+
 _SCRIPT = """#!{python}
 import sys
 sys.path.insert(0, {here!r})
@@ -166,9 +171,26 @@ def _create_cluster(argv: list[str], schema: str, faults: set[str], log: str) ->
         tags=meta.get("tags") or {},
     )
     _say(f'waiting for the control plane of cluster "{name}"')
+    cluster = _in_cluster()
+    if cluster is not None:
+        eksctl_in_cluster.default_addons(cluster, document, region)
     for group in document.get("managedNodeGroups", []):
         _create_nodegroup(eks, cloudformation, name, group)
+        if cluster is not None:
+            eksctl_in_cluster.join_nodes(cluster, name, group)
+    if cluster is not None:
+        eksctl_in_cluster.device_plugins(cluster, document, region, install_nvidia=_install_nvidia(argv))
     _say(f'EKS cluster "{name}" in "{region}" region is ready', "✔")
+
+
+def _in_cluster() -> eksctl_in_cluster.Cluster | None:
+    """The cluster's API server when the test gave one (``FAKE_EKSCTL_KUBECONFIG``): eksctl's in-cluster work."""
+    kubeconfig = os.environ.get("FAKE_EKSCTL_KUBECONFIG")
+    return eksctl_in_cluster.Cluster(kubeconfig) if kubeconfig else None
+
+
+def _install_nvidia(argv: list[str]) -> bool:
+    return (_option(argv, "--install-nvidia-plugin") or "true") != "false"
 
 
 def _create_nodegroup(eks: Any, cloudformation: Any, cluster: str, group: dict[str, Any]) -> None:
@@ -203,6 +225,7 @@ def _create_nodegroups(argv: list[str], schema: str) -> None:
     eks, cloudformation = _clients(region)
     included = set((_option(argv, "--include") or "").split(","))
     existing = set(eks.list_nodegroups(clusterName=name)["nodegroups"])
+    cluster = _in_cluster()
     for group in document.get("managedNodeGroups", []):
         if group["name"] not in included:
             continue
@@ -210,6 +233,10 @@ def _create_nodegroups(argv: list[str], schema: str) -> None:
             _say(f'nodegroup "{group["name"]}" already exists: skipping')
             continue
         _create_nodegroup(eks, cloudformation, name, group)
+        if cluster is not None:
+            eksctl_in_cluster.join_nodes(cluster, name, group)
+    if cluster is not None:  # pkg/actions/nodegroup/create.go: ClusterTasksForNodeGroups for the whole config
+        eksctl_in_cluster.device_plugins(cluster, document, region, install_nvidia=_install_nvidia(argv))
     _say(f"created {len(included)} managed nodegroup(s) in cluster {name!r}", "✔")
 
 

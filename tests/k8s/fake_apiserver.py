@@ -68,6 +68,8 @@ from typing import Any
 
 import yaml
 
+from .server_apply import ApplyConflict, immutable_changes, record_update, server_side_apply
+
 Validator = Callable[[dict], list[str]]
 
 AGGREGATED_DISCOVERY = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
@@ -118,6 +120,42 @@ BUILTIN_RESOURCES = (
     Resource("trainer.kubeflow.org", "v1alpha1", "TrainJob", "trainjobs", subresources=("status",)),
     Resource("trainer.kubeflow.org", "v1alpha1", "ClusterTrainingRuntime", "clustertrainingruntimes", namespaced=False),
 )
+
+#: Kueue's kinds (kueue.x-k8s.io/v1beta2, as Kueue v0.19 serves them): pass ``resources=BUILTIN_RESOURCES +
+#: KUEUE_RESOURCES`` for a cluster with Kueue installed.
+KUEUE_RESOURCES = (
+    Resource("kueue.x-k8s.io", "v1beta2", "ResourceFlavor", "resourceflavors", namespaced=False, short_names=("rf",)),
+    Resource(
+        "kueue.x-k8s.io",
+        "v1beta2",
+        "ClusterQueue",
+        "clusterqueues",
+        namespaced=False,
+        subresources=("status",),
+        short_names=("cq",),
+    ),
+    Resource("kueue.x-k8s.io", "v1beta2", "LocalQueue", "localqueues", subresources=("status",), short_names=("lq",)),
+    Resource("kueue.x-k8s.io", "v1beta2", "Workload", "workloads", subresources=("status",), short_names=("wl",)),
+)
+#: The files Kueue's CRDs would have in ../shared/schemas (``config/components/crd/bases`` of its release).
+KUEUE_CRD_FILES = {
+    "ResourceFlavor": "kueue.x-k8s.io_resourceflavors.yaml",
+    "ClusterQueue": "kueue.x-k8s.io_clusterqueues.yaml",
+    "LocalQueue": "kueue.x-k8s.io_localqueues.yaml",
+    "Workload": "kueue.x-k8s.io_workloads.yaml",
+}
+
+
+def kueue_validators(schemas: Path) -> dict:
+    """Validators for Kueue's kinds from their CRDs in ``schemas`` (those present; strict, as for the others)."""
+    from fsdp_sdk.k8s.validate import load_crd_schema
+
+    validators: dict[tuple[str, str], Validator] = {}
+    for kind, name in KUEUE_CRD_FILES.items():
+        if (schemas / name).exists():
+            schema = load_crd_schema(schemas / name)
+            validators[("kueue.x-k8s.io/v1beta2", kind)] = lambda obj, s=schema: s.errors(obj) + s.pruned(obj)
+    return validators
 
 
 @dataclass
@@ -253,15 +291,6 @@ def _fields_match(selector: str, obj: dict) -> bool:
         if key == "metadata.namespace" and meta.get("namespace") != value:
             return False
     return True
-
-
-def _merge_apply(current: dict, applied: dict) -> dict:
-    """Server-side apply, simplified: applied fields replace, status and server fields stay."""
-    merged = copy.deepcopy(applied)
-    merged["metadata"] = {**current.get("metadata", {}), **applied.get("metadata", {})}
-    if "status" in current:
-        merged["status"] = current["status"]
-    return merged
 
 
 class FakeApiServer:
@@ -475,6 +504,26 @@ class FakeApiServer:
                 if left <= 0:
                     raise TimeoutError(f"the fake API server did not reach the expected state in {timeout}s")
                 self._changed.wait(timeout=min(left, 0.5))
+
+    def wait_for_request(
+        self, method: str, path_part: str, *, since: float = 0.0, answered: bool = False, timeout: float = 20
+    ) -> RecordedRequest:
+        """Block until a ``method`` request whose path contains ``path_part`` arrived at or after ``since``
+        (``time.monotonic()``; with ``answered``, until it was answered too): a test waits for what the client did,
+        not for a time. Raises :class:`TimeoutError` after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for request in list(self.requests):
+                if (
+                    request.method == method
+                    and path_part in request.path
+                    and request.at >= since
+                    and (request.answered is not None or not answered)
+                ):
+                    return request
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no {method} request to ...{path_part} within {timeout}s")
+            time.sleep(0.02)  # polling the request log, with a deadline
 
     def add_pod(
         self,
@@ -1126,16 +1175,55 @@ class _Handler(BaseHTTPRequestHandler):
                     409, "Conflict", f'{res.plural}.{res.group or "core"} "{name}" is being deleted; try again later'
                 )
                 return
-            stored = _merge_apply(current, body) if (apply and current) else copy.deepcopy(body)
+            manager = (query.get("fieldManager") or [self.headers.get("User-Agent", "unknown").split("/")[0]])[0]
+            if apply:
+                try:
+                    stored = server_side_apply(
+                        current,
+                        body,
+                        manager,
+                        force=query.get("force", [""])[0] in ("true", "1"),
+                        api_version=res.group_version,
+                    )
+                except ApplyConflict as conflict:
+                    self._fail(
+                        409,
+                        "Conflict",
+                        conflict.message(res.kind, name),
+                        {
+                            "name": name,
+                            "group": res.group,
+                            "kind": res.plural,
+                            "causes": [
+                                {"reason": "FieldManagerConflict", "message": f'conflict with "{m}"', "field": f".{f}"}
+                                for m, f in conflict.conflicts
+                            ],
+                        },
+                    )
+                    return
+            else:
+                stored = record_update(current, body, manager, api_version=res.group_version)
+            immutable = immutable_changes(res.kind, current, stored) if current is not None else []
+            if immutable:
+                self._fail(
+                    422,
+                    "Invalid",
+                    f'{res.kind}.{res.group or "core"} "{name}" is invalid: ' + "; ".join(immutable),
+                    {
+                        "name": name,
+                        "group": res.group,
+                        "kind": res.kind,
+                        "causes": [
+                            {"reason": "FieldValueInvalid", "message": e, "field": e.split(":")[0]} for e in immutable
+                        ],
+                    },
+                )
+                return
             if res.kind == "Secret" and stored.get("stringData"):
                 data = dict(stored.get("data") or {})
                 for k, v in stored.pop("stringData").items():
                     data[k] = base64.b64encode(str(v).encode()).decode()
                 stored["data"] = data
-            if apply:
-                stored["metadata"]["managedFields"] = [
-                    {"manager": query["fieldManager"][0], "operation": "Apply", "apiVersion": res.group_version}
-                ]
             stored = api._stamp(stored, namespace if res.namespaced else None)
             if not dry_run:
                 api._objects[key] = stored

@@ -70,10 +70,21 @@ class LocalNode:
 
     :param apiserver: the loopback API server holding the job.
     :param root: a directory for the node's disk, the shared volumes and the containers' own files.
+    :param python: the image's Python (``bin/python`` of an environment built as the image is, see
+        :mod:`rehearsal.image`); default: this test's own, with its environment.
     """
 
-    def __init__(self, apiserver: FakeApiServer, root: Path, *, job: str = "fsdp", namespace: str = "default") -> None:
+    def __init__(
+        self,
+        apiserver: FakeApiServer,
+        root: Path,
+        *,
+        job: str = "fsdp",
+        namespace: str = "default",
+        python: str | None = None,
+    ) -> None:
         self.apiserver = apiserver
+        self.python = python
         self.root = root
         self.job = job
         self.namespace = namespace
@@ -121,9 +132,11 @@ class LocalNode:
         workdir.mkdir(parents=True, exist_ok=True)
         command = [self._map(a, mounts) for a in [*container["command"], *container.get("args", [])]]
         assert command[0] == "torchrun", command
-        command = [sys.executable, "-m", "torch.distributed.run", *command[1:]]
+        command = [self.python or sys.executable, "-m", "torch.distributed.run", *command[1:]]
         elastic = job["spec"]["elasticPolicy"]
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("FSDP_SDK_", "PET_"))}
+        # an image's Python gets nothing of this test's Python setup
+        dropped = ("FSDP_SDK_", "PET_", *(("PYTHON", "VIRTUAL_ENV") if self.python else ()))
+        env = {k: v for k, v in os.environ.items() if not k.startswith(dropped)}
         env.update({e["name"]: self._map(e["value"], mounts) for e in container.get("env", []) if "value" in e})
         env.update(
             {

@@ -170,8 +170,10 @@ def test_status_list_and_wait(apiserver: FakeApiServer, kubeconfig: Path, capsys
     code, out, err = cli(capsys, "job", "wait", "--timeout", "0.3")
     assert code == 3 and "timed out" in err
 
-    def finish() -> None:
-        time.sleep(0.3)
+    since = time.monotonic()
+
+    def finish() -> None:  # once `job wait` has read the job while it runs (it then says Running), it succeeds
+        apiserver.wait_for_request("GET", "/pytorchjobs/fsdp", since=since, answered=True)
         apiserver.set_status(
             "kubeflow.org/v1",
             "PyTorchJob",
@@ -264,8 +266,10 @@ def test_wait_returns_the_summary_for_client_run(apiserver: FakeApiServer, kubec
     apiserver.set_status("kubeflow.org/v1", "PyTorchJob", "fsdp", {"conditions": _conditions("Created", "Running")})
     apiserver.append_log("fsdp-worker-0", '{"step": 1}\n{"steps": 20, "final_loss": 1.5}\n')
 
-    def finish() -> None:
-        time.sleep(0.3)
+    since = time.monotonic()
+
+    def finish() -> None:  # once the wait follows the leader's log, the job succeeds
+        apiserver.wait_for_request("GET", "/pods/fsdp-worker-0/log", since=since)
         apiserver.set_status(
             "kubeflow.org/v1", "PyTorchJob", "fsdp", {"conditions": _conditions("Created", "Running", "Succeeded")}
         )

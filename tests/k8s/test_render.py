@@ -564,3 +564,19 @@ def test_a_bucket_name_s3_refuses_is_a_configuration_error() -> None:
         ) as refused:
             Config.from_dict({"cluster": {"checkpoint_bucket": name}})
         assert "\n" not in str(refused.value)
+
+
+def test_the_runtime_is_one_kubeflow_trainer_v2_3_and_v2_4_both_accept() -> None:
+    import copy
+
+    from fsdp_sdk.k8s.trainer_v2 import MAX_REPLICATED_JOB_NAME, check_runtime, render_runtime
+    from fsdp_sdk.pins import pin
+
+    trainer = pin("kubeflow-trainer")
+    assert trainer.version == "v2.3.0" and trainer.latest == "v2.4.0" and "#4394" in trainer.note
+    runtime = render_runtime()
+    assert check_runtime(runtime) == []
+    too_long = copy.deepcopy(runtime)
+    too_long["spec"]["template"]["spec"]["replicatedJobs"][0]["name"] = "n" * (MAX_REPLICATED_JOB_NAME + 1)
+    (problem,) = check_runtime(too_long)
+    assert "longer than 20 characters" in problem and "v2.4" in problem

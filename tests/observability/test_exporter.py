@@ -78,18 +78,22 @@ def test_close_waits_for_a_scrape_of_the_last_step() -> None:
     exporter = PrometheusExporter(port, {"leader": "true"})
     exporter.observe(RECORD)
     scraped: list[dict[str, Any]] = []
+    closing = threading.Event()
 
-    def scrape_later() -> None:
-        time.sleep(0.3)  # the scraper of this test comes a little later, as Prometheus would
+    def scrape_later() -> None:  # the scraper comes once close() has begun, as Prometheus would after the run
+        closing.wait(30)
         scraped.append(_scrape(port))
+        scraped_at.append(time.monotonic())
 
+    scraped_at: list[float] = []
     thread = threading.Thread(target=scrape_later)
     thread.start()
-    start = time.monotonic()
-    exporter.close(linger_s=30)
+    closing.set()
+    exporter.close(linger_s=60)
+    closed_at = time.monotonic()
     thread.join()
     assert scraped and scraped[0]["fsdp_trainer_step"] == 7
-    assert time.monotonic() - start < 10
+    assert scraped_at[0] <= closed_at, "close() returned before the last step was scraped"
 
 
 def test_close_gives_up_after_the_linger() -> None:
@@ -97,7 +101,7 @@ def test_close_gives_up_after_the_linger() -> None:
     exporter.observe(RECORD)
     start = time.monotonic()
     exporter.close(linger_s=0.3)
-    assert 0.25 <= time.monotonic() - start < 5
+    assert 0.25 <= time.monotonic() - start < 30  # it waited the linger, then gave up (not the whole wait of a scrape)
 
 
 def test_a_port_in_use_is_a_one_line_trainer_error() -> None:

@@ -1,8 +1,13 @@
 """The metrics path for real: Debian's Prometheus on loopback scrapes a local trainer run (CPU, tiny preset)
-and a DCGM exporter's text exposition; ``fsdp-sdk job report`` reads the figures back through Prometheus's
+and two DCGM exporters' text expositions, one per node of the job (dcgm-exporter before 4.9, with the old names,
+and 4.9.0, ``scrapes/dcgm-exporter-4.9.0.txt``, with the renamed metrics, ratio and hertz units and the
+``hostname`` label); ``fsdp-sdk job report`` reads the figures back through Prometheus's
 HTTP API; headless Chromium renders the report; every dashboard query runs against that Prometheus.
 
 One session-scoped fixture runs it all once (about half a minute on 2 cores); every wait polls with a deadline.
+Nothing depends on how fast the machine is: the trainer's run is paced by Prometheus's scrapes
+(``paced_trainer.py``: every ``PACE``-th step waits until both targets were scraped again), so Prometheus holds
+at least ``STEPS / PACE`` samples of every series within the run, idle machine or saturated.
 """
 
 from __future__ import annotations
@@ -32,10 +37,15 @@ PROMETHEUS = shutil.which("prometheus")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 RUN_ID = "e2e0run1"
 JOB = "fsdp"
-#: Steps of the trainer run: about 4 s on CPU, so Prometheus (scraping every 500 ms) keeps several samples of each
-#: GPU series within the run, which the report's GPU plot draws as lines (30 steps left it one sample at times).
+#: Steps of the trainer run, and the pace: every PACE-th step waits for a scrape of the trainer and of the DCGM
+#: exposition, so Prometheus keeps at least STEPS / PACE samples of each series within the run (the report's plots
+#: draw them as lines) however fast or slow the machine trains.
 STEPS = 100
+PACE = 10
 HOSTNAME = "ip-10-0-1-17"
+#: The node whose DCGM exporter is 4.9.0 (the fixture's hostname label), and that exposition as recorded.
+HOSTNAME_49 = "ip-10-0-1-18"
+EXPOSITION_49 = Path(__file__).with_name("scrapes") / "dcgm-exporter-4.9.0.txt"
 # gpu -> DCGM field -> value, as the exporter would serve them for the job's pod
 GPUS = {
     "0": {"DCGM_FI_DEV_GPU_UTIL": 87, "DCGM_FI_DEV_MEM_COPY_UTIL": 40, "DCGM_FI_DEV_POWER_USAGE": 510.5,
@@ -72,8 +82,15 @@ def dcgm_exposition() -> str:
 
 class _Exposition(http.server.BaseHTTPRequestHandler):
     body = b""
+    scrapes = 0
+    counter: Path | None = None  # where the count of scrapes is written, for the paced trainer
 
     def do_GET(self) -> None:
+        type(self).scrapes += 1
+        if self.counter is not None:
+            tmp = self.counter.with_suffix(".tmp")
+            tmp.write_text(str(self.scrapes))
+            tmp.replace(self.counter)
         self.send_response(200)
         self.send_header("Content-Type", "text/plain; version=0.0.4")
         self.send_header("Content-Length", str(len(self.body)))
@@ -82,6 +99,20 @@ class _Exposition(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, *args: Any) -> None:
         pass
+
+
+class _Exposition49(_Exposition):
+    """The second node's exporter, dcgm-exporter 4.9.0 (not counted for the pace)."""
+
+    body = EXPOSITION_49.read_bytes()
+    counter = None
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(self.body)))
+        self.end_headers()
+        self.wfile.write(self.body)
 
 
 def _query(url: str, expr: str) -> list[dict[str, Any]]:
@@ -135,8 +166,11 @@ def metrics_path(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MetricsPa
     trainer_port, prometheus_port = _port(), _port()
 
     _Exposition.body = dcgm_exposition().encode()
+    _Exposition.counter = root / "dcgm-scrapes"
     exposition = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Exposition)
     threading.Thread(target=exposition.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    exposition_49 = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Exposition49)
+    threading.Thread(target=exposition_49.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
 
     # The scrape settings as the plugin renders them, with loopback targets in place of Kubernetes discovery.
     plugins = build_plugins(autoload=False)
@@ -154,6 +188,9 @@ def metrics_path(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MetricsPa
         extra_jobs=[
             static_scrape_job("fsdp-trainer", [f"127.0.0.1:{trainer_port}"], {"fsdp_job": JOB, "run_id": RUN_ID}),
             static_scrape_job("dcgm-exporter", [f"127.0.0.1:{exposition.server_address[1]}"], {"node": HOSTNAME}),
+            static_scrape_job(
+                "dcgm-exporter-4-9", [f"127.0.0.1:{exposition_49.server_address[1]}"], {"node": HOSTNAME_49}
+            ),
         ],
     )
     rendered["scrape_configs"] = [
@@ -182,9 +219,10 @@ def metrics_path(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MetricsPa
             prometheus_log,
         )
         env = {k: v for k, v in os.environ.items() if not k.startswith(("FSDP_SDK_", "KUBECONFIG"))}
+        env.update(PACE_EVERY=str(PACE), PACE_DCGM_SCRAPES=str(_Exposition.counter))
         trainer_log = root / "trainer.log"
         command = [
-            sys.executable, "-m", "fsdp_trainer",
+            sys.executable, str(Path(__file__).with_name("paced_trainer.py")),
             "--model.preset", "tiny", "--data.seq_len", "256", "--train.steps", str(STEPS), "--train.log_every", "10",
             "--runtime.device", "cpu", "--checkpoint.enabled", "false",
             "--train.output_dir", str(run_dir),
@@ -204,9 +242,8 @@ def metrics_path(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MetricsPa
             ),
             30,
         )
-        _poll(
-            "DCGM series in Prometheus", lambda: len(_query(url, "last_over_time(DCGM_FI_DEV_GPU_UTIL[10m])")) == 2, 30
-        )
+        for name in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_UTIL_RATIO"):  # both exporters' series are in
+            _poll(f"{name} in Prometheus", lambda n=name: len(_query(url, f"last_over_time({n}[10m])")) == 2, 30)
 
         out = root / "report"
         env["FSDP_SDK_STATE_DIR"] = str(state)
@@ -232,6 +269,9 @@ def metrics_path(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MetricsPa
         prometheus.terminate()
         prometheus.wait(timeout=20)
         exposition.shutdown()
+        exposition_49.shutdown()
+        exposition.server_close()
+        exposition_49.server_close()
 
 
 def test_report_reads_the_run_back_through_prometheus(metrics_path: MetricsPath) -> None:
@@ -247,10 +287,11 @@ def test_report_reads_the_run_back_through_prometheus(metrics_path: MetricsPath)
     html = Path(metrics_path.report["files"]["html"]).read_text()
     assert "prometheus" in html and f"{training['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU" in html
     gpu = summary["gpu"]
-    assert gpu["gpus"] == [f"{HOSTNAME} GPU 0", f"{HOSTNAME} GPU 1"]
-    assert gpu["mean_utilisation_pct"] == pytest.approx(89.0)
+    # both nodes' GPUs: the 4.9 exporter's by their new names, its utilisation ratio read as percent
+    assert gpu["gpus"] == [f"{HOSTNAME} GPU 0", f"{HOSTNAME} GPU 1", f"{HOSTNAME_49} GPU 0", f"{HOSTNAME_49} GPU 1"]
+    assert gpu["mean_utilisation_pct"] == pytest.approx(89.0)  # 87, 91 % and 0.85, 0.93
     assert gpu["mean_power_w"] == pytest.approx(504.5)
-    assert (gpu["mean_temperature_c"], gpu["max_temperature_c"]) == (pytest.approx(63.0), 65.0)
+    assert (gpu["mean_temperature_c"], gpu["max_temperature_c"]) == (pytest.approx(63.0), 66.0)
     assert gpu["xid_errors"] == {f"{HOSTNAME} GPU 1": [13]}
 
 
@@ -260,7 +301,9 @@ def test_prometheus_samples_are_the_trainer_records(metrics_path: MetricsPath) -
 
     metrics = from_prometheus(PrometheusApi(metrics_path.prometheus), run_id=RUN_ID)
     by_step = {r["step"]: r for r in metrics_path.records}
-    assert len(metrics.records) >= 2 and metrics.records[-1]["step"] == STEPS
+    assert (
+        len(metrics.records) >= STEPS // PACE and metrics.records[-1]["step"] == STEPS
+    )  # one per paced step, at least
     for record in metrics.records:
         expected = by_step[record["step"]]
         for field in ("loss", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu", "step_time_s", "grad_norm"):
@@ -292,11 +335,23 @@ def test_every_dashboard_query_returns_data(metrics_path: MetricsPath) -> None:
         t["expr"] for p in dashboard_json()["panels"] if p["type"] == "timeseries" for t in p["targets"]
     }
     assert dashboard_queries == {p.expr for p in PANELS}
-    empty = []
+    empty, partial = [], []
     for panel in PANELS:
-        if not _query(metrics_path.prometheus, f"last_over_time(({panel.expr.replace('$job', JOB)})[10m:500ms])"):
+        result = _query(metrics_path.prometheus, f"last_over_time(({panel.expr.replace('$job', JOB)})[10m:500ms])")
+        if not result:
             empty.append(panel.title)
+        if panel.row == "GPUs" and {r["metric"].get("Hostname") for r in result} != {HOSTNAME, HOSTNAME_49}:
+            partial.append(panel.title)  # each GPU panel reads both exporters, named by node in the legend's label
     assert not empty, f"queries without data: {empty}"
+    assert not partial, f"GPU panels missing one exporter's GPUs: {partial}"
+    utilisation = next(p for p in PANELS if p.title == "GPU utilisation").expr.replace("$job", JOB)
+    values = {
+        r["metric"]["Hostname"] + " " + r["metric"]["gpu"]: float(r["value"][1])
+        for r in _query(metrics_path.prometheus, f"last_over_time(({utilisation})[10m:500ms])")
+    }
+    assert values == pytest.approx(
+        {f"{HOSTNAME} 0": 87, f"{HOSTNAME} 1": 91, f"{HOSTNAME_49} 0": 85, f"{HOSTNAME_49} 1": 93}
+    )
     query = urllib.parse.urlencode({"match[]": "fsdp_trainer_step"})
     with urllib.request.urlopen(
         f"{metrics_path.prometheus}/api/v1/label/fsdp_job/values?{query}", timeout=10

@@ -359,6 +359,70 @@ def test_a_rank_that_stops_making_progress(outcome: Outcome, cleanup: list[Run])
     _nothing_left("hung", outcome)
 
 
+def test_a_rank_that_hangs_in_a_collective(outcome: Outcome, cleanup: list[Run]) -> None:
+    """A trainer rank frozen with SIGSTOP while its peer waits in a collective (runtime.timeout_s 10), twice."""
+    timeout_s = 10
+    run = Run(
+        *TINY,
+        "--steps",
+        "100000",
+        "--name",
+        "hang",
+        "--set",
+        "job.max_restarts=3",
+        "--",
+        "--runtime.timeout_s",
+        str(timeout_s),
+        "--checkpoint.every_steps",
+        "5",
+    )
+    cleanup.append(run)
+    run.wait_for(r"checkpoint: saved .*step_00000005")
+    rank = rank_process("hang", 1)
+    frozen = time.monotonic()
+    rank.suspend()
+    line = run.wait_for(r"^restart: .*", timeout=timeout_s + 60).group(0)
+    took = time.monotonic() - frozen
+    outcome.saw(line)
+    outcome.timed("hang named", took)
+    assert re.match(
+        rf"^restart: rank 1 \(pid {rank.pid}\) hung: stopped \(SIGSTOP\) in step \d+ \(\w+\), silent for \d+ s; "
+        rf"rank 0 waited for it in step \d+ \(\w+.*\) until the collective timeout \(runtime.timeout_s {timeout_s}\) "
+        r"ended the run; launching the run again from its latest checkpoint \(restart 1 of 3, 2 left\)$",
+        line,
+    ), line
+    assert took < timeout_s + 15, f"the hang was named {took:.0f} s after the rank stopped"
+    record_file = Path(os.environ["FSDP_SDK_STATE_DIR"]) / "local" / "runs" / "hang" / "run.json"
+    wait_until(lambda: json.loads(record_file.read_text())["restarts"], 30, "the restart in run.json")
+    record = json.loads(record_file.read_text())
+    assert [r["hang"]["rank"] for r in record["restarts"]] == [1]
+    assert record["restarts"][0]["cause"] in line
+
+    # the relaunched run resumes; its rank 1 hangs again: the run ends instead of burning the restarts left
+    run.wait_for(r"resumed from .*step_")
+    run.wait_for(r'^\{"step": \d+,')  # training again
+    again = rank_process("hang", 1)
+    assert again.pid != rank.pid
+    again.suspend()
+    code, _, err = run.finish(timeout=timeout_s + 90)
+    assert code == 1
+    line = last_line(err)
+    assert re.match(
+        rf"^Error: run hang failed: rank 1 \(pid {again.pid}\) hung: stopped \(SIGSTOP\) in step \d+ .*"
+        r"until the collective timeout \(runtime.timeout_s 10\) ended the run; it hung again after the restart "
+        r"\(the first time in step \d+ \(\w+\)\): not restarted again.* \(after 1 restart\); logs in ",
+        line,
+    ), line
+    outcome.saw(line)
+    assert err.count("restart: ") == 1
+    runs = cli("runs")
+    assert "hang: restart 1: rank 1" in runs.stdout and "hang: failed: run hang failed: rank 1" in runs.stdout
+    record = json.loads(cli("runs", "--json").stdout)[-1]
+    assert record["state"] == "failed" and "hung again" in record["error"] and len(record["restarts"]) == 1
+    outcome.note("the same cause in the restart line, `runs` and run.json; the second hang ended the run")
+    _nothing_left("hang", outcome)
+
+
 @pytest.mark.parametrize("damage", ["empty", "truncated", "deleted"])
 def test_a_damaged_state_file(damage: str, outcome: Outcome, tmp_path: Path) -> None:
     """state.json emptied, truncated, or deleted while etcd runs."""

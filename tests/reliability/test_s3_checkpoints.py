@@ -27,12 +27,15 @@ BUCKET = "fsdp-ckpt"
 
 @pytest.fixture
 def s3(aws: str):
-    """The moto bucket, and the environment every process of the run inherits (endpoint, fake credentials)."""
+    """The moto bucket, and the environment every process of the run inherits (endpoint, fake credentials); after
+    the test, ``fsdp-sdk down`` stops the etcd its runs started (a run that succeeds leaves the cluster up)."""
     import boto3
 
     client = boto3.client("s3")
     client.create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
-    return client
+    yield client
+    down = cli("down", "--backend", "local")
+    assert down.returncode == 0, down.stderr
 
 
 def _objects(s3, prefix: str) -> list[str]:
@@ -224,8 +227,11 @@ def test_a_second_run_on_a_runs_prefix_is_refused(s3, monkeypatch, tmp_path: Pat
     assert first.returncode == 0, first.stderr[-3000:]
     before = _objects(s3, "shared/")
     other = cli("run", *one, "--name", "other", *args)
+    state = os.environ["FSDP_SDK_STATE_DIR"]
     monkeypatch.setenv("FSDP_SDK_STATE_DIR", str(tmp_path / "another-state"))
     twin = cli("run", *one, "--name", "owner", *args)
+    assert cli("down", "--backend", "local").returncode == 0  # the other state directory's etcd
+    monkeypatch.setenv("FSDP_SDK_STATE_DIR", state)  # the fixture's 'down' stops the first one's
     for refused, name in ((other, "other"), (twin, "owner")):
         assert refused.returncode == 1, refused.stderr[-3000:]  # the trainer refused it (exit 2): not restarted
         line = last_line(refused.stderr)

@@ -1,4 +1,4 @@
-"""Asynchronous saves (``checkpoint.async_save``), one process, no process group: the background write's error fails
+"""Asynchronous saves (``checkpoint.async_mode async``), one process, no process group: the background write's error fails
 the run with its cause and leaves no marker; the next save waits for the previous one; what is written is the state
 at the time of the save, not what training changed afterwards."""
 
@@ -27,12 +27,16 @@ class Env:
         return values
 
 
-def checkpointer(tmp_path, **cfg) -> tuple[Checkpointer, torch.nn.Module, torch.optim.Optimizer]:
+def checkpointer(
+    tmp_path, stage_on_device: bool = False, **cfg
+) -> tuple[Checkpointer, torch.nn.Module, torch.optim.Optimizer]:
     model = torch.nn.Linear(4, 3)
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
     model(torch.ones(2, 4)).sum().backward()
     optimizer.step()
-    ck = Checkpointer(CheckpointConfig(dir=str(tmp_path), async_save=True, **cfg), Env(), model, optimizer, {})
+    ck = Checkpointer(
+        CheckpointConfig(dir=str(tmp_path), async_mode="async", **cfg), Env(), model, optimizer, {}, stage_on_device
+    )
     return ck, model, optimizer
 
 
@@ -78,3 +82,49 @@ def test_write_threads_spread_the_shards_over_as_many_files(tmp_path):
     ck.save(1)
     ck.close()
     assert sorted(p.name for p in (tmp_path / "step_00000001").glob("*.distcp")) == ["__0_0.distcp", "__0_1.distcp"]
+
+
+class HeldWriter(FileSystemWriter):
+    """Writes once ``release`` is set: a store slower than the save interval."""
+
+    release = None
+
+    def write_data(self, plan, planner):  # type: ignore[no-untyped-def]
+        assert self.release is not None
+        self.release.wait()
+        return super().write_data(plan, planner)
+
+
+def test_the_first_save_says_when_saves_will_queue_and_which_interval_would_not(tmp_path, caplog):
+    import threading
+
+    ck, _, _ = checkpointer(tmp_path, every_steps=2)
+    release = threading.Event()
+    ck.store.writer = lambda ckpt: HeldWriter(ckpt)  # type: ignore[method-assign]
+    HeldWriter.release = release
+    ck.save(2)
+    ck.poll()  # step 3: still writing, nothing known yet
+    assert ck.advice == {}
+    ck.store_advice(4, ck._saved_at + 2.0, done=False)  # what save(4) does before it waits: two steps of 1 s each
+    a = ck.advice
+    assert a["saves_queue"] is True and a["step_s"] == 1.0 and a["interval_s"] == 2.0
+    assert a["store_figure"].startswith("at most") and a["min_every_steps"] == 2
+    assert "every save will wait for the previous one; every 2 steps or more would not" in caplog.text
+    release.set()
+    ck.close()
+
+
+def test_a_store_that_keeps_pace_is_said_to_once_the_first_write_is_done(tmp_path, caplog):
+    import logging
+
+    caplog.set_level(logging.INFO, logger="fsdp_trainer.checkpoint")
+    ck, _, _ = checkpointer(tmp_path, every_steps=1000)
+    ck.save(1000)
+    ck._pending.result()  # the background write is done
+    ck.poll()
+    a = ck.advice
+    assert a["saves_queue"] is False and a["store_figure"] == "measured" and a["store_gb_per_s"] > 0
+    staged = sum(t.numel() * t.element_size() for t in ck._buffers.values())
+    assert a["gb_per_save"] == float(f"{staged / 1e9:.3g}")
+    assert "saves keep pace" in caplog.text
+    ck.close()

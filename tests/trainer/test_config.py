@@ -258,7 +258,11 @@ def test_a_removed_choice_is_refused_naming_the_ones_left():
 
 def test_experiments_are_off_by_default():
     cfg = load_config(None, [])
-    assert dataclasses.asdict(cfg.experimental) == {"symmetric_memory": False, "flat_shards": False}
+    assert dataclasses.asdict(cfg.experimental) == {
+        "symmetric_memory": False,
+        "stage_on_device": False,
+        "flat_shards": False,
+    }
 
 
 def test_file_errors(tmp_path):
@@ -329,3 +333,34 @@ def test_readme_documents_every_flag():
             assert options.field_docs(section)[f.name].replace("|", "\\|") in readme, (
                 f"README's text for {flag} is stale"
             )
+
+
+@pytest.mark.parametrize(
+    ("old", "mode"), [("true", "async"), ("false", "disabled"), ("none", "auto")], ids=["true", "false", "none"]
+)
+def test_the_old_async_save_flag_maps_to_async_mode_with_a_warning(old, mode, caplog):
+    cfg = load_config(None, ["--checkpoint.async_save", old])
+    assert cfg.checkpoint.async_mode == mode
+    assert "checkpoint.async_mode" in cfg.explicit  # as if given under its new name
+    assert f"--checkpoint.async_save is deprecated: it now means --checkpoint.async_mode {mode}" in caplog.text
+
+
+def test_the_old_stage_on_device_flag_moves_behind_the_experimental_fence(tmp_path, caplog):
+    (tmp_path / "c.yaml").write_text("checkpoint:\n  stage_on_device: true\n")
+    cfg = load_config(str(tmp_path / "c.yaml"), [])
+    assert cfg.experimental.stage_on_device is True and "experimental.stage_on_device true" in caplog.text
+    assert load_config(None, ["--checkpoint.stage_on_device", "auto"]).experimental.stage_on_device is True
+    assert load_config(None, ["--checkpoint.stage_on_device", "false"]).experimental.stage_on_device is False
+    assert TrainerConfig().experimental.stage_on_device is False and TrainerConfig().checkpoint.async_mode == "auto"
+
+
+def test_an_old_flag_beside_its_replacement_or_with_a_bad_value_is_refused():
+    with pytest.raises(
+        ConfigError, match=r"^--checkpoint.async_save: deprecated, and --checkpoint.async_mode is given"
+    ):
+        load_config(None, ["--checkpoint.async_save", "true", "--checkpoint.async_mode", "disabled"])
+    with pytest.raises(ConfigError, match=r"^--checkpoint.async_save: 'maybe' is not a boolean"):
+        load_config(None, ["--checkpoint.async_save", "maybe"])
+    with pytest.raises(ConfigError, match=r"^--checkpoint.async_mode: 'pinned' is not one of auto, disabled, async"):
+        load_config(None, ["--checkpoint.async_mode", "pinned"])
+    assert "--checkpoint.async_save" not in known_flags() and "--checkpoint.stage_on_device" not in help_text()

@@ -103,3 +103,5 @@ def test_tied_embeddings_stay_tied(api, random_init, world_of_one, monkeypatch):
     ids = torch.randint(0, built.hf_config.vocab_size, (1, 16))
     loss, _ = built.model(ids, ids)
     assert torch.isfinite(loss)
+    loss.backward()  # the tied weight gets one gradient (and FSDP1 releases the hooks its forward put on the graph)
+    assert lm.lm_head.weight.grad is not None

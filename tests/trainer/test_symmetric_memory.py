@@ -21,7 +21,9 @@ pytestmark = pytest.mark.timeout(60)
 def world_of_one():
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     yield
-    dist.destroy_process_group()
+    from fsdp_trainer.distributed import destroy_distributed
+
+    destroy_distributed()
 
 
 def _units(model: nn.Module) -> list[nn.Module]:

@@ -255,7 +255,19 @@ class EksctlBackend(ClusterBackend):
     # ------------------------------------------------------------------ status
 
     def status(self, config: Config) -> ClusterStatus:
-        return self._status(config, observe(config, addons=True))
+        """The cluster as EKS and CloudFormation see it (reads only). Without AWS credentials and without local state
+        of an earlier ``up`` it is ``absent``, as the terraform backend says without state, with the reason in
+        ``details["why"]``; with local state, the missing credentials are the error (exit 2), as there."""
+
+        try:
+            observed = observe(config, addons=True)
+        except ConfigError as error:
+            if StateDir.of(config.cluster.state_dir, config.cluster.name).read() is not None:
+                raise
+            why = f"no local state of an 'up', and EKS was not asked: {error}"
+            details = {"region": config.cluster.region, "why": why}
+            return ClusterStatus(self.name, config.cluster.name, "absent", 0, None, details)
+        return self._status(config, observed)
 
     def _status(self, config: Config, observed: Observed) -> ClusterStatus:
         name = config.cluster.name

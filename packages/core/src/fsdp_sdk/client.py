@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from fsdp_sdk.k8s.jobs import JobClient, JobStatus
     from fsdp_sdk.k8s.monitoring import Monitoring
     from fsdp_sdk.k8s.prereqs import Prereqs, PrereqStatus
+    from fsdp_sdk.k8s.validate import CrdSchema
     from fsdp_sdk.launch import LaunchPlan, LaunchResult
     from fsdp_sdk.monitoring import MonitoringComponent
     from fsdp_sdk.runner import DryRun, JobRunner, RunStatus
@@ -358,15 +359,18 @@ class Client:
         return self.cluster_workflow.prereqs(connect=connect)
 
     def install_prereqs(
-        self, *, operator: bool = True, operator_version: str | None = None, api: str | None = None
+        self, *, operator: bool = True, operator_version: str | None = None, api: str | None = None, queue: bool = False
     ) -> list[dict[str, Any]]:
         """Apply etcd and install the job controller on the cluster (idempotent).
 
         :param operator: install the job controller too.
         :param operator_version: its release tag (default: the pinned one).
         :param api: ``pytorchjob`` (the Training Operator) or ``trainjob`` (Kubeflow Trainer v2); default ``job.api``.
+        :param queue: also Kueue and fsdp-sdk's queues sized to the GPU node group (:mod:`fsdp_sdk.k8s.queue`).
         """
-        return self.cluster_workflow.install_prereqs(operator=operator, operator_version=operator_version, api=api)
+        return self.cluster_workflow.install_prereqs(
+            operator=operator, operator_version=operator_version, api=api, queue=queue
+        )
 
     def prereq_status(self, *, api: str | None = None) -> PrereqStatus:
         """What is installed on the cluster for the job API ``api`` (default ``job.api``), and what is missing."""
@@ -419,6 +423,7 @@ class Client:
         api: str | None = None,
         preview: bool = False,
         fresh_id: bool = False,
+        crds: Sequence[CrdSchema] = (),
     ) -> list[dict[str, Any]]:
         """The job's Kubernetes objects, exactly as ``job submit`` would apply them (pure; any backend).
 
@@ -429,9 +434,11 @@ class Client:
         :param preview: for reading only: a missing ``job.registry`` becomes a placeholder and a
             :class:`~fsdp_sdk.k8s.render.RenderWarning` instead of an error.
         :param fresh_id: without ``rdzv_id``, a fresh random one (as each submission gets) instead.
+        :param crds: CRDs (:func:`~fsdp_sdk.k8s.validate.load_crd_schema`) to check what the plugins' render hooks
+            set against: a :class:`~fsdp_sdk.k8s.render.RenderWarning` names the plugin and each field pruned.
         """
         return self.job_workflow.render_job(
-            rdzv_id=rdzv_id, create_secret=create_secret, api=api, preview=preview, fresh_id=fresh_id
+            rdzv_id=rdzv_id, create_secret=create_secret, api=api, preview=preview, fresh_id=fresh_id, crds=crds
         )
 
     @property
@@ -611,8 +618,13 @@ class Client:
         tokens: float | None = None,
         trainer_src: str | os.PathLike[str] | None = None,
         build_args: Mapping[str, str] | None = None,
+        collect: bool = False,
     ) -> LaunchPlan:
-        """What :meth:`launch` will do, and at what cost (see :func:`fsdp_sdk.launch.plan_launch`); changes nothing."""
+        """What :meth:`launch` will do, and at what cost (see :func:`fsdp_sdk.launch.plan_launch`); changes nothing.
+
+        :param collect: plan what cannot be read too (``launch --dry-run`` without credentials or tools): failed
+            checks in the plan's ``blocked``, what could not be read in its ``unknown``.
+        """
         from fsdp_sdk.launch import plan_launch
 
         return plan_launch(
@@ -623,6 +635,7 @@ class Client:
             tokens=tokens,
             trainer_src=Path(trainer_src) if trainer_src else None,
             build_args=build_args,
+            collect=collect,
         )
 
     def launch(

@@ -149,6 +149,24 @@ def fsdp_sdk_render_job(config: Config, objects: list[dict[str, Any]], resolved:
 
     (:func:`~fsdp_sdk.k8s.render.worker_pod_specs` yields just the pod specs.)
 
+    A hook that writes the job itself, not through :func:`~fsdp_sdk.k8s.render.worker_pods`, handles both shapes:
+
+    * ``PyTorchJob`` (``kubeflow.org/v1``): each replica's pod template is
+      ``spec.pytorchReplicaSpecs.<Worker|Master>.template`` (a full pod template: any pod field);
+    * ``TrainJob`` (``trainer.kubeflow.org/v1alpha1``, Trainer v2.3): pod settings go in fsdp-sdk's entry of
+      ``spec.runtimePatches`` (``manager: fsdp-sdk.io/render``), under
+      ``trainingRuntimeSpec.template.spec.replicatedJobs[name=node].template.spec.template``; there the pod
+      spec keeps only ``containers``/``initContainers`` (``name``, ``env``, ``volumeMounts``,
+      ``securityContext``), ``volumes``, ``nodeSelector``, ``affinity``, ``tolerations``, ``schedulingGates``,
+      ``serviceAccountName``, ``imagePullSecrets``, ``securityContext`` and ``terminationGracePeriodSeconds``;
+      the image, command and resources are ``spec.trainer`` fields. The Trainer v2.0 field
+      ``spec.podSpecOverrides`` no longer exists (v2.2 replaced it with ``runtimePatches``).
+
+    Branch on ``obj["kind"]`` and ``obj["apiVersion"]``. An API server silently drops a field a CRD does not
+    declare, so after the hooks ``job submit`` checks every object against the cluster's CRDs (and
+    ``job render --crd FILE|URL`` against the CRDs given) and warns, naming the plugin and the field, for
+    each field that would be dropped.
+
     :param config: the resolved configuration of the job: ``resolved.config`` (retired: an implementation that
         asks for it gets a :class:`~fsdp_sdk.errors.PluginDeprecationWarning`).
     :param objects: the rendered objects (``PyTorchJob``/``TrainJob``, ``Secret``,

@@ -9,7 +9,8 @@ and imports nothing of fsdp-sdk. Each run (one a minute or so) it
 3. decides (:func:`decide`): a training pod pending or running marks the cluster busy now; otherwise the idle time
    runs from the last time one was seen, kept in the state ConfigMap across runs (and across jobs);
 4. after ``IDLE_MINUTES`` without one, sets the node group's desired and minimum size to 0
-   (``eks:UpdateNodegroupConfig``: the only change its IAM role allows, on that node group only).
+   (``eks:UpdateNodegroupConfig``: the only change its IAM role allows, on that node group only), and the quota
+   of fsdp-sdk's Kueue ClusterQueue to 0 when the cluster has one (``scale`` sizes it again).
 
 ``fsdp-sdk launch`` and ``fsdp-sdk run`` scale the nodes back up when they find them at 0.
 
@@ -33,6 +34,8 @@ from typing import Any, Protocol
 TRAINING_LABELS = ("training.kubeflow.org/job-name", "jobset.sigs.k8s.io/jobset-name", "fsdp-sdk.io/run-id")
 #: The key of the state ConfigMap that holds when a training pod was last seen (ISO 8601, UTC).
 LAST_BUSY_KEY = "last-busy"
+#: fsdp-sdk's Kueue ClusterQueue (``fsdp_sdk.k8s.queue.CLUSTER_QUEUE``; this file imports nothing of fsdp-sdk).
+CLUSTER_QUEUE_PATH = "/apis/kueue.x-k8s.io/v1beta2/clusterqueues/fsdp-sdk"
 _ACTIVE_PHASES = ("Pending", "Running")
 
 
@@ -127,6 +130,9 @@ def run_once(
             nodegroupName=nodegroup,
             scalingConfig={"minSize": 0, "desiredSize": 0, "maxSize": max(1, int(scaling.get("maxSize") or 1))},
         )
+        zero_queue = getattr(cluster_view, "zero_queue_quota", None)
+        if zero_queue is not None:
+            zero_queue()
     cluster_view.write_state(
         {
             LAST_BUSY_KEY: decision.last_busy.isoformat(),
@@ -135,6 +141,16 @@ def run_once(
         }
     )
     return decision
+
+
+def zero_quota(cluster_queue: Mapping[str, Any]) -> dict[str, Any]:
+    """``cluster_queue`` with every flavor's nominal quota 0: nothing is admitted while the nodes are gone."""
+    updated = json.loads(json.dumps(cluster_queue))
+    for group in (updated.get("spec") or {}).get("resourceGroups") or []:
+        for flavor in group.get("flavors") or []:
+            for resource in flavor.get("resources") or []:
+                resource["nominalQuota"] = "0"
+    return updated
 
 
 class InCluster:
@@ -184,6 +200,19 @@ class InCluster:
         """The state ConfigMap's data (empty when it has none)."""
         found = self._call("GET", f"/api/v1/namespaces/{self.namespace}/configmaps/{self.configmap}")
         return dict(found.get("data") or {})
+
+    def zero_queue_quota(self) -> bool:
+        """Set fsdp-sdk's Kueue ClusterQueue's quota to 0 (:func:`zero_quota`); ``False`` when there is none."""
+        import urllib.error
+
+        try:
+            found = self._call("GET", CLUSTER_QUEUE_PATH)
+        except urllib.error.HTTPError as error:
+            if error.code == 404:  # no Kueue, or no queue of fsdp-sdk's
+                return False
+            raise
+        self._call("PUT", CLUSTER_QUEUE_PATH, zero_quota(found))
+        return True
 
     def write_state(self, data: Mapping[str, str]) -> None:
         """Merge ``data`` into the state ConfigMap."""

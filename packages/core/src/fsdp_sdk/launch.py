@@ -64,6 +64,8 @@ class LaunchPlan:
     :param down: delete the cluster when the job ends.
     :param notes: what the plan could not find out (an estimate not made...).
     :param trainer_args: the trainer options the job runs with (as on the trainer's command line).
+    :param unknown: what a dry run could not read (no AWS credentials, no tool, no cluster), one line each with
+        the reason; the steps that depend on it say what happens either way.
     """
 
     backend: str
@@ -90,6 +92,13 @@ class LaunchPlan:
     notes: list[str] = dataclasses.field(default_factory=list)
     trainer_args: tuple[str, ...] = ()
     registry: str | None = None
+    unknown: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def blocked(self) -> list[str]:
+        """The preflight checks of the cluster's plan that would stop ``launch``, one line each (a dry run's)."""
+        checks = self.cluster_plan.preflight if self.cluster_plan is not None else []
+        return [r.line() for r in checks if r.blocking]
 
     @property
     def creates_paid_resources(self) -> bool:
@@ -124,9 +133,13 @@ class LaunchPlan:
         return lines
 
     def lines(self) -> list[str]:
-        """The whole plan: what will be done, then the cost."""
+        """The whole plan: the failed preflight checks, what will be done, what could not be known, then the cost."""
         head = f"Launch {self.job} on {self.backend} cluster {self.cluster!r} ({self.cluster_state}):"
-        return [head, *(f"  {n}. {step}" for n, step in enumerate(self.steps, 1)), *self.cost_lines()]
+        checks = self.cluster_plan.preflight if self.cluster_plan is not None else []
+        failed = [f"  {r.line()}" for r in checks if not r.ok]
+        unknown = [f"  not known: {line}" for line in self.unknown]
+        steps = [f"  {n}. {step}" for n, step in enumerate(self.steps, 1)]
+        return [head, *failed, *steps, *unknown, *self.cost_lines()]
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (``launch --dry-run --json``)."""
@@ -160,6 +173,7 @@ def plan_launch(
     trainer_src: str | Path | None = None,
     build_args: Mapping[str, str] | None = None,
     ecr: Any = None,
+    collect: bool = False,
 ) -> LaunchPlan:
     """What :func:`launch` will do for the job workflow's configuration (:class:`~fsdp_sdk.workflows.jobs.JobWorkflow`, what :meth:`fsdp_sdk.Client.launch_plan` passes); reads (AWS, the cluster, ECR), changes nothing.
 
@@ -170,7 +184,10 @@ def plan_launch(
     :param trainer_src: the trainer package the image is built from (default: the installed one).
     :param build_args: build arguments of the image (see :data:`fsdp_sdk.k8s.image.BUILD_ARGS`).
     :param ecr: a boto3 ECR client (default: the shared one).
-    :raises PreflightError: a preflight check failed.
+    :param collect: plan anyway what cannot be read (``launch --dry-run``: no AWS credentials, no backend tool):
+        the failed preflight checks stay in the cluster plan (:attr:`LaunchPlan.blocked`) and what could not be
+        read is in :attr:`LaunchPlan.unknown`, instead of an error.
+    :raises PreflightError: a preflight check failed (unless ``collect``).
     :raises ConfigError: an invalid setting, or a job that will not fit (unless ``force``), or a job of that name
         still running.
     """
@@ -181,7 +198,7 @@ def plan_launch(
     backend = flow.backend
     cluster = flow.config.cluster
     if backend.runs_jobs:
-        cluster_plan = flow.cluster.plan()
+        cluster_plan = flow.cluster.plan(collect=collect)
         local_steps = ["start etcd on this machine unless it runs"] if cluster_plan.steps else []
         nodes = job_flow.config.job.num_workers
         local_steps.append(f"run {flow.config.job.name} here: {nodes} simulated node(s), the progress followed")
@@ -204,12 +221,30 @@ def plan_launch(
 
     from fsdp_sdk.k8s.image import content_tag, ecr_registry, image_in_ecr
 
-    status = flow.cluster.status()
-    absent = status.state == "absent"
+    unknown: list[str] = []
+
+    def read(what: str, reader: Callable[[], Any]) -> Any:
+        """``reader()``; in a dry run (``collect``) what it could not read is noted and None returned instead."""
+        if not collect:
+            return reader()
+        try:
+            return reader()
+        except FsdpSdkError as error:
+            unknown.append(f"{what} ({error})")
+            return None
+
+    status = read("the cluster's state", flow.cluster.status)
+    known = status is not None
+    absent = known and status.state == "absent"
     steps: list[str] = []
-    cluster_plan = flow.cluster.plan()
+    cluster_plan = flow.cluster.plan(collect=collect)
     if absent:
         steps.append(f"create the cluster ({len(cluster_plan.steps)} steps: 'fsdp-sdk up --dry-run' lists them)")
+    elif not known:
+        steps.append(
+            f"create the cluster unless it exists ({len(cluster_plan.steps)} steps: 'fsdp-sdk up --dry-run' lists "
+            "them); on an existing one, scale its GPU nodes up from 0 and install missing prerequisites"
+        )
     elif status.state != "ready":
         raise ConfigError(
             "cluster",
@@ -217,30 +252,35 @@ def plan_launch(
             "wait for it ('fsdp-sdk status'), or repair it with 'fsdp-sdk up'",
         )
     scale_to = None
-    if not absent and status.nodes == 0:
+    if known and not absent and status.nodes == 0:
         scale_to = max(cluster.nodes, flow.config.job.num_workers)
         steps.append(f"scale the GPU nodes from 0 to {scale_to}")
     install = False
-    if not absent:
-        prereqs = flow.cluster.prereq_status()
-        if not prereqs.healthy:
+    if known and not absent:
+        prereqs = read("the cluster's prerequisites", flow.cluster.prereq_status)
+        if prereqs is not None and not prereqs.healthy:
             install = True
             steps.append("install the prerequisites (etcd, the Kubeflow Training Operator)")
 
     tag = content_tag(trainer_src, build_args)
-    present = image_in_ecr(flow.config, tag, ecr=ecr)
-    registry = flow.config.job.registry or _account_registry(ecr_registry(flow.config)[1], ecr)
-    image = f"{registry}/{flow.config.job.image}:{tag}"
+    present = read(f"whether ECR holds the image tag {tag}", lambda: image_in_ecr(flow.config, tag, ecr=ecr))
+    registry = flow.config.job.registry or read(
+        "the account's ECR registry", lambda: _account_registry(ecr_registry(flow.config)[1], ecr)
+    )
+    shown_registry = registry or f"<account>.dkr.ecr.{cluster.region}.amazonaws.com"
+    image = f"{shown_registry}/{flow.config.job.image}:{tag}"
     if present:
         steps.append(f"use the image {image}: ECR holds it (its content has not changed)")
+    elif present is None:
+        steps.append(f"build the image {flow.config.job.image}:{tag} and push it to ECR ({image}), unless ECR holds it")
     else:
         steps.append(f"build the image {flow.config.job.image}:{tag} and push it to ECR ({image})")
     steps += _code_layer_steps(job_flow, image, ecr)
 
     job_name = flow.config.job.name
     replace = False
-    if not absent:
-        replace = _existing_job(flow, job_name)
+    if known and not absent:
+        replace = bool(read(f"whether a job {job_name} is on the cluster", lambda: _existing_job(flow, job_name)))
     submit = f"submit the job {job_name}" + (" (replacing the finished job of that name)" if replace else "")
     steps += [submit, "follow the leader's log to the end, then print the summary"]
     if down:
@@ -262,8 +302,8 @@ def plan_launch(
         cluster=cluster.name,
         job=job_name,
         local=False,
-        cluster_state=status.state,
-        gpu_nodes=status.nodes,
+        cluster_state=status.state if status is not None else "unknown",
+        gpu_nodes=status.nodes if status is not None else 0,
         steps=steps,
         cluster_plan=cluster_plan,
         hourly_cost_usd=cluster_plan.hourly_cost_usd,
@@ -282,6 +322,7 @@ def plan_launch(
         notes=notes,
         trainer_args=tuple(trainer_args),
         registry=registry,
+        unknown=unknown,
     )
 
 

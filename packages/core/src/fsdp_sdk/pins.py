@@ -12,16 +12,21 @@ import datetime
 import functools
 import json
 import os
+import re
+from collections.abc import Mapping
 from typing import Any
 
 from fsdp_sdk._fields import FrozenFields
 
 __all__ = [
+    "ImageTag",
     "KubernetesRelease",
     "Pin",
     "check_kubernetes_version",
     "control_plane_usd_per_hour",
     "default_kubernetes_version",
+    "image_tag",
+    "image_tags",
     "kubernetes_release",
     "kubernetes_releases",
     "pin",
@@ -89,6 +94,49 @@ def pin(name: str) -> Pin:
         return pins()[name]
     except KeyError:
         raise KeyError(f"no pin {name!r} in fsdp_sdk/data/pins.json (known: {', '.join(sorted(pins()))})") from None
+
+
+@dataclasses.dataclass(frozen=True, eq=False, repr=False)
+class ImageTag(FrozenFields):
+    """One image tag fsdp-sdk renders, as ``fsdp_sdk/data/image_tags.json`` records it.
+
+    ``image`` may hold ``{eks_registry}`` (the region's EKS registry); ``upstream`` is the chart (or manifest) of the
+    component's own project and the tag it names; ``differs`` says why the tag is not the upstream one, and
+    ``no_upstream`` why there is none to compare with.
+    """
+
+    image: str
+    tag: str
+    seen: str
+    where: str
+    pin: str = ""
+    upstream: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    differs: str = ""
+    no_upstream: str = ""
+    note: str = ""
+
+    def matches(self, reference: str) -> bool:
+        """Whether ``reference`` (``repository:tag``) is this image and tag, any registry standing for a placeholder."""
+        repository, _, tag = reference.rpartition(":")
+        if tag != self.tag or "/" in tag:
+            return False
+        if "{" not in self.image:
+            return repository == self.image
+        pattern = re.escape(self.image).replace(re.escape("{eks_registry}"), r"[0-9]{12}\.dkr\.ecr\.[a-z0-9.-]+")
+        return re.fullmatch(pattern, repository) is not None
+
+
+@functools.cache
+def image_tags() -> list[ImageTag]:
+    """Every image tag of the table ``fsdp_sdk/data/image_tags.json``, parsed once per process."""
+    with open(os.path.join(os.path.dirname(__file__), "data", "image_tags.json"), encoding="utf-8") as file:
+        data: dict[str, Any] = json.load(file)
+    return [ImageTag(**entry) for entry in data["images"]]
+
+
+def image_tag(reference: str) -> ImageTag | None:
+    """The table's entry for the image reference ``reference``, or None when the table has not seen that tag."""
+    return next((entry for entry in image_tags() if entry.matches(reference)), None)
 
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)

@@ -28,6 +28,7 @@ exception or a result of the wrong type names the plugin and the hook.
 
 from __future__ import annotations
 
+import copy
 import functools
 import importlib
 import os
@@ -287,11 +288,20 @@ class PluginHooks:
     def _arguments(self, impl: Any, resolve: Callable[[], Resolved], **kwargs: Any) -> dict[str, Any]:
         return {**kwargs, "resolved": resolve()} if "resolved" in impl.argnames else kwargs
 
-    def render_job(self, config: Config | Resolved, objects: list[dict[str, Any]]) -> None:
+    def render_job(
+        self,
+        config: Config | Resolved,
+        objects: list[dict[str, Any]],
+        *,
+        changes: list[tuple[str, int, str]] | None = None,
+    ) -> None:
         """Let plugins append to or modify the rendered Kubernetes objects in place.
 
         :param config: the resolved value of the job (a bare configuration is resolved with this plugin set when a
             hook implementation asks for ``resolved``).
+        :param changes: when given, gets ``(plugin, object index, path)`` for every path each hook set or changed
+            (``""`` for an object it added), so a check after the hooks can name the plugin behind a field
+            (:func:`fsdp_sdk.k8s.validate.pruned_by_hooks`).
 
         :raises PluginError: a plugin's hook failed, returned something, or left an object that is not a
             Kubernetes object (a dict with ``apiVersion``, ``kind`` and ``metadata.name``).
@@ -299,6 +309,7 @@ class PluginHooks:
         hook_name = "fsdp_sdk_render_job"
         config, resolve = self._resolution(config, hook_name)
         for impl in self._impls(hook_name, call_order=True):
+            before = copy.deepcopy(objects) if changes is not None else None
             result = self._call(impl, hook_name, **self._arguments(impl, resolve, config=config, objects=objects))
             if result is not None:
                 raise self._wrong(
@@ -308,6 +319,13 @@ class PluginHooks:
                 problem = _object_problem(obj)
                 if problem is not None:
                     raise self._wrong(impl, hook_name, f"left objects[{index}] {problem}")
+            if changes is not None and before is not None:
+                from fsdp_sdk.k8s.validate import changed_paths
+
+                who = self._describe(impl.plugin_name)
+                for index, obj in enumerate(objects):
+                    paths = [""] if index >= len(before) else changed_paths(before[index], obj)
+                    changes += [(who, index, path) for path in paths]
 
     def job_image(self, config: Config) -> str:
         """The image a job runs: the first plugin answer, else ``config.image_ref``.

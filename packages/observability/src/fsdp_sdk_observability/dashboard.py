@@ -28,6 +28,14 @@ _TRAINER = 'fsdp_job="$job"'
 _GPUS = 'pod=~"$job-.+"'
 
 
+def _dcgm(metric: str) -> str:
+    """A GPU panel's query: ``metric`` of the job's pods under its name before dcgm-exporter 4.9 or after (in the old
+    unit: ``fsdp_sdk.reports.dcgm_names``), the 4.9 ``hostname`` label copied to ``Hostname`` for the legend."""
+    from fsdp_sdk.reports.dcgm_names import either
+
+    return f'label_replace({either(metric, _GPUS)}, "Hostname", "$1", "hostname", "(.+)")'
+
+
 @dataclass(frozen=True)
 class Panel:
     """One time-series panel.
@@ -84,15 +92,15 @@ PANELS: tuple[Panel, ...] = (
     Panel(
         "GPUs",
         "GPU utilisation",
-        f"DCGM_FI_DEV_GPU_UTIL{{{_GPUS}}}",
+        _dcgm("DCGM_FI_DEV_GPU_UTIL"),
         "percent",
         "{{Hostname}} GPU {{gpu}}",
-        "Percent of time a kernel ran on the GPU (DCGM_FI_DEV_GPU_UTIL).",
+        "Percent of time a kernel ran on the GPU (DCGM_FI_DEV_GPU_UTIL, or dcgm-exporter 4.9's _RATIO x 100).",
     ),
     Panel(
         "GPUs",
         "Memory copy utilisation",
-        f"DCGM_FI_DEV_MEM_COPY_UTIL{{{_GPUS}}}",
+        _dcgm("DCGM_FI_DEV_MEM_COPY_UTIL"),
         "percent",
         "{{Hostname}} GPU {{gpu}}",
         "Percent of time the GPU memory was read or written (DCGM_FI_DEV_MEM_COPY_UTIL).",
@@ -100,7 +108,7 @@ PANELS: tuple[Panel, ...] = (
     Panel(
         "GPUs",
         "SM clock",
-        f"DCGM_FI_DEV_SM_CLOCK{{{_GPUS}}} * 1000000",
+        f"({_dcgm('DCGM_FI_DEV_SM_CLOCK')}) * 1000000",
         "hertz",
         "{{Hostname}} GPU {{gpu}}",
         "Streaming multiprocessor clock (DCGM_FI_DEV_SM_CLOCK, MHz); a drop under load means throttling.",
@@ -108,7 +116,7 @@ PANELS: tuple[Panel, ...] = (
     Panel(
         "GPUs",
         "GPU temperature",
-        f"DCGM_FI_DEV_GPU_TEMP{{{_GPUS}}}",
+        _dcgm("DCGM_FI_DEV_GPU_TEMP"),
         "celsius",
         "{{Hostname}} GPU {{gpu}}",
         "GPU temperature (DCGM_FI_DEV_GPU_TEMP).",
@@ -116,7 +124,7 @@ PANELS: tuple[Panel, ...] = (
     Panel(
         "GPUs",
         "Power draw",
-        f"DCGM_FI_DEV_POWER_USAGE{{{_GPUS}}}",
+        _dcgm("DCGM_FI_DEV_POWER_USAGE"),
         "watt",
         "{{Hostname}} GPU {{gpu}}",
         "Power draw of each GPU (DCGM_FI_DEV_POWER_USAGE).",
@@ -124,7 +132,7 @@ PANELS: tuple[Panel, ...] = (
     Panel(
         "GPUs",
         "XID errors",
-        f"DCGM_FI_DEV_XID_ERRORS{{{_GPUS}}}",
+        _dcgm("DCGM_FI_DEV_XID_ERRORS"),
         "none",
         "{{Hostname}} GPU {{gpu}}",
         "The last XID error each GPU reported (DCGM_FI_DEV_XID_ERRORS; 0: none). 79 (fallen off the bus), "

@@ -20,13 +20,15 @@ leftovers of a crashed save are deleted at start, ``checkpoint.keep`` deletes ol
 checkpoints, and a deletion removes the marker first, so a half-deleted checkpoint is
 never taken as complete.
 
-Asynchronous saves (``checkpoint.async_save``): each rank copies its shards into
+Asynchronous saves (``checkpoint.async_mode``): each rank copies its shards into
 buffers kept between saves (the only part training waits for), then writes them from
 a background thread over a process group of its own (gloo), so training continues
 meanwhile. On CUDA the copy goes to pinned host memory, which the next optimizer step
 waits for on the device (at PCIe speed: 0.86 s for a 22.6 GB state on an H100); with
-``checkpoint.stage_on_device`` it goes to spare device memory first (the optimizer
-waits for that copy only) and on to the host in the background. The leader commits
+``experimental.stage_on_device`` it goes to spare device memory first (the optimizer
+waits for that copy only) and on to the host in the background. When the first save's
+write is done, its speed says whether saves every ``checkpoint.every_steps`` will queue
+(:meth:`Checkpointer.store_advice`). The leader commits
 (marker, pruning) as soon as its save is done: DCP's metadata is written only after
 every rank has reported its shards written, and each rank's small files were written
 before its shards. The next save waits for the previous one; an error of a background
@@ -218,8 +220,10 @@ class Checkpointer:
         model: nn.Module,
         optimizer: torch.optim.Optimizer,
         stateful: dict[str, Any],
+        stage_on_device: bool = False,
     ):
-        """``stateful``: name -> object with ``state_dict()``/``load_state_dict()`` (scheduler, data loader, scaler)."""
+        """``stateful``: name -> object with ``state_dict()``/``load_state_dict()`` (scheduler, data loader, scaler).
+        ``stage_on_device``: ``experimental.stage_on_device`` (see :meth:`_stage_on_device`)."""
         assert cfg.dir is not None
         self.cfg, self.env, self.model, self.optimizer, self.stateful = cfg, env, model, optimizer, stateful
         self.store: CheckpointStore = store_for(cfg.dir, cfg.s3_client, cfg.write_threads, cfg.s3_timeout_s)
@@ -241,7 +245,7 @@ class Checkpointer:
         self.timings: dict[str, list[float]] = {
             k: [] for k in ("wait_s", "alloc_s", "stage_s", "copy_s", "offload_s", "write_s", "background_s")
         }
-        self._async: bool | None = cfg.async_save
+        self._async: bool | None = {"auto": None, "disabled": False, "async": True}[cfg.async_mode]
         self._group: Any = None
         self._pending: Future[str] | None = None
         self._pending_step = 0
@@ -250,9 +254,15 @@ class Checkpointer:
         self._buffers: dict[str, torch.Tensor] = {}
         self._device_buffers: dict[str, torch.Tensor] = {}
         self._offload_stream: Any = None
-        self._on_device: bool | None = cfg.stage_on_device
+        self._on_device: bool | None = None if stage_on_device else False
         self._copied: Any = None
-        if cfg.enabled and cfg.async_save is not False:
+        #: Whether saves every ``checkpoint.every_steps`` keep pace with the store, from the first asynchronous
+        #: save's measured write (:meth:`store_advice`); empty until known.
+        self.advice: dict[str, Any] = {}
+        self._staged_bytes = 0
+        self._saved_at = 0.0
+        self._steps_since_save = 0
+        if cfg.enabled and self._async is not False:
             self._init_async_group()
 
     def _init_async_group(self) -> None:
@@ -473,7 +483,7 @@ class Checkpointer:
         return int(train_state["step"])
 
     def _use_async(self, state: dict[str, Any]) -> bool:
-        """``checkpoint.async_save``, with auto decided once from the staged copy's size against host memory."""
+        """``checkpoint.async_mode``, with auto decided once from the staged copy's size against host memory."""
         if self._async is None:
             need = _state_bytes(state) * max(1, self.env.local_world_size)
             available = _host_memory_available()
@@ -481,7 +491,7 @@ class Checkpointer:
             if not self._async:
                 log.warning(
                     "checkpoint: saving synchronously: the staged copies (%.1f GiB on this node) would take over "
-                    "half of the %.1f GiB of host memory available (--checkpoint.async_save true forces it)",
+                    "half of the %.1f GiB of host memory available (--checkpoint.async_mode async forces it)",
                     need / 2**30,
                     (available or 0) / 2**30,
                 )
@@ -494,6 +504,8 @@ class Checkpointer:
         """Write checkpoint ``step`` (see the module docstring); returns where it goes. Asynchronous: returns once
         the state is staged, the previous save having finished first."""
         start = time.perf_counter()
+        if self._pending is not None and not self.advice:
+            self.store_advice(step, start, self._pending.done())
         self.wait()  # the previous save (asynchronous) is written: training waits for it here, counted in this save
         waited = time.perf_counter() - start
         staging = self.store.staging_id(step)
@@ -527,7 +539,8 @@ class Checkpointer:
             self._begin_save(step)
             self._pending = self._executor.submit(job)
             self._pending_step = step
-            self.blocking_s.append(time.perf_counter() - start)
+            self._saved_at, self._steps_since_save = time.perf_counter(), 0
+            self.blocking_s.append(self._saved_at - start)
             return self.store.final_id(step)
         with self._watchdog(f"the save of step {step}", self.store, self.store.final_id(step)):
             dcp.save(state, storage_writer=self.store.writer(staging))
@@ -548,7 +561,7 @@ class Checkpointer:
         optimizer step wait on the device, not the host, for them. The source tensors are recorded on that stream,
         so the allocator does not reuse them before the copies end. The buffers are on the device when
         :meth:`_stage_on_device` says so (the background moves them to the host), else pinned host memory. On CPU
-        the copy is a plain one (``checkpoint.stage_on_device true`` there: a second copy in the background, for tests).
+        the copy is a plain one (``experimental.stage_on_device true`` there: a second copy in the background, for tests).
         """
         cuda = self.env.device.type == "cuda"
         on_device = self._stage_on_device(state)
@@ -573,6 +586,7 @@ class Checkpointer:
                 staged = _copy_tree(state, buffers, torch.device("cpu"), False, None, timed)
         except _Unstageable:
             return None, None
+        self._staged_bytes = _state_bytes(state)
         self.timings["alloc_s"].append(timed[0])
         self.timings["stage_s"].append(time.perf_counter() - start - timed[0])
         return staged, events
@@ -583,12 +597,12 @@ class Checkpointer:
         return bool(self._on_device)
 
     def _stage_on_device(self, state: dict[str, Any]) -> bool:
-        """Whether the copies go to device buffers first (``checkpoint.stage_on_device``: false by default; auto,
-        decided at the first save on CUDA: when the run's peak leaves room for them beside a margin of 5% of the
-        device, at least 2 GiB, counting what CUDA holds outside the allocator). Each rank decides for itself: the
-        writes are the same."""
+        """Whether the copies go to device buffers first (``experimental.stage_on_device``, off by default; when
+        on, decided at the first save on CUDA: when the run's peak leaves room for them beside a margin of 5% of the
+        device, at least 2 GiB, counting what CUDA holds outside the allocator; on CPU always, a second copy in the
+        background, for tests). Each rank decides for itself: the writes are the same."""
         if self._on_device is None:
-            self._on_device = False
+            self._on_device = True
             if self.env.device.type == "cuda":
                 dev = self.env.device
                 need = _state_bytes(state)
@@ -626,6 +640,11 @@ class Checkpointer:
             else:
                 staged = _copy_tree(staged, self._buffers, torch.device("cpu"), False, None, [0.0])
             self.timings["offload_s"].append(time.perf_counter() - start)
+        if hasattr(writer, "per_thread_copy_ahead"):
+            # the staged copy is on the host already: DCP's copy-ahead loader (one write thread on a CUDA machine)
+            # would only synchronize this thread's current stream, the device's default one that training runs
+            # on, before writing each tensor (bench/reports/2026-12-06-h200-checkpoint-blocking.md)
+            writer.per_thread_copy_ahead = 0
         start = time.perf_counter()
         dcp.save(staged, storage_writer=writer, process_group=self._group)
         self.timings["write_s"].append(time.perf_counter() - start)
@@ -667,11 +686,62 @@ class Checkpointer:
     def poll(self) -> None:
         """Raise the error of a background save that failed, or that stalled (cheap: call it every step)."""
         pending = self._pending
+        self._steps_since_save += pending is not None
         if pending is not None and pending.done():
             self._pending = None
             self._raise_if_failed(pending)
+            if not self.advice:
+                self.store_advice(None, time.perf_counter(), True)
         elif pending is not None:
             self._raise_if_stalled()
+
+    def store_advice(self, step: int | None, now: float, done: bool) -> None:
+        """Once, when the first asynchronous save's write is known to be done (``done``, found by :meth:`poll`) or
+        not (``done`` False at the next save, ``step``): log whether a save every ``checkpoint.every_steps`` keeps
+        pace with the store and, if not, what it needs and which interval would, and keep the figures in
+        :attr:`advice` (summary.json). A step's time is measured from the save's return to ``now``."""
+        every = self.cfg.every_steps
+        background = self.timings["background_s"]
+        if not every or not self._staged_bytes or (done and not background):
+            return
+        steps = self._steps_since_save + (step is not None)  # the step that called save() did not poll
+        if steps <= 0:
+            return
+        step_s = (now - self._saved_at) / steps
+        interval = every * step_s
+        gb = self._staged_bytes / 1e9
+        if done:
+            write_s, busy_s = self.timings["write_s"][0], background[0]
+        else:  # still writing after a whole interval: the time so far is a lower bound
+            write_s = busy_s = now - self._saved_at
+        queues = not done or busy_s > interval
+        self.advice = {
+            "every_steps": every,
+            "step_s": round(step_s, 4),
+            "interval_s": round(interval, 2),
+            "gb_per_save": float(f"{gb:.3g}"),
+            "needed_gb_per_s": float(f"{gb / interval:.3g}"),
+            "store_gb_per_s": float(f"{gb / write_s:.3g}") if write_s > 0 else None,
+            "store_figure": "measured" if done else "at most (the write had not ended)",
+            "background_s": round(busy_s, 2),
+            "saves_queue": queues,
+            "min_every_steps": int(-(-busy_s // step_s)) if step_s > 0 else None,
+        }
+        a = self.advice
+        took = f"{'took' if done else 'took at most'} {a['store_gb_per_s']} GB/s"
+        if queues:
+            log.warning(
+                "checkpoint: a save every %d steps (%.1f s) needs %.3g GB/s from this rank (%.3g GB a save); this "
+                "store %s (the first save: %.1f s in the background): every save will wait for the previous one; "
+                "every %d steps or more would not",
+                every, interval, a["needed_gb_per_s"], gb, took, busy_s, a["min_every_steps"],
+            )  # fmt: skip
+        else:
+            log.info(
+                "checkpoint: a save every %d steps (%.1f s) needs %.3g GB/s from this rank; this store %s: "
+                "saves keep pace (every %d steps or more would)",
+                every, interval, a["needed_gb_per_s"], took, a["min_every_steps"],
+            )  # fmt: skip
 
     def wait(self) -> None:
         """Wait for the background save in flight, if any (bounded: see :meth:`_stalled`); raise its error."""

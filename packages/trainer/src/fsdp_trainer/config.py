@@ -202,10 +202,8 @@ class CheckpointConfig(options.Section):
     """At the end, write a consolidated Hugging Face model directory (save_pretrained, plus tokenizer) here: a directory or s3://BUCKET/PREFIX."""
     export_dtype: Dtype | None = None
     """Dtype of the exported weights. Default: precision.param_dtype."""
-    async_save: bool | None = None
-    """Save in the background: each rank copies its shards into host buffers kept between saves (on CUDA pinned, on a stream of its own, overlapping the next step's forward and backward), and DCP writes that copy from a background thread; the next save waits for the previous one, a failed background save fails the run with its cause, the last one is waited for. Default (auto): on, unless the copies would take over half the node's available host memory."""
-    stage_on_device: bool | None = False
-    """Asynchronous saves on CUDA: copy the shards to spare device memory first (the next optimizer step then waits for a device-to-device copy, not a copy at PCIe speed), then to pinned host memory in the background. Off by default: checked on CPU, not yet measured on a GPU. auto: on when the run's peak leaves room for the copy beside a margin (5% of the device, at least 2 GiB)."""
+    async_mode: Literal["auto", "disabled", "async"] = "auto"
+    """How saves run. async: in the background (torchtitan's async_mode): each rank copies its shards into pinned host buffers kept between saves, on a CUDA stream of its own that overlaps the next step's forward and backward (the optimizer step waits for the copy on the device), and DCP writes that copy from a background thread; the next save waits for the previous one (the first save's end says, from the store's measured speed, whether saves will queue and what interval would not), a failed background save fails the run with its cause, the last one is waited for. disabled: synchronous, training waits for the write. auto: async unless the copies would take over half the node's available host memory. (Replaces checkpoint.async_save true/false/none.)"""
     write_threads: int = 1
     """Threads each rank's save writes its shards with, one file each (DCP's thread_count): more can help a store that one writing thread cannot fill (a RAID of NVMe drives, memory, S3)."""
     s3_client: Literal["s3torchconnector", "fsspec"] = "s3torchconnector"
@@ -270,10 +268,12 @@ class RuntimeConfig(options.Section):
 
 @dataclass(eq=False, repr=False)
 class ExperimentalConfig(options.Section):
-    """The ``--experimental.*`` options: speed-ups that rely on private torch internals; off by default."""
+    """The ``--experimental.*`` options: speed-ups that rely on private torch internals or wait for a GPU measurement; off by default."""
 
     symmetric_memory: bool = False
     """fsdp2 on GPUs: every unit's all-gathers and reduce-scatters in NCCL symmetric memory; on one node the all-gathers then run on the copy engines and leave every SM to compute (the trainer sets NCCL_CTA_POLICY=2 unless it is set). Use it for FSDP2 over several GPUs of one node: faster, numerics unchanged (bench/reports/2026-11-30-llama3.1-8b-h200x2-symmetric-memory.md). Experimental: private torch modules (experimental/symmetric_memory.py)."""
+    stage_on_device: bool = False
+    """Asynchronous saves on CUDA: copy the shards to spare device memory first, when the run's peak leaves room for them beside a margin (5% of the device, at least 2 GiB; else pinned host memory as usual), so the next optimizer step waits for a device-to-device copy, not one at PCIe speed, and move them to pinned host memory in the background. Experimental until a GPU measurement stands behind it (bench/reports/2026-12-06-h200-checkpoint-blocking.md). (Was checkpoint.stage_on_device.)"""
     flat_shards: bool = False
     """fsdp2: keep each unit's parameter shards in one buffer that its all-gather sends as is, instead of copying them into the all-gather's buffer before every all-gather (experimental/flat_shards.py). Applies to units whose parameters are gathered in their own dtype (bf16 with precision.master_weights optimizer, or fp32), unpadded and on the device. Part of the fastest measured configuration, with a gain within noise (bench/reports/2026-11-30-llama3.1-8b-h200x2-flat-shards.md). Experimental: replaces FSDP2's private copy-in op for the whole process."""
 
@@ -295,6 +295,21 @@ REMOVED_OPTIONS = {
         "(repeat measured slower: bench/reports/2026-11-30-llama3.1-8b-h200x2-grouped-heads-cudnn.md)"
     ),
 }
+#: Options renamed or moved with their meaning kept: ``section.field`` -> (its old type, a function of its value
+#: giving the ``section.field``: value pairs that replace it). Still accepted, with a deprecation warning naming
+#: the replacement (``map_deprecated``).
+DEPRECATED_OPTIONS: dict[str, tuple[Any, Any]] = {
+    "checkpoint.async_save": (
+        bool | None,
+        lambda v: {"checkpoint.async_mode": {True: "async", False: "disabled", None: "auto"}[v]},
+    ),
+    "checkpoint.stage_on_device": (
+        bool | None,  # auto (None) meant: on the device when there is room, which the experimental option does
+        lambda v: {} if v is False else {"experimental.stage_on_device": True},
+    ),
+}
+
+
 #: Choices that were removed: (``section.field``, value) -> the one-line refusal.
 REMOVED_CHOICES = {
     ("fp8.recipe", "rowwise_with_gw_hp"): (
@@ -538,6 +553,7 @@ class TrainerConfig(options.Section):
         by_key.update({name: (name, sec) for name, sec in options.sections(cls)})
         built: dict[str, Any] = {}
         explicit: set[str] = set()
+        d = map_deprecated(d)
         for key, values in d.items():
             if key not in by_key:
                 raise removed_option(f"--{key}") or options.unknown_option(f"--{key}", known)
@@ -567,6 +583,32 @@ class TrainerConfig(options.Section):
         return {
             flag_prefix(name): dataclasses.asdict(getattr(self, name)) for name, _ in options.sections(TrainerConfig)
         }
+
+
+def map_deprecated(d: dict[str, Any]) -> dict[str, Any]:
+    """``d`` (nested sections) with each ``DEPRECATED_OPTIONS`` key replaced by what replaces it, a warning logged
+    for each. Raises ConfigError on a bad old value, or when the replacement is given too (say one of them)."""
+    import logging
+
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in d.items()}
+    for old, (tp, replace) in DEPRECATED_OPTIONS.items():
+        section, fname = old.split(".", 1)
+        values = out.get(section)
+        if not isinstance(values, dict) or fname not in values:
+            continue
+        value = options.coerce(f"--{old}", tp, values.pop(fname))
+        new = replace(value)
+        for key, new_value in new.items():
+            new_section, new_field = key.split(".", 1)
+            target = out.setdefault(new_section, {})
+            if not isinstance(target, dict):
+                raise ConfigError(f"--{new_section}: expected a mapping of fields in the config file")
+            if new_field in target:
+                raise ConfigError(f"--{old}: deprecated, and --{key} is given too; keep --{key} only")
+            target[new_field] = new_value
+        said = ", ".join(f"--{k} {str(v).lower()}" for k, v in new.items()) or "nothing (the default)"
+        logging.getLogger(__name__).warning("--%s is deprecated: it now means %s; use that instead", old, said)
+    return out
 
 
 def removed_option(flag: str) -> ConfigError | None:
@@ -622,7 +664,7 @@ def load_config(path: str | None, overrides: list[str]) -> TrainerConfig:
             )
     known = set(known_flags())
     for key, value in options.parse_overrides(overrides):
-        if f"--{key}" not in known:
+        if f"--{key}" not in known and key not in DEPRECATED_OPTIONS:
             raise removed_option(f"--{key}") or options.unknown_option(f"--{key}", sorted(known))
         section, fname = key.split(".", 1)
         target = merged.setdefault(section, {})

@@ -16,6 +16,11 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+
+# Before any process group exists: torch.distributed.nn.functional (imported by FSDP, through torch.distributed._shard)
+# takes ``group=group.WORLD`` as a default argument, evaluated at import, so importing it after the group is made
+# keeps that group (and a gloo group's listening socket) for as long as the process lives.
+import torch.distributed.fsdp
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 from .autotune import mesh_shape
@@ -101,9 +106,52 @@ def init_distributed(cfg: RuntimeConfig, device: torch.device) -> DistEnv:
 
 
 def destroy_distributed() -> None:
-    """Leave the process group if we joined one."""
+    """Leave the process group if we joined one, and let its sockets close.
+
+    DTensor's sharding propagation caches its results, and each cached spec holds its device mesh and, through it,
+    the mesh's process groups: after ``destroy_process_group`` a gloo group's listening socket stays open for as long
+    as the process lives (a trainer called in-process, ``fsdp_sdk.train`` or a test, would leave one per run). The
+    caches are cleared once the groups are gone."""
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+        _clear_sharding_caches()
+
+
+def _clear_sharding_caches() -> None:
+    """DTensor's caches that hold meshes: sharding propagation (the Python one and the C++ fast path's),
+    redistribution plans and mesh topologies; each looked up by name, since they move between torch releases. ``gc`` then frees the
+    cycles (modules and their hooks) that held the meshes."""
+    import gc
+
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # a torch build without distributed tensors
+        return
+    propagator = getattr(getattr(DTensor, "_op_dispatcher", None), "sharding_propagator", None)
+    for name in ("propagate_op_sharding", "_propagate_tensor_meta_cached"):
+        clear = getattr(getattr(propagator, name, None), "cache_clear", None)
+        if clear is not None:
+            clear()
+    native = getattr(torch._C, "_clear_DTensor_sharding_propagator_cache", None)
+    if native is not None:
+        native()
+    try:  # redistribution plans, cached per mesh (torch >= 2.10)
+        from torch.distributed.tensor import _redistribute
+    except ImportError:
+        _redistribute = None
+    for name in ("clear_redistribute_planner_cache", "_gen_transform_infos"):
+        found = getattr(_redistribute, name, None)
+        clear = getattr(found, "cache_clear", found if name.startswith("clear") else None)
+        if callable(clear):
+            clear()
+    try:  # the mesh's topology (bandwidth, latency), cached per mesh for redistribution costs
+        from torch.distributed.tensor._collective_utils import MeshTopoInfo
+    except ImportError:
+        MeshTopoInfo = None
+    clear = getattr(getattr(MeshTopoInfo, "build_from_mesh", None), "cache_clear", None)
+    if callable(clear):
+        clear()
+    gc.collect()
 
 
 def build_mesh(cfg: ParallelConfig, env: DistEnv) -> DeviceMesh | None:

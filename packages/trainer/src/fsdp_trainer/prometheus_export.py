@@ -109,14 +109,18 @@ class PrometheusExporter:
             if value is not None:
                 yield GaugeMetricFamily(name, text, value=float(value) * scale)
 
-    def close(self, linger_s: float = 0.0) -> None:
-        """Stop serving, after waiting up to ``linger_s`` seconds for a scrape of the last record."""
-        deadline = time.monotonic() + linger_s
+    def wait_scraped(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` seconds until a scrape has read the last record; whether one has."""
+        deadline = time.monotonic() + timeout_s
         with self._lock:
             while self._served < self._changes and time.monotonic() < deadline:
                 self._lock.wait(timeout=max(0.0, min(0.5, deadline - time.monotonic())))
-            if self._served < self._changes and linger_s > 0:
-                log.warning("metrics.prometheus_linger_s: no scrape read the last step within %.0fs", linger_s)
+            return self._served >= self._changes
+
+    def close(self, linger_s: float = 0.0) -> None:
+        """Stop serving, after waiting up to ``linger_s`` seconds for a scrape of the last record."""
+        if not self.wait_scraped(linger_s) and linger_s > 0:
+            log.warning("metrics.prometheus_linger_s: no scrape read the last step within %.0fs", linger_s)
         self._server.shutdown()
         self._server.server_close()
 

@@ -54,6 +54,9 @@ def run(cfg: TrainerConfig) -> dict:
         for key, value in nccl_env().items():  # read by NCCL when the communicator is created
             os.environ[key] = value
             log.info("%s=%s (for --experimental.symmetric_memory)", key, value)
+    from . import heartbeat
+
+    heartbeat.start(int(os.environ.get("RANK", "0")), cfg.runtime.timeout_s)  # under fsdp-sdk run: what it does
     env = init_distributed(cfg.runtime, device)
     try:
         if cfg.auto.enabled:
@@ -61,6 +64,7 @@ def run(cfg: TrainerConfig) -> dict:
         summary = Trainer(cfg, env).fit()
         if env.is_leader:
             print(json.dumps(summary), flush=True)  # last stdout line: the run's summary
+        heartbeat.phase("end")
         env.barrier()  # leave together: a rank tearing down its group while a peer still uses it can abort
     except StoreStalled:
         raise  # a request is stuck in a thread: no teardown (main_with_config exits at once)

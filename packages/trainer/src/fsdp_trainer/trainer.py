@@ -47,6 +47,7 @@ from .converters import build_converters
 from .data import build_dataloader
 from .distributed import DistEnv, build_mesh, shard_group
 from .flops import flops_per_token
+from .heartbeat import phase
 from .materialize import build_model
 from .metrics import Metrics
 from .model import DTYPES
@@ -167,6 +168,7 @@ class Trainer:
     def __init__(self, cfg: TrainerConfig, env: DistEnv):
         self.cfg, self.env = cfg, env
         self.start_time = time.perf_counter()
+        phase("model")
         self.mesh = build_mesh(cfg.parallel, env)
         self.converters = build_converters(cfg, env.device, self.mesh)
         built = build_model(cfg, env, self.mesh, self.converters)
@@ -194,6 +196,7 @@ class Trainer:
             self.model,
             self.optimizer,
             {"data": self.data, "scheduler": self.scheduler, "scaler": self.scaler},
+            stage_on_device=cfg.experimental.stage_on_device,
         )
         hf = self.hf_config
         head_dim = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
@@ -274,6 +277,7 @@ class Trainer:
         :return: (global mean loss, grad norm) as device tensors, and the tokens this rank consumed.
         """
         accum = self.cfg.train.grad_accum_steps
+        phase("data", self.step + 1)
         batches = [self.data.next_batch() for _ in range(accum)]
         # The global count of label tokens, all-reduced on the device: the host does not wait for it.
         # torch.full fills on the device (the value travels as a kernel argument): no host-to-device copy to wait for.
@@ -287,17 +291,22 @@ class Trainer:
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.env.device)
         for i, batch in enumerate(batches):
             with self._no_grad_sync(i == accum - 1):
+                phase("forward")
                 with self._autocast():
                     micro_loss, _ = self.model(batch.input_ids, batch.labels)
                 backward_loss = micro_loss * scale
                 if self.scaler is not None:
                     backward_loss = self.scaler.scale(backward_loss)
+                phase("backward")
                 backward_loss.backward()
             loss_sum += micro_loss.detach().double()
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
+        phase("clip")
         grad_norm = clip_grad_norm_(self.model.parameters(), self.cfg.train.max_grad_norm, self.shard_group)
+        phase("optimizer")
         self._optimizer_step()
+        phase("loss")
         dist_loss = loss_sum.clone()
         if self.env.world_size > 1:
             torch.distributed.all_reduce(dist_loss)  # queued on the device; read after the step's sync
@@ -310,6 +319,7 @@ class Trainer:
         if cfg.checkpoint.enabled:
             self.checkpointer.take_ownership(cfg)  # one run per checkpoint.dir (ownership.py): before it is touched
             self.checkpointer.clean_partial()
+            phase("resume")
             resume = self.checkpointer.find_resume()
             if resume is not None:
                 self.step = self.checkpointer.load(resume)
@@ -377,6 +387,7 @@ class Trainer:
                 "final_wait_s": round(ck.final_wait_s, 4),
                 **{k: [round(s, 4) for s in v] for k, v in ck.timings.items() if v},
                 **({"staged_on": "device" if ck.staged_on_device else "host"} if ck.timings["stage_s"] else {}),
+                **({"store_advice": ck.advice} if ck.advice else {}),
             }
         }
 
@@ -424,6 +435,7 @@ class Trainer:
                 self._record(pending, clock)
                 pending = None
             if checkpoint_due:
+                phase("checkpoint", self.step)
                 self.checkpointer.save(self.step)
             elif cfg.checkpoint.enabled:
                 self.checkpointer.poll()  # a background save that failed fails the run here, with its cause

@@ -34,7 +34,6 @@ checked 2026-12-02.
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -229,31 +228,25 @@ def _role_tags(role: Mapping[str, Any]) -> dict[str, str]:
 
 
 def _ensure_role(iam: Any, store: CheckpointBucket, progress: Progress) -> str:
+    from fsdp_sdk.aws.iam_roles import ensure_role
+
     name = store.role_name
-    try:
-        with aws_errors("iam", f"look up the IAM role {name}"):
-            role = iam.get_role(RoleName=name)["Role"]
-    except BackendError as error:
-        if getattr(error, "code", "") != "NoSuchEntity":
-            raise
-        with aws_errors("iam", f"create the IAM role {name}"):
-            role = iam.create_role(
-                Path=store.role_path,
-                RoleName=name,
-                AssumeRolePolicyDocument=json.dumps(store.trust_policy()),
-                Description=f"fsdp-sdk: checkpoints of the jobs in {store.namespace} on EKS cluster {store.cluster}",
-                Tags=store.tags(),
-            )["Role"]
-        progress(f"created the IAM role {name} (EKS Pod Identity)")
-    else:
-        if _role_tags(role).get(OWNER_TAG) != store.cluster:
-            raise BackendError(
-                f"IAM role {name} exists but was not created by fsdp-sdk for cluster {store.cluster}; "
-                f"delete it ('aws iam delete-role --role-name {name}') or use another cluster.name"
-            )
-    with aws_errors("iam", f"set the policy of the IAM role {name}"):
-        iam.put_role_policy(RoleName=name, PolicyName=POLICY_NAME, PolicyDocument=json.dumps(store.access_policy()))
-    return str(role["Arn"])
+    arn, _ = ensure_role(
+        iam,
+        name=name,
+        path=store.role_path,
+        trust_policy=store.trust_policy(),
+        description=f"fsdp-sdk: checkpoints of the jobs in {store.namespace} on EKS cluster {store.cluster}",
+        tags=store.tags(),
+        owned=lambda role: _role_tags(role).get(OWNER_TAG) == store.cluster,
+        not_owned=f"IAM role {name} exists but was not created by fsdp-sdk for cluster {store.cluster}; "
+        f"delete it ('aws iam delete-role --role-name {name}') or use another cluster.name",
+        policy_name=POLICY_NAME,
+        policy=store.access_policy(),
+        progress=progress,
+        created_line=f"created the IAM role {name} (EKS Pod Identity)",
+    )
+    return arn
 
 
 def _associations(eks: Any, store: CheckpointBucket) -> list[dict[str, Any]]:

@@ -380,7 +380,8 @@ def _reservation(
                     "capacity-reservation",
                     False,
                     f"{summary}; it starts{when}, nodes cannot launch before",
-                    f"run 'fsdp-sdk up' once the {kind} is active",
+                    f"'fsdp-sdk up' creates the GPU node group with 0 nodes and schedules it to scale to {nodes} "
+                    "when the block starts (fsdp_sdk.aws.capacity_block)",
                     severity="warning",
                 ),
                 r,

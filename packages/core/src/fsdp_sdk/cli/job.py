@@ -123,7 +123,8 @@ def _render_warnings() -> Iterator[None]:
     metavar="FILE|URL",
     multiple=True,
     help="CRD to validate custom resources with: a file, or the URL of a release's CRD "
-    "(--validate names the ones the SDK renders for). Repeatable.",
+    "(--validate names the ones the SDK renders for); with or without --validate, a field a plugin's render hook "
+    "set that this CRD would prune is a warning naming the plugin. Repeatable.",
 )
 @click.option(
     "--k8s-version",
@@ -163,8 +164,15 @@ def render(
         from fsdp_sdk.k8s.validate import require_validation
 
         require_validation()
+    schemas = []
+    if crds:
+        from fsdp_sdk.k8s.validate import load_crd_schema
+
+        schemas = [load_crd_schema(c) for c in crds]
     with _render_warnings():
-        objects = app.client.render_job(rdzv_id=rdzv_id, create_secret=create_secret, preview=True, fresh_id=fresh_id)
+        objects = app.client.render_job(
+            rdzv_id=rdzv_id, create_secret=create_secret, preview=True, fresh_id=fresh_id, crds=schemas
+        )
     click.echo(to_yaml_documents(objects), nl=False)
     if validate:
         _report_validation(objects, crds, k8s_version or app.client.config.cluster.kubernetes_version)
@@ -268,6 +276,7 @@ def submit(
         "rdzv_id": ref.run_id,
         "dry_run": dry_run,
         "objects": [f"{o['kind']}/{o['metadata']['name']}" for o in jobs.last_objects],
+        **({"queue": jobs.last_queue} if getattr(jobs, "last_queue", None) else {}),
     }
     verb = "would submit (server dry run passed)" if dry_run else "submitted"
     line = f"{verb} {kind} {ref.namespace}/{ref.name} (rdzv id {ref.run_id})"
@@ -376,7 +385,7 @@ def list_jobs(app: Application, as_json: bool) -> None:
     rows = [
         (
             j.name,
-            j.phase,
+            _queued_phase(j),
             sum(c.get("active", 0) for c in (j.details.get("replicas") or {}).values()),
             j.details.get("rdzv_id"),
             j.details.get("created"),
@@ -385,6 +394,14 @@ def list_jobs(app: Application, as_json: bool) -> None:
         for j, cost in zip(jobs, costs, strict=True)
     ]
     click.echo(table(["name", "phase", "active", "rdzv id", "created", "cost"], rows))
+
+
+def _queued_phase(status: RunStatus) -> str:
+    """The phase, with the place in Kueue's queue of a queued job (``Queued (#2 in fsdp-sdk)``)."""
+    queue = status.details.get("queue") or {}
+    if status.phase == "Queued" and queue.get("position"):
+        return f"Queued (#{queue['position']} in {queue.get('cluster_queue') or queue.get('queue')})"
+    return status.phase
 
 
 def _steps(details: Any) -> str | None:

@@ -69,7 +69,12 @@ def confirm(what: str, plan_cost: float | None, *, yes: bool) -> None:
     default=None,
     help="Container tool (default: the first of docker, finch, buildah on PATH).",
 )
-@click.option("--dry-run", is_flag=True, help="Print what would be done and what it costs; change nothing.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print what would be done and what it costs, change nothing: the whole plan even without AWS credentials "
+    "or tools (what it could not read is marked 'not known'; exit 1 when a preflight check would stop it).",
+)
 @json_option
 @click.argument("trainer_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- TRAINER OPTIONS]")
 @click.pass_obj
@@ -116,15 +121,26 @@ def launch(
         count = parse_tokens(tokens)
     client = app.client
     plan = client.launch_plan(
-        trainer_args=trainer_args, down=down, force=force, tokens=count, trainer_src=trainer_src, build_args=args
+        trainer_args=trainer_args,
+        down=down,
+        force=force,
+        tokens=count,
+        trainer_src=trainer_src,
+        build_args=args,
+        collect=dry_run,
     )
     if dry_run:
+        blocked = plan.blocked
         if as_json:
-            app.echo_json(plan.to_dict())
-            return
-        for line in plan.lines():
-            click.echo(line)
-        click.echo("(dry run: nothing changed)")
+            app.echo_json({**plan.to_dict(), "blocked": blocked})
+        else:
+            for line in plan.lines():
+                click.echo(line)
+            if blocked:
+                click.echo(f"'fsdp-sdk launch' would stop: {len(blocked)} preflight check(s) failed")
+            click.echo("(dry run: nothing changed)")
+        if blocked:
+            raise click.exceptions.Exit(1)  # as 'up --dry-run': a check would stop it
         return
     for line in plan.lines():
         click.echo(line, err=True)

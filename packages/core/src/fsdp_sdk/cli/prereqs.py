@@ -34,6 +34,12 @@ def prereqs() -> None:
     "JobSet and fsdp-sdk's runtime). Default: job.api (pytorchjob).",
 )
 @click.option(
+    "--queue",
+    is_flag=True,
+    help="Also install Kueue (pinned) with a ClusterQueue sized to the GPU node group and a LocalQueue in "
+    "job.namespace: jobs then wait their turn instead of leaving Pending pods.",
+)
+@click.option(
     "--dry-run", is_flag=True, help="Print what would be applied as YAML (and the kubectl commands); apply nothing."
 )
 @click.pass_obj
@@ -42,6 +48,7 @@ def install(
     skip_operator: bool,
     operator_version: str | None,
     api: str | None,
+    queue: bool,
     dry_run: bool,
 ) -> None:
     """Apply etcd (Deployment and Service, v2 API on) with server-side apply, then install the
@@ -56,13 +63,22 @@ def install(
     api = api or app.client.config.job.api
     if dry_run:
         setup = app.client.prereqs(connect=False)
-        prerequisites = setup.prerequisites(operator=not skip_operator, operator_version=operator_version, api=api)
+        prerequisites = setup.prerequisites(
+            operator=not skip_operator, operator_version=operator_version, api=api, queue=queue
+        )
         for prerequisite in prerequisites:
             for command in prerequisite.commands(kubeconfig=setup.kubeconfig, context=setup.context):
                 click.echo(f"# would run: {shlex.join(command)}")
+        if queue:
+            from fsdp_sdk.k8s import queue as kueue
+
+            click.echo(
+                f"# then: enable Kueue's integrations {', '.join(kueue.FRAMEWORKS)} in {kueue.KUEUE_NAMESPACE}/"
+                f"{kueue.KUEUE_CONFIGMAP} and restart deployment/{kueue.KUEUE_DEPLOYMENT} (when not enabled yet)"
+            )
         click.echo(to_yaml_documents([dict(o) for p in prerequisites for o in (*p.objects, *p.after)]), nl=False)
         return
-    app.client.install_prereqs(operator=not skip_operator, operator_version=operator_version, api=api)
+    app.client.install_prereqs(operator=not skip_operator, operator_version=operator_version, api=api, queue=queue)
     click.echo("prerequisites installed; 'fsdp-sdk prereqs status' shows when they are ready")
 
 

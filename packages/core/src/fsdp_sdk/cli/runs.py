@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import click
 
 from fsdp_sdk.cli.application import Application
@@ -28,7 +31,8 @@ def runs(app: Application, as_json: bool) -> None:
     after the warm-up steps, STARTED its first start (UTC), DURATION every
     segment's time. With --json, a list of objects (run_id, state, steps,
     total_steps, final_loss, tokens_per_s, run_started_at, run_duration_s, and
-    started_at and duration_s of the latest segment, output_dir, error, cost...).
+    started_at and duration_s of the latest segment, output_dir, error, restarts,
+    cost...). Below the table, one line per restart and per failure says why.
     """
     records = app.client.runs()
     if as_json:
@@ -53,3 +57,17 @@ def runs(app: Application, as_json: bool) -> None:
     ]
     headers = ["id", "state", "steps", "loss", "tokens/s", "started", "duration", "cost", "directory"]
     click.echo(table(headers, rows))
+    for line in _causes(records):
+        click.echo(line)
+
+
+def _causes(records: Sequence[Any]) -> list[str]:
+    """Below the table: why each run was restarted, and why a failed one failed (the record's own lines)."""
+    lines = []
+    for r in records:
+        for number, restart in enumerate(getattr(r, "restarts", None) or [], 1):
+            lines.append(f"{r.run_id}: restart {number}: {restart.get('cause')}")
+        error = getattr(r, "error", None)
+        if r.state == "failed" and error:
+            lines.append(f"{r.run_id}: failed: {error}")
+    return lines

@@ -339,6 +339,10 @@ class JobConfig(Fields):
         default_factory=dict, metadata=_rule(_env_names_problem, "name variables with letters, digits and _")
     )
     """Extra environment variables for the workers."""
+    queue: str | None = field(default=None, metadata=_K8S_NAME)
+    """Kueue LocalQueue the job waits in (the ``kueue.x-k8s.io/queue-name`` label). Unset: fsdp-sdk's LocalQueue
+    when the cluster has it (``prereqs install --queue``), else none; ``no-queue``: outside any queue (``none``
+    would read as unset)."""
     shared_storage_claim: str | None = field(default=None, metadata=_K8S_NAME)
     """PersistentVolumeClaim of a shared filesystem (ReadWriteMany: FSx for Lustre, EFS) in ``job.namespace``, mounted
     at ``/shared`` on every worker; the trainer's outputs and checkpoints then go to

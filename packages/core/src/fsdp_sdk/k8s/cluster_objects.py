@@ -36,6 +36,7 @@ from fsdp_sdk.pins import pin
 
 if TYPE_CHECKING:
     from fsdp_sdk.config import Config
+    from fsdp_sdk.instance_types import InstanceType
     from fsdp_sdk.monitoring import EksAddon, MonitoringComponent
 
 __all__ = [
@@ -50,7 +51,9 @@ __all__ = [
     "etcd",
     "etcd_name",
     "job_prerequisites",
+    "kueue",
     "kustomize_command",
+    "manifests_command",
     "monitoring",
     "render_etcd",
     "training_operator",
@@ -183,6 +186,27 @@ def kustomize_command(
     return command
 
 
+def manifests_command(
+    url: str,
+    *,
+    kubeconfig: str | None = None,
+    context: str | None = None,
+    dry_run: bool = False,
+    kubectl: str = "kubectl",
+) -> list[str]:
+    """The exact ``kubectl apply --server-side --force-conflicts -f URL`` command that applies a release's
+    manifests (server-side: Kueue's CRDs are too large for the client-side annotation, as its README says;
+    ``--force-conflicts``: fsdp-sdk edits Kueue's manager ConfigMap afterwards, and a new apply takes it back)."""
+    command = [kubectl, "apply", "--server-side", "--force-conflicts", "-f", url]
+    if dry_run:
+        command.append("--dry-run=server")
+    if kubeconfig:
+        command += ["--kubeconfig", str(kubeconfig)]
+    if context:
+        command += ["--context", context]
+    return command
+
+
 def patch_command(
     namespace: str,
     deployment: str,
@@ -222,6 +246,8 @@ class Prerequisite:
     :param objects: Kubernetes objects, server-side applied (in :data:`~fsdp_sdk.k8s.monitoring.APPLY_ORDER`).
     :param kustomize: upstream kustomize overlays applied with ``kubectl apply --server-side -k``, in order,
         after the objects.
+    :param manifests: upstream release manifests (URLs) applied with ``kubectl apply --server-side -f``, in
+        order, after the kustomize overlays (Kueue's ``manifests.yaml``).
     :param eks_addons: EKS add-ons enabled through the EKS API, last.
     :param wait_for: ``(namespace, deployment)`` the overlays start, waited for until Available before
         :attr:`after` is applied (a controller whose webhook validates those objects).
@@ -242,6 +268,7 @@ class Prerequisite:
     wait_for: tuple[str, str] | None = None
     after: tuple[Mapping[str, Any], ...] = ()
     patches: tuple[tuple[str, str, Mapping[str, Any]], ...] = ()
+    manifests: tuple[str, ...] = ()
 
     def commands(
         self, *, kubeconfig: str | None = None, context: str | None = None, dry_run: bool = False
@@ -250,6 +277,9 @@ class Prerequisite:
         ``--dry-run`` prints; a dry run waits for nothing, since nothing would start)."""
         commands = [
             kustomize_command(url, kubeconfig=kubeconfig, context=context, dry_run=dry_run) for url in self.kustomize
+        ]
+        commands += [
+            manifests_command(url, kubeconfig=kubeconfig, context=context, dry_run=dry_run) for url in self.manifests
         ]
         for namespace, deployment, patch in self.patches:
             commands.append(
@@ -385,6 +415,33 @@ def trainer(config: Config, version: str | None = None) -> Prerequisite:
         patches=((trainer_v2.TRAINER_NAMESPACE, trainer_v2.TRAINER_DEPLOYMENT, _on_system_nodes(config)),),
         wait_for=(trainer_v2.TRAINER_NAMESPACE, trainer_v2.TRAINER_DEPLOYMENT),
         after=(trainer_v2.render_runtime(),),
+    )
+
+
+def kueue(config: Config, instance: InstanceType, version: str | None = None) -> Prerequisite:
+    """Kueue from its release's ``manifests.yaml`` (controller on the system nodes), then fsdp-sdk's
+    ResourceFlavor, ClusterQueue and LocalQueue once its webhook is up (:func:`fsdp_sdk.k8s.queue.render_queue`).
+
+    :param instance: the GPU node group's instance type (the flavor's node label, the quota per node).
+    :param version: its release tag (default: ``pin("kueue")``).
+    """
+    from fsdp_sdk.k8s import queue
+
+    version = version or pin("kueue").version
+    nodes = config.cluster.nodes
+    return Prerequisite(
+        "kueue",
+        f"Kueue {version}",
+        steps=(
+            f"install Kueue {version}",
+            f"apply the ClusterQueue {queue.CLUSTER_QUEUE} ({nodes} x {instance.name}: "
+            f"{instance.gpu_count * nodes} GPUs, {nodes} pods) and the LocalQueue "
+            f"{config.job.namespace}/{queue.LOCAL_QUEUE}",
+        ),
+        manifests=(queue.kueue_manifests_url(version),),
+        patches=((queue.KUEUE_NAMESPACE, queue.KUEUE_DEPLOYMENT, _on_system_nodes(config)),),
+        wait_for=(queue.KUEUE_NAMESPACE, queue.KUEUE_DEPLOYMENT),
+        after=tuple(queue.render_queue(config, instance)),
     )
 
 

@@ -47,6 +47,7 @@ __all__ = [
     "BUILD_ARGS",
     "BUILD_TOOLS",
     "NCCL_NET_PLUGIN_DIR",
+    "TRAINER_EXTRAS",
     "ImageBuild",
     "ImagePush",
     "build_args",
@@ -61,6 +62,11 @@ __all__ = [
     "render_dockerfile",
 ]
 
+#: The trainer's extras the image installs, each for something a rendered job asks of the trainer: ``s3`` for
+#: ``--checkpoint.dir s3://...`` (every EKS job checkpoints to the cluster's bucket:
+#: :func:`fsdp_sdk.k8s.render.checkpoint_dir`), ``prometheus`` for ``--metrics.prometheus_port``, ``hub`` for
+#: ``--data.source hf``.
+TRAINER_EXTRAS = ("hub", "prometheus", "s3")
 #: Build tools, in order of preference.
 BUILD_TOOLS = ("docker", "finch", "buildah")
 #: Where the image links the EFA installer's NCCL plugin, first on ``LD_LIBRARY_PATH``.
@@ -155,7 +161,7 @@ RUN python -m pip install --no-cache-dir --upgrade pip \\
       "torchao==${TORCHAO_VERSION}" "python-etcd==${PYTHON_ETCD_VERSION}"
 
 COPY trainer/ /opt/fsdp-trainer/
-RUN PIP_CONSTRAINT=/opt/fsdp-sdk/constraints.txt python -m pip install --no-cache-dir "/opt/fsdp-trainer[hub,prometheus]"
+RUN PIP_CONSTRAINT=/opt/fsdp-sdk/constraints.txt python -m pip install --no-cache-dir "/opt/fsdp-trainer[__TRAINER_EXTRAS__]"
 
 # Fail the build unless NCCL will find its network plugin, with its libfabric, and torch's NCCL is the table's.
 RUN set -eu; \\
@@ -178,7 +184,7 @@ sys.exit(0 if v == '${NCCL_VERSION}' and req else 'torch ${TORCH_VERSION} brings
 
 WORKDIR /workspace
 CMD ["torchrun", "-m", "fsdp_trainer", "--help"]
-""".replace("__PLUGIN_DIR__", NCCL_NET_PLUGIN_DIR)
+""".replace("__PLUGIN_DIR__", NCCL_NET_PLUGIN_DIR).replace("__TRAINER_EXTRAS__", ",".join(TRAINER_EXTRAS))
 
 
 def render_dockerfile(build_args: Mapping[str, str] | None = None) -> str:

@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from fsdp_sdk.config import Config
     from fsdp_sdk.k8s.kube import Kube
     from fsdp_sdk.k8s.retry import RetryPolicy
+    from fsdp_sdk.k8s.validate import CrdSchema
     from fsdp_sdk.plugins import Plugins
     from fsdp_sdk.resolved import Resolved
     from fsdp_sdk.runs import JobRef
@@ -64,6 +65,8 @@ REPLACE_TIMEOUT_S = 600.0
 _PHASE_ORDER = ("Failed", "Succeeded", "Suspended", "Restarting", "Running", "Created")
 _CONDITION_PHASE = {"Complete": "Succeeded", "JobSucceeded": "Succeeded", "JobFailed": "Failed"}
 _SUFFIX_ALPHABET = string.ascii_lowercase + string.digits
+#: The CRDs of the job kinds fsdp-sdk renders, read from the cluster for the pruning check after render hooks.
+_JOB_CRDS = ("pytorchjobs.kubeflow.org", "trainjobs.trainer.kubeflow.org")
 
 
 def resolve_kubeconfig(kubeconfig: str | os.PathLike[str] | None = None) -> str | None:
@@ -84,7 +87,8 @@ class JobStatus:
     namespace: str
     kind: str
     phase: str
-    """Created, Running, Restarting, Succeeded, Failed, Suspended or Pending (no condition yet)."""
+    """Created, Running, Restarting, Succeeded, Failed, Suspended or Pending (no condition yet); in a Kueue queue
+    also Queued (waiting for quota) or Admitted (quota reserved, not yet running)."""
     replicas: dict[str, dict[str, int]] = field(default_factory=dict)
     """Per replica type (``Worker``, or a TrainJob's ``node``): active / succeeded / failed counts."""
     message: str = ""
@@ -95,6 +99,8 @@ class JobStatus:
     """When the job ended (``status.completionTime``, else its last condition's time once it has ended)."""
     nodes: int = 0
     """Nodes (replicas) the job asked for; 0 when the object does not say."""
+    queue: dict[str, Any] | None = None
+    """Where Kueue has the job (:meth:`fsdp_sdk.k8s.queue.QueueState.to_dict`); ``None`` outside a queue."""
 
     @property
     def finished(self) -> bool:
@@ -120,6 +126,7 @@ class JobStatus:
             "created": self.created,
             "completed": self.completed,
             "nodes": self.nodes,
+            **({"queue": self.queue} if self.queue is not None else {}),
         }
 
     @classmethod
@@ -229,6 +236,8 @@ class JobClient:
         self._retry = retry
         #: The objects of the last :meth:`submit`, as rendered (the Secret without its data).
         self.last_objects: list[dict[str, Any]] = []
+        #: The Kueue queue of the last submission and what it found there (``None``: no queue).
+        self.last_queue: dict[str, Any] | None = None
 
     @property
     def kube(self) -> Kube:
@@ -293,16 +302,40 @@ class JobClient:
     # ------------------------------------------------------------------ submit
 
     def render(
-        self, *, run_id: str | None = None, create_secret: bool | None = None, api: str | None = None
+        self,
+        *,
+        run_id: str | None = None,
+        create_secret: bool | None = None,
+        api: str | None = None,
+        crds: Sequence[CrdSchema] = (),
     ) -> list[dict[str, Any]]:
-        """The job's objects (see :func:`fsdp_sdk.k8s.render.render_job`); ``run_id`` is the rendezvous id."""
+        """The job's objects (see :func:`fsdp_sdk.k8s.render.render_job`); ``run_id`` is the rendezvous id.
+
+        :param crds: CRDs to check what the plugins' render hooks set against (a warning per field pruned).
+        """
         return render_job(
             self._resolved or self.config,
             rdzv_id=run_id,
             create_secret=create_secret,
             api=api,
             plugins=self.plugin_set(),
+            crds=crds,
         )
+
+    def installed_crds(self) -> list[CrdSchema]:
+        """The cluster's CRDs of the job kinds fsdp-sdk renders (PyTorchJob, TrainJob), those it has and lets us read:
+        what its API server prunes by, for the check after the plugins' render hooks."""
+        from fsdp_sdk.k8s.validate import crd_from_object
+
+        found = []
+        for name in _JOB_CRDS:
+            try:
+                crd = self.kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name)
+            except KubernetesError:
+                continue  # not allowed to read CRDs: the check is skipped, the server still prunes
+            if crd is not None:
+                found.append(crd_from_object(crd))
+        return found
 
     def submit(
         self,
@@ -354,8 +387,9 @@ class JobClient:
             other = self._with(config)
             ref = other.submit(run_id=run_id, create_secret=create_secret, api=api, dry_run=dry_run, replace=replace)
             self.last_objects = other.last_objects
+            self.last_queue = other.last_queue
             return ref
-        objects = self.render(run_id=run_id, create_secret=create_secret, api=api)
+        objects = self.render(run_id=run_id, create_secret=create_secret, api=api, crds=self.installed_crds())
         return self.apply(objects, dry_run=dry_run, replace=replace)
 
     def apply(self, rendered: Sequence[Mapping[str, Any]], *, dry_run: bool = False, replace: bool = False) -> JobRef:
@@ -379,6 +413,7 @@ class JobClient:
 
             check_trainer_installed(self.kube)
         self._check_service_account(job)
+        queued = self._check_queue(job)
         existing = self.kube.get(job["apiVersion"], kind, name, self.namespace)
         if existing is not None and not dry_run:
             if (existing["metadata"].get("labels") or {}).get(RUN_ID_LABEL) == run_id:
@@ -392,7 +427,24 @@ class JobClient:
                 )
             self._replace(existing)
         self._apply_all([*objects[1:], job], run_id=run_id, dry_run=dry_run)
+        if queued:
+            self._say(queued)
         return ref
+
+    def _check_queue(self, job: dict[str, Any]) -> str | None:
+        """Put ``job`` in its Kueue LocalQueue (``job.queue``; unset: fsdp-sdk's when the cluster has it), refuse
+        it when it can never fit the quota, and say what it queues behind (:mod:`fsdp_sdk.k8s.queue`)."""
+        from fsdp_sdk.k8s import queue as kueue
+
+        self.last_queue = None
+        labels = job["metadata"].setdefault("labels", {})
+        name = labels.get(kueue.QUEUE_LABEL) or kueue.job_queue(self.config, self.kube)
+        if not name:
+            return None
+        labels[kueue.QUEUE_LABEL] = name
+        found = kueue.check_fits(self.kube, job, name)
+        self.last_queue = {"queue": name, **found}
+        return kueue.queued_line(found, name) if found["full"] else None
 
     def _apply_all(self, objects: list[dict[str, Any]], *, run_id: str, dry_run: bool) -> None:
         """Apply ``objects`` in order; on failure delete again those this call created."""
@@ -501,12 +553,29 @@ class JobClient:
 
     def status(self, job: JobRef | str | None = None, *, api: str | None = None) -> JobStatus:
         """The job's status (``job.name`` by default)."""
-        return JobStatus.from_object(self._job(job, api))
+        return self._queued([self._job(job, api)])[0]
 
     def list(self, *, api: str | None = None) -> list[JobStatus]:
         """Every job of the configured kind in the namespace."""
         api_version, kind, _ = self._api(api)
-        return [JobStatus.from_object(o) for o in self.kube.list(api_version, kind, self.namespace)]
+        return self._queued(self.kube.list(api_version, kind, self.namespace))
+
+    def _queued(self, objects: builtins.list[dict[str, Any]]) -> builtins.list[JobStatus]:
+        """The jobs' statuses, with where Kueue has them (:func:`fsdp_sdk.k8s.queue.queue_states`)."""
+        from fsdp_sdk.k8s.queue import queue_states
+
+        states = queue_states(self.kube, objects)
+        found = []
+        for obj in objects:
+            status = JobStatus.from_object(obj)
+            state = states.get((status.kind, status.name))
+            if state is not None:
+                status.queue = state.to_dict()
+                waiting = status.phase in ("Pending", "Suspended")
+                if state.state == "Queued" or (state.state == "Admitted" and waiting):
+                    status.phase = state.state
+            found.append(status)
+        return found
 
     def wait_for_completion(
         self,

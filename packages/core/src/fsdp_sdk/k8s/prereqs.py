@@ -38,6 +38,7 @@ from fsdp_sdk.tools import run_tool
 if TYPE_CHECKING:
     from fsdp_sdk.config import Config
     from fsdp_sdk.k8s.kube import Kube
+    from fsdp_sdk.plugins import Plugins
 
 __all__ = [
     "ETCD_IMAGE",
@@ -135,6 +136,8 @@ class PrereqStatus:
     runtime_crd: bool = False
     runtime: bool = False
     runtime_metrics_port: int | None = None
+    queue: dict[str, Any] | None = None
+    """Kueue, when the cluster serves its kinds (:func:`fsdp_sdk.k8s.queue.queue_status`); ``None`` without."""
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -196,6 +199,8 @@ class PrereqStatus:
                 "namespace": TRAINING_OPERATOR_NAMESPACE,
             }
             data["pytorchjob_crd"] = self.pytorchjob_crd
+        if self.queue is not None:
+            data["queue"] = dict(self.queue)
         data["problems"] = list(self.problems)
         return data
 
@@ -217,21 +222,41 @@ class Prereqs:
     :param kube: the API connection (``None`` is enough for rendering and dry runs).
     :param kubeconfig: passed on to ``kubectl``.
     :param context: passed on to ``kubectl``.
+    :param plugins: the plugin set whose instance types size the queue (default: the installed plugins).
     """
 
     def __init__(
-        self, config: Config, kube: Kube | None = None, *, kubeconfig: str | None = None, context: str | None = None
+        self,
+        config: Config,
+        kube: Kube | None = None,
+        *,
+        kubeconfig: str | None = None,
+        context: str | None = None,
+        plugins: Plugins | None = None,
     ) -> None:
         self.config = config
         self.kube = kube
         self.kubeconfig = kubeconfig
         self.context = context
+        self.plugins = plugins
 
     def prerequisites(
-        self, *, operator: bool = True, operator_version: str | None = None, api: str | None = None
+        self,
+        *,
+        operator: bool = True,
+        operator_version: str | None = None,
+        api: str | None = None,
+        queue: bool = False,
     ) -> list[Prerequisite]:
-        """What ``prereqs install`` applies: etcd, then the job controller of ``api`` (default ``job.api``; pure)."""
-        return job_prerequisites(self.config, operator=operator, operator_version=operator_version, api=api)
+        """What ``prereqs install`` applies: etcd, then the job controller of ``api`` (default ``job.api``), then
+        with ``queue`` Kueue and fsdp-sdk's queues sized to the GPU node group (pure)."""
+        found = job_prerequisites(self.config, operator=operator, operator_version=operator_version, api=api)
+        if queue:
+            from fsdp_sdk.k8s.cluster_objects import kueue
+            from fsdp_sdk.plugins import build_plugins
+
+            found.append(kueue(self.config, self.config.instance(self.plugins or build_plugins())))
+        return found
 
     def objects(self) -> list[dict[str, Any]]:
         """The objects the SDK applies itself (etcd)."""
@@ -244,6 +269,7 @@ class Prereqs:
         operator: bool = True,
         operator_version: str | None = None,
         api: str | None = None,
+        queue: bool = False,
         progress: Callable[[str], None] = lambda line: None,
     ) -> list[dict[str, Any]]:
         """Apply etcd and install the job controller of ``api`` (default ``job.api``): the Training Operator
@@ -254,12 +280,55 @@ class Prereqs:
         :raises KubernetesError: the API server refused an object.
         :raises ToolError: ``kubectl`` failed.
         """
-        prerequisites = self.prerequisites(operator=operator, operator_version=operator_version, api=api)
+        prerequisites = self.prerequisites(operator=operator, operator_version=operator_version, api=api, queue=queue)
         if dry_run:
             return [dict(o) for p in prerequisites for o in (*p.objects, *p.after)]
-        return install_prerequisites(
+        applied = install_prerequisites(
             prerequisites, self.kube, kubeconfig=self.kubeconfig, context=self.context, progress=progress
         )
+        if queue:
+            self._enable_kueue_integrations(progress)
+        return applied
+
+    def _enable_kueue_integrations(self, progress: Callable[[str], None]) -> None:
+        """Turn on Kueue's PyTorchJob and TrainJob integrations in its manager configuration (the release's
+        default leaves PyTorchJob off) and restart its controller to read it; nothing when they are on."""
+        from fsdp_sdk.k8s import queue
+
+        assert self.kube is not None  # install_prerequisites refused to go on without one
+        where = f"{queue.KUEUE_NAMESPACE}/{queue.KUEUE_CONFIGMAP}"
+        found = self.kube.get("v1", "ConfigMap", queue.KUEUE_CONFIGMAP, queue.KUEUE_NAMESPACE)
+        text = ((found or {}).get("data") or {}).get(queue.KUEUE_CONFIG_KEY)
+        if text is None:
+            raise KubernetesError(
+                f"Kueue's configuration {where} ({queue.KUEUE_CONFIG_KEY}) is missing after installing Kueue: "
+                "run 'fsdp-sdk prereqs install --queue' again"
+            )
+        try:
+            updated = queue.with_frameworks(text)
+        except ValueError as error:
+            raise KubernetesError(f"Kueue's configuration {where} cannot be read: {error}") from error
+        if updated is None:
+            return
+        progress(f"enabling Kueue's integrations {', '.join(queue.FRAMEWORKS)} in {where}")
+        self.kube.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": queue.KUEUE_CONFIGMAP, "namespace": queue.KUEUE_NAMESPACE},
+                "data": {queue.KUEUE_CONFIG_KEY: updated},
+            }
+        )
+        target = (["--kubeconfig", self.kubeconfig] if self.kubeconfig else []) + (
+            ["--context", self.context] if self.context else []
+        )
+        deployment = f"deployment/{queue.KUEUE_DEPLOYMENT}"
+        for command in (
+            ["kubectl", "rollout", "restart", deployment, "-n", queue.KUEUE_NAMESPACE, *target],
+            ["kubectl", "rollout", "status", deployment, "-n", queue.KUEUE_NAMESPACE, "--timeout=300s", *target],
+        ):
+            progress("restarting Kueue: " + " ".join(command))
+            run_tool(command, step="restart Kueue with its integrations", progress=progress)
 
     def status(self, *, api: str | None = None) -> PrereqStatus:
         """Read what is installed for the job API ``api`` (default ``job.api``); changes nothing."""
@@ -281,6 +350,9 @@ class Prereqs:
         status.etcd_service = self.kube.get("v1", "Service", name, namespace) is not None
         if not status.etcd_service:
             status.problems.append(f"etcd service {namespace}/{name} is missing: run 'fsdp-sdk prereqs install'")
+        from fsdp_sdk.k8s.queue import queue_status
+
+        status.queue = queue_status(self.kube, self.config, status.problems)
         if status.api == "trainjob":
             self._trainer_status(self.kube, status)
             return status

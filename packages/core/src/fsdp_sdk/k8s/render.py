@@ -40,7 +40,7 @@ import re
 import shlex
 import uuid
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +52,7 @@ from fsdp_sdk.k8s.trainer_v2 import NODE_JOB, PATCH_MANAGER, RUNTIME_NAME
 if TYPE_CHECKING:
     from fsdp_sdk.config import Config
     from fsdp_sdk.instance_types import InstanceType
+    from fsdp_sdk.k8s.validate import CrdSchema
     from fsdp_sdk.plugins import Plugins
     from fsdp_sdk.resolved import Resolved
 
@@ -767,6 +768,7 @@ def render_job(
     api: str | None = None,
     plugins: Plugins | None = None,
     preview: bool = False,
+    crds: Sequence[CrdSchema] = (),
 ) -> list[dict[str, Any]]:
     """Render the Kubernetes objects of a training job, then let plugins adjust them.
 
@@ -781,6 +783,9 @@ def render_job(
         :func:`~fsdp_sdk.plugins.build_plugins`); with a ``Resolved``, its own.
     :param preview: render for reading, not for applying: without ``job.registry`` the image gets
         the :data:`PLACEHOLDER_REGISTRY` and a :class:`RenderWarning` instead of an error.
+    :param crds: CRDs to check the custom resources against after the plugins' hooks (``job render --crd``, the
+        cluster's own on ``job submit``): each field the API server would prune is a :class:`RenderWarning` that
+        names the plugin whose hook set it (:func:`fsdp_sdk.k8s.validate.pruned_by_hooks`).
     :returns: the objects, the job first, then what plugins appended.
     :raises ConfigError: the configuration cannot make a valid job, or the Hugging Face
         token's value would appear in plain text in an object (:func:`check_token_not_inline`).
@@ -816,9 +821,19 @@ def render_job(
         )
     render = render_trainjob if api == "trainjob" else render_pytorchjob
     objects = [render(config, instance, image, rdzv_id)]
+    if config.job.queue:  # unset: JobClient.apply adds fsdp-sdk's LocalQueue when the cluster has Kueue
+        from fsdp_sdk.k8s.queue import queue_labels
+
+        objects[0]["metadata"]["labels"].update(queue_labels(config.job.queue))
     if create_secret if create_secret is not None else bool(config.job.hf_token):
         objects.append(render_hf_secret(config))
-    plugins.hooks.render_job(resolved, objects)
+    changes: list[tuple[str, int, str]] | None = [] if crds else None
+    plugins.hooks.render_job(resolved, objects, changes=changes)
+    if crds:
+        from fsdp_sdk.k8s.validate import pruned_by_hooks
+
+        for line in pruned_by_hooks(objects, changes or [], crds):
+            warnings.warn(RenderWarning(line), stacklevel=2)
     check_token_not_inline(config, objects)
     check_credentials_not_inline(objects)
     _warn_about_outputs(config)

@@ -1,7 +1,9 @@
 """Kubeflow Trainer v2 (``--api trainjob``): the runtime fsdp-sdk's TrainJobs run on, and installing the Trainer.
 
 ``prereqs install --api trainjob`` installs the Trainer release of the pins table
-(``pin("kubeflow-trainer")``, v2.3.0) from its upstream kustomize overlay, which brings the
+(``pin("kubeflow-trainer")``, v2.3.0; ``--operator-version v2.4.0`` takes the newer release, whose one change
+to runtimes, replicatedJob names of at most 20 characters, :func:`check_runtime` holds fsdp-sdk's runtime to)
+from its upstream kustomize overlay, which brings the
 JobSet release that release needs (``pin("jobset")``), with the tool the project documents::
 
     kubectl apply --server-side -k "github.com/kubeflow/trainer.git/manifests/overlays/manager?ref=v2.3.0"
@@ -38,6 +40,7 @@ __all__ = [
     "TRAINER_DEPLOYMENT",
     "TRAINER_NAMESPACE",
     "TRAINJOB_CRD",
+    "check_runtime",
     "check_trainer_installed",
     "render_runtime",
     "runtime_metrics_port",
@@ -53,6 +56,8 @@ PATCH_MANAGER = "fsdp-sdk.io/render"
 #: Name and number of the trainer's Prometheus port, declared by the runtime (a runtime patch cannot add ports).
 METRICS_PORT_NAME = "fsdp-metrics"
 METRICS_PORT = 9464
+#: The longest replicatedJob name a runtime may have from Kubeflow Trainer v2.4.0 on (its webhook, kubeflow/trainer#4394).
+MAX_REPLICATED_JOB_NAME = 20
 #: Where the Trainer's controller runs (its manager overlay).
 TRAINER_NAMESPACE = "kubeflow-system"
 TRAINER_DEPLOYMENT = "kubeflow-trainer-controller-manager"
@@ -120,6 +125,21 @@ def render_runtime() -> dict[str, Any]:
             },
         },
     }
+
+
+def check_runtime(runtime: dict[str, Any]) -> list[str]:
+    """What Kubeflow Trainer v2.3 or v2.4 would refuse in a training runtime, one line each (none: both accept it).
+
+    v2.4.0 limits a runtime's replicatedJob names to :data:`MAX_REPLICATED_JOB_NAME` characters (kubeflow/trainer#4394,
+    a breaking change of that release); v2.3.0 accepted longer ones.
+    """
+    jobs = ((runtime.get("spec") or {}).get("template") or {}).get("spec", {}).get("replicatedJobs") or []
+    return [
+        f"replicatedJob {job.get('name')!r} is longer than {MAX_REPLICATED_JOB_NAME} characters "
+        "(Kubeflow Trainer v2.4 refuses it)"
+        for job in jobs
+        if len(str(job.get("name", ""))) > MAX_REPLICATED_JOB_NAME
+    ]
 
 
 def runtime_metrics_port(runtime: dict[str, Any]) -> int | None:

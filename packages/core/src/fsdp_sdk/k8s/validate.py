@@ -43,7 +43,7 @@ import functools
 import importlib.util
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -60,7 +60,10 @@ __all__ = [
     "CrdSchema",
     "ValidationCheck",
     "ValidationReport",
+    "changed_paths",
+    "crd_from_object",
     "load_crd_schema",
+    "pruned_by_hooks",
     "pruned_fields",
     "require_validation",
     "structural_to_jsonschema",
@@ -364,6 +367,98 @@ def load_crd_schema(path: str | Path) -> CrdSchema:
     except OSError as error:
         raise ConfigError("--crd", f"cannot read {path}: {error.strerror}", "pass an existing CRD file") from error
     return _load_crd_cached(str(path.resolve()), mtime)
+
+
+def crd_from_object(crd: Mapping[str, Any], source: str = "") -> CrdSchema:
+    """The structural schemas of a CustomResourceDefinition as a cluster returns it, for :meth:`CrdSchema.pruned`
+    (no validators: it needs no ``validate`` extra, and :meth:`CrdSchema.errors` reports every version unserved).
+
+    :param crd: the CRD object (``apiextensions.k8s.io/v1``).
+    :param source: what to call it in messages (default: ``the cluster's <name>``).
+    """
+    spec = crd["spec"]
+    structural = {
+        entry["name"]: entry["schema"]["openAPIV3Schema"]
+        for entry in spec.get("versions") or []
+        if entry.get("served", True) and (entry.get("schema") or {}).get("openAPIV3Schema")
+    }
+    return CrdSchema(
+        group=spec["group"],
+        kind=spec["names"]["kind"],
+        plural=spec["names"]["plural"],
+        versions={},
+        source=source or f"the cluster's {(crd.get('metadata') or {}).get('name', spec['names']['plural'])}",
+        structural=structural,
+    )
+
+
+# --------------------------------------------------------------------------- what render hooks set
+
+
+def changed_paths(before: Any, after: Any, path: str = "") -> list[str]:
+    """The dotted paths where ``after`` differs from ``before``: keys and list items it adds, values it changes.
+
+    An added key or item is one path (not one per leaf below it), so a hook that sets ``spec.podSpecOverrides``
+    shows as that one path.
+    """
+    if isinstance(before, Mapping) and isinstance(after, Mapping):
+        out: list[str] = []
+        for key, item in after.items():
+            where = f"{path}.{key}" if path else str(key)
+            out += [where] if key not in before else changed_paths(before[key], item, where)
+        return out
+    if isinstance(before, list) and isinstance(after, list):
+        out = []
+        for index, item in enumerate(after):
+            where = f"{path}[{index}]"
+            out += [where] if index >= len(before) else changed_paths(before[index], item, where)
+        return out
+    return [] if before == after else [path]
+
+
+def _within(path: str, prefix: str) -> bool:
+    """Whether ``path`` is ``prefix`` or below it (every path is below the empty one, a whole object)."""
+    return not prefix or path == prefix or path.startswith((prefix + ".", prefix + "["))
+
+
+def pruned_by_hooks(
+    objects: Sequence[Mapping[str, Any]], changes: Sequence[tuple[str, int, str]], crds: Iterable[CrdSchema]
+) -> list[str]:
+    """One line per field of ``objects`` the API server would prune (:func:`pruned_fields`), naming the plugin whose
+    render hook set it.
+
+    :param objects: the rendered objects, after the plugins' ``fsdp_sdk_render_job``.
+    :param changes: ``(plugin, object index, path)`` for every path a hook set (``""``: an object it added), as
+        :meth:`fsdp_sdk.plugins.Hooks.render_job` records them.
+    :param crds: the CRDs of the custom kinds to check (files given with ``--crd``, or the cluster's own).
+    """
+    crds = list(crds)
+    lines: list[str] = []
+    for index, obj in enumerate(objects):
+        crd = next((c for c in crds if c.matches(obj)), None)
+        api_version = str(obj.get("apiVersion", ""))
+        schema = crd.structural.get(api_version.split("/", 1)[-1]) if crd is not None else None
+        if crd is None or schema is None:
+            continue
+        for where in pruned_fields(obj, schema):
+            owners = sorted(
+                {p for p, i, set_ in changes if i == index and (_within(set_, where) or _within(where, set_))}
+            )
+            dropped = (
+                f"{where}, which the {crd.kind} schema of {api_version} ({crd.source}) does not declare: "
+                "the API server would drop it"
+            )
+            if not owners:
+                lines.append(f"{_ref(obj)}: {dropped}")
+                continue
+            hint = (
+                "; a hook that changes worker pods writes through fsdp_sdk.k8s.render.worker_pods, which finds them "
+                "in both job shapes (see the fsdp_sdk_render_job hookspec)"
+                if crd.kind in ("TrainJob", "PyTorchJob")
+                else ""
+            )
+            lines += [f"plugin {owner}: fsdp_sdk_render_job set {_ref(obj)} {dropped}{hint}" for owner in owners]
+    return lines
 
 
 # --------------------------------------------------------------------------- many objects

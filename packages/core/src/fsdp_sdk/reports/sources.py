@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from fsdp_sdk.errors import BackendError, ConfigError
+from fsdp_sdk.reports.dcgm_names import host_of, names_of
 from fsdp_sdk.reports.prometheus_api import PrometheusApi, Series
 from fsdp_sdk.reports.run_metrics import GPU_FIELDS, RunMetrics
 
@@ -150,10 +151,12 @@ def from_prometheus(
         if labels.get("namespace"):
             pods += f",namespace={_quote(labels['namespace'])}"
         for name, metric in GPU_FIELDS.items():
-            for series in api.samples(f"{metric}{{{pods}}}", seconds=window, at=end):
-                host = series.labels.get("Hostname") or series.labels.get("node") or series.labels.get("instance", "?")
-                key = f"{host} GPU {series.labels.get('gpu', '?')}"
-                gpus.setdefault(name, {})[key] = [(t - start, v) for t, v in series.samples if start <= t <= end]
+            for exported, factor in names_of(metric):  # the name before dcgm-exporter 4.9 and the one after
+                for series in api.samples(f"{exported}{{{pods}}}", seconds=window, at=end):
+                    host = host_of(series.labels) or series.labels.get("node") or series.labels.get("instance", "?")
+                    key = f"{host} GPU {series.labels.get('gpu', '?')}"
+                    points = [(t - start, v * factor) for t, v in series.samples if start <= t <= end]
+                    gpus.setdefault(name, {}).setdefault(key, points)
     return RunMetrics(
         run=run_id or str(job), source=f"prometheus {api.url}", records=records, gpus=gpus, job=job_name, started=start
     )

@@ -19,6 +19,7 @@ from fsdp_sdk.preflight import raise_for_failures
 from fsdp_sdk.resolved import Resolved
 
 if TYPE_CHECKING:
+    from fsdp_sdk.aws.capacity_block import BlockSchedule
     from fsdp_sdk.aws.checkpoint_bucket import BucketUsage
     from fsdp_sdk.aws.checkpoint_plan import CheckpointBucket
     from fsdp_sdk.backends.base import ClusterBackend, ClusterStatus, Plan, ProgressCallback
@@ -89,6 +90,11 @@ class ClusterWorkflow:
             preview = False
         filled = ctx.filled(results)
         filled.update(self.discovered())
+        # a Capacity Block not started yet is the one warning of that check with nothing else wrong
+        waiting = any(r.check == "capacity-reservation" and not r.ok and not r.blocking for r in results)
+        block = self.pending_block() if waiting and not any(r.blocking for r in results) else None
+        if block is not None:
+            filled.update(block.filled(self.config))  # created empty, scaled when the block starts
         store = self.planned_store(filled, inspect=preflight, collect=collect) if self.backend.eks_cluster else None
         if store is not None and not store.named:
             filled["cluster.checkpoint_bucket"] = store.bucket
@@ -100,13 +106,17 @@ class ClusterWorkflow:
         if preview:
             plan = self.backend.preview(config, plan, progress=self.progress)
         steps, objects = list(plan.steps), list(plan.kubernetes)
+        if block is not None:
+            from fsdp_sdk.k8s.idle import gpu_nodegroup
+
+            steps += block.steps(gpu_nodegroup(config))
         if not self.backend.runs_jobs:
             prerequisites = self.prerequisites(config, plan.kubernetes)
             steps.append(f"write the cluster's kubeconfig under {config.cluster.state_dir}")
             steps += store.steps() if store is not None else []
             steps += [step for p in prerequisites for step in p.steps]
             objects = [dict(o) for p in prerequisites for o in p.objects]
-            from fsdp_sdk.k8s.idle import render_idle_controller
+            from fsdp_sdk.k8s.idle import identity_steps, render_idle_controller
 
             idle = render_idle_controller(config)
             if idle:
@@ -115,9 +125,12 @@ class ClusterWorkflow:
                     "install the idle scale-to-zero controller: the GPU nodes go to 0 after "
                     f"{config.cluster.idle_scale_to_zero_minutes} minutes without a training pod"
                 )
+                steps += identity_steps(config) if self.backend.eks_cluster else []
         cost, details = plan.hourly_cost_usd, dict(plan.details)
         if store is not None:
             details["checkpoints"] = store.to_dict()
+        if block is not None:
+            details["capacity_block"] = block.to_dict()
         if any(r.check == "aws-credentials" and r.ok for r in results):
             # The backend priced the GPU nodes from the table (us-east-1, dated); AWS answers for this region.
             price = ctx.hourly_price(resolved)
@@ -139,6 +152,14 @@ class ClusterWorkflow:
             estimate=estimate.to_dict() if estimate else None,
         )
 
+    def pending_block(self) -> BlockSchedule | None:
+        """The cluster's Capacity Block when it has not started yet (an EKS backend's; reads only)."""
+        if not self.backend.eks_cluster:
+            return None
+        from fsdp_sdk.aws.capacity_block import pending_block
+
+        return pending_block(self.config)
+
     def up(self, plan: Plan | None = None, *, dry_run: bool = False) -> ClusterStatus:
         """Bring the cluster up as ``plan`` says (see :meth:`fsdp_sdk.Client.up`)."""
         plan = plan or self.plan()
@@ -151,6 +172,12 @@ class ClusterWorkflow:
                 "plan", f"was made for {plan.backend}/{plan.cluster}", "make the plan with this client's plan()"
             )
         status = self.backend.create(resolved, plan, progress=self.progress)
+        if "capacity_block" in plan.details and self.backend.eks_cluster:
+            from fsdp_sdk.aws.capacity_block import BlockSchedule, schedule_scaling
+            from fsdp_sdk.k8s.idle import gpu_nodegroup
+
+            block = BlockSchedule.from_dict(plan.details["capacity_block"])
+            schedule_scaling(config, block, gpu_nodegroup(config), progress=self.progress)
         if "checkpoints" in plan.details and self.backend.eks_cluster:
             self.make_checkpoint_store(config, plan)
         if not self.backend.runs_jobs:
@@ -258,14 +285,24 @@ class ClusterWorkflow:
         ctx = self.ctx
         path = ctx.kubeconfig_or_fail() if connect else ctx.kubeconfig()
         kube = Kube.from_kubeconfig(path, context=ctx.kube_context, progress=self.progress) if connect else None
-        return Prereqs(self.config, kube, kubeconfig=str(path) if path else None, context=ctx.kube_context)
+        return Prereqs(
+            self.config,
+            kube,
+            kubeconfig=str(path) if path else None,
+            context=ctx.kube_context,
+            plugins=ctx.plugins,
+        )
 
     def install_prereqs(
-        self, *, operator: bool = True, operator_version: str | None = None, api: str | None = None
+        self, *, operator: bool = True, operator_version: str | None = None, api: str | None = None, queue: bool = False
     ) -> list[dict[str, Any]]:
-        """Apply etcd and install the job controller on the cluster (idempotent)."""
+        """Apply etcd and install the job controller on the cluster (idempotent); with ``queue``, Kueue too."""
         return self.prereqs().install(
-            operator=operator, operator_version=operator_version, api=api or self.config.job.api, progress=self.progress
+            operator=operator,
+            operator_version=operator_version,
+            api=api or self.config.job.api,
+            queue=queue,  # Kueue and its queues (issue 42)
+            progress=self.progress,
         )
 
     def prereq_status(self, *, api: str | None = None) -> PrereqStatus:
@@ -331,6 +368,10 @@ class ClusterWorkflow:
             self.record_cost("down", self.config, 0)
         if not dry_run:
             self.remember(status)
+        if self.backend.eks_cluster and not dry_run:
+            from fsdp_sdk.k8s.idle import remove_identity
+
+            remove_identity(self.config, progress=self.progress)  # the idle controller's role, policy, association
         store = self.checkpoint_store(self.config)
         if store is None:
             return status
@@ -374,9 +415,25 @@ class ClusterWorkflow:
         status = self.backend.resize(self.resolved, nodes, dry_run=dry_run, progress=self.progress)
         if not dry_run and not self.backend.runs_jobs:
             self.record_cost("scale", self.config, nodes)
+            self.scale_queue(nodes)  # Kueue's ClusterQueue follows the node group (issue 42)
         if not dry_run:
             self.remember(status)
         return status
+
+    def scale_queue(self, nodes: int) -> None:
+        """Size fsdp-sdk's Kueue ClusterQueue to ``nodes`` after a scale (:func:`fsdp_sdk.k8s.queue.scale_quota`:
+        nothing without a kubeconfig or a queue, a warning when the cluster cannot be reached)."""
+        from fsdp_sdk.k8s.jobs import resolve_kubeconfig
+        from fsdp_sdk.k8s.kube import Kube
+        from fsdp_sdk.k8s.queue import scale_quota
+
+        ctx = self.ctx
+
+        def connect() -> Kube:
+            path = resolve_kubeconfig(ctx.kubeconfig_or_fail())
+            return Kube.from_kubeconfig(path, context=ctx.kube_context, progress=self.progress)
+
+        scale_quota(connect, self.config, self.resolved.instance, nodes, progress=self.progress)
 
     def status(self) -> ClusterStatus:
         """The cluster's current state (see :meth:`fsdp_sdk.Client.status`)."""

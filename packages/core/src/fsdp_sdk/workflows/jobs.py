@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from fsdp_sdk.estimate import Estimate
     from fsdp_sdk.k8s.image import ImageBuild, ImagePush
     from fsdp_sdk.k8s.jobs import JobClient, JobStatus
+    from fsdp_sdk.k8s.validate import CrdSchema
     from fsdp_sdk.runner import DryRun, JobRunner, KubernetesRunner, RunStatus
     from fsdp_sdk.runs import JobRef, RecordedRun, RunEvent, RunResult
     from fsdp_sdk.workflows.context import Context
@@ -129,6 +130,7 @@ class JobWorkflow:
         api: str | None = None,
         preview: bool = False,
         fresh_id: bool = False,
+        crds: Sequence[CrdSchema] = (),
     ) -> list[dict[str, Any]]:
         """The job's Kubernetes objects, exactly as ``job submit`` would apply them (see :meth:`fsdp_sdk.Client.render_job`)."""
         from fsdp_sdk.k8s.render import new_rdzv_id, render_job, stable_rdzv_id
@@ -147,6 +149,7 @@ class JobWorkflow:
             create_secret=create_secret,
             api=api,
             preview=preview,
+            crds=crds,
         )
 
     def submit_job(

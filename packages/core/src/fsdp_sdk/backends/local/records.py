@@ -77,6 +77,8 @@ class RunRecord:
     :param ended_at: Unix time of the end, once ended.
     :param attempts: how many times the run was started (re-running it by name continues it).
     :param error: the one-line cause of a failure.
+    :param restarts: why the run was launched again, each time: ``{"at", "cause", "hang"}`` (``hang``: the hung
+        rank, its step, phase and silence, and the ranks that waited, when a hang was the cause).
     :param settings: what ``fsdp-sdk run --resume`` reuses: trainer settings, trainer arguments, worker counts.
     :param supervisor: the supervising ``fsdp-sdk`` process while it runs (``ProcessIdentity.to_dict()``), which
         ``fsdp-sdk job stop`` interrupts.
@@ -99,6 +101,7 @@ class RunRecord:
     earlier_s: float = 0.0
     attempts: int = 1
     error: str | None = None
+    restarts: list[dict[str, Any]] = field(default_factory=list)
     settings: dict[str, Any] = field(default_factory=dict)
     supervisor: dict[str, Any] | None = None
     steps: int | None = None

@@ -266,6 +266,7 @@ class LocalRunner:
             state, _ = local.read_or_none()
             launches.append(backend.render(config, run_id=run_id, state=state, trainer_args=dryrun.trainer_args))
             record.settings["rdzv_ids"] = [*record.settings.get("rdzv_ids", []), launches[-1].rdzv_id][-20:]
+            record.restarts = list(run.supervisor.restart_causes)  # why: the same cause as the restart line
             with contextlib.suppress(OSError):
                 record.save()
             return launches[-1]

@@ -12,6 +12,10 @@ agent's output to ``logs/agent-<i>.log``, streams the leader's (the agent whose 
   "out of memory", not restarted into the same death; and a launch that fails loading a checkpoint the previous
   launch failed to load too (the trainer marks one that does not load ``BROKEN``, so a restart takes the one
   before; where it could not mark it, a restart would fail the same way);
+* hangs (:mod:`~fsdp_sdk.backends.local.hang`): a rank that stops making progress while its peers wait in a
+  collective is named when the collective timeout (``--runtime.timeout_s``) ends the wait: which rank, in
+  which step and phase, for how long, from the ranks' heartbeat files and process states; the run is
+  launched again once, and a second hang ends it;
 * progress: a run that finishes no step for ``stall_timeout_s`` (counted from the trainers' start)
   is stuck; the rank that stopped is named (a stopped process, one busy while the others wait);
 * etcd (:class:`EtcdGuard`): dead or not answering for ``local.etcd_unhealthy_s``, it is restarted
@@ -48,6 +52,9 @@ from fsdp_sdk.backends.local.plan import RANK_MODULE, RunPlan
 from fsdp_sdk.errors import BackendError, RunError
 from fsdp_sdk.processes import die_with_parent, stop_tree
 from fsdp_sdk.runs import RunEvent, leader_line_event
+
+#: Set for the ranks (``fsdp_trainer.heartbeat.ENV``): the directory of their heartbeat files.
+HEARTBEAT_ENV = "FSDP_TRAINER_HEARTBEAT_DIR"
 
 __all__ = ["FINISH_GRACE_S", "LEADER_MARKER", "EtcdGuard", "Supervisor", "disk_check"]
 
@@ -137,9 +144,9 @@ class EtcdGuard:
 class _RankFailed(RunError):
     """A rank failed (not refused its settings, not killed with its agent): the run may be launched again."""
 
-    def __init__(self, message: str, cause: str) -> None:
+    def __init__(self, message: str, cause: str, hang: Any = None) -> None:
         super().__init__(message)
-        self.cause = cause
+        self.cause, self.hang = cause, hang
 
 
 class Supervisor:
@@ -169,6 +176,8 @@ class Supervisor:
         self.restarts = 0
         #: Checkpoints a launch failed to load (the trainer's "checkpoint: loading X failed"): never restarted into.
         self.failed_loads: set[str] = set()
+        self.hangs: list[Any] = []  # every hang named (hang.Hang), across launches
+        self.restart_causes: list[dict[str, Any]] = []  # why each restart happened, for the run's record
         self._reset()
 
     def _reset(self) -> None:
@@ -191,6 +200,7 @@ class Supervisor:
         self.done = False
         self.refused: int | None = None  # agent whose rank exited 2: the trainer refused its settings
         self.load_failed: str | None = None  # the checkpoint this launch failed to load
+        self.hang_snapshot: Any = None  # what every rank was doing when the first rank failed (hang.Snapshot)
 
     # ------------------------------------------------------------------ output
 
@@ -225,6 +235,7 @@ class Supervisor:
                 self.last_failure, self._failure_was_signal, self._failure_code = failure, code < 0, code
             if code == 2:  # the trainer's exit code for settings it refuses: a restart would fail the same way
                 self.refused = index
+            self._snap_hang()
         elif event == "restart":
             self.restarts += 1
             self.rendezvous_joined = 0
@@ -309,6 +320,13 @@ class Supervisor:
                     if self.relaunch is None or self.restarts >= self.plan.max_restarts:
                         raise RunError(str(failure)) from None
                     self.stop()
+                    self.restart_causes.append(
+                        {
+                            "at": time.time(),
+                            "cause": failure.cause,
+                            "hang": failure.hang.to_dict() if failure.hang else None,
+                        }
+                    )
                     self.restarts += 1
                     left = self.plan.max_restarts - self.restarts
                     self._emit(
@@ -328,13 +346,14 @@ class Supervisor:
 
         self.plan.log_dir.mkdir(parents=True, exist_ok=True)
         self.oom_before = oom_counters()
+        env = {**self.env, **self._heartbeat_env()}
         for index, command in enumerate(self.plan.commands):
             process = subprocess.Popen(
                 list(command),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
-                env=self.env,
+                env=env,
                 start_new_session=True,  # Ctrl-C reaches this process only; it stops the agents itself
                 preexec_fn=die_with_parent,
             )
@@ -391,6 +410,7 @@ class Supervisor:
 
     def _fail(self, index: int, code: int) -> None:
         pid = self.processes[index].pid
+        self._snap_hang()  # before the processes are stopped: which rank hung, and how
         self.stop()
         self._drain(0.5)
         directories = [self.plan.output_dir, *(d for d in [self.plan.checkpoint_dir] if d)]
@@ -429,12 +449,69 @@ class Supervisor:
                 cause += f"; not restarted: {self.load_failed} failed to load in the previous launch too"
                 restartable = False
             self.failed_loads.add(self.load_failed)
+        hang = self._named_hang(code)
+        if hang is not None:
+            cause, restartable = self._hang_cause(hang, restartable)
         if self.restarts:
             cause += f" (after {self.restarts} restart{'s' if self.restarts > 1 else ''})"
         message = f"run {self.plan.run_id} failed: {cause}; logs in {self.plan.log_dir}"
         if restartable:
-            raise _RankFailed(message, cause)
+            raise _RankFailed(message, cause, hang)
         raise RunError(message)
+
+    # ------------------------------------------------------------------ hangs
+
+    @property
+    def heartbeat_dir(self) -> Path:
+        """Where the ranks of this launch write their heartbeats (``fsdp_trainer.heartbeat``)."""
+        return self.plan.run_dir / "heartbeat"
+
+    def _heartbeat_env(self) -> dict[str, str]:
+        """The variable that makes every rank of the launch write its heartbeat; the previous launch's are removed."""
+        directory = self.heartbeat_dir
+        with contextlib.suppress(OSError):
+            directory.mkdir(parents=True, exist_ok=True)
+            for old in directory.glob("rank-*.json*"):
+                old.unlink(missing_ok=True)
+        return {HEARTBEAT_ENV: str(directory)}
+
+    def _snap_hang(self) -> None:
+        """Record what every rank is doing now (once per launch: at the first failure, before anything is stopped)."""
+        if self.hang_snapshot is not None:
+            return
+        from fsdp_sdk.backends.local import hang
+
+        lines = [e.text for e in self.errors] + [line for tail in self.tails for line in tail]
+        with contextlib.suppress(Exception):  # naming a hang must never hide the failure itself
+            self.hang_snapshot = hang.snapshot(self._ranks(), self.heartbeat_dir, lines)
+
+    def _named_hang(self, code: int) -> Any:
+        """The hang behind this failure (``hang.Hang``), or ``None`` when it was no hang."""
+        from fsdp_sdk.backends.local import hang
+
+        if code == 2 or self.summary_seen:
+            return None
+        if self.hang_snapshot is not None and not self.hang_snapshot.timed_out:
+            lines = [e.text for e in self.errors] + [line for tail in self.tails for line in tail]
+            self.hang_snapshot.timed_out = any(hang.COLLECTIVE_TIMEOUT.search(line) for line in lines)
+        named = hang.diagnose(self.hang_snapshot)
+        if named is None or not named.timed_out:
+            return None  # a rank that is merely slow or stopped while nothing waited for it is not this failure
+        return named
+
+    def _hang_cause(self, named: Any, restartable: bool) -> tuple[str, bool]:
+        """The failure's cause line for a hang, and whether to launch again: once, not after a second hang."""
+        cause = named.describe()
+        if self.hangs:
+            first = self.hangs[0]
+            again = "hung again" if first.rank == named.rank else f"hung after rank {first.rank} did"
+            cause += (
+                f"; it {again} after the restart (the first time in {first.where()}): not restarted again, "
+                "a third launch would hang the same way; check that rank's GPU, mounts and data"
+            )
+            restartable = False
+        self.hangs.append(named)
+        return cause, restartable
 
     def _check_progress(self) -> None:
         if self.last_progress is None or self.summary_seen or (self.plan.code and not self.last_step):
