@@ -290,7 +290,7 @@ class ClusterWorkflow:
             kube,
             kubeconfig=str(path) if path else None,
             context=ctx.kube_context,
-            plugins=ctx.plugins,
+            instance=self.resolved.instance,
         )
 
     def install_prereqs(
