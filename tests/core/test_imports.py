@@ -336,6 +336,7 @@ PURE = {
     "fsdp_sdk.aws.checkpoint_plan",
     "fsdp_sdk.aws.eks",
     "fsdp_sdk.k8s.cluster_objects",
+    "fsdp_sdk.k8s.idle",
     "fsdp_sdk.k8s.job_pods",
     "fsdp_sdk.k8s.render",
     "fsdp_sdk.k8s.retry",

@@ -183,7 +183,7 @@ class ClusterWorkflow:
         if not self.backend.runs_jobs:
             self.prepare(config, plan)
             if config.cluster.idle_scale_to_zero_minutes:
-                from fsdp_sdk.k8s.idle import install_identity
+                from fsdp_sdk.aws.idle_identity import install_identity
 
                 install_identity(config, progress=self.progress)
             self.record_cost("up", config, status.nodes, plan)
@@ -369,7 +369,7 @@ class ClusterWorkflow:
         if not dry_run:
             self.remember(status)
         if self.backend.eks_cluster and not dry_run:
-            from fsdp_sdk.k8s.idle import remove_identity
+            from fsdp_sdk.aws.idle_identity import remove_identity
 
             remove_identity(self.config, progress=self.progress)  # the idle controller's role, policy, association
         store = self.checkpoint_store(self.config)
