@@ -484,7 +484,9 @@ def test_job_status_logs_and_stop_on_a_local_run(invoke, state_dir: Path) -> Non
     run_dir = state_dir / "local" / "runs" / "busy"
     (run_dir / "logs").mkdir(parents=True)
     (run_dir / "logs" / "agent-0.log").write_text("waiting\n")
-    (run_dir / "logs" / "agent-1.log").write_text('[rank0] master_addr=127.0.0.1\n{"step": 1, "loss": 2.0}\n')
+    (run_dir / "logs" / "agent-1.log").write_text(
+        '[rank0] master_addr=127.0.0.1 host=localhost\n{"step": 1, "loss": 2.0}\n'
+    )
     child = subprocess.Popen([sys.executable, "-c", _SUPERVISOR, str(run_dir)], stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "ready"
@@ -497,7 +499,10 @@ def test_job_status_logs_and_stop_on_a_local_run(invoke, state_dir: Path) -> Non
         assert status.exit_code == 0, status.output
         assert json.loads(status.stdout)["phase"] == "Running"
         logs = invoke("job", "logs", "busy", "--backend", "local")
-        assert logs.exit_code == 0 and logs.stdout == '[rank0] master_addr=127.0.0.1\n{"step": 1, "loss": 2.0}\n'
+        assert (
+            logs.exit_code == 0
+            and logs.stdout == '[rank0] master_addr=127.0.0.1 host=localhost\n{"step": 1, "loss": 2.0}\n'
+        )
         every = invoke("job", "logs", "--all", "busy", "--backend", "local").stdout
         assert every.startswith("[agent-0] waiting\n[agent-1] [rank0] master_addr=")
         refused = invoke("job", "stop", "busy", "--backend", "local")
@@ -508,7 +513,9 @@ def test_job_status_logs_and_stop_on_a_local_run(invoke, state_dir: Path) -> Non
         follow = subprocess.Popen(
             [FSDP_SDK, "job", "logs", "-f", "busy", "--backend", "local"], stdout=subprocess.PIPE, text=True
         )
-        assert follow.stdout is not None and follow.stdout.readline() == "[rank0] master_addr=127.0.0.1\n"
+        assert (
+            follow.stdout is not None and follow.stdout.readline() == "[rank0] master_addr=127.0.0.1 host=localhost\n"
+        )
         with open(run_dir / "logs" / "agent-1.log", "a") as log:
             log.write('{"step": 2, "loss": 1.9}\n')
         assert follow.stdout.readline().startswith('{"step": 1,')

@@ -10,6 +10,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -35,6 +36,8 @@ def test_rank_0_writes_the_trainers_lines_without_importing_torch(tmp_path: Path
     *lines, last = done.stdout.splitlines()
     assert last == "torch imported: False"
     records = [json.loads(line) for line in lines]
+    reported = records[0].pop("time")  # when the step was reported (job report places the steps by it)
+    assert abs(reported - time.time()) < 120 and records[1]["time"] >= reported
     assert records[0] == {"step": 1, "loss": 2.0, "step_time_s": 0.5, "tokens": 100, "tokens_per_s_per_gpu": 200.0}
     assert records[1]["tokens_per_s_per_gpu"] == 400.0 and records[1]["lr"] == 0.1
     assert (records[1]["mfu"], records[1]["phase"]) == (0.3, "warm")

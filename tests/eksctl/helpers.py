@@ -238,7 +238,7 @@ class AwsAnswers:
 
 def leader_line(host: str) -> str:
     """The line the trainer's rank 0 logs at start, which marks the leader pod."""
-    return f"[rank0] 12:00:00 INFO fsdp_trainer.distributed: master_addr={host}"
+    return f"[rank0] 12:00:00 INFO fsdp_trainer.distributed: master_addr={host} host={host}.fsdp"
 
 
 class Session:

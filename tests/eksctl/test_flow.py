@@ -11,7 +11,6 @@ import io
 import json
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -52,8 +51,8 @@ def _conditions(*types: str) -> list[dict[str, str]]:
 def play_the_operator(apiserver: FakeApiServer, stop: threading.Event) -> None:
     """Wait for the PyTorchJob, then do what the Training Operator and the trainer would: a running leader pod
     whose log has the trainer's lines and summary, then the job Succeeded."""
-    while not stop.is_set() and apiserver.get("kubeflow.org/v1", "PyTorchJob", "fsdp") is None:
-        time.sleep(0.01)
+    # each wait is on the server's change signal (or the test's end), not a time
+    apiserver.wait_for(lambda: stop.is_set() or apiserver.get("kubeflow.org/v1", "PyTorchJob", "fsdp"), timeout=600)
     if stop.is_set():
         return
     apiserver.add_pod(
@@ -61,10 +60,16 @@ def play_the_operator(apiserver: FakeApiServer, stop: threading.Event) -> None:
     )
     apiserver.add_pod("fsdp-worker-1", labels={JOB_LABEL: "fsdp"}, log="waiting for the rendezvous\n")
     apiserver.set_status("kubeflow.org/v1", "PyTorchJob", "fsdp", {"conditions": _conditions("Created", "Running")})
-    while not stop.is_set() and not any(
-        r.path.endswith("/pods/fsdp-worker-0/log") and r.query.get("follow") == ["true"] for r in apiserver.requests
-    ):
-        time.sleep(0.01)  # training goes on while `run` follows the leader's log
+    apiserver.wait_for(  # training goes on while `run` follows the leader's log
+        lambda: (
+            stop.is_set()
+            or any(
+                r.path.endswith("/pods/fsdp-worker-0/log") and r.query.get("follow") == ["true"]
+                for r in apiserver.requests
+            )
+        ),
+        timeout=600,
+    )
     for step in range(1, 3):
         apiserver.append_log("fsdp-worker-0", json.dumps({"step": step, "loss": 2.0 / step}) + "\n")
     apiserver.append_log("fsdp-worker-0", json.dumps(SUMMARY) + "\n")

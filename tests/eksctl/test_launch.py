@@ -17,7 +17,6 @@ import re
 import shutil
 import signal
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -58,8 +57,7 @@ def play_the_operator(apiserver: FakeApiServer, stop: threading.Event, *, end: s
         job = apiserver.get("kubeflow.org/v1", "PyTorchJob", "fsdp")
         return job is not None and not (job.get("status") or {}).get("conditions")
 
-    while not stop.is_set() and not job_is_new():
-        time.sleep(0.01)
+    apiserver.wait_for(lambda: stop.is_set() or job_is_new(), timeout=600)  # on the server's change signal
     if stop.is_set():
         return
     for pod in ("fsdp-worker-0", "fsdp-worker-1"):
@@ -69,8 +67,7 @@ def play_the_operator(apiserver: FakeApiServer, stop: threading.Event, *, end: s
         "fsdp-worker-0", labels={JOB_LABEL: "fsdp"}, log=f"{leader_line('fsdp-worker-0')}\n", follow_open=True
     )
     apiserver.set_status("kubeflow.org/v1", "PyTorchJob", "fsdp", {"conditions": _conditions("Created", "Running")})
-    while not stop.is_set() and not _following(apiserver, since):
-        time.sleep(0.01)
+    apiserver.wait_for(lambda: stop.is_set() or _following(apiserver, since), timeout=600)
     apiserver.append_log("fsdp-worker-0", json.dumps({"step": 1, "loss": 2.0}) + "\n")
     if end == "interrupt":
         os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while launch follows the log

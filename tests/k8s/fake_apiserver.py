@@ -506,24 +506,50 @@ class FakeApiServer:
                 self._changed.wait(timeout=min(left, 0.5))
 
     def wait_for_request(
-        self, method: str, path_part: str, *, since: float = 0.0, answered: bool = False, timeout: float = 20
+        self,
+        method: str,
+        path_part: str,
+        *,
+        since: float = 0.0,
+        answered: bool = False,
+        query: dict[str, str] | None = None,
+        timeout: float = 20,
     ) -> RecordedRequest:
-        """Block until a ``method`` request whose path contains ``path_part`` arrived at or after ``since``
+        """Block until a ``method`` request whose path contains ``path_part`` (and whose query has each of
+        ``query``'s values, e.g. ``{"follow": "true"}`` for a followed log) arrived at or after ``since``
         (``time.monotonic()``; with ``answered``, until it was answered too): a test waits for what the client did,
-        not for a time. Raises :class:`TimeoutError` after ``timeout`` seconds."""
-        deadline = time.monotonic() + timeout
-        while True:
-            for request in list(self.requests):
+        not for a time. The server signals each arrival and each answer, so nothing polls.
+
+        Raises :class:`TimeoutError` after ``timeout`` seconds, naming the requests that did come to that path.
+        """
+        assert since <= time.monotonic(), "since is a time.monotonic() of the past (the requests it admits)"
+        wanted = query or {}
+
+        def found() -> RecordedRequest | None:
+            for request in self.requests:
                 if (
                     request.method == method
                     and path_part in request.path
                     and request.at >= since
+                    and all(request.query.get(k, [""])[0] == v for k, v in wanted.items())
                     and (request.answered is not None or not answered)
                 ):
                     return request
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"no {method} request to ...{path_part} within {timeout}s")
-            time.sleep(0.02)  # polling the request log, with a deadline
+            return None
+
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while (request := found()) is None:
+                left = deadline - time.monotonic()
+                if left <= 0 or self._stopping.is_set():
+                    came = [f"{r.method} {r.path}?{urllib.parse.urlencode(r.query, doseq=True)}" for r in self.requests]
+                    came = [c for c in came if path_part in c]
+                    raise TimeoutError(
+                        f"no {method} request to ...{path_part} with {wanted or 'any query'}"
+                        f"{' answered' if answered else ''} within {timeout:g}s; to that path came: {came or 'none'}"
+                    )
+                self._changed.wait(timeout=left)
+            return request
 
     def add_pod(
         self,
@@ -735,7 +761,9 @@ class _Handler(BaseHTTPRequestHandler):
         query = urllib.parse.parse_qs(url.query, keep_blank_values=True)
         content_type, body = self._read_body()
         record = RecordedRequest(method, url.path, query, content_type, body, self.headers.get("Accept") or "")
-        self.api.requests.append(record)
+        with self.api._changed:  # a test may wait for this request (wait_for_request)
+            self.api.requests.append(record)
+            self.api._changed.notify_all()
         try:
             if self.headers.get("Authorization") != f"Bearer {self.api.token}":
                 self._fail(401, "Unauthorized", "Unauthorized")

@@ -14,7 +14,6 @@ Succeeded or Failed at its exit.
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -22,6 +21,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from . import container_init
 from .fake_apiserver import FakeApiServer
 
 JOB_LABEL = "training.kubeflow.org/job-name"
@@ -54,8 +54,9 @@ class Container:
         return match
 
     def kill(self) -> None:
-        """SIGKILL the container's processes (what an OOM kill or a lost node does to them)."""
-        os.killpg(self.process.pid, signal.SIGKILL)
+        """SIGKILL the container's processes, all of them (what an OOM kill or a lost node does to them): its init
+        reaps them (:mod:`k8s.container_init`; the agent's group alone would leave torchrun's workers running)."""
+        container_init.kill_container(self.process.pid)
         self.process.wait(timeout=60)
         self.pump.join(timeout=60)
 
@@ -132,7 +133,8 @@ class LocalNode:
         workdir.mkdir(parents=True, exist_ok=True)
         command = [self._map(a, mounts) for a in [*container["command"], *container.get("args", [])]]
         assert command[0] == "torchrun", command
-        command = [self.python or sys.executable, "-m", "torch.distributed.run", *command[1:]]
+        python = self.python or sys.executable
+        command = [python, container_init.__file__, python, "-m", "torch.distributed.run", *command[1:]]
         elastic = job["spec"]["elasticPolicy"]
         # an image's Python gets nothing of this test's Python setup
         dropped = ("FSDP_SDK_", "PET_", *(("PYTHON", "VIRTUAL_ENV") if self.python else ()))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -13,48 +12,16 @@ from fsdp_sdk.config import Config
 from fsdp_sdk.errors import ConfigError
 
 from .fake_apiserver import FakeApiServer
-from .tools import kubernetes_plugins
+from .tools import LEADER_LINE, kubernetes_plugins, play_two_worker_job
 
 REGISTRY = "123456789012.dkr.ecr.us-west-2.amazonaws.com"
-#: What the trainer's rank 0 logs at start (fsdp_trainer.logs format); it marks the leader pod.
-LEADER_LINE = "[rank0] 12:00:00 INFO fsdp_trainer.distributed: master_addr=fsdp-worker-0"
-
-
-def _operator(apiserver: FakeApiServer, name: str = "fsdp", run_id: str | None = None) -> None:
-    """Play the Training Operator and the trainer: pods, logs, conditions (for the job of ``run_id``, when given)."""
-    deadline = time.monotonic() + 20
-
-    def submitted() -> bool:
-        job = apiserver.get("kubeflow.org/v1", "PyTorchJob", name)
-        return job is not None and run_id in (None, job["metadata"]["labels"].get("fsdp-sdk.io/run-id"))
-
-    while not submitted() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    labels = {"training.kubeflow.org/job-name": name}
-    apiserver.add_pod("fsdp-worker-1", labels=labels, log="torchrun starting\n")
-    apiserver.add_pod("fsdp-worker-0", labels=labels, log=f"{LEADER_LINE}\n", follow_open=True)
-    apiserver.set_status(
-        "kubeflow.org/v1",
-        "PyTorchJob",
-        name,
-        {"conditions": [{"type": "Running", "status": "True"}], "replicaStatuses": {"Worker": {"active": 2}}},
-    )
-    time.sleep(0.3)
-    apiserver.append_log("fsdp-worker-0", '{"step": 5, "loss": 3.0}\n{"steps": 5, "final_loss": 3.0}\n')
-    apiserver.set_status(
-        "kubeflow.org/v1",
-        "PyTorchJob",
-        name,
-        {"conditions": [{"type": "Succeeded", "status": "True"}], "replicaStatuses": {"Worker": {"succeeded": 2}}},
-    )
-    apiserver.close_log("fsdp-worker-0")
 
 
 def test_client_run_submits_follows_and_returns_the_summary(apiserver: FakeApiServer, tmp_path: Path) -> None:
     plugins = kubernetes_plugins(apiserver.write_kubeconfig(tmp_path / "kubeconfig"))
     config = Config.from_dict({"cluster": {"backend": "fake-kube"}, "job": {"registry": REGISTRY}})
     client = Client(config, plugins=plugins)
-    threading.Thread(target=_operator, args=(apiserver,), daemon=True).start()
+    threading.Thread(target=play_two_worker_job, args=(apiserver,), daemon=True).start()
     lines: list[str] = []
     result = client.run(
         trainer_overrides={"model.preset": "tiny", "train.steps": 5}, run_id="fsdp-seam1", on_output=lines.append
@@ -87,7 +54,7 @@ def test_run_resume_on_a_cluster_replaces_the_job_of_that_name_on_its_checkpoint
         "kubeflow.org/v1", "PyTorchJob", "exp1", {"conditions": [{"type": "Failed", "status": "True"}]}
     )
     client = Client(config, plugins=plugins)
-    threading.Thread(target=_operator, args=(apiserver, "exp1", "exp1-again"), daemon=True).start()
+    threading.Thread(target=play_two_worker_job, args=(apiserver, "exp1", "exp1-again"), daemon=True).start()
     result = client.run(
         trainer_overrides={"model.preset": "tiny", "train.steps": 5}, run_id="exp1-again", resume="exp1"
     )

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from pathlib import Path
 from typing import ClassVar
 
@@ -24,7 +23,7 @@ from .fake_apiserver import FakeApiServer
 from .tools import cli
 
 REGISTRY = "123456789012.dkr.ecr.us-west-2.amazonaws.com"
-LEADER_LINE = "[rank0] 12:00:00 INFO fsdp_trainer.distributed: master_addr=fsdp-worker-0"
+LEADER_LINE = "[rank0] 12:00:00 INFO fsdp_trainer.distributed: master_addr=fsdp-worker-0 host=fsdp-worker-0.fsdp"
 #: A 70B on one g5 node (8 x 24 GiB A10G): far over the memory.
 TOO_BIG = {"model.preset": "llama2-70b", "train.steps": 5}
 
@@ -105,6 +104,10 @@ def test_job_submit_refuses_unless_forced(
 def _operator(apiserver: FakeApiServer, stop: threading.Event, per_gpu: dict[int, float]) -> None:
     """Play the Training Operator and the trainer for every PyTorchJob that appears."""
     seen: set[str] = set()
+
+    def new_job_or_stop() -> bool:
+        return stop.is_set() or any(j["metadata"]["name"] not in seen for j in apiserver.objects("PyTorchJob"))
+
     while not stop.is_set():
         for job in apiserver.objects("PyTorchJob"):
             name = job["metadata"]["name"]
@@ -129,7 +132,7 @@ def _operator(apiserver: FakeApiServer, stop: threading.Event, per_gpu: dict[int
                 "kubeflow.org/v1", "PyTorchJob", name, {"conditions": [{"type": "Succeeded", "status": "True"}]}
             )
             apiserver.close_log(f"{name}-worker-0")
-        time.sleep(0.05)
+        apiserver.wait_for(new_job_or_stop, timeout=600)  # on the server's change signal, not a time
 
 
 def test_sweep_on_a_cluster_scales_submits_and_collects(apiserver: FakeApiServer, tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from .tools import Lines, cli
 REGISTRY = "123456789012.dkr.ecr.us-west-2.amazonaws.com"
 JOB_LABEL = "training.kubeflow.org/job-name"
 JOB = ("kubeflow.org/v1", "PyTorchJob", "fsdp")
-LEADER = "[rank0] 12:00:00 INFO fsdp_trainer.distributed: master_addr={pod}\n"
+LEADER = "[rank0] 12:00:00 INFO fsdp_trainer.distributed: master_addr={pod} host={pod}.fsdp\n"
 
 
 @pytest.fixture(autouse=True)

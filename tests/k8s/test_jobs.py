@@ -210,12 +210,16 @@ def test_status_phases_from_conditions() -> None:
 
 def leader_line(host: str) -> str:
     """The line the trainer's rank 0 logs at start (fsdp_trainer.logs format), which marks the leader pod."""
-    return f"[rank0] 12:00:00 INFO fsdp_trainer.distributed: master_addr={host}"
+    return f"[rank0] 12:00:00 INFO fsdp_trainer.distributed: master_addr={host} host={host}.fsdp"
 
 
 def _add_workers(apiserver: FakeApiServer, *, follow_open: bool = False) -> None:
     labels = {JOB_LABEL: "fsdp"}
-    apiserver.add_pod("fsdp-worker-0", labels=labels, log="waiting for rendezvous\nstep 1\n", follow_open=follow_open)
+    # worker 0 is rank 1: its log has torchrun's rendezvous result (every pod's has, at LOGLEVEL=INFO), not the trainer's
+    agent = "I1207 02:07:17.766000 19697 torch/distributed/elastic/agent/server/api.py:553]   master_addr=fsdp-worker-1"
+    apiserver.add_pod(
+        "fsdp-worker-0", labels=labels, log=f"{agent}\nwaiting for rendezvous\nstep 1\n", follow_open=follow_open
+    )
     apiserver.add_pod(
         "fsdp-worker-1",
         labels=labels,
@@ -244,7 +248,7 @@ def test_logs_follow_all_workers(apiserver: FakeApiServer, kubeconfig: Path) -> 
     lines = Lines()
     follower = threading.Thread(target=jobs.logs, kwargs={"follow": True, "all_workers": True, "out": lines})
     follower.start()
-    lines.wait_for(lambda got: len(got) == 4)  # what the two workers had written
+    lines.wait_for(lambda got: len(got) == 5)  # what the two workers had written
     apiserver.append_log("fsdp-worker-0", "step 2\n")
     apiserver.append_log("fsdp-worker-1", '{"step": 2, "loss": 2.1}\n')
     lines.wait_for(lambda got: "[fsdp-worker-0] step 2" in got and '[fsdp-worker-1] {"step": 2, "loss": 2.1}' in got)
@@ -254,7 +258,7 @@ def test_logs_follow_all_workers(apiserver: FakeApiServer, kubeconfig: Path) -> 
     apiserver.close_log("fsdp-worker-1")
     follower.join(timeout=15)
     assert not follower.is_alive()
-    assert len(lines.items) == 6 and not any("other" in line for line in lines.items)
+    assert len(lines.items) == 7 and not any("other" in line for line in lines.items)
     follows = [r for r in apiserver.requests if r.path.endswith("/log") and r.query.get("follow") == ["true"]]
     assert {r.path.split("/")[-2] for r in follows} == {"fsdp-worker-0", "fsdp-worker-1"}
 
@@ -269,7 +273,7 @@ def test_wait_returns_the_summary_for_client_run(apiserver: FakeApiServer, kubec
     since = time.monotonic()
 
     def finish() -> None:  # once the wait follows the leader's log, the job succeeds
-        apiserver.wait_for_request("GET", "/pods/fsdp-worker-0/log", since=since)
+        apiserver.wait_for_request("GET", "/pods/fsdp-worker-0/log", since=since, query={"follow": "true"})
         apiserver.set_status(
             "kubeflow.org/v1", "PyTorchJob", "fsdp", {"conditions": _conditions("Created", "Running", "Succeeded")}
         )

@@ -102,6 +102,8 @@ def test_pytorchjob_validates_and_has_the_job(plugins: Plugins, pytorchjob_crd: 
     ):
         assert env[name]
     assert env["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    # every rendezvous round publishes its own store, so a replaced worker pod can join (tests/rehearsal/test_launch.py)
+    assert env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
     assert env["HF_TOKEN"] == {"secretKeyRef": {"name": "hf-token", "key": "token", "optional": False}}
     for obj in (job, worker(job)["template"]):
         labels = obj["metadata"]["labels"]

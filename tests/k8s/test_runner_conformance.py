@@ -14,7 +14,6 @@ import importlib.util
 import json
 import shutil
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +31,7 @@ from .test_jobs import install_trainer_objects
 from .tools import kubernetes_plugins
 
 REGISTRY = "123456789012.dkr.ecr.us-west-2.amazonaws.com"
-LEADER = "[rank0] 12:00:00 INFO fsdp_trainer.distributed: master_addr=fsdp-worker-0"
+LEADER = "[rank0] 12:00:00 INFO fsdp_trainer.distributed: master_addr=fsdp-worker-0 host=fsdp-worker-0.fsdp"
 TRAINER = {"model": {"preset": "tiny"}, "train": {"steps": 3}, "checkpoint": {"enabled": False}}
 #: (apiVersion, kind, the label its pods carry, the condition that ends it well) of each Kubernetes job API.
 KUBE = {
@@ -75,9 +74,7 @@ class Place:
                 job = server.get(api_version, kind, name)
                 return job is not None and job["metadata"]["labels"].get("fsdp-sdk.io/run-id") == dryrun.run_id
 
-            deadline = time.monotonic() + 20
-            while not submitted() and time.monotonic() < deadline:
-                time.sleep(0.05)
+            server.wait_for(submitted, timeout=20)
             server.add_pod(f"{name}-worker-0", labels={label: name}, log=f"{LEADER}\n", follow_open=True)
             server.set_status(api_version, kind, name, {"conditions": [{"type": "Running", "status": "True"}]})
             server.append_log(f"{name}-worker-0", '{"step": 3, "loss": 3.0}\n{"steps": 3, "final_loss": 3.0}\n')

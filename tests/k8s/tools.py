@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -15,6 +16,8 @@ if TYPE_CHECKING:
     from fsdp_sdk.config import Config
     from fsdp_sdk.plugins import Plugins
     from fsdp_sdk.resolved import Resolved
+
+    from .fake_apiserver import FakeApiServer
 
 _SCRIPT = """#!{python}
 import json, os, sys
@@ -115,3 +118,44 @@ def kubernetes_plugins(kubeconfig: Path) -> Plugins:
     plugins = build_plugins(autoload=False)
     plugins.register(Register(), name="fake-kube")
     return plugins
+
+
+#: What the trainer's rank 0 logs at start (fsdp_trainer.logs format); it marks the leader pod.
+LEADER_LINE = "[rank0] 12:00:00 INFO fsdp_trainer.distributed: master_addr=fsdp-worker-0 host=fsdp-worker-0.fsdp"
+
+
+def play_two_worker_job(apiserver: FakeApiServer, name: str = "fsdp", run_id: str | None = None) -> None:
+    """Play the Training Operator and the trainer for the PyTorchJob ``name`` (of ``run_id``, when given): two
+    running pods, the leader's log, then -- once the client follows that log (its ``follow=true`` GET has come) --
+    the trainer's last step and summary and the job Succeeded. Run it in a thread beside the client.
+
+    Each step waits for what it depends on (the job's submission, the follow request), never for a time; if one does
+    not come within 20 s, the job is marked Failed with the reason, so the client's run fails naming it.
+    """
+    started = time.monotonic()
+
+    def submitted() -> bool:
+        job = apiserver.get("kubeflow.org/v1", "PyTorchJob", name)
+        return job is not None and run_id in (None, job["metadata"]["labels"].get("fsdp-sdk.io/run-id"))
+
+    try:
+        apiserver.wait_for(submitted, timeout=20)
+        labels = {"training.kubeflow.org/job-name": name}
+        apiserver.add_pod(f"{name}-worker-1", labels=labels, log="torchrun starting\n")
+        apiserver.add_pod(f"{name}-worker-0", labels=labels, log=f"{LEADER_LINE}\n", follow_open=True)
+        running = {"conditions": [{"type": "Running", "status": "True"}], "replicaStatuses": {"Worker": {"active": 2}}}
+        apiserver.set_status("kubeflow.org/v1", "PyTorchJob", name, running)
+        # the client found the leader and follows its log: what comes next reaches it through that stream
+        apiserver.wait_for_request("GET", f"/pods/{name}-worker-0/log", since=started, query={"follow": "true"})
+    except TimeoutError as error:
+        if apiserver.get("kubeflow.org/v1", "PyTorchJob", name) is not None:
+            failed = {"conditions": [{"type": "Failed", "status": "True", "message": f"operator stand-in: {error}"}]}
+            apiserver.set_status("kubeflow.org/v1", "PyTorchJob", name, failed)
+        raise
+    apiserver.append_log(f"{name}-worker-0", '{"step": 5, "loss": 3.0}\n{"steps": 5, "final_loss": 3.0}\n')
+    succeeded = {
+        "conditions": [{"type": "Succeeded", "status": "True"}],
+        "replicaStatuses": {"Worker": {"succeeded": 2}},
+    }
+    apiserver.set_status("kubeflow.org/v1", "PyTorchJob", name, succeeded)
+    apiserver.close_log(f"{name}-worker-0")

@@ -54,7 +54,7 @@ def test_report_from_metrics_jsonl(tmp_path: Path) -> None:
         statistics.fmean(r["tokens_per_s_per_gpu"] for r in measured)
     )
     assert summary["final_loss"] == records[-1]["loss"] and summary["mfu"] is None
-    assert summary["duration_s"] == pytest.approx(0.25 * 11)
+    assert summary["duration_s"] == pytest.approx(0.25 * 12), "12 steps of 0.25 s, from the first one's start"
     files = write_report(metrics, tmp_path / "report")
     assert set(files.plots) == set(PLOTS)
     for path in files.plots.values():
@@ -63,7 +63,26 @@ def test_report_from_metrics_jsonl(tmp_path: Path) -> None:
     assert page.count("data:image/png;base64,") == len(PLOTS)
     assert 'src="http' not in page and "<script" not in page  # self-contained
     assert "1,075 tokens/s per GPU" in page and "No GPU telemetry" in page
-    assert json.loads(files.summary.read_text())["training"]["steps"] == 12
+    written = json.loads(files.summary.read_text())
+    assert written["training"]["steps"] == 12
+    # lines without the trainer's time stamps: the axis says it is the sum of step times, and spans the duration
+    assert written["time_axis"]["of"] == "sum of step times (the lines carry no time)"
+    assert written["time_axis"]["span_s"] == [0.0, pytest.approx(3.0)]
+    assert written["time_axis"]["drawn_s"]["loss.png"] == pytest.approx([0.25, 3.0])
+
+
+def test_report_of_time_stamped_lines_runs_on_the_wall_clock(tmp_path: Path) -> None:
+    """The trainer's lines carry the time each step ended: the plots place the steps by it, from the first step's
+    start, over the span the table calls the duration (a slow step shows as one)."""
+    ends = [100.0 + 0.25 * s + (2.0 if s > 6 else 0.0) for s in range(1, 13)]  # step 7 waited 2 s (a checkpoint)
+    records = [{**r, "time": end} for r, end in zip(_records(), ends, strict=True)]
+    metrics = from_lines([json.dumps(r) for r in reversed(records)], run="fsdp", source="the leader's log")
+    assert [r["t"] for r in metrics.records] == pytest.approx([e - 100.0 for e in ends])
+    assert metrics.summary()["training"]["duration_s"] == pytest.approx(5.0)  # not the 3 s of summed step times
+    written = json.loads(write_report(metrics, tmp_path / "report").summary.read_text())
+    assert written["time_axis"]["of"] == "wall-clock time since the first step began"
+    assert written["time_axis"]["span_s"] == [0.0, pytest.approx(5.0)]
+    assert written["time_axis"]["drawn_s"]["throughput.png"] == pytest.approx([0.25, 5.0])
 
 
 def test_report_from_log_lines_skips_other_lines() -> None:
@@ -116,7 +135,7 @@ def test_job_report_reads_the_leader_log_without_prometheus(
 
     monkeypatch.setenv("KUBECONFIG", str(apiserver.write_kubeconfig(isolated / "kubeconfig")))
     monkeypatch.setenv("PATH", "/nonexistent")  # no kubectl: no port-forward to Prometheus
-    log = "master_addr=10.0.0.1\n" + "".join(json.dumps(r) + "\n" for r in _records())
+    log = "master_addr=10.0.0.1 host=ip-10-0-0-1.ec2.internal\n" + "".join(json.dumps(r) + "\n" for r in _records())
     apiserver.add_pod("train-worker-0", labels={JOB_NAME_LABEL: "train"}, log=log)
     apiserver.add_pod("train-worker-1", labels={JOB_NAME_LABEL: "train"}, log="")
     code, out, err = cli(

@@ -12,7 +12,15 @@
   ``ErrImagePull``), its volume mounts directories of that node (:class:`k8s.kubelet.LocalNode`'s mapping), its
   env from the pod (Secrets resolved), the cluster's DNS names of the etcd service resolved to the real etcd the
   test runs, AWS reached through the role the pods are given (moto's endpoint and credentials); its output is the
-  pod's log, its exit the pod's phase. A pod deleted while its container runs has its processes killed.
+  pod's log, its exit the pod's phase.
+
+A pod deleted while its container runs is stopped as the kubelet stops it (:mod:`k8s.container_init`): SIGTERM to
+the container's main process (torchrun, which passes it to its workers), SIGKILL to every process still in the
+container once the pod's ``terminationGracePeriodSeconds`` (default 30) have passed; the operator creates the pod
+again, under the same name, only once the old one's processes are gone, as on a cluster, where the deleted pod
+stays ``Terminating`` (its name taken) until the kubelet has killed its containers (the operator's
+``ReconcilePods``, kubeflow/training-operator@6372886 ``pkg/controller.v1/common/pod.go``, creates a pod for
+each replica index that has none). Each stopped container is recorded in :attr:`TrainingCluster.stopped`.
 """
 
 from __future__ import annotations
@@ -23,15 +31,47 @@ import os
 import signal
 import subprocess
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from k8s import container_init
 from k8s.fake_apiserver import FakeApiServer, _Log
 from k8s.kubelet import LocalNode
 
 from .docker_standin import images
 
 JOB_LABEL = "training.kubeflow.org/job-name"
+#: the pod's terminationGracePeriodSeconds when it sets none (the Kubernetes default)
+DEFAULT_GRACE_S = 30
+
+
+class Running:
+    """One container the kubelet stand-in runs: its init process (:mod:`k8s.container_init`) and its log pump."""
+
+    def __init__(self, process: subprocess.Popen[bytes], uid: str, grace_s: float) -> None:
+        self.process = process
+        self.uid = uid
+        self.grace_s = grace_s
+        self.pump: threading.Thread | None = None
+
+
+class Stopped:
+    """A container the kubelet stopped because its pod was deleted: what it held, and how it ended."""
+
+    def __init__(self, pod: str, pids: set[int], killed: set[int], code: int) -> None:
+        #: the pod's name
+        self.pod = pod
+        #: the container's processes when the stop began (its init, torchrun, the trainers)
+        self.pids = pids
+        #: those still there after the grace period, SIGKILLed (empty: it stopped on SIGTERM)
+        self.killed = killed
+        #: the container's exit status
+        self.code = code
+
+    def alive(self) -> set[int]:
+        """The container's processes still alive (pids reused since would show here too: checked right after)."""
+        return {pid for pid in self.pids if container_init._alive(pid)}
 
 
 class TrainingCluster:
@@ -48,21 +88,22 @@ class TrainingCluster:
         self.root = root
         self.docker_state = docker_state
         self.etcd = etcd.removeprefix("http://")
-        self.processes: dict[tuple[str, str], subprocess.Popen[bytes]] = {}
-        self.uids: dict[tuple[str, str], str] = {}
+        self.containers: dict[tuple[str, str], Running] = {}
+        #: the containers stopped because their pod was deleted, in order
+        self.stopped: list[Stopped] = []
         self.runs: dict[str, int] = {}
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop, name="rehearsal-operator", daemon=True)
         self.errors: list[BaseException] = []
-        self._delete_when: tuple[str, str, Any] | None = None
-        #: the pods deleted by :meth:`delete_pod_when`, with the line that triggered it
-        self.deleted: list[tuple[str, str]] = []
+        self._delete_when: Callable[[str], bool] | None = None
+        #: the pods deleted by :meth:`delete_pod_when`: (the pod, the pod whose line triggered it, the line)
+        self.deleted: list[tuple[str, str, str]] = []
 
-    def delete_pod_when(self, pod: str, predicate: Any, *, watching: str) -> None:
-        """Delete ``pod`` (as ``kubectl delete pod`` does) once the container of pod ``watching`` prints a line
-        matching ``predicate``."""
-        self._delete_when = (watching, pod, predicate)
+    def delete_pod_when(self, predicate: Callable[[str], bool]) -> None:
+        """Once a worker's container prints a line matching ``predicate``, delete the job's first other worker pod
+        (as ``kubectl delete pod`` does: gracefully, see the module docstring)."""
+        self._delete_when = predicate
 
     def __enter__(self) -> TrainingCluster:
         self._thread.start()
@@ -72,12 +113,15 @@ class TrainingCluster:
         self._stop.set()
         with self.server._changed:
             self.server._changed.notify_all()
-        self._thread.join(timeout=30)
+        self._thread.join(timeout=60)
         with self._lock:
-            for process in self.processes.values():
-                if process.poll() is None:
-                    os.killpg(process.pid, signal.SIGKILL)
-                process.wait(timeout=60)
+            running = list(self.containers.values())
+        for container in running:  # the cluster goes away: its nodes' containers with it
+            if container.process.poll() is None:
+                container_init.kill_container(container.process.pid)
+            container.process.wait(timeout=60)
+            if container.pump is not None:
+                container.pump.join(timeout=60)
         if self.errors:
             raise self.errors[0]
 
@@ -103,10 +147,15 @@ class TrainingCluster:
             (p["metadata"].get("namespace", "default"), p["metadata"]["name"]): p for p in self.server.objects("Pod")
         }
         with self._lock:
-            for key, process in list(self.processes.items()):
-                pod = pods.get(key)
-                if (pod is None or pod["metadata"].get("uid") != self.uids.get(key)) and process.poll() is None:
-                    os.killpg(process.pid, signal.SIGKILL)  # the pod was deleted: its containers go with it
+            gone = [
+                (key, container)
+                for key, container in self.containers.items()
+                if (pods.get(key) or {}).get("metadata", {}).get("uid") != container.uid
+            ]
+        for key, container in gone:  # the pod was deleted: the kubelet stops its container before it is gone
+            self._stop_container(key, container)
+            with self._lock:
+                del self.containers[key]
         for job in self.server.objects("PyTorchJob"):
             self._job(job, pods)
         for pod in pods.values():
@@ -230,13 +279,34 @@ class TrainingCluster:
         env["OMP_NUM_THREADS"] = "1"
         return env
 
+    def _stop_container(self, key: tuple[str, str], container: Running) -> None:
+        """Stop a deleted pod's container: SIGTERM to its main process, after the grace period SIGKILL to all of it
+        (``killContainer``, see :mod:`k8s.container_init`); wait until it and its log are done."""
+        init = container.process.pid
+        pids = container_init.container_pids(init)
+        ran = container.process.poll() is None
+        killed: set[int] = set()
+        if ran:
+            container.process.send_signal(signal.SIGTERM)  # the init passes it to the container's command
+            try:
+                container.process.wait(timeout=container.grace_s)
+            except subprocess.TimeoutExpired:
+                killed = container_init.kill_container(init) - {init}
+        code = container.process.wait(timeout=60)
+        if container.pump is not None:
+            container.pump.join(timeout=60)
+        log = self.server._logs.get(key)
+        if log is not None:
+            self.server._close(log)  # the deleted pod's log ends (the pod made again gets a new one)
+        if ran:
+            self.stopped.append(Stopped(key[1], pids, killed, code))
+
     def _start(self, pod: dict[str, Any]) -> None:
         meta = pod["metadata"]
         key = (meta.get("namespace", "default"), meta["name"])
         with self._lock:
-            running = self.processes.get(key)
-            if running is not None and running.poll() is None and self.uids.get(key) == meta.get("uid"):
-                return
+            if key in self.containers:
+                return  # started already (a deleted pod's container is stopped, and forgotten, before this)
         container = pod["spec"]["containers"][0]
         image = images(self.docker_state).get(container["image"])
         if image is None or not image.get("pushed"):
@@ -252,18 +322,20 @@ class TrainingCluster:
         assert command[0] == "torchrun", command
         python = str(Path(image["venv"]) / "bin" / "python")
         process = subprocess.Popen(
-            [python, "-m", "torch.distributed.run", *command[1:]],
+            [python, container_init.__file__, python, "-m", "torch.distributed.run", *command[1:]],
             cwd=workdir,
             env=self._env(pod, container, mounts),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+        grace = pod["spec"].get("terminationGracePeriodSeconds", DEFAULT_GRACE_S)
+        running = Running(process, meta.get("uid", ""), float(grace))
         with self._lock:
-            self.processes[key] = process
-            self.uids[key] = meta.get("uid", "")
+            self.containers[key] = running
         self._status(pod, "Running", {"running": {}})
-        threading.Thread(target=self._pump, args=(pod, process), daemon=True).start()
+        running.pump = threading.Thread(target=self._pump, args=(pod, process), daemon=True)
+        running.pump.start()
 
     def _pump(self, pod: dict[str, Any], process: subprocess.Popen[bytes]) -> None:
         meta = pod["metadata"]
@@ -274,11 +346,17 @@ class TrainingCluster:
             log = self.server._logs.get((namespace, name))
             if log is not None:
                 log.append(line)
-            target = self._delete_when
-            if target is not None and target[0] == name and target[2](line):
+            predicate = self._delete_when
+            if predicate is not None and predicate(line):
                 self._delete_when = None
-                self.deleted.append((target[1], line.strip()))
-                self.server.delete("v1", "Pod", target[1], namespace)
+                job = meta["labels"][JOB_LABEL]
+                others = sorted(
+                    p["metadata"]["name"]
+                    for p in self.server.objects("Pod")
+                    if (p["metadata"].get("labels") or {}).get(JOB_LABEL) == job and p["metadata"]["name"] != name
+                )
+                self.deleted.append((others[0], name, line.strip()))
+                self.server.delete("v1", "Pod", others[0], namespace)
         code = process.wait()
         current = self.server.get("v1", "Pod", name, namespace)
         if current is None or current["metadata"].get("uid") != meta.get("uid"):

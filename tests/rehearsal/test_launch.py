@@ -2,12 +2,19 @@
 AWS; the recording eksctl acting on moto and on the cluster as the real one does, or the real terraform binary on
 a configuration whose provisioners do what the shipped one's resources do (``terraform_configuration/``); the ``docker`` stand-in building
 the image from the Dockerfile's install lines, the loopback API server with nodes, device plugins and a scheduler,
-and the Training Operator and kubelets running the workers as processes in the image's environment."""
+and the Training Operator and kubelets running the workers as processes in the image's environment.
+
+With eksctl, a worker pod is deleted mid-run, after a checkpoint (issue 39): the kubelet stops its container as a
+real one does and the operator makes the pod again (:mod:`rehearsal.operator`); the other node's torchrun agent
+sees its workers fail, both agents meet again in the job's etcd rendezvous, and training resumes from the
+checkpoint in the bucket with the losses of the run it interrupted."""
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,7 +30,9 @@ from .operator import TrainingCluster
 
 pytestmark = pytest.mark.usefixtures("eksctl_env")
 
-STEPS = 4
+STEPS = 12
+#: checkpoints every this many steps: the first comes well before the end, so a pod can be deleted after it
+EVERY = 4
 
 
 def _trainer_copy(tmp_path: Path) -> Path:
@@ -52,6 +61,31 @@ def _losses(out: str) -> dict[int, float]:
             if "loss" in record:
                 found[record["step"]] = record["loss"]
     return found
+
+
+def _after_checkpoint(step: int) -> Callable[[str], bool]:
+    """A predicate over the leader's log lines: true at the first step's metrics line after the checkpoint of
+    ``step`` was saved (the save runs in the background, so it may be reported after later steps)."""
+    saved = False
+
+    def predicate(line: str) -> bool:
+        nonlocal saved
+        if "checkpoint: saved" in line and f"step_{step:08d}" in line:
+            saved = True
+        return saved and line.startswith('{"step":')
+
+    return predicate
+
+
+def _interrupted(log: str) -> tuple[dict[int, float], int, dict[int, float], list[int]]:
+    """The leader's log of a run whose workers were restarted: (losses before the restart, the step resumed from,
+    losses after it, steps of the checkpoints saved before it)."""
+    before, _, after = log.partition("checkpoint: resumed from")
+    assert after, log[-3000:]
+    match = re.match(r" \S+ \(step (\d+)\)", after)
+    assert match, after[:300]
+    saved = [int(s) for s in re.findall(r"checkpoint: saved \S+/step_(\d+)", before)]
+    return _losses(before), int(match.group(1)), _losses(after), saved
 
 
 def _terraform(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kubeconfig: Path) -> None:
@@ -99,14 +133,31 @@ def test_launch_from_nothing_to_a_finished_job_checkpointed_in_the_cluster_bucke
     monkeypatch.setenv("FSDP_SDK_JOB__NPROC_PER_NODE", "1")  # CPU: one trainer process per node, not one per GPU
     trainer = _trainer_copy(tmp_path)
     common = ("--yes", "--backend", backend, "--preset", "tiny", "--nodes", "2", "--trainer-src", str(trainer))
-    trainer_args = ("--", "--data.seq_len", "64", "--checkpoint.every_steps", "2")
-    with TrainingCluster(cluster, tmp_path / "nodes", docker_state, etcd_endpoint):
+    trainer_args = ("--", "--data.seq_len", "64", "--checkpoint.every_steps", str(EVERY))
+    with TrainingCluster(cluster, tmp_path / "nodes", docker_state, etcd_endpoint) as training:
+        if backend == "eksctl":  # a worker pod is deleted mid-run, once the first checkpoint is in the bucket
+            training.delete_pod_when(_after_checkpoint(EVERY))  # the leader's line: the other worker's pod goes
         # From an empty state directory: the cluster, the image, the job, its checkpoints in the cluster's bucket
         code, out, err = cli(capsys, "launch", *common, "--steps", str(STEPS), *trainer_args)
         assert code == 0, err[-4000:]
         assert "final loss" in out, out[-2000:]
         first = _losses(out)
         assert sorted(first) == list(range(1, STEPS + 1)), out[-2000:]
+        if backend == "eksctl":
+            # the pod was deleted after the checkpoint, and its container stopped with every process in it
+            assert len(training.deleted) == 1, "no pod was deleted: no step logged after the first checkpoint"
+            ((deleted, leader, _),) = training.deleted
+            (stopped,) = training.stopped
+            assert stopped.pod == deleted and len(stopped.pids) >= 3, vars(stopped)  # init, torchrun, trainer
+            assert stopped.killed == set() and stopped.alive() == set(), vars(stopped)  # gone on SIGTERM, all of it
+            # the other node's workers restarted and resumed from the newest checkpoint saved before the deletion,
+            # past which the run had gone; the steps run again have the losses they had before
+            before, resumed, after, saved = _interrupted(training.log(leader))
+            assert saved and resumed == max(saved) and resumed + 1 in before, (resumed, saved, sorted(before))
+            again = sorted(set(before) & set(after))
+            assert again and again[0] == resumed + 1, (resumed, sorted(before), sorted(after))
+            assert {s: after[s] for s in again} == pytest.approx({s: before[s] for s in again}, rel=1e-6)
+            assert sorted(after) == list(range(resumed + 1, STEPS + 1)), sorted(after)
         buckets = [b["Name"] for b in aws_client("s3", "us-west-2").list_buckets()["Buckets"]]
         (bucket,) = [b for b in buckets if b.startswith("fsdp-sdk-")]
         keys = _checkpoints(bucket)

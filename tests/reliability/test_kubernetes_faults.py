@@ -282,7 +282,8 @@ def _leader(api: FakeApiServer, lines: str, *, follow_open: bool = True) -> None
     api.add_pod(
         "fsdp-worker-0",
         labels={"training.kubeflow.org/job-name": "fsdp"},
-        log="[rank0] 12:00:00 INFO fsdp_trainer.distributed: master_addr=fsdp-worker-0\n" + lines,
+        log="[rank0] 12:00:00 INFO fsdp_trainer.distributed: master_addr=fsdp-worker-0 host=fsdp-worker-0.fsdp\n"
+        + lines,
         follow_open=follow_open,
     )
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +19,6 @@ from fsdp_sdk.plugins import reset_plugins
 from .conftest import eks_clusters, terraform_path
 
 REGISTRY = "123456789012.dkr.ecr.us-west-2.amazonaws.com"
-LEADER_LINE = "[rank0] 12:00:00 INFO fsdp_trainer.distributed: master_addr=fsdp-worker-0"
 
 
 @pytest.fixture
@@ -76,31 +74,6 @@ def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]
     return int(exit_info.value.code or 0), out, err
 
 
-def _operator(apiserver) -> None:
-    """Play the Training Operator and the trainer for the job 'fsdp': pods, logs, conditions."""
-    deadline = time.monotonic() + 30
-    while apiserver.get("kubeflow.org/v1", "PyTorchJob", "fsdp") is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    labels = {"training.kubeflow.org/job-name": "fsdp"}
-    apiserver.add_pod("fsdp-worker-1", labels=labels, log="torchrun starting\n")
-    apiserver.add_pod("fsdp-worker-0", labels=labels, log=f"{LEADER_LINE}\n", follow_open=True)
-    apiserver.set_status(
-        "kubeflow.org/v1",
-        "PyTorchJob",
-        "fsdp",
-        {"conditions": [{"type": "Running", "status": "True"}], "replicaStatuses": {"Worker": {"active": 2}}},
-    )
-    time.sleep(0.3)
-    apiserver.append_log("fsdp-worker-0", '{"step": 5, "loss": 3.0}\n{"steps": 5, "final_loss": 3.0}\n')
-    apiserver.set_status(
-        "kubeflow.org/v1",
-        "PyTorchJob",
-        "fsdp",
-        {"conditions": [{"type": "Succeeded", "status": "True"}], "replicaStatuses": {"Worker": {"succeeded": 2}}},
-    )
-    apiserver.close_log("fsdp-worker-0")
-
-
 def test_up_dry_run_shows_terraforms_own_plan_and_changes_nothing(project: Path, apiserver, capsys, quota) -> None:
     quota(checks=2, prices=2)  # two dry runs
     code, out, err = _cli(capsys, "up", "-c", "cluster.yaml", "--dry-run", "--json")
@@ -137,7 +110,7 @@ def test_up_dry_run_shows_terraforms_own_plan_and_changes_nothing(project: Path,
 
 
 def test_up_run_status_scale_down_through_the_cli(project: Path, apiserver, capsys, tmp_path: Path, quota) -> None:
-    from k8s.tools import recorded
+    from k8s.tools import LEADER_LINE, play_two_worker_job, recorded
 
     quota(checks=1, prices=1)  # up plans and checks; run and a smaller scale check nothing on AWS
 
@@ -164,7 +137,7 @@ def test_up_run_status_scale_down_through_the_cli(project: Path, apiserver, caps
     assert details["node_groups"]["gpu"]["desired"] == 2
     assert details["checkpoint_bucket"] == "s3://fsdp-sdk-123456789012-us-west-2-fsdp-sdk (us-west-2)"
 
-    threading.Thread(target=_operator, args=(apiserver,), daemon=True).start()
+    threading.Thread(target=play_two_worker_job, args=(apiserver,), daemon=True).start()
     code, out, err = _cli(capsys, "run", "-c", "cluster.yaml", "--preset", "tiny", "--steps", "5", "--json")
     assert code == 0, err
     result = json.loads(out)

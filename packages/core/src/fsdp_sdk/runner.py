@@ -83,6 +83,8 @@ class DryRun:
     :param resume: a local run continued with its recorded settings.
     :param replace: a cluster job that replaces the job of its name (``run --resume NAME``).
     :param finished_duration_s: how long the finished run took (its record's), when :attr:`finished`.
+    :param finished_figures: the finished run's figures as ``fsdp-sdk runs`` gives them (``duration_s``,
+        ``segment_duration_s``, ``run_tokens_per_s``: the whole run's, its last segment's beside them).
     """
 
     job: JobRef
@@ -100,6 +102,7 @@ class DryRun:
     resume: bool = False
     replace: bool = False
     finished_duration_s: float | None = None
+    finished_figures: dict[str, Any] = field(default_factory=dict)
 
     @property
     def run_id(self) -> str:
@@ -149,7 +152,7 @@ class DryRun:
 
     def finished_result(self) -> RunResult:
         """The recorded result of a run that has :attr:`finished` (nothing starts)."""
-        extra = {"finished": True, "duration_s": self.finished_duration_s}
+        extra = {"finished": True, "duration_s": self.finished_duration_s, **self.finished_figures}
         return RunResult(self.job, dict(self.finished or {}), self.output_dir, self.log_dir, extra=extra)
 
 

@@ -5,11 +5,17 @@ lists)."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-__all__ = ["JobRef", "RecordedRun", "RunEvent", "RunResult", "format_duration", "leader_line_event"]
+__all__ = ["JobRef", "RecordedRun", "RunEvent", "RunResult", "format_duration", "is_leader_line", "leader_line_event"]
+
+#: The line rank 0 of the trainer (and of ``fsdp_sdk.code_entry``) prints first, ``master_addr=ADDR host=FQDN``: the
+#: leader's output is found by it. torchrun's own rendezvous result (``  master_addr=ADDR`` on a line of its own, logged
+#: by every agent at ``LOGLEVEL=INFO``) has no ``host=`` and is not it.
+_LEADER_LINE = re.compile(r"(?:^|[\s:\]])master_addr=\S* host=")
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,11 @@ class RunEvent:
     message: str = ""
     record: dict[str, Any] | None = None
     total_steps: int | None = None
+
+
+def is_leader_line(line: str) -> bool:
+    """Whether ``line`` is the leader's ``master_addr=... host=...`` line (under any log or torchrun prefix)."""
+    return _LEADER_LINE.search(line) is not None
 
 
 def leader_line_event(line: str, total_steps: int | None = None) -> RunEvent | None:

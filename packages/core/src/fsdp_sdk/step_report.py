@@ -21,7 +21,8 @@ cluster):
 The line's fields are the trainer's: ``step`` (int, required), ``loss``, ``lr``, ``grad_norm``,
 ``tokens`` (tokens this process consumed in the step), ``step_time_s`` (seconds since the previous
 report, or since the process started), ``tokens_per_s_per_gpu`` (``tokens / step_time_s``),
-``tflops_per_gpu``, ``mfu``, ``peak_mem_gib``; any other keyword is written as given (a number, string,
+``tflops_per_gpu``, ``mfu``, ``peak_mem_gib``, ``time`` (the Unix time the step was reported: ``job report``
+plots the run against it); any other keyword is written as given (a number, string,
 bool or null). Writing the same lines yourself (``print(json.dumps({"step": 3, "loss": 2.1}))`` on rank 0)
 works as well: that is the whole format.
 
@@ -187,6 +188,7 @@ def report(
             record["tokens_per_s_per_gpu"] = count / seconds if seconds else 0.0
         for name, value in metrics.items():
             record[name] = value if value is None or isinstance(value, (str, bool)) else _number(name, value)
+        record.setdefault("time", round(time.time(), 3))  # when the step ended: job report's plots place it by it
         _serve(record)
         if _rank() != 0:
             return None

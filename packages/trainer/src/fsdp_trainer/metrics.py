@@ -2,7 +2,9 @@
 
 Each step the leader prints one JSON object on stdout and appends it to
 ``metrics.file``: ``step, loss, lr, grad_norm, tokens_per_s_per_gpu,
-tflops_per_gpu, mfu, peak_mem_gib, step_time_s``. Throughput is per process
+tflops_per_gpu, mfu, peak_mem_gib, step_time_s, tokens, time``. ``time`` is the Unix time the
+line is written (on GPUs up to a step after the step's end, see below): ``fsdp-sdk job report``
+places the step on the run's clock by it. Throughput is per process
 ("per GPU"; on CPU, per process). ``mfu`` is a fraction (0.42 = 42 %) of
 ``metrics.peak_tflops`` or the GPU's looked-up peak, and null when neither is
 known (CPU). ``peak_mem_gib`` is CUDA's peak allocated memory in the step, null on
@@ -20,6 +22,7 @@ import json
 import os
 import platform
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -136,6 +139,7 @@ class Metrics:
             "peak_mem_gib": peak_mem_gib if peak_mem_gib is not None else self.peak_mem_gib(),
             "step_time_s": step_time,
             "tokens": tokens,
+            "time": round(time.time(), 3),
         }
         if profiled:
             record["profiled"] = True
@@ -154,8 +158,8 @@ class Metrics:
     def summary(self, warmup_steps: int, **extra: Any) -> dict[str, Any]:
         """Averages over the steps after ``warmup_steps``, profiled steps left out (all steps when that leaves none)."""
         measured = [r for r in self.records[warmup_steps:] if not r.get("profiled")] or self.records
-        time = sum(r["step_time_s"] for r in measured)
-        tps = sum(r["tokens"] for r in measured) / time if time > 0 else 0.0
+        seconds = sum(r["step_time_s"] for r in measured)
+        tps = sum(r["tokens"] for r in measured) / seconds if seconds > 0 else 0.0
         tflops = self.flops_per_token * tps / 1e12
         mems = [r["peak_mem_gib"] for r in self.records if r["peak_mem_gib"] is not None]
         # Nothing ran (a finished run relaunched): report where the run stands, from before the resume.

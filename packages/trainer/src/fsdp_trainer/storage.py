@@ -79,6 +79,18 @@ def bounded(fn: Any, args: tuple[Any, ...], timeout_s: float, uri: str, setting:
     return out[0]
 
 
+#: The settings that may hold an ``s3://`` location. The SDK checks the same ones from the machine that launches
+#: (``fsdp_sdk.aws.checkpoints``: it runs where the trainer is not installed, and the image holds no SDK), with the
+#: same bucket and region rules; tests/core/test_s3_rules.py holds the two to one another.
+S3_SETTINGS = (
+    ("checkpoint", "dir"),
+    ("checkpoint", "resume"),
+    ("checkpoint", "export_hf"),
+    ("model", "name_or_path"),
+    ("model", "tokenizer"),
+)
+
+
 def step_dir_name(step: int) -> str:
     """``step_00000010`` for step 10."""
     return f"step_{step:08d}"
@@ -637,11 +649,9 @@ def check_s3_locations(cfg: Any) -> None:
     rejects said apart from a policy that denies; no answer within ``checkpoint.s3_connect_timeout_s``)."""
     ck, model = cfg.checkpoint, cfg.model
     locations = [
-        ("--checkpoint.dir", ck.dir if ck.enabled else None),
-        ("--checkpoint.resume", ck.resume if ck.enabled else None),
-        ("--checkpoint.export_hf", ck.export_hf),
-        ("--model.name_or_path", model.name_or_path),
-        ("--model.tokenizer", model.tokenizer),
+        (f"--{section}.{name}", getattr(getattr(cfg, section), name))
+        for section, name in S3_SETTINGS
+        if ck.enabled or (section, name) not in (("checkpoint", "dir"), ("checkpoint", "resume"))
     ]
     seen: set[str] = set()
     for flag, uri in locations:

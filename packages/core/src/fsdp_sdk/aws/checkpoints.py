@@ -28,8 +28,8 @@ __all__ = ["S3_SETTINGS", "check_s3_location", "check_s3_locations", "parse_s3_u
 #: The trainer settings that may hold an ``s3://`` location.
 S3_SETTINGS = (
     ("checkpoint", "dir"),
-    ("checkpoint", "export_hf"),
     ("checkpoint", "resume"),
+    ("checkpoint", "export_hf"),
     ("model", "name_or_path"),
     ("model", "tokenizer"),
 )

@@ -547,6 +547,7 @@ def report(app: Application, prometheus: str | None, out: str | None, as_json: b
     exporter), else from the trainer's per-step JSON (metrics.jsonl of a local run, the leader's log).
     It also says what the run cost: a job's nodes x hours x the on-demand price of a node-hour; a local run, nothing.
     """
+    import json
     from pathlib import Path
 
     from fsdp_sdk.reports.collect import collect_run_metrics
@@ -559,9 +560,8 @@ def report(app: Application, prometheus: str | None, out: str | None, as_json: b
     files = write_report(metrics, target)
     cost = _report_cost(app, name or metrics.run)
     if as_json:
-        app.echo_json(
-            {"summary": metrics.summary(), "files": files.to_dict(), "cost": cost.to_dict() if cost else None}
-        )
+        summary = json.loads(files.summary.read_text())  # what summary.json holds: the figures and the plots' axis
+        app.echo_json({"summary": summary, "files": files.to_dict(), "cost": cost.to_dict() if cost else None})
         return
     train = metrics.summary()["training"]
     tps = train["tokens_per_s_per_gpu"]

@@ -78,6 +78,8 @@ def readable_times(data: Mapping[str, Any]) -> dict[str, Any]:
             out[key] = f"{value:.4f}"
         elif key == "earlier_s" and isinstance(value, (int, float)):
             out["earlier_segments"] = format_duration(value)
+        elif key == "segments" and isinstance(value, list):
+            out[key] = [f"{format_started(a)} for {format_duration(b - a)}" for a, b in value]
         else:
             out[key] = value
     return out

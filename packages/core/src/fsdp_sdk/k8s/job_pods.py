@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from fsdp_sdk.k8s.render import JOB_NAME_LABEL
+from fsdp_sdk.runs import is_leader_line
 
 if TYPE_CHECKING:
     from fsdp_sdk.k8s.kube import Kube
@@ -45,6 +46,6 @@ def find_leader(kube: Kube, namespace: str, name: str, api: str) -> str | None:
         if (pod.get("status") or {}).get("phase") == "Pending":
             continue
         head = kube.pod_log(pod_name, namespace, limit_bytes=LOG_HEAD_BYTES)
-        if any(line.startswith("master_addr=") or " master_addr=" in line for line in head.splitlines()):
+        if any(is_leader_line(line) for line in head.splitlines()):
             return pod_name
     return None

@@ -287,6 +287,13 @@ def worker_environment(config: Config, instance: InstanceType) -> list[dict[str,
             "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": f"{LOCAL_MOUNT_PATH}/nccl_trace_rank_",
             "TORCH_DISTRIBUTED_DEBUG": "INFO",
             "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+            # A worker pod replaced mid-run must be able to rejoin. By default torchrun's rendezvous hands the
+            # workers the TCPStore of the first round's rank-0 agent and publishes its address in that round only
+            # (pytorch/pytorch@cf30153c, v2.13.0, torch/distributed/elastic/rendezvous/dynamic_rendezvous.py,
+            # next_rendezvous: the cached _bootstrap_store_info): a new pod's agent then waits in the next round for
+            # a MASTER_ADDR no one writes, the survivors wait for it (the store's 300 s timeout), and the survivors
+            # of a replaced rank 0 are handed the dead pod's store. Opting out, every round publishes its own.
+            "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
         }
     )
     env[OUTPUT_DIR_ENV] = output_dir(config)

@@ -60,47 +60,60 @@ def _pyplot() -> Any:
     return plt
 
 
-def _time_axis(seconds: list[float]) -> tuple[list[float], str]:
-    longest = max(seconds, default=0.0)
+def _time_unit(longest: float) -> tuple[float, str]:
+    """Seconds per unit of the x axis, and the unit's name."""
     if longest > 2 * 3600:
-        return [s / 3600 for s in seconds], "time since start (h)"
+        return 3600.0, "h"
     if longest > 180:
-        return [s / 60 for s in seconds], "time since start (min)"
-    return seconds, "time since start (s)"
+        return 60.0, "min"
+    return 1.0, "s"
 
 
 def _plot(
-    plt: Any, path: Path, title: str, ylabel: str, lines: dict[str, list[tuple[float, float]]], empty: str
-) -> None:
+    plt: Any,
+    path: Path,
+    title: str,
+    ylabel: str,
+    lines: dict[str, list[tuple[float, float]]],
+    empty: str,
+    *,
+    span: tuple[float, float],
+    axis: str,
+) -> tuple[float, float] | None:
+    """Draw ``lines`` (``(t, value)`` points) over the x range ``span`` (seconds) labelled ``axis``; return the
+    first and last ``t`` drawn (``None`` when nothing was)."""
     figure, axes = plt.subplots(figsize=(8, 3.6), dpi=100)
-    drawn = False
+    unit, unit_name = _time_unit(span[1])
+    drawn: list[float] = []
     for i, (label, points) in enumerate(sorted(lines.items())):
         points = [(t, v) for t, v in points if v is not None and math.isfinite(v)]
         if not points:
             continue
-        xs, xlabel = _time_axis([t for t, _ in points])
         axes.plot(
-            xs,
+            [t / unit for t, _ in points],
             [v for _, v in points],
             label=label,
             color=_COLOURS[i % len(_COLOURS)],
             linewidth=1.6,
             marker="." if len(points) < 40 else None,
         )
-        axes.set_xlabel(xlabel)
-        drawn = True
+        drawn += [points[0][0], points[-1][0]]
     if not drawn:
         axes.text(0.5, 0.5, empty, ha="center", va="center", transform=axes.transAxes, color="#666666", wrap=True)
         axes.set_xticks([])
         axes.set_yticks([])
-    elif len(lines) > 1:
-        axes.legend(fontsize=7, loc="best")
+    else:
+        axes.set_xlim(span[0] / unit, span[1] / unit)
+        axes.set_xlabel(f"{axis} ({unit_name})")
+        if len(lines) > 1:
+            axes.legend(fontsize=7, loc="best")
     axes.set_title(title)
     axes.set_ylabel(ylabel)
     axes.grid(True, alpha=0.3)
     figure.tight_layout()
     figure.savefig(path, format="png")
     plt.close(figure)
+    return (min(drawn), max(drawn)) if drawn else None
 
 
 def _fmt(value: Any, digits: int = 3, unit: str = "") -> str:
@@ -128,6 +141,19 @@ def _duration(train: dict[str, Any]) -> str:
     text = format_duration(train.get("duration_s"))
     segment = train.get("segment_duration_s")
     return f"{text} ({format_duration(segment)} this segment)" if isinstance(segment, (int, float)) else text
+
+
+def _axis_note(summary: dict[str, Any]) -> str:
+    """What the plots' x axis is and how far it runs, beside the duration the table gives."""
+    from fsdp_sdk.runs import format_duration
+
+    axis = summary.get("time_axis") or {}
+    train = summary["training"]
+    end = (axis.get("span_s") or [0.0, 0.0])[1]
+    return (
+        f"x axis: {axis.get('of', 'time')}, from 0:00 to {format_duration(end)} "
+        f"(the duration above: {format_duration(train.get('duration_s'))}, {train.get('duration_of') or 'the whole run'})"
+    )
 
 
 def _rows(pairs: list[tuple[str, str]]) -> str:
@@ -190,6 +216,7 @@ figure {{ display: inline-block; margin: 0.5em; }} img {{ max-width: 100%; }}
 <h2>GPUs</h2>
 {gpu_table}
 <h2>Over time</h2>
+<p class="note">{html.escape(_axis_note(summary))}</p>
 {figures}
 </body></html>
 """
@@ -226,14 +253,22 @@ def write_report(metrics: RunMetrics, out_dir: Path) -> ReportFiles:
             "no GPU telemetry (DCGM exporter through Prometheus)",
         ),
     }
+    summary = metrics.summary()
+    # the x axis runs from the start to the end of the duration the tables give (the whole run's, for a local run:
+    # the same clock), or further when a point lies beyond it
+    duration = float(summary["training"]["duration_s"] or 0.0)
+    latest = max((t for lines, _ in plots.values() for points in lines.values() for t, _ in points), default=0.0)
+    span = (0.0, max(duration, latest) or 1.0)
     paths: dict[str, Path] = {}
     images: dict[str, bytes] = {}
+    drawn: dict[str, list[float] | None] = {}
     for name, (lines, empty) in plots.items():
         path = out_dir / name
-        _plot(plt, path, *PLOTS[name], lines, empty)
+        points = _plot(plt, path, *PLOTS[name], lines, empty, span=span, axis=metrics.time_axis)
+        drawn[name] = list(points) if points else None
         paths[name] = path
         images[name] = path.read_bytes()
-    summary = metrics.summary()
+    summary["time_axis"] = {"of": metrics.time_axis, "span_s": list(span), "drawn_s": drawn}
     summary_path = out_dir / "summary.json"
     summary_path.write_text(json.dumps(summary, indent=1, default=str))
     page = out_dir / "report.html"

@@ -2,8 +2,8 @@
 
 Training metrics are step records like the trainer's ``metrics.jsonl`` lines (``step``, ``loss``,
 ``tokens_per_s_per_gpu``, ``tflops_per_gpu``, ``mfu``, ``step_time_s``, ``peak_mem_gib``,
-``grad_norm``), each with ``t``: seconds since the run's first record. GPU telemetry is one
-series per GPU and DCGM field, with the same time origin.
+``grad_norm``), each with ``t``: seconds on the clock :attr:`RunMetrics.time_axis` names (a local run: the run's
+running time since its start). GPU telemetry is one series per GPU and DCGM field, on the same clock.
 """
 
 from __future__ import annotations
@@ -71,6 +71,9 @@ class RunMetrics:
     """The latest segment's duration, when the run was continued (a local run's record)."""
     run_dir: Path | None = None
     """A local run's directory (where its report goes unless told otherwise)."""
+    time_axis: str = "seconds since the run's first record"
+    """What the records' and samples' ``t`` is (the plots' x axis says it): the run's running time since its start,
+    the wall clock since the first step, Prometheus's sample times, or the sum of step times."""
 
     def measured(self) -> list[dict[str, Any]]:
         """The records after the warm-up steps (all of them when that leaves none), one per step."""
@@ -90,9 +93,7 @@ class RunMetrics:
             "measured_steps": len(measured),
             "duration_s": self.duration_s
             if self.duration_s is not None
-            else (self.records[-1]["t"] - self.records[0]["t"])
-            if len(self.records) > 1
-            else 0.0,
+            else max((float(r["t"]) for r in self.records), default=0.0),
             "duration_of": "the whole run" if self.duration_s is not None else "the span of its steps",
             "segment_duration_s": self.segment_duration_s,
             "tokens_per_s_per_gpu": _mean([r.get("tokens_per_s_per_gpu") for r in measured]),

@@ -4,7 +4,8 @@
   ``fsdp_job`` target label the scrape configuration adds) and the DCGM exporter's series of the
   job's pods (``pod=~"<job>-.+"``), as raw samples with their scrape timestamps. Of several pods
   serving the trainer's metrics, the leader's (``fsdp_trainer_info{leader="true"}``) is used;
-* :func:`from_jsonl`: a local run's ``metrics.jsonl`` (every step; time is the sum of step times);
+* :func:`from_jsonl`: a local run's ``metrics.jsonl`` (every step; time from the steps' ``time`` stamps, or the
+  sum of step times for lines without them);
 * :func:`from_lines`: the JSON step lines of the leader's log (Kubernetes jobs without Prometheus).
 """
 
@@ -37,14 +38,29 @@ TRAINER_METRICS: dict[str, tuple[str, float]] = {
 _LOOKBACK_S = 30 * 86400
 
 
-def _timed(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Records with ``t``: the end of each step, counted from the start of the first one."""
+#: What ``t`` is, by the records' origin (:attr:`RunMetrics.time_axis`).
+WALL_CLOCK = "wall-clock time since the first step began"
+STEP_TIME_SUM = "sum of step times (the lines carry no time)"
+
+
+def _timed(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
+    """Records with ``t`` (the end of each step, in seconds from the start of the first one) and what ``t`` is.
+
+    Where every record has the trainer's ``time`` (the Unix time the step ended), ``t`` is the wall clock, in the
+    order the steps ran (a step run again after a resume shows where it ran again); for lines without it (older
+    trainers, a script's own lines), the sum of the step times, each step counted once (its last run).
+    """
+    if records and all(isinstance(r.get("time"), (int, float)) for r in records):
+        ordered = sorted(records, key=lambda r: float(r["time"]))
+        origin = float(ordered[0]["time"]) - float(ordered[0].get("step_time_s") or 0.0)
+        return [{**r, "t": float(r["time"]) - origin} for r in ordered], WALL_CLOCK
+    by_step = {int(r.get("step") or 0): r for r in records}
     elapsed = 0.0
     out = []
-    for record in sorted(records, key=lambda r: int(r.get("step") or 0)):
-        elapsed += float(record.get("step_time_s") or 0.0)
-        out.append({**record, "t": elapsed})
-    return out
+    for step in sorted(by_step):
+        elapsed += float(by_step[step].get("step_time_s") or 0.0)
+        out.append({**by_step[step], "t": elapsed})
+    return out, STEP_TIME_SUM
 
 
 def from_lines(lines: Iterable[str], *, run: str, source: str, job: str | None = None) -> RunMetrics:
@@ -65,7 +81,8 @@ def from_lines(lines: Iterable[str], *, run: str, source: str, job: str | None =
             records.append(record)
     if not records:
         raise BackendError(f"{source} has no per-step metrics of run {run} (the trainer's JSON lines)")
-    return RunMetrics(run=run, source=source, records=_timed(records), job=job)
+    timed, axis = _timed(records)
+    return RunMetrics(run=run, source=source, records=timed, job=job, time_axis=axis)
 
 
 def from_jsonl(path: Path, *, run: str, job: str | None = None) -> RunMetrics:
@@ -158,5 +175,11 @@ def from_prometheus(
                     points = [(t - start, v * factor) for t, v in series.samples if start <= t <= end]
                     gpus.setdefault(name, {}).setdefault(key, points)
     return RunMetrics(
-        run=run_id or str(job), source=f"prometheus {api.url}", records=records, gpus=gpus, job=job_name, started=start
+        run=run_id or str(job),
+        source=f"prometheus {api.url}",
+        records=records,
+        gpus=gpus,
+        job=job_name,
+        started=start,
+        time_axis="wall-clock time since Prometheus's first sample of the run",
     )

@@ -375,6 +375,7 @@ class LocalBackend(ClusterBackend):
             started_at=now,
             run_started_at=float(previous.get("run_started_at") or previous.get("started_at") or now),
             earlier_s=_earlier_s(previous),
+            segments=_segments(previous),
             attempts=attempts,
             settings={
                 **recorded_settings(config, plan.run_dir),
@@ -453,6 +454,15 @@ def _earlier_s(previous: dict[str, Any]) -> float:
     if isinstance(started, (int, float)) and isinstance(ended, (int, float)) and ended >= started:
         earlier += ended - started
     return earlier
+
+
+def _segments(previous: dict[str, Any]) -> list[list[float]]:
+    """``[start, end]`` of the run's segments before this one (the previous record's, and the ones before it)."""
+    segments = [list(s) for s in previous.get("segments") or []]
+    started, ended = previous.get("started_at"), previous.get("ended_at")
+    if isinstance(started, (int, float)) and isinstance(ended, (int, float)) and ended >= started:
+        segments.append([float(started), float(ended)])
+    return segments
 
 
 def _with_nodes(config: Config, nodes: int) -> Config:

@@ -74,6 +74,8 @@ class RunRecord:
     :param started_at: Unix time of the latest start (this segment's: a continued run starts a new one).
     :param run_started_at: Unix time of the run's first start (``None`` in records of older fsdp-sdk versions).
     :param earlier_s: seconds the run's earlier segments (starts before the latest) ran, in all.
+    :param segments: ``[start, end]`` Unix times of each earlier segment, oldest first (empty in records of older
+        fsdp-sdk versions): what places a step's time on the run's own clock (:meth:`running_time`).
     :param ended_at: Unix time of the end, once ended.
     :param attempts: how many times the run was started (re-running it by name continues it).
     :param error: the one-line cause of a failure.
@@ -99,6 +101,7 @@ class RunRecord:
     ended_at: float | None = None
     run_started_at: float | None = None
     earlier_s: float = 0.0
+    segments: list[list[float]] = field(default_factory=list)
     attempts: int = 1
     error: str | None = None
     restarts: list[dict[str, Any]] = field(default_factory=list)
@@ -123,6 +126,20 @@ class RunRecord:
     def first_started_at(self) -> float:
         """Unix time of the run's start (its first segment's)."""
         return self.run_started_at or self.started_at
+
+    def running_time(self, at: float) -> float:
+        """Seconds the run had run by the Unix time ``at``: its earlier segments' time before ``at`` and the time
+        into the segment ``at`` falls in; the time it was stopped between segments is left out, so the run's last
+        moment is :attr:`run_duration_s` after its start (the clock of ``job report``'s plots)."""
+        earlier = [(a, b) for a, b in self.segments if b >= a] or (
+            [(self.first_started_at, self.first_started_at + self.earlier_s)] if self.earlier_s else []
+        )
+        ran = 0.0
+        for start, end in earlier:
+            if at < end:
+                return ran + max(0.0, at - start)
+            ran += end - start
+        return self.earlier_s + max(0.0, min(at, self.ended_at or at) - self.started_at)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict, with ``duration_s`` (this segment) and ``run_duration_s`` (the whole run)."""

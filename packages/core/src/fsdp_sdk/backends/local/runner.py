@@ -190,6 +190,8 @@ class LocalRunner:
             trainer_args=tuple(trainer_args),
             resume=resume is not None,
             finished_duration_s=self.record(run_id).run_duration_s if finished is not None else None,  # every segment
+            # the same figures as 'runs' and the end of the run gave (the whole run's throughput, not the trainer's own)
+            finished_figures=_figures(plan.run_dir, self.record(run_id)) if finished is not None else {},
         )
 
     @staticmethod
@@ -582,10 +584,10 @@ def _gib(value: float) -> str:
 
 
 def _has_leader(path: Path) -> bool:
-    from fsdp_sdk.backends.local.supervisor import LEADER_MARKER
+    from fsdp_sdk.runs import is_leader_line
 
     try:
-        return LEADER_MARKER in path.read_text(encoding="utf-8", errors="replace")
+        return any(is_leader_line(line) for line in path.read_text(encoding="utf-8", errors="replace").splitlines())
     except OSError:
         return False
 

@@ -51,15 +51,14 @@ from fsdp_sdk.backends.local.cause import ErrorLine, classify, describe, root_ca
 from fsdp_sdk.backends.local.plan import RANK_MODULE, RunPlan
 from fsdp_sdk.errors import BackendError, RunError
 from fsdp_sdk.processes import die_with_parent, stop_tree
-from fsdp_sdk.runs import RunEvent, leader_line_event
+from fsdp_sdk.runs import RunEvent, is_leader_line, leader_line_event
 
 #: Set for the ranks (``fsdp_trainer.heartbeat.ENV``): the directory of their heartbeat files.
 HEARTBEAT_ENV = "FSDP_TRAINER_HEARTBEAT_DIR"
 
-__all__ = ["FINISH_GRACE_S", "LEADER_MARKER", "EtcdGuard", "Supervisor", "disk_check"]
+__all__ = ["FINISH_GRACE_S", "EtcdGuard", "Supervisor", "disk_check"]
 
 #: The trainer's leader prints this at start; the agent whose output contains it is streamed.
-LEADER_MARKER = "master_addr="
 #: The trainer's line for a checkpoint that failed to load (``fsdp_trainer.checkpoint.Checkpointer.load``).
 LOAD_FAILED = re.compile(r"checkpoint: loading (\S+) failed")
 #: Seconds agents may linger after the trainers finished (torch's exit barrier) before they are stopped.
@@ -262,7 +261,7 @@ class Supervisor:
         primary = classify(line)
         if primary is not None:
             self.errors.append(ErrorLine(at, f"agent {index}", line, primary))
-        if LEADER_MARKER in line and self.leader != index:
+        if is_leader_line(line) and self.leader != index:
             self.leader = index
             self.last_progress = at
             for earlier in self.pending[index]:
