@@ -5,7 +5,9 @@ Registered for the whole suite by ``tests/conftest.py``. After each test (its fi
 * **processes**: every process started during the test that still runs. A process is the suite's when its
   environment carries :data:`MARK` (set in this process at start-up, so every child inherits it, even one that
   daemonizes as etcd does); processes of other users of the machine never carry it. A process started by a
-  module- or session-scoped fixture belongs to that fixture and must be gone once the fixture is finalized.
+  module- or session-scoped fixture belongs to that fixture and must be gone once the fixture is finalized; a
+  process started by one of the session's that was already running (tests/core's background venv build, its
+  pip) belongs to that one.
   Leaked processes are killed after being reported, so they do not outlive the run;
 * **ports**: TCP ports this pytest process listens on that it did not listen on before (a server thread not shut
   down), with the same fixture ownership;
@@ -76,12 +78,29 @@ def _ours(after_pid: int) -> dict[int, Any]:
         try:
             process = psutil.Process(pid)
             if process.status() != psutil.STATUS_ZOMBIE and process.environ().get(MARK) == mark:
-                if _interpreter_helper(process):
+                if _interpreter_helper(process) or _inherited(process, candidates, mark):
                     continue
                 found[pid] = process
         except psutil.Error:
             continue
     return found
+
+
+def _inherited(process: Any, window: set[int], mark: str) -> bool:
+    """Whether ``process`` descends from a process of this session that was already running before the window (below
+    pytest itself): a child that process started later (the pip of tests/core's background venv build, started at
+    collection and stopped at the session's end), which is that process's to stop, not the test's that ran meanwhile."""
+    import psutil
+
+    try:
+        for parent in process.parents():
+            if parent.pid == os.getpid():
+                return False
+            if parent.pid not in window and parent.environ().get(MARK) == mark:
+                return True
+    except psutil.Error:
+        return False
+    return False
 
 
 def _interpreter_helper(process: Any) -> bool:

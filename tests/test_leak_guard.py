@@ -83,6 +83,60 @@ def test_a_leaked_port_and_file_in_a_fixture_fail_the_run(tmp_path: Path) -> Non
     assert "test_inner.py::test_writes_outside_its_temporary_directory left behind: file " in out, out
 
 
+def test_a_child_of_a_process_started_before_the_test_is_not_the_tests(tmp_path: Path) -> None:
+    """A process the session started at collection (as tests/core's background venv build) and stops at its end may
+    start children while a test runs (its pip): they are its own, not that test's; a test's own child still is."""
+    pid_file, suite = tmp_path / "pids", tmp_path / "suite"  # the pids outside the watched suite
+    suite.mkdir()
+    (suite / "conftest.py").write_text(
+        CONFTEST
+        + textwrap.dedent(
+            """
+            import os, signal, subprocess, sys
+
+            SPAWNER = "import subprocess, sys; sys.stdin.readline(); " + (
+                "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); "
+                "print(child.pid, flush=True); child.wait()"
+            )
+
+            def pytest_collection_modifyitems(config, items):
+                config.background = subprocess.Popen(
+                    [sys.executable, "-c", SPAWNER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                    start_new_session=True,
+                )
+
+            def pytest_sessionfinish(session):
+                background = session.config.background
+                os.killpg(background.pid, signal.SIGKILL)
+                background.wait()
+            """
+        )
+    )
+    (suite / "test_inner.py").write_text(
+        textwrap.dedent(
+            f"""
+            from pathlib import Path
+
+            def test_while_the_background_starts_a_child(request):
+                background = request.config.background
+                background.stdin.write("go\\n")
+                background.stdin.flush()
+                child = background.stdout.readline().strip()
+                Path({str(pid_file)!r}).write_text(f"{{background.pid}} {{child}}")
+            """
+        )
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--rootdir", str(suite), str(suite)],
+        capture_output=True, text=True, cwd=suite, env=env, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 passed" in done.stdout and "left behind" not in done.stdout, done.stdout
+    for pid in map(int, pid_file.read_text().split()):  # the session's end stopped both
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
 def test_skips_are_summed_up_by_what_they_lack(tmp_path: Path) -> None:
     done = _suite(
         tmp_path,

@@ -151,6 +151,7 @@ def test_the_plan_of_up_creates_the_group_empty_and_up_schedules_it(
     from fsdp_sdk import Client
     from fsdp_sdk.plugins import DEFAULT_PLUGINS, build_plugins
     from fsdp_sdk.preflight import PreflightResult
+    from fsdp_sdk.workflows.context import Context
 
     ec2 = described(stubbed)
     monkeypatch.setattr(capacity_block, "aws_client", lambda service, region: ec2 if service == "ec2" else None)
@@ -158,7 +159,8 @@ def test_the_plan_of_up_creates_the_group_empty_and_up_schedules_it(
     waiting = PreflightResult(
         "capacity-reservation", False, f"Capacity Block {BLOCK}: scheduled; it starts at ...", severity="warning"
     )
-    monkeypatch.setattr(Client, "preflight", lambda self, action="up": [waiting])
+    # the plan's checks (the Client's workflows run them through their shared Context)
+    monkeypatch.setattr(Context, "preflight", lambda self, action="up", resolved=None: [waiting])
     plugins = build_plugins(autoload=False, default_plugins=(*DEFAULT_PLUGINS, "fsdp_sdk_eksctl.plugin"))
     client = Client.from_dict(
         {

@@ -13,18 +13,14 @@ import pytest
 
 from fsdp_sdk import grammar
 from fsdp_sdk.aws.checkpoint_bucket import (
-    OWNER_TAG,
-    CheckpointStore,
     bucket_usage,
     delete_checkpoints,
-    derived_bucket_name,
     ensure_access,
     ensure_bucket,
     inspect_bucket,
-    plan_store,
     remove_access,
-    role_name,
 )
+from fsdp_sdk.aws.checkpoint_plan import OWNER_TAG, CheckpointBucket, derived_bucket_name, plan_store, role_name
 from fsdp_sdk.aws.session import aws_client
 from fsdp_sdk.config import Config
 from fsdp_sdk.errors import BackendError, ConfigError
@@ -35,8 +31,8 @@ ACCOUNT = "123456789012"
 REGION = "us-west-2"
 
 
-def store(bucket: str = "fsdp-sdk-123456789012-us-west-2-demo", **fields: Any) -> CheckpointStore:
-    return CheckpointStore(bucket, fields.pop("region", REGION), "demo", fields.pop("namespace", "default"), **fields)
+def store(bucket: str = "fsdp-sdk-123456789012-us-west-2-demo", **fields: Any) -> CheckpointBucket:
+    return CheckpointBucket(bucket, fields.pop("region", REGION), "demo", fields.pop("namespace", "default"), **fields)
 
 
 # ---------------------------------------------------------------------------------------------- pure plan
@@ -73,7 +69,7 @@ def test_the_plan_names_the_bucket_role_and_association() -> None:
         Config.from_dict({"cluster": {"name": "demo", "checkpoint_bucket": "my-checkpoints"}}), account=None
     )
     assert (named.bucket, named.named) == ("my-checkpoints", True)
-    assert CheckpointStore.from_dict(json.loads(json.dumps(planned.to_dict()))) == planned
+    assert CheckpointBucket.from_dict(json.loads(json.dumps(planned.to_dict()))) == planned
     with pytest.raises(ValueError):
         plan_store(config)
 

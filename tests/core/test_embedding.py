@@ -255,7 +255,6 @@ BUILDS_ALLOWED = {
     "packages/core/src/fsdp_sdk/testing.py": 3,  # the conformance kit's own sets (autoload=False)
     "packages/core/src/fsdp_sdk/k8s/render.py": 1,  # render_job(config) without plugins= or a Resolved
     "packages/core/src/fsdp_sdk/k8s/jobs.py": 1,  # JobClient(config) without plugins= or a Resolved
-    "packages/core/src/fsdp_sdk/k8s/prereqs.py": 1,  # Prereqs(config) without plugins= (Client passes its own)
     "packages/backend-terraform/src/fsdp_sdk_terraform/backend.py": 1,  # backend.down(config) alone (Client: delete)
 }
 

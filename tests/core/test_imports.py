@@ -1,4 +1,5 @@
-"""Import rules: no import cycle among the modules of each package.
+"""Import rules: no import cycle among the modules of each package, and the layers of ``docs/design.md``
+("Layers: who may import whom"), held over the whole import graph.
 
 The imports are read from the source with ``ast`` (nothing is imported). What counts:
 
@@ -6,8 +7,10 @@ The imports are read from the source with ``ast`` (nothing is imported). What co
   including inside top-level ``if``/``try`` blocks and class bodies. No cycle is allowed here, in any package.
 * **type-only imports** (inside ``if TYPE_CHECKING:``): added to the graph above, they may only close the
   cycles listed in :data:`KNOWN_TYPE_CYCLES` (the configuration and the plugin set name each other's
-  types, and `Resolved` holds both; the `Client` and the launch it delegates to); a module that joins a type-level cycle fails the test.
-* **imports inside functions** are not counted: they are how the CLI keeps its start-up budget (the
+  types, and `Resolved` holds both); a module that joins a type-level cycle fails the test.
+* **the whole graph** (imports inside functions and type-only ones counted too) has no circle but
+  :data:`REMAINING_CIRCLE`, and holds the layers (:data:`LAYERS`, :data:`MAY_IMPORT`) of docs/design.md.
+* for the first two rules, **imports inside functions** are not counted: they are how the CLI keeps its start-up budget (the
   layers are imported when a command needs them) and how :class:`~fsdp_sdk.config.Config`'s
   constructors reach the modules that do the work. The two pairs that used to reach into each other
   (the log follower and the job client; the shared rendezvous clearing and the Kubernetes layer) are
@@ -39,14 +42,11 @@ PACKAGES = {
 KNOWN_TYPE_CYCLES = {
     "fsdp_sdk": {
         "fsdp_sdk.backends.base",
-        "fsdp_sdk.client",
         "fsdp_sdk.config",
         "fsdp_sdk.config.conversions",
         "fsdp_sdk.config.model",
         "fsdp_sdk.config.sources",
         "fsdp_sdk.hookspecs",
-        "fsdp_sdk.instance_types",
-        "fsdp_sdk.launch",
         "fsdp_sdk.resolved",
         "fsdp_sdk.plugins",
     }
@@ -195,3 +195,181 @@ def test_the_graph_sees_imports() -> None:
     lazy = import_graph("fsdp_sdk", functions=True)
     assert "fsdp_sdk.k8s.follow" in lazy["fsdp_sdk.k8s.jobs"] - runtime["fsdp_sdk.k8s.jobs"]
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+# ---------------------------------------------------------------------- the whole graph: circles and layers
+
+#: The one circle left when every import counts (inside functions and under ``if TYPE_CHECKING:`` too): the
+#: configuration's constructors and ``Config.resolved(plugins)`` reach the conversions, sources and resolution
+#: that build on the model, and the plugin set, ``Resolved`` and the hook specs name each other's types. It may only
+#: shrink: a module that leaves it is taken off this list, a module that joins it fails the test.
+REMAINING_CIRCLE = {
+    "fsdp_sdk.backends.base",
+    "fsdp_sdk.config",
+    "fsdp_sdk.config.conversions",
+    "fsdp_sdk.config.model",
+    "fsdp_sdk.config.resolution",
+    "fsdp_sdk.config.sources",
+    "fsdp_sdk.hookspecs",
+    "fsdp_sdk.plugins",
+    "fsdp_sdk.resolved",
+}
+
+#: The layers of ``fsdp_sdk``, lowest first (docs/design.md): a module imports its own layer and those below it,
+#: never one above, counting every import. A module in none of the named ones is in "work".
+MODEL = {
+    "fsdp_sdk._fields",
+    "fsdp_sdk.backends.base",
+    "fsdp_sdk.contracts",
+    "fsdp_sdk.entry_points",
+    "fsdp_sdk.envfile",
+    "fsdp_sdk.errors",
+    "fsdp_sdk.grammar",
+    "fsdp_sdk.hookspecs",
+    "fsdp_sdk.instance_types",
+    "fsdp_sdk.markers",
+    "fsdp_sdk.monitoring",
+    "fsdp_sdk.pins",
+    "fsdp_sdk.plugins",
+    "fsdp_sdk.preflight",
+    "fsdp_sdk.registry",
+    "fsdp_sdk.resolved",
+    "fsdp_sdk.runs",
+    "fsdp_sdk.secrets",
+}
+LAYERS = ["model", "work", "workflows", "client", "over the client", "cli"]
+
+
+def layer(module: str) -> str:
+    """The layer of a module of ``fsdp_sdk`` (see :data:`LAYERS`)."""
+    if module in MODEL or module.startswith("fsdp_sdk.config"):
+        return "model"
+    if module.startswith("fsdp_sdk.workflows") or module == "fsdp_sdk.launch":
+        return "workflows"
+    if module == "fsdp_sdk.client":
+        return "client"
+    if module in {"fsdp_sdk", "fsdp_sdk.__main__", "fsdp_sdk.scaling", "fsdp_sdk.scaling_chart"} or module.startswith(
+        "fsdp_sdk.reports"
+    ):
+        return "over the client"
+    if module == "fsdp_sdk.cli" or module.startswith("fsdp_sdk.cli."):
+        return "cli"
+    return "work"
+
+
+#: Which packages each package may import (every import counted): the trainer none of the others; core the
+#: trainer (inside the functions that estimate or validate its settings); a plugin core and the trainer, never
+#: another plugin. Core never imports a plugin package: it finds them through the ``fsdp_sdk`` entry points.
+MAY_IMPORT = {
+    "fsdp_trainer": set(),
+    "fsdp_sdk": {"fsdp_trainer"},
+    "fsdp_sdk_eksctl": {"fsdp_sdk", "fsdp_trainer"},
+    "fsdp_sdk_terraform": {"fsdp_sdk", "fsdp_trainer"},
+    "fsdp_sdk_observability": {"fsdp_sdk", "fsdp_trainer"},
+}
+
+
+def _imported_names(package: str) -> Iterator[tuple[str, str]]:
+    """(module, absolute name it imports) for every import of the package, inside functions and type-only too."""
+    for name, path in _modules(package).items():
+        for node in _imports(_tree(path).body, type_checking=True, functions=True):
+            if isinstance(node, ast.Import):
+                yield from ((name, alias.name) for alias in node.names)
+            elif node.module and not node.level:
+                yield name, node.module
+
+
+@pytest.mark.parametrize("package", sorted(PACKAGES))
+def test_no_circle_in_the_whole_import_graph(package: str) -> None:
+    """Counting imports inside functions and under ``if TYPE_CHECKING:``: no circle but the one left."""
+    found = cycles(import_graph(package, type_checking=True, functions=True))
+    assert found == ([sorted(REMAINING_CIRCLE)] if package == "fsdp_sdk" else [])
+
+
+def test_no_module_imports_a_layer_above_its_own() -> None:
+    graph = import_graph("fsdp_sdk", type_checking=True, functions=True)
+    upward = sorted(
+        f"{module} ({layer(module)}) -> {target} ({layer(target)})"
+        for module, targets in graph.items()
+        for target in targets
+        if LAYERS.index(layer(target)) > LAYERS.index(layer(module))
+    )
+    assert upward == []
+
+
+@pytest.mark.parametrize("package", sorted(PACKAGES))
+def test_packages_import_only_the_packages_below_them(package: str) -> None:
+    reaching = sorted(
+        f"{module} -> {target}"
+        for module, target in _imported_names(package)
+        if (top := target.split(".")[0]) in PACKAGES and top != package and top not in MAY_IMPORT[package]
+    )
+    assert reaching == []
+
+
+def test_plugins_import_core_below_its_workflows() -> None:
+    """A plugin builds on core's model and its work layer (the AWS and Kubernetes knowledge), never on the
+    workflows, the Client or the CLI that drive it."""
+    reaching = sorted(
+        f"{module} -> {target}"
+        for package in ("fsdp_sdk_eksctl", "fsdp_sdk_terraform", "fsdp_sdk_observability")
+        for module, target in _imported_names(package)
+        if target.split(".")[0] == "fsdp_sdk" and target != "fsdp_sdk" and layer(target) not in {"model", "work"}
+    )
+    assert reaching == []
+
+
+def test_the_layer_rules_see_a_breach() -> None:
+    """The rules are not blind: an import from the work layer up to the Client, and one from the trainer into
+    core, would be found."""
+    assert LAYERS.index(layer("fsdp_sdk.client")) > LAYERS.index(layer("fsdp_sdk.k8s.render"))
+    assert layer("fsdp_sdk.cli.job") == "cli" and layer("fsdp_sdk.workflows.jobs") == "workflows"
+    assert "fsdp_sdk" not in MAY_IMPORT["fsdp_trainer"]
+    assert any(target == "fsdp_trainer.config" for _module, target in _imported_names("fsdp_sdk"))
+
+
+#: The rendering modules of ``aws/`` and ``k8s/``: pure (configuration in, plain data out), so ``--dry-run`` and the
+#: tests see exactly what would be applied. They reach no module that acts: one that imports a client library of
+#: AWS or Kubernetes, runs a process or reads the machine's processes.
+PURE = {
+    "fsdp_sdk.aws.arn",
+    "fsdp_sdk.aws.checkpoint_plan",
+    "fsdp_sdk.aws.eks",
+    "fsdp_sdk.k8s.cluster_objects",
+    "fsdp_sdk.k8s.idle",
+    "fsdp_sdk.k8s.job_pods",
+    "fsdp_sdk.k8s.render",
+    "fsdp_sdk.k8s.retry",
+    "fsdp_sdk.k8s.trainer_v2",
+    "fsdp_sdk.k8s.validate",
+}
+ACTING_LIBRARIES = {"boto3", "botocore", "kubernetes", "psutil", "requests", "subprocess", "urllib3"}
+
+
+def _acting_modules() -> set[str]:
+    """The modules of ``fsdp_sdk`` that import an acting library themselves (at any level, type-only aside)."""
+    acting = set()
+    for name, path in _modules("fsdp_sdk").items():
+        for node in _imports(_tree(path).body, type_checking=False, functions=True):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            if not getattr(node, "level", 0) and {n.split(".")[0] for n in names} & ACTING_LIBRARIES:
+                acting.add(name)
+    return acting
+
+
+def test_rendering_reaches_nothing_that_acts() -> None:
+    graph = import_graph("fsdp_sdk", functions=True)
+    acting = _acting_modules()
+    reached: dict[str, list[str]] = {}
+    for module in sorted(PURE):
+        seen, todo = set(), [module]
+        while todo:
+            for target in graph[todo.pop()] - seen:
+                seen.add(target)
+                todo.append(target)
+        if seen & acting or module in acting:
+            reached[module] = sorted(seen & acting)
+    assert reached == {}
+    assert {"fsdp_sdk.aws.session", "fsdp_sdk.k8s.kube", "fsdp_sdk.aws.checkpoint_bucket"} <= acting | {
+        m for m in graph if graph[m] & {"fsdp_sdk.aws.session"}
+    }

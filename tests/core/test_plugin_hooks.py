@@ -11,9 +11,10 @@ import pytest
 from fsdp_sdk import Client, PreflightResult, hookimpl
 from fsdp_sdk.backends.base import ClusterStatus
 from fsdp_sdk.config import Config
-from fsdp_sdk.errors import BackendError, PluginError
+from fsdp_sdk.errors import BackendError, PluginDeprecationWarning, PluginError
 from fsdp_sdk.k8s.render import render_job
 from fsdp_sdk.plugins import Plugins, build_plugins
+from fsdp_sdk.resolved import Resolved
 from fsdp_sdk.runs import JobRef
 
 from .conftest import install_distribution, run_cli
@@ -258,3 +259,33 @@ def test_a_plugin_whose_commands_hook_fails_loses_its_commands_only(tmp_path: Pa
         "fsdp-sdk: warning: plugin 'cmds' (from cmds_plugin 1.0): fsdp_sdk_register_commands failed: RuntimeError: "
         "no click today (a bug in the plugin: report it to its author, or uninstall the plugin); its commands are left out\n"
     )
+
+
+def test_a_hook_implementation_asking_for_the_retired_config_argument_is_warned_and_still_called() -> None:
+    """``config`` is ``resolved.config`` in the hooks that get both: pluggy's ``warn_on_impl_args`` warns at
+    registration, naming the implementation; the implementation keeps receiving it meanwhile."""
+    seen: list[str] = []
+
+    class Old:
+        @hookimpl
+        def fsdp_sdk_preflight(self, config, action):
+            seen.append(f"{config.cluster.backend} {action}")
+            return []
+
+    plugins = build_plugins(autoload=False)
+    with pytest.warns(PluginDeprecationWarning, match="ask for 'resolved' instead") as caught:
+        plugins.register(Old(), name="old")
+    assert caught[0].filename == __file__
+    resolved = Resolved.of(Config.from_dict({"cluster": {"backend": "local"}}), plugins, validate_trainer=False)
+    plugins.hooks.preflight(resolved, "submit")
+    assert seen == ["local submit"]
+
+
+def test_the_shipped_plugins_ask_for_resolved_not_the_retired_config() -> None:
+    """Registering the built-in and installed plugins warns of nothing (they read ``resolved.config``)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PluginDeprecationWarning)
+        plugins = build_plugins()
+    assert {"eksctl", "terraform", "observability"} <= {info.name for info in plugins.infos()}

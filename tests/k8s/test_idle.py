@@ -289,7 +289,7 @@ def test_the_role_is_named_for_the_region_and_fits_iams_limit() -> None:
 def test_install_identity_creates_the_role_its_one_policy_and_the_association(
     aws: str, stubbed: Callable[..., tuple[Any, Any]], pod_identity: Any
 ) -> None:
-    from fsdp_sdk.k8s.idle import install_identity
+    from fsdp_sdk.aws.idle_identity import install_identity
 
     config = _config(idle_scale_to_zero_minutes=30)
     clients = _identity_clients(pod_identity, stubbed)
@@ -320,8 +320,8 @@ def test_a_role_of_that_name_not_made_for_this_cluster_is_not_adopted(
     aws: str, stubbed: Callable[..., tuple[Any, Any]], pod_identity: Any
 ) -> None:
     from fsdp_sdk.aws.addons import POD_IDENTITY_TRUST_POLICY
+    from fsdp_sdk.aws.idle_identity import install_identity, remove_identity
     from fsdp_sdk.errors import BackendError
-    from fsdp_sdk.k8s.idle import install_identity, remove_identity
 
     config = _config(idle_scale_to_zero_minutes=30)
     clients = _identity_clients(pod_identity, stubbed)
@@ -339,7 +339,7 @@ def test_a_role_of_that_name_not_made_for_this_cluster_is_not_adopted(
 def test_the_association_waits_for_iam_with_a_bounded_backoff(
     aws: str, stubbed: Callable[..., tuple[Any, Any]], pod_identity: Any
 ) -> None:
-    from fsdp_sdk.k8s.idle import ASSOCIATION_DELAYS, install_identity
+    from fsdp_sdk.aws.idle_identity import ASSOCIATION_DELAYS, install_identity
 
     config = _config(idle_scale_to_zero_minutes=30)
     clients = _identity_clients(pod_identity, stubbed, failures=3)
@@ -353,8 +353,8 @@ def test_the_association_waits_for_iam_with_a_bounded_backoff(
 def test_an_association_that_never_sees_the_role_gives_up_and_says_so(
     aws: str, stubbed: Callable[..., tuple[Any, Any]], pod_identity: Any
 ) -> None:
+    from fsdp_sdk.aws.idle_identity import ASSOCIATION_DELAYS, install_identity
     from fsdp_sdk.errors import BackendError
-    from fsdp_sdk.k8s.idle import ASSOCIATION_DELAYS, install_identity
 
     config = _config(idle_scale_to_zero_minutes=30)
     clients = _identity_clients(pod_identity, stubbed, failures=len(ASSOCIATION_DELAYS) + 1)
@@ -367,7 +367,7 @@ def test_an_association_that_never_sees_the_role_gives_up_and_says_so(
 def test_remove_identity_deletes_the_role_its_policy_and_the_association(
     aws: str, stubbed: Callable[..., tuple[Any, Any]], pod_identity: Any
 ) -> None:
-    from fsdp_sdk.k8s.idle import install_identity, remove_identity
+    from fsdp_sdk.aws.idle_identity import install_identity, remove_identity
 
     config = _config(idle_scale_to_zero_minutes=30)
     clients = _identity_clients(pod_identity, stubbed)
@@ -436,8 +436,8 @@ def test_down_deletes_the_identity_up_made(
 
     import fsdp_sdk.aws.session
     from fsdp_sdk import Client, hookimpl
+    from fsdp_sdk.aws.idle_identity import install_identity
     from fsdp_sdk.backends.base import ClusterBackend, ClusterStatus, Plan
-    from fsdp_sdk.k8s.idle import install_identity
     from fsdp_sdk.plugins import build_plugins
 
     class EksLike(ClusterBackend):

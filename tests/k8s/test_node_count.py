@@ -172,10 +172,12 @@ def test_a_job_needing_more_nodes_than_the_reservation_holds_is_refused(
     monkeypatch.setattr(fsdp_sdk.aws.preflight, "aws_client", lambda service, region: ec2)
     client = _client(apiserver, tmp_path, nodes=8, capacity_reservation_id=reservation)
     client.backend = EksScalingBackend()
-    config = client.config.with_overrides({"job.num_workers": workers})
+    resolved = client.resolved.with_overrides({"job.num_workers": workers})
+    config = resolved.config
     if not refused:
-        client._ensure_nodes(config, scale=True, dry_run=True)  # within the reservation: only the scaling is said
-        client._check_reservation(config)
+        # within the reservation: only the scaling is said
+        client.cluster_workflow.ensure_nodes(resolved, scale=True, dry_run=True)
+        client.cluster_workflow.check_reservation(config)
         return
     message = (
         "job.num_workers (from overrides): the job needs 6 nodes but the capacity reservation "
@@ -183,7 +185,7 @@ def test_a_job_needing_more_nodes_than_the_reservation_holds_is_refused(
         "cluster to a reservation of 6 or more (cluster.capacity_reservation_id)"
     )
     with pytest.raises(ConfigError) as error:
-        client._ensure_nodes(config, scale=True, dry_run=True)
+        client.cluster_workflow.ensure_nodes(resolved, scale=True, dry_run=True)
     assert str(error.value) == message
     submitting = Client(config, plugins=client.loaded_plugins)
     submitting.backend = EksScalingBackend()

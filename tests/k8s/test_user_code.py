@@ -10,12 +10,13 @@ from typing import Any
 
 import pytest
 
+from fsdp_sdk.code_layer import for_cluster
 from fsdp_sdk.config import Config
 from fsdp_sdk.k8s.render import render_job, worker_pods
 from fsdp_sdk.k8s.validate import load_crd_schema, validate_objects
 from fsdp_sdk.plugins import build_plugins
 from fsdp_sdk.resolved import Resolved
-from fsdp_sdk.user_code import CODE_COMMAND, CodeSettings, collect, entry_arguments, for_cluster, prepare_context
+from fsdp_sdk.user_code import CODE_COMMAND, CodeSettings, collect, entry_arguments, prepare_context
 
 from .fake_apiserver import FakeApiServer
 from .tools import cli, install_fake_tools, recorded

@@ -144,6 +144,20 @@ def test_grafana_takes_a_secret_of_your_own(make_config: Any, plugins: Any) -> N
     assert env["GF_SECURITY_ADMIN_PASSWORD"]["valueFrom"]["secretKeyRef"]["name"] == "my-grafana"
 
 
+def test_grafana_says_how_to_log_in_from_its_own_settings(make_config: Any, plugins: Any) -> None:
+    """``monitor open grafana`` prints the endpoint's own login line: the plugin's password_command, never the
+    password, with the user and Secret of its settings."""
+    config = make_config({"monitoring.grafana_admin_secret": "my-grafana", "monitoring.grafana_admin_user": "ops"})
+    grafana = next(c for c in plugins.hooks.monitoring_components(config) if c.name == "grafana")
+    (endpoint,) = grafana.endpoints
+    assert endpoint.login == (
+        "log in as ops; the password: kubectl -n monitoring get secret my-grafana "
+        "-o jsonpath='{.data.admin-password}' | base64 -d"
+    )
+    prometheus = next(c for c in plugins.hooks.monitoring_components(config) if c.name == "prometheus")
+    assert [e.login for e in prometheus.endpoints] == [""]
+
+
 def test_grafana_data_source_follows_the_prometheus_in_use(make_config: Any, plugins: Any) -> None:
     def url(config: Any) -> str:
         grafana = next(c for c in plugins.hooks.monitoring_components(config) if c.name == "grafana")

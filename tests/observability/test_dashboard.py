@@ -37,7 +37,7 @@ def test_dashboard_has_the_panels_queries_and_job_variable() -> None:
     queries = panels_and_queries(dashboard)
     metrics = {name for expr in queries.values() for name in re.findall(r"\b(\w+)\{", expr)}
     assert metrics >= REQUIRED, REQUIRED - metrics
-    from fsdp_sdk.reports.dcgm_names import RENAMED
+    from fsdp_sdk.dcgm_names import RENAMED
 
     renamed = {RENAMED[m][0] for m in REQUIRED if m in RENAMED}  # dcgm-exporter 4.9's names are read too
     assert renamed and metrics >= renamed, renamed - metrics

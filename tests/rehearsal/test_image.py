@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from fsdp_sdk.aws.checkpoint_bucket import CheckpointStore, ensure_bucket
+from fsdp_sdk.aws.checkpoint_bucket import ensure_bucket
+from fsdp_sdk.aws.checkpoint_plan import CheckpointBucket
 from fsdp_sdk.aws.session import aws_client
 from fsdp_sdk.config import Config
 from fsdp_sdk.k8s.cluster_objects import checkpoint_access
@@ -72,7 +73,7 @@ def test_the_image_checkpoints_an_eks_job_to_the_bucket_and_resumes_from_it_on_a
 
     # what 'up' makes on EKS: the bucket, the ServiceAccount of the pods; then the job on the bucket
     config = _config(BUCKET)
-    ensure_bucket(CheckpointStore(BUCKET, "us-west-2", "fsdp-sdk", "default"))
+    ensure_bucket(CheckpointBucket(BUCKET, "us-west-2", "fsdp-sdk", "default"))
     for prerequisite in checkpoint_access(config):
         for obj in prerequisite.objects:
             cluster.put(dict(obj))

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from fsdp_sdk.aws.checkpoint_bucket import CheckpointStore, ensure_bucket
+from fsdp_sdk.aws.checkpoint_bucket import ensure_bucket
+from fsdp_sdk.aws.checkpoint_plan import CheckpointBucket
 from fsdp_sdk.aws.session import aws_client
 from fsdp_sdk.client import Client
 from fsdp_sdk.config import Config
@@ -81,7 +82,7 @@ def test_a_worker_recreated_on_another_node_resumes_from_the_bucket(api: FakeApi
         }
     )
     # what 'up' makes on EKS: the bucket, and the ServiceAccount the pods run under
-    ensure_bucket(CheckpointStore(BUCKET, "us-west-2", "fsdp-sdk", "default"))
+    ensure_bucket(CheckpointBucket(BUCKET, "us-west-2", "fsdp-sdk", "default"))
     for prerequisite in checkpoint_access(config):
         for obj in prerequisite.objects:
             api.put(dict(obj))

@@ -18,7 +18,7 @@ import pytest
 from fsdp_sdk.config import Config
 from fsdp_sdk.tools import ToolError
 from fsdp_sdk_terraform.backend import TerraformBackend
-from fsdp_sdk_terraform.runner import StateLockedError
+from fsdp_sdk_terraform.tool import StateLockedError
 from fsdp_sdk_terraform.workdir import Workdir
 from terraform.conftest import eks_clusters, resolve
 

@@ -20,7 +20,7 @@ from fsdp_sdk.errors import ConfigError
 from fsdp_sdk.tools import ToolError
 from fsdp_sdk_terraform import CONFIGURATION_DIR
 from fsdp_sdk_terraform.inputs import check_inputs, terraform_inputs
-from fsdp_sdk_terraform.runner import TerraformRunner
+from fsdp_sdk_terraform.tool import TerraformTool
 
 from .conftest import make_config, needs_terraform
 
@@ -307,7 +307,7 @@ BAD = [
 
 
 @pytest.fixture(scope="module")
-def variables_only(tmp_path_factory: pytest.TempPathFactory) -> TerraformRunner:
+def variables_only(tmp_path_factory: pytest.TempPathFactory) -> TerraformTool:
     """The shipped variables.tf with an output, initialised: validations run without the AWS provider."""
     from .conftest import terraform_path
 
@@ -318,24 +318,24 @@ def variables_only(tmp_path_factory: pytest.TempPathFactory) -> TerraformRunner:
     (directory / "main.tf").write_text(
         'terraform {\n  required_version = ">= 1.5"\n}\n\noutput "name" {\n  value = var.cluster_name\n}\n'
     )
-    runner = TerraformRunner(directory)
+    runner = TerraformTool(directory)
     runner.init()
     return runner
 
 
-def _terraform_plan(runner: TerraformRunner, inputs: dict[str, Any]) -> None:
+def _terraform_plan(runner: TerraformTool, inputs: dict[str, Any]) -> None:
     (runner.workdir / "terraform.tfvars.json").write_text(json.dumps(inputs))
     runner.plan("check.tfplan")
 
 
-def test_terraform_accepts_what_the_sdk_accepts(variables_only: TerraformRunner) -> None:
+def test_terraform_accepts_what_the_sdk_accepts(variables_only: TerraformTool) -> None:
     check_inputs(GOOD)
     _terraform_plan(variables_only, GOOD)
 
 
 @pytest.mark.parametrize(("variable", "value", "message"), BAD, ids=[b[0] for b in BAD])
 def test_terraform_and_the_sdk_refuse_the_same_bad_values(
-    variables_only: TerraformRunner, variable: str, value: Any, message: str
+    variables_only: TerraformTool, variable: str, value: Any, message: str
 ) -> None:
     bad = {**GOOD, variable: value}
     with pytest.raises(ConfigError):
@@ -385,7 +385,7 @@ CORE_CHECKED = [
 
 @pytest.mark.parametrize(("variable", "value", "setting", "message"), CORE_CHECKED, ids=[c[0] for c in CORE_CHECKED])
 def test_values_the_configuration_refuses_are_refused_by_terraform_too(
-    variables_only: TerraformRunner, plugins, tmp_path: Path, variable: str, value: Any, setting: str, message: str
+    variables_only: TerraformTool, plugins, tmp_path: Path, variable: str, value: Any, setting: str, message: str
 ) -> None:
     with pytest.raises(ConfigError, match=rf"^{re.escape(setting)} \(from overrides\): "):
         make_config(plugins, tmp_path, **{setting: value})

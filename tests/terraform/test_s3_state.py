@@ -16,7 +16,7 @@ from fsdp_sdk.config import Config
 from fsdp_sdk.plugins import Plugins
 from fsdp_sdk_terraform.backend import TerraformBackend
 from fsdp_sdk_terraform.preflight import state_backend_checks
-from fsdp_sdk_terraform.runner import StateLockedError
+from fsdp_sdk_terraform.tool import StateLockedError
 from fsdp_sdk_terraform.workdir import Workdir
 
 from .conftest import eks_clusters, make_config, resolve

@@ -7,7 +7,7 @@ Kubeflow Training Operator). ``scale``, ``status`` and ``down`` work on the same
 
 Modules: :mod:`~fsdp_sdk_eksctl.plugin` (hooks), :mod:`~fsdp_sdk_eksctl.settings` (the ``eksctl``
 settings section), :mod:`~fsdp_sdk_eksctl.render` (the ClusterConfig, pure),
-:mod:`~fsdp_sdk_eksctl.device_plugins` (DaemonSets, pure), :mod:`~fsdp_sdk_eksctl.cost`,
+:mod:`~fsdp_sdk_eksctl.device_plugins` (DaemonSets, pure),
 :mod:`~fsdp_sdk_eksctl.plan`, :mod:`~fsdp_sdk_eksctl.commands` (eksctl argument lists),
 :mod:`~fsdp_sdk_eksctl.observe` (boto3 reads), :mod:`~fsdp_sdk_eksctl.state` (local state),
 :mod:`~fsdp_sdk_eksctl.preflight` and :mod:`~fsdp_sdk_eksctl.backend`.

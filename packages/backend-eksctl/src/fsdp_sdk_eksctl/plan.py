@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from fsdp_sdk.aws.eks import hourly_cost
 from fsdp_sdk.backends.base import Plan
 from fsdp_sdk_eksctl import commands
-from fsdp_sdk_eksctl.cost import hourly_cost
 from fsdp_sdk_eksctl.device_plugins import device_plugin_objects
 from fsdp_sdk_eksctl.render import gpu_group, render_cluster_config
 from fsdp_sdk_eksctl.state import StateDir

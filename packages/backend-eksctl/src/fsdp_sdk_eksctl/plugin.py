@@ -13,7 +13,7 @@ from fsdp_sdk import hookimpl
 
 if TYPE_CHECKING:
     from fsdp_sdk.backends.base import BackendRegistry
-    from fsdp_sdk.config import Config, SettingsRegistry
+    from fsdp_sdk.config import SettingsRegistry
     from fsdp_sdk.preflight import PreflightResult
     from fsdp_sdk.resolved import Resolved
 
@@ -35,8 +35,9 @@ def fsdp_sdk_register_settings(registry: SettingsRegistry) -> None:
 
 
 @hookimpl
-def fsdp_sdk_preflight(config: Config, action: str, resolved: Resolved) -> list[PreflightResult]:
+def fsdp_sdk_preflight(action: str, resolved: Resolved) -> list[PreflightResult]:
     """The backend's checks (tools, then AWS) before ``up``, when ``cluster.backend`` is ``eksctl``."""
+    config = resolved.config
     if config.cluster.backend != BACKEND_NAME or action != "up":
         return []  # quotas, zones and reservations concern creating or changing the cluster, not its jobs
     from fsdp_sdk_eksctl.preflight import eksctl_preflight

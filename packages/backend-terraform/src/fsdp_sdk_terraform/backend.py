@@ -37,8 +37,8 @@ from fsdp_sdk_terraform import CONFIGURATION_DIR
 from fsdp_sdk_terraform.changes import PlanChanges
 from fsdp_sdk_terraform.device_plugins import NAMESPACE, render_device_plugins
 from fsdp_sdk_terraform.inputs import check_inputs, gpu_group, terraform_inputs
-from fsdp_sdk_terraform.runner import TerraformRunner
 from fsdp_sdk_terraform.settings import SECTION, TerraformSettings
+from fsdp_sdk_terraform.tool import TerraformTool
 from fsdp_sdk_terraform.workdir import (
     BACKEND_FILE,
     INPUTS_FILE,
@@ -155,14 +155,14 @@ class TerraformBackend(ClusterBackend):
 
     # ------------------------------------------------------------------ running terraform
 
-    def _runner(
+    def _tool(
         self, config: Config, settings: TerraformSettings, path: Path, progress: ProgressCallback
-    ) -> TerraformRunner:
+    ) -> TerraformTool:
         env: dict[str, str] = {}
         if not os.environ.get("TF_PLUGIN_CACHE_DIR"):
             cache = Path(settings.plugin_cache_dir or Path(config.cluster.state_dir) / "terraform" / "plugin-cache")
             env["TF_PLUGIN_CACHE_DIR"] = str(cache)  # created by the first init
-        return TerraformRunner(
+        return TerraformTool(
             path,
             binary=settings.binary,
             lock_timeout_s=settings.lock_timeout_s,
@@ -172,13 +172,13 @@ class TerraformBackend(ClusterBackend):
         )
 
     def _plan_and_apply(
-        self, runner: TerraformRunner, plan_file: str, progress: ProgressCallback, *, destroy: bool = False
+        self, tf: TerraformTool, plan_file: str, progress: ProgressCallback, *, destroy: bool = False
     ) -> PlanChanges:
         """Save a plan, print its summary, apply exactly it; the saved plan is removed afterwards."""
-        saved = runner.workdir / plan_file
+        saved = tf.workdir / plan_file
         try:
-            runner.plan(plan_file, destroy=destroy)
-            changes = runner.show_plan(plan_file)
+            tf.plan(plan_file, destroy=destroy)
+            changes = tf.show_plan(plan_file)
             progress(f"terraform plan: {changes.line()}")
             for change in changes.resources[:SHOWN_CHANGES]:
                 progress(f"  {change.line()}")
@@ -187,7 +187,7 @@ class TerraformBackend(ClusterBackend):
             if changes.empty:
                 progress("no changes: the cluster is as the configuration says")
                 return changes
-            runner.apply(
+            tf.apply(
                 plan_file, step="delete the cluster (apply the destroy plan)" if destroy else "apply the saved plan"
             )
             return changes
@@ -217,17 +217,17 @@ class TerraformBackend(ClusterBackend):
         inputs, backend = _document(plan, INPUTS_FILE), _document(plan, BACKEND_FILE)
         check_inputs(inputs)
         workdir = Workdir(Path(plan.details["workdir"]))
-        runner = self._runner(config, settings, workdir.path, progress)
-        version = runner.check_version(settings.version)
+        tf = self._tool(config, settings, workdir.path, progress)
+        version = tf.check_version(settings.version)
         progress(f"terraform {version}: working directory {workdir.path}, state in {plan.details['state']}")
         workdir.write(Path(plan.details["configuration"]), inputs, backend)
         try:
-            runner.init()
-            self._plan_and_apply(runner, UP_PLAN, progress)
+            tf.init()
+            self._plan_and_apply(tf, UP_PLAN, progress)
         except KeyboardInterrupt:
             self._interrupted(progress, "up")
             raise
-        self._write_kubeconfig(config, runner.outputs(), progress)
+        self._write_kubeconfig(config, tf.outputs(), progress)
         return self.status(config)
 
     def _write_kubeconfig(self, config: Config, outputs: Mapping[str, Any], progress: ProgressCallback) -> None:
@@ -259,13 +259,13 @@ class TerraformBackend(ClusterBackend):
             }
         with tempfile.TemporaryDirectory(prefix="fsdp-sdk-terraform-preview-") as scratch:
             copy = Workdir(Path(scratch))
-            runner = self._runner(config, settings, copy.path, progress)
-            runner.check_version(settings.version)
+            tf = self._tool(config, settings, copy.path, progress)
+            tf.check_version(settings.version)
             copy.write(Path(plan.details["configuration"]), inputs, backend)
             try:
-                runner.init()
-                runner.plan("preview.tfplan", lock=False, step="plan the changes (read-only, for --dry-run)")
-                changes = runner.show_plan("preview.tfplan")
+                tf.init()
+                tf.plan("preview.tfplan", lock=False, step="plan the changes (read-only, for --dry-run)")
+                changes = tf.show_plan("preview.tfplan")
             except ToolError as error:  # offline, no access to the state...: the SDK's plan still stands
                 progress(f"terraform plan did not run, the plan shows fsdp-sdk's steps only: {error}")
                 return dataclasses.replace(plan, details={**plan.details, "changes": None, "changes_error": str(error)})
@@ -311,13 +311,13 @@ class TerraformBackend(ClusterBackend):
             progress(f"would set gpu_nodes from {inputs['gpu_nodes']} to {nodes} and apply (dry run: nothing changed)")
             return self.status(config)
         settings = _settings(config)
-        runner = self._runner(config, settings, workdir.path, progress)
-        runner.check_version(settings.version)
+        tf = self._tool(config, settings, workdir.path, progress)
+        tf.check_version(settings.version)
         progress(f"scaling the GPU node group of {cluster.name} from {inputs['gpu_nodes']} to {nodes}")
         workdir.write_inputs({**inputs, "gpu_nodes": nodes})
         try:
-            runner.init()
-            self._plan_and_apply(runner, SCALE_PLAN, progress)
+            tf.init()
+            self._plan_and_apply(tf, SCALE_PLAN, progress)
         except KeyboardInterrupt:
             self._interrupted(progress, "scale")
             raise
@@ -366,16 +366,16 @@ class TerraformBackend(ClusterBackend):
             workdir.write(
                 Path(plan.details["configuration"]), _document(plan, INPUTS_FILE), _document(plan, BACKEND_FILE)
             )
-        runner = self._runner(config, settings, workdir.path, progress)
-        runner.check_version(settings.version)
+        tf = self._tool(config, settings, workdir.path, progress)
+        tf.check_version(settings.version)
         progress(f"deleting cluster {config.cluster.name} (working directory {workdir.path})")
         try:
-            runner.init()
-            self._plan_and_apply(runner, DOWN_PLAN, progress, destroy=True)
+            tf.init()
+            self._plan_and_apply(tf, DOWN_PLAN, progress, destroy=True)
         except KeyboardInterrupt:
             self._interrupted(progress, "down")
             raise
-        left = runner.state_resources()
+        left = tf.state_resources()
         if left:
             raise BackendError(
                 f"terraform: {len(left)} resource(s) remain in the state after the deletion ({', '.join(left[:3])}); "
@@ -407,17 +407,17 @@ class TerraformBackend(ClusterBackend):
         local_state = workdir.path / LOCAL_STATE_FILE
         if not settings.remote_state and not local_state.is_file():
             return self._absent(config, "no state: nothing was created")
-        runner = self._runner(config, settings, workdir.path, no_progress)
+        tf = self._tool(config, settings, workdir.path, no_progress)
         if not workdir.initialised():
-            runner.init()  # S3 state read from another machine, or an up interrupted before init
-        outputs = runner.outputs()
+            tf.init()  # S3 state read from another machine, or an up interrupted before init
+        outputs = tf.outputs()
         details = {
             "workdir": str(workdir.path),
             "state": state_location(workdir.path, backend),
             "outputs": {key: outputs[key] for key in _STATUS_OUTPUTS if key in outputs},
         }
         if "cluster_name" not in outputs:
-            resources = runner.state_resources()
+            resources = tf.state_resources()
             if not resources:
                 return ClusterStatus(
                     self.name, config.cluster.name, "absent", 0, None, {**details, "why": "the state is empty"}

@@ -11,7 +11,7 @@ from fsdp_sdk.hookspecs import hookimpl
 
 if TYPE_CHECKING:
     from fsdp_sdk.backends.base import BackendRegistry
-    from fsdp_sdk.config import Config, SettingsRegistry
+    from fsdp_sdk.config import SettingsRegistry
     from fsdp_sdk.preflight import PreflightResult
     from fsdp_sdk.resolved import Resolved
 
@@ -31,8 +31,9 @@ def fsdp_sdk_register_settings(registry: SettingsRegistry) -> None:
 
 
 @hookimpl
-def fsdp_sdk_preflight(config: Config, action: str, resolved: Resolved) -> list[PreflightResult]:
+def fsdp_sdk_preflight(action: str, resolved: Resolved) -> list[PreflightResult]:
     """The terraform binary, AWS and state backend checks before ``up``, when ``terraform`` is the configured backend."""
+    config = resolved.config
     if config.cluster.backend != "terraform" or action != "up":
         return []  # quotas, zones and reservations concern creating or changing the cluster, not its jobs
     from fsdp_sdk_terraform.preflight import terraform_preflight

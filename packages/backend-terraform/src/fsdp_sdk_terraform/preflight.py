@@ -16,20 +16,18 @@ __all__ = ["state_backend_checks", "terraform_binary_check", "terraform_prefligh
 
 def terraform_binary_check(config: Config) -> PreflightResult:
     """``terraform``: the binary is installed, runs, and is 1.5 or newer (or the exact ``terraform.version``)."""
-    from fsdp_sdk_terraform.runner import TerraformRunner
+    from fsdp_sdk_terraform.tool import TerraformTool
 
     settings = config.section("terraform")
     try:
-        runner = TerraformRunner(
-            config.cluster.state_dir, binary=settings.binary, lock_timeout_s=settings.lock_timeout_s
-        )
-        version = runner.check_version(settings.version)
+        tf = TerraformTool(config.cluster.state_dir, binary=settings.binary, lock_timeout_s=settings.lock_timeout_s)
+        version = tf.check_version(settings.version)
     except ConfigError as error:
         problem = error.problem if error.field == "terraform" else f"{error.field} {error.problem}"
         return PreflightResult("terraform", False, problem, error.fix)
     except FsdpSdkError as error:
         return PreflightResult("terraform", False, str(error))
-    return PreflightResult("terraform", True, f"Terraform {version} at {runner.binary}")
+    return PreflightResult("terraform", True, f"Terraform {version} at {tf.binary}")
 
 
 def state_backend_checks(config: Config, clients: dict[str, Any] | None = None) -> list[PreflightResult]:

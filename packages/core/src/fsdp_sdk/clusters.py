@@ -6,13 +6,13 @@ lists these, refreshed from the backend's own ``status`` where it can be reached
 otherwise as last known, with when. A cluster that left other traces (a cost ledger from before snapshots, an
 eksctl or Terraform working directory) is listed too, with what those traces tell.
 
-This module reads and writes the records and lays out the table; :func:`observe` is the one function that asks a
-live backend (through a :class:`~fsdp_sdk.client.Client`).
+This module reads and writes the records and lays out the table (it asks no backend): the cluster workflow makes
+the snapshots (:meth:`fsdp_sdk.workflows.cluster.ClusterWorkflow.snapshot`) and the job workflow observes a live
+cluster (:meth:`fsdp_sdk.workflows.jobs.JobWorkflow.observe`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime as dt
 import json
@@ -23,15 +23,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from fsdp_sdk.backends.base import ClusterStatus
-    from fsdp_sdk.client import Client
+    pass
 
 __all__ = [
     "ClusterSnapshot",
     "known_clusters",
-    "observe",
     "remember",
-    "snapshot_from_status",
     "snapshot_path",
     "table_rows",
 ]
@@ -171,98 +168,6 @@ def _traces(root: Path) -> Iterable[ClusterSnapshot]:
                 note=f"known from {directory} only: 'fsdp-sdk status --backend {backend} --name {directory.name}' "
                 "records it",
             )
-
-
-def snapshot_from_status(
-    client: Client,
-    status: ClusterStatus,
-    *,
-    jobs: Sequence[Any] | None = None,
-    now: dt.datetime | None = None,
-    source: str = "live",
-) -> ClusterSnapshot:
-    """The snapshot of what ``status`` (the client's backend's) says, with the configuration's facts beside it.
-
-    :param jobs: the cluster's jobs (``RunStatus`` or ``JobStatus``: anything with a ``phase``), when listed.
-    """
-    from fsdp_sdk import pins
-
-    config = client.config
-    cluster = config.cluster
-    now = now or dt.datetime.now(dt.timezone.utc)
-    local = client.backend.runs_jobs
-    instance = client.resolved.instance if not local else None
-    version = None if local else str(status.details.get("kubernetes_version") or cluster.kubernetes_version)
-    release = pins.kubernetes_release(version) if version else None
-    usd_per_hour = cost_usd = since = None
-    if local:
-        usd_per_hour, cost_usd = 0.0, 0.0
-    else:
-        cost = client.cost(nodes_now=status.nodes if status.state != "absent" else 0, now=now)
-        usd_per_hour = 0.0 if status.state == "absent" else cost.usd_per_hour
-        cost_usd, since = cost.usd, cost.since
-    minutes = cluster.idle_scale_to_zero_minutes or None
-    phases = [str(getattr(job, "phase", "")) for job in jobs] if jobs is not None else None
-    return ClusterSnapshot(
-        name=cluster.name,
-        backend=client.backend.name,
-        region="local" if local else str(status.details.get("region") or cluster.region),
-        state=status.state,
-        observed_at=now,
-        nodes=status.nodes,
-        max_nodes=None if local else cluster.max_nodes,
-        instance_type=None if local else cluster.instance_type,
-        gpu=f"{instance.gpu_count}x {instance.gpu_model} {instance.gpu_memory_gib:g} GiB" if instance else None,
-        kubernetes_version=version,
-        standard_support_until=str(release.end_of_standard) if release is not None else None,
-        usd_per_hour=usd_per_hour,
-        cost_usd=cost_usd,
-        since=since,
-        idle_minutes=None if local else minutes,
-        jobs_running=sum(phase in RUNNING_PHASES for phase in phases) if phases is not None else None,
-        jobs_queued=sum(phase in QUEUED_PHASES for phase in phases) if phases is not None else None,
-        source=source,
-    )
-
-
-def observe(client: Client, *, now: dt.datetime | None = None) -> ClusterSnapshot:
-    """Ask the client's backend for the cluster's state and jobs now; record and return the snapshot.
-
-    Listing jobs is best effort (a cluster that is not up has none; an unreachable API server leaves the counts
-    unknown). Errors of the status itself propagate: the caller decides to fall back to the record.
-    """
-    from fsdp_sdk.errors import FsdpSdkError
-
-    status = client.status()
-    jobs: list[Any] | None = None
-    if status.state in {"ready", "degraded"} or client.backend.runs_jobs:
-        try:
-            jobs = list(client.runner.list())
-        except (FsdpSdkError, OSError):
-            jobs = None
-    elif status.state == "absent":
-        jobs = []
-    snapshot = snapshot_from_status(client, status, jobs=jobs, now=now)
-    with contextlib.suppress(OSError):
-        remember(client.config.cluster.state_dir, snapshot)
-    return snapshot
-
-
-def record_status(client: Client, status: ClusterStatus) -> None:
-    """Record what a command just saw of the cluster (``status``, ``up``, ``scale``, ``down``), without asking the
-    backend anything more; never fails the command (a record is a convenience; the command's result matters).
-
-    An absent cluster is recorded only over an earlier record (a cluster torn down): looking at a cluster that never
-    existed leaves the state directory as it was."""
-    config = client.config.cluster
-    region = "local" if client.backend.runs_jobs else str(status.details.get("region") or config.region)
-    if (
-        status.state == "absent"
-        and not snapshot_path(config.state_dir, client.backend.name, region, config.name).exists()
-    ):
-        return
-    with contextlib.suppress(Exception):
-        remember(config.state_dir, snapshot_from_status(client, status))
 
 
 def _age(then: dt.datetime, now: dt.datetime) -> str:

@@ -18,6 +18,7 @@ __all__ = [
     "ConfigError",
     "FsdpSdkError",
     "KubernetesError",
+    "PluginDeprecationWarning",
     "PluginError",
     "PreflightError",
     "RunError",
@@ -82,6 +83,11 @@ class PluginError(FsdpSdkError, ValueError):
     """
 
     exit_code = 2
+
+
+class PluginDeprecationWarning(DeprecationWarning):
+    """A plugin uses a part of the hook contract that goes away (pluggy says so when the plugin is registered,
+    naming the implementation's file and line: ``warn_on_impl_args``)."""
 
 
 class BackendError(FsdpSdkError):

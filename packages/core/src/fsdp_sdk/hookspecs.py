@@ -29,7 +29,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import pluggy
+# the markers live in fsdp_sdk.markers (below every layer), and here for the plugins that import them from here
+from fsdp_sdk.errors import PluginDeprecationWarning
+from fsdp_sdk.markers import PROJECT_NAME, hookimpl, hookspec
 
 if TYPE_CHECKING:
     import click
@@ -42,14 +44,17 @@ if TYPE_CHECKING:
     from fsdp_sdk.resolved import Resolved
     from fsdp_sdk.runs import JobRef
 
-__all__ = ["PROJECT_NAME", "hookimpl", "hookspec"]
+__all__ = ["PROJECT_NAME", "RETIRED_CONFIG", "hookimpl", "hookspec"]
 
-#: The pluggy project name; also the entry-point group third-party plugins use.
-PROJECT_NAME = "fsdp_sdk"
-
-hookspec = pluggy.HookspecMarker(PROJECT_NAME)
-#: Decorator for plugin hook implementations (also exported as ``fsdp_sdk.hookimpl``).
-hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+#: The ``config`` argument of the hooks that also receive ``resolved`` (it is ``resolved.config``): an
+#: implementation that asks for it is warned when registered (pluggy's ``warn_on_impl_args``), and keeps working
+#: until it goes.
+RETIRED_CONFIG = {
+    "config": PluginDeprecationWarning(
+        "the 'config' argument of this hook is resolved.config: ask for 'resolved' instead "
+        "('config' goes in a later release)"
+    )
+}
 
 
 # -------------------------------------------------------------------------
@@ -118,7 +123,7 @@ def fsdp_sdk_register_commands(cli: click.Group) -> None:
 # -------------------------------------------------------------------------
 
 
-@hookspec
+@hookspec(warn_on_impl_args=RETIRED_CONFIG)
 def fsdp_sdk_render_job(config: Config, objects: list[dict[str, Any]], resolved: Resolved) -> None:
     """Adjust the Kubernetes objects rendered for a training job, before they are applied.
 
@@ -135,7 +140,7 @@ def fsdp_sdk_render_job(config: Config, objects: list[dict[str, Any]], resolved:
         from fsdp_sdk.k8s.render import worker_pods
 
         @hookimpl
-        def fsdp_sdk_render_job(config, objects):
+        def fsdp_sdk_render_job(objects, resolved):
             for pod in worker_pods(objects):
                 pod.spec.setdefault("tolerations", []).append(
                     {"key": "example.com/dedicated", "operator": "Exists", "effect": "NoSchedule"}
@@ -162,7 +167,8 @@ def fsdp_sdk_render_job(config: Config, objects: list[dict[str, Any]], resolved:
     ``job render --crd FILE|URL`` against the CRDs given) and warns, naming the plugin and the field, for
     each field that would be dropped.
 
-    :param config: the resolved configuration of the job.
+    :param config: the resolved configuration of the job: ``resolved.config`` (retired: an implementation that
+        asks for it gets a :class:`~fsdp_sdk.errors.PluginDeprecationWarning`).
     :param objects: the rendered objects (``PyTorchJob``/``TrainJob``, ``Secret``,
         ``Service``...), each a dict as it would be sent to the API server.
     :param resolved: the same configuration with its instance type (``resolved.instance``) and the
@@ -196,7 +202,7 @@ def fsdp_sdk_monitoring_components(config: Config) -> list[MonitoringComponent] 
     """
 
 
-@hookspec
+@hookspec(warn_on_impl_args=RETIRED_CONFIG)
 def fsdp_sdk_preflight(config: Config, action: str, resolved: Resolved) -> list[PreflightResult] | None:
     """Check that what an action needs is in place before it starts.
 
@@ -205,7 +211,8 @@ def fsdp_sdk_preflight(config: Config, action: str, resolved: Resolved) -> list[
     per check (an empty list, or ``None``, for none); a failed check with severity
     ``error`` stops the action, a ``warning`` is shown. Checks read, never change.
 
-    :param config: the resolved configuration.
+    :param config: the resolved configuration: ``resolved.config`` (retired: an implementation that asks for it
+        gets a :class:`~fsdp_sdk.errors.PluginDeprecationWarning`).
     :param action: what is about to happen: ``up`` (create or change the cluster: capacity and
         cloud quota checks belong here), ``run`` (``fsdp-sdk run`` / ``Client.run()``: a local run, or a
         job on the cluster) or ``submit`` (``fsdp-sdk job submit`` / ``Client.submit_job()``: a job sent to a

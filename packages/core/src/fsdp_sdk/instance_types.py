@@ -25,7 +25,7 @@ from typing import TypedDict
 
 from fsdp_sdk._fields import FrozenFields
 from fsdp_sdk.errors import PluginError
-from fsdp_sdk.hookspecs import hookimpl
+from fsdp_sdk.markers import hookimpl
 from fsdp_sdk.registry import NamedRegistry
 
 __all__ = ["BUILTIN_INSTANCE_TYPES", "PRICE_DATE", "InstanceType", "InstanceTypeRegistry"]
@@ -127,11 +127,6 @@ class InstanceType(FrozenFields):
             raise PluginError(f"instance type {self.name}: efa_generation must be a positive integer or None")
         if self.gpudirect_rdma and self.efa_interfaces == 0:
             raise PluginError(f"instance type {self.name}: gpudirect_rdma needs EFA (efa_interfaces > 0)")
-
-    @property
-    def bf16_tflops(self) -> float:
-        """Dense BF16 peak of the whole instance in TFLOP/s."""
-        return self.bf16_tflops_per_gpu * self.gpu_count
 
     def to_dict(self) -> dict[str, object]:
         """The fields as a JSON-ready dict."""

@@ -31,10 +31,10 @@ from fsdp_sdk.errors import ConfigError, FsdpSdkError
 
 if TYPE_CHECKING:
     from fsdp_sdk.backends.base import Plan
-    from fsdp_sdk.client import Client
     from fsdp_sdk.runs import JobRef, RunEvent, RunResult
+    from fsdp_sdk.workflows.jobs import JobWorkflow
 
-__all__ = ["LaunchPlan", "LaunchResult", "derived_client", "ensure_gpu_nodes", "launch", "plan_launch"]
+__all__ = ["LaunchPlan", "LaunchResult", "launch", "plan_launch"]
 
 
 @dataclasses.dataclass
@@ -158,48 +158,13 @@ class LaunchResult:
     deleted_cluster: bool = False
 
 
-def derived_client(client: Client, settings: Sequence[Setting]) -> Client:
-    """A client like ``client`` whose configuration has ``settings`` on top (same plugins, progress, kubeconfig)."""
-    from fsdp_sdk.client import Client
-
-    if not settings:
-        return client
-    config = client.config.with_overrides(list(settings))
-    derived = Client(
-        config,
-        plugins=client.loaded_plugins,
-        progress=client.progress,
-        kubeconfig=client._kubeconfig,
-        kube_context=client.kube_context,
-        hermetic=client.hermetic,
-    )
-    return derived
-
-
-def ensure_gpu_nodes(client: Client, *, nodes: int | None = None) -> int | None:
-    """Scale the GPU nodes back up when a cluster's are at 0 (after the idle scale-to-zero controller's work).
-
-    :param nodes: how many (default ``cluster.nodes``, at least ``job.num_workers``).
-    :returns: the number scaled to, or None when nothing was done (local backend, cluster not ready, nodes there).
-    """
-    if client.backend.runs_jobs:
-        return None
-    status = client.status()
-    if status.state != "ready" or status.nodes > 0:
-        return None
-    wanted = nodes or max(client.config.cluster.nodes, client.config.job.num_workers)
-    client.progress(f"the GPU nodes of cluster {status.cluster!r} are at 0: scaling them to {wanted}")
-    client.scale(wanted)
-    return wanted
-
-
-def _trainer_steps(client: Client) -> int | None:
-    steps = (client.config.trainer.get("train") or {}).get("steps")
+def _trainer_steps(flow: JobWorkflow) -> int | None:
+    steps = (flow.config.trainer.get("train") or {}).get("steps")
     return steps if isinstance(steps, int) else None
 
 
 def plan_launch(
-    client: Client,
+    flow: JobWorkflow,
     *,
     trainer_args: Sequence[str] = (),
     down: bool = False,
@@ -210,7 +175,7 @@ def plan_launch(
     ecr: Any = None,
     collect: bool = False,
 ) -> LaunchPlan:
-    """What :func:`launch` will do for ``client``'s configuration; reads (AWS, the cluster, ECR), changes nothing.
+    """What :func:`launch` will do for the job workflow's configuration (:class:`~fsdp_sdk.workflows.jobs.JobWorkflow`, what :meth:`fsdp_sdk.Client.launch_plan` passes); reads (AWS, the cluster, ECR), changes nothing.
 
     :param trainer_args: trainer options as on its command line (``["--train.steps", "200"]``).
     :param down: delete the cluster when the job ends.
@@ -229,27 +194,27 @@ def plan_launch(
     from fsdp_sdk.user_code import code_args
 
     # a bad trainer option: refused here; with --script, what follows -- is the script's
-    job_client = derived_client(client, code_args(client.config, trainer_args) or parse_trainer_args(trainer_args))
-    backend = client.backend
-    cluster = client.config.cluster
+    job_flow = flow.derived(code_args(flow.config, trainer_args) or parse_trainer_args(trainer_args))
+    backend = flow.backend
+    cluster = flow.config.cluster
     if backend.runs_jobs:
-        cluster_plan = client.plan(collect=collect)
+        cluster_plan = flow.cluster.plan(collect=collect)
         local_steps = ["start etcd on this machine unless it runs"] if cluster_plan.steps else []
-        nodes = job_client.config.job.num_workers
-        local_steps.append(f"run {client.config.job.name} here: {nodes} simulated node(s), the progress followed")
+        nodes = job_flow.config.job.num_workers
+        local_steps.append(f"run {flow.config.job.name} here: {nodes} simulated node(s), the progress followed")
         if down:
             local_steps.append("stop etcd and remove the cluster's state (down)")
         return LaunchPlan(
             backend=backend.name,
             cluster=cluster.name,
-            job=client.config.job.name,
+            job=flow.config.job.name,
             local=True,
-            cluster_state=client.status().state,
+            cluster_state=flow.cluster.status().state,
             gpu_nodes=0,
             steps=local_steps,
             cluster_plan=cluster_plan,
             hourly_cost_usd=0.0,
-            train_steps=_trainer_steps(job_client),
+            train_steps=_trainer_steps(job_flow),
             down=down,
             trainer_args=tuple(trainer_args),
         )
@@ -268,11 +233,11 @@ def plan_launch(
             unknown.append(f"{what} ({error})")
             return None
 
-    status = read("the cluster's state", client.status)
+    status = read("the cluster's state", flow.cluster.status)
     known = status is not None
     absent = known and status.state == "absent"
     steps: list[str] = []
-    cluster_plan = client.plan(collect=collect)
+    cluster_plan = flow.cluster.plan(collect=collect)
     if absent:
         steps.append(f"create the cluster ({len(cluster_plan.steps)} steps: 'fsdp-sdk up --dry-run' lists them)")
     elif not known:
@@ -288,42 +253,40 @@ def plan_launch(
         )
     scale_to = None
     if known and not absent and status.nodes == 0:
-        scale_to = max(cluster.nodes, client.config.job.num_workers)
+        scale_to = max(cluster.nodes, flow.config.job.num_workers)
         steps.append(f"scale the GPU nodes from 0 to {scale_to}")
     install = False
     if known and not absent:
-        prereqs = read("the cluster's prerequisites", client.prereq_status)
+        prereqs = read("the cluster's prerequisites", flow.cluster.prereq_status)
         if prereqs is not None and not prereqs.healthy:
             install = True
             steps.append("install the prerequisites (etcd, the Kubeflow Training Operator)")
 
     tag = content_tag(trainer_src, build_args)
-    present = read(f"whether ECR holds the image tag {tag}", lambda: image_in_ecr(client.config, tag, ecr=ecr))
-    registry = client.config.job.registry or read(
-        "the account's ECR registry", lambda: _account_registry(ecr_registry(client.config)[1], ecr)
+    present = read(f"whether ECR holds the image tag {tag}", lambda: image_in_ecr(flow.config, tag, ecr=ecr))
+    registry = flow.config.job.registry or read(
+        "the account's ECR registry", lambda: _account_registry(ecr_registry(flow.config)[1], ecr)
     )
     shown_registry = registry or f"<account>.dkr.ecr.{cluster.region}.amazonaws.com"
-    image = f"{shown_registry}/{client.config.job.image}:{tag}"
+    image = f"{shown_registry}/{flow.config.job.image}:{tag}"
     if present:
         steps.append(f"use the image {image}: ECR holds it (its content has not changed)")
     elif present is None:
-        steps.append(
-            f"build the image {client.config.job.image}:{tag} and push it to ECR ({image}), unless ECR holds it"
-        )
+        steps.append(f"build the image {flow.config.job.image}:{tag} and push it to ECR ({image}), unless ECR holds it")
     else:
-        steps.append(f"build the image {client.config.job.image}:{tag} and push it to ECR ({image})")
-    steps += _code_layer_steps(job_client, image, ecr)
+        steps.append(f"build the image {flow.config.job.image}:{tag} and push it to ECR ({image})")
+    steps += _code_layer_steps(job_flow, image, ecr)
 
-    job_name = client.config.job.name
+    job_name = flow.config.job.name
     replace = False
     if known and not absent:
-        replace = bool(read(f"whether a job {job_name} is on the cluster", lambda: _existing_job(client, job_name)))
+        replace = bool(read(f"whether a job {job_name} is on the cluster", lambda: _existing_job(flow, job_name)))
     submit = f"submit the job {job_name}" + (" (replacing the finished job of that name)" if replace else "")
     steps += [submit, "follow the leader's log to the end, then print the summary"]
     if down:
         steps.append(f"delete cluster {cluster.name!r} when the job ends (down)")
 
-    final = derived_client(job_client, [Setting("job.tag", tag, "image content tag", "launch")])
+    final = job_flow.derived([Setting("job.tag", tag, "image content tag", "launch")])
     estimate, notes = _estimate(final, force)
     train_steps = _trainer_steps(final)
     hours = usd = None
@@ -363,17 +326,17 @@ def plan_launch(
     )
 
 
-def _code_layer_steps(job_client: Client, image: str, ecr: Any) -> list[str]:
+def _code_layer_steps(job_flow: JobWorkflow, image: str, ecr: Any) -> list[str]:
     """The step of your own code's layer (``--script``; :mod:`fsdp_sdk.user_code`) on ``image``, when there is one."""
     from fsdp_sdk.k8s.image import image_in_ecr
     from fsdp_sdk.user_code import active, code_image_ref, collect
 
-    code = active(job_client.config)
+    code = active(job_flow.config)
     if code is None:
         return []
     bundle = collect(code, image)  # over code.max_mib: refused here, before anything is created
     layer = code_image_ref(image, bundle.tag)
-    if image_in_ecr(job_client.config, bundle.tag, ecr=ecr):
+    if image_in_ecr(job_flow.config, bundle.tag, ecr=ecr):
         return [f"use the code layer {layer} ({code.what()}): ECR holds it (its content has not changed)"]
     return [f"build the code layer {layer} ({code.what()}, {len(bundle.files)} files) and push it to ECR"]
 
@@ -390,12 +353,12 @@ def _account_registry(region: str, ecr: Any) -> str:
     return re.sub(r"^https?://", "", str(endpoint)).rstrip("/")
 
 
-def _existing_job(client: Client, name: str) -> bool:
+def _existing_job(flow: JobWorkflow, name: str) -> bool:
     """Whether a finished job named ``name`` is there (to replace); refuses one that still runs."""
     from fsdp_sdk.errors import KubernetesError
 
     try:
-        jobs = client.jobs.list()
+        jobs = flow.jobs.list()
     except KubernetesError:
         return False  # the job kind is not served yet: the prerequisites install it
     status = next((job for job in jobs if job.name == name), None)
@@ -411,12 +374,12 @@ def _existing_job(client: Client, name: str) -> bool:
     return True
 
 
-def _estimate(client: Client, force: bool) -> tuple[dict[str, Any] | None, list[str]]:
+def _estimate(flow: JobWorkflow, force: bool) -> tuple[dict[str, Any] | None, list[str]]:
     """The job's estimate (refusing a job that will not fit unless ``force``), and why there is none."""
     from fsdp_sdk.estimate import EstimateUnavailable, fit_problem
 
     try:
-        estimate = client.estimate(scaling=False)
+        estimate = flow.estimate(scaling=False)
     except EstimateUnavailable as exc:
         return None, [f"no estimate: {exc}"]
     problem = fit_problem(estimate)
@@ -431,7 +394,7 @@ def _estimate(client: Client, force: bool) -> tuple[dict[str, Any] | None, list[
 
 
 def launch(
-    client: Client,
+    flow: JobWorkflow,
     plan: LaunchPlan,
     *,
     trainer_src: str | Path | None = None,
@@ -460,7 +423,7 @@ def launch(
     """
     if plan.local:
         return _launch_local(
-            client,
+            flow,
             plan,
             force=force,
             on_output=on_output,
@@ -471,44 +434,44 @@ def launch(
     from fsdp_sdk.runs import RunResult
 
     if plan.cluster_plan is not None and plan.cluster_state == "absent":
-        client.up(plan.cluster_plan)
+        flow.cluster.up(plan.cluster_plan)
     elif plan.scale_to:
-        client.scale(plan.scale_to)
+        flow.cluster.scale(plan.scale_to)
     if plan.install_prereqs:
-        client.install_prereqs()
+        flow.cluster.install_prereqs()
     from fsdp_sdk.user_code import code_args
 
     settings = [
-        *(code_args(client.config, plan.trainer_args) or parse_trainer_args(plan.trainer_args)),
+        *(code_args(flow.config, plan.trainer_args) or parse_trainer_args(plan.trainer_args)),
         Setting("job.tag", plan.image_tag, "image content tag", "launch"),
         Setting("job.registry", plan.registry, "image registry", "launch"),
     ]
-    job_client = derived_client(client, settings)
+    job_flow = flow.derived(settings)
     if plan.build:
-        context = Path(client.config.cluster.state_dir) / "image" / client.config.cluster.name
-        job_client.build_image(context=context, trainer_src=trainer_src, tool=tool, build_args=build_args)
-        job_client.push_image(tool=tool)
-    job = job_client.submit_job(force=force, replace=plan.replace)
+        context = Path(flow.config.cluster.state_dir) / "image" / flow.config.cluster.name
+        job_flow.build_image(context=context, trainer_src=trainer_src, tool=tool, build_args=build_args)
+        job_flow.push_image(tool=tool)
+    job = job_flow.submit_job(force=force, replace=plan.replace)
     if on_submitted is not None:
         on_submitted(job)
     if on_output is None and on_event is not None:
-        on_output = _events_from_lines(on_event, _trainer_steps(job_client))
+        on_output = _events_from_lines(on_event, _trainer_steps(job_flow))
     try:
-        summary = job_client.jobs.wait(job, on_output=on_output)
+        summary = job_flow.jobs.wait(job, on_output=on_output)
     except KeyboardInterrupt:
         raise
     except BaseException as error:
-        job_client.loaded_plugins.hooks.job_finished(job_client.config, job, False, None)
-        _finish(client, plan, None, error, on_finished)
+        job_flow.ctx.plugins.hooks.job_finished(job_flow.config, job, False, None)
+        _finish(flow, plan, None, error, on_finished)
         raise
-    job_client.loaded_plugins.hooks.job_finished(job_client.config, job, True, summary)
+    job_flow.ctx.plugins.hooks.job_finished(job_flow.config, job, True, summary)
     result = RunResult(job, summary)
-    deleted = _finish(client, plan, result, None, on_finished)
+    deleted = _finish(flow, plan, result, None, on_finished)
     return LaunchResult(result, plan, deleted)
 
 
 def _finish(
-    client: Client,
+    flow: JobWorkflow,
     plan: LaunchPlan,
     result: RunResult | None,
     error: BaseException | None,
@@ -518,19 +481,19 @@ def _finish(
         on_finished(result, error)
     if not plan.down:
         return False
-    client.progress(f"the job ended: deleting cluster {plan.cluster!r} (--down)")
+    flow.progress(f"the job ended: deleting cluster {plan.cluster!r} (--down)")
     try:
-        client.down()
+        flow.cluster.down()
     except FsdpSdkError as failure:
         if error is None:
             raise
-        client.progress(f"could not delete cluster {plan.cluster!r}: {failure}; run 'fsdp-sdk down'")
+        flow.progress(f"could not delete cluster {plan.cluster!r}: {failure}; run 'fsdp-sdk down'")
         return False
     return True
 
 
 def _launch_local(
-    client: Client,
+    flow: JobWorkflow,
     plan: LaunchPlan,
     *,
     force: bool,
@@ -540,7 +503,7 @@ def _launch_local(
     on_finished: Callable[[RunResult | None, BaseException | None], None] | None,
 ) -> LaunchResult:
     try:
-        result = client.run(
+        result = flow.run(
             trainer_args=plan.trainer_args,
             force=force,
             on_output=on_output,
@@ -550,9 +513,9 @@ def _launch_local(
     except KeyboardInterrupt:
         raise
     except BaseException as error:
-        _finish(client, plan, None, error, on_finished)
+        _finish(flow, plan, None, error, on_finished)
         raise
-    deleted = _finish(client, plan, result, None, on_finished)
+    deleted = _finish(flow, plan, result, None, on_finished)
     return LaunchResult(result, plan, deleted)
 
 

@@ -40,6 +40,8 @@ class ServiceEndpoint:
     :param namespace: the namespace of the ``Service`` (default: the component's).
     :param path: the path to open in a browser.
     :param description: one line for listings.
+    :param login: how to log in, said below the URL by ``monitor open`` (never a password itself: where to read
+        it), or empty.
     """
 
     name: str
@@ -48,6 +50,7 @@ class ServiceEndpoint:
     namespace: str | None = None
     path: str = "/"
     description: str = ""
+    login: str = ""
 
 
 @dataclass(frozen=True)

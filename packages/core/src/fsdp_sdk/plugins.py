@@ -33,7 +33,7 @@ import functools
 import importlib
 import os
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -67,6 +67,7 @@ __all__ = [
     "PluginInfo",
     "Plugins",
     "build_plugins",
+    "changed_paths",
     "get_plugins",
     "reset_plugins",
 ]
@@ -320,8 +321,6 @@ class PluginHooks:
                 if problem is not None:
                     raise self._wrong(impl, hook_name, f"left objects[{index}] {problem}")
             if changes is not None and before is not None:
-                from fsdp_sdk.k8s.validate import changed_paths
-
                 who = self._describe(impl.plugin_name)
                 for index, obj in enumerate(objects):
                     paths = [""] if index >= len(before) else changed_paths(before[index], obj)
@@ -713,3 +712,25 @@ def get_plugins() -> Plugins:
 def reset_plugins() -> None:
     """Forget the process-wide plugin set; the next :func:`get_plugins` builds a new one."""
     get_plugins.cache_clear()
+
+
+def changed_paths(before: Any, after: Any, path: str = "") -> list[str]:
+    """The dotted paths where ``after`` differs from ``before``: keys and list items it adds, values it changes (what
+    a render hook set, for :meth:`PluginHooks.render_job`'s ``changes``).
+
+    An added key or item is one path (not one per leaf below it), so a hook that sets ``spec.podSpecOverrides``
+    shows as that one path.
+    """
+    if isinstance(before, Mapping) and isinstance(after, Mapping):
+        out: list[str] = []
+        for key, item in after.items():
+            where = f"{path}.{key}" if path else str(key)
+            out += [where] if key not in before else changed_paths(before[key], item, where)
+        return out
+    if isinstance(before, list) and isinstance(after, list):
+        out = []
+        for index, item in enumerate(after):
+            where = f"{path}[{index}]"
+            out += [where] if index >= len(before) else changed_paths(before[index], item, where)
+        return out
+    return [] if before == after else [path]

@@ -17,7 +17,6 @@ import contextlib
 import os
 import signal
 import sys
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -189,14 +188,3 @@ def find_processes(*needles: str) -> list[ProcessIdentity]:
             continue
         found.append(ProcessIdentity(info["pid"], info["create_time"], tuple(cmdline)))
     return found
-
-
-def wait_gone(identities: Iterable[ProcessIdentity], timeout: float) -> list[ProcessIdentity]:
-    """Wait up to ``timeout`` seconds for processes to end; returns those still running."""
-    left = list(identities)
-    deadline = time.monotonic() + timeout
-    while left and time.monotonic() < deadline:
-        left = [p for p in left if p.is_running()]
-        if left:
-            time.sleep(0.05)
-    return left

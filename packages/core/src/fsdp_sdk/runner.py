@@ -16,7 +16,7 @@ A runner has TorchX's shape:
   it ends, or a timeout) by handle or by name, and :meth:`JobRunner.list`, from any process: the ``fsdp-sdk job
   status|logs|stop|wait|list`` commands go through them, for local runs and cluster jobs alike.
 
-:class:`fsdp_sdk.Client` picks the runner (:attr:`fsdp_sdk.Client.runner`): the local one
+The job workflow picks the runner (:attr:`fsdp_sdk.workflows.jobs.JobWorkflow.runner`, :attr:`fsdp_sdk.Client.runner`): the local one
 (:class:`fsdp_sdk.backends.local.runner.LocalRunner`, the supervisor) for the local backend,
 :class:`KubernetesRunner` (the job layer, :mod:`fsdp_sdk.k8s.jobs`) for cluster backends.
 """
@@ -344,13 +344,13 @@ class JobRunner(Protocol):
 
 
 class ClusterSite(Protocol):
-    """What :meth:`KubernetesRunner.admit` asks of the cluster a job goes to (:class:`fsdp_sdk.Client` is one)."""
+    """What :meth:`KubernetesRunner.admit` asks of the cluster a job goes to (:class:`fsdp_sdk.workflows.cluster.ClusterWorkflow` is one)."""
 
     def job_resolved(self, resolved: Resolved, *, strict: bool = True) -> Resolved:
         """``resolved`` with what the cluster fills in (an EKS cluster's checkpoint bucket)."""
         ...
 
-    def ensure_nodes(self, config: Config, *, scale: bool, dry_run: bool) -> None:
+    def ensure_nodes(self, resolved: Resolved, *, scale: bool, dry_run: bool) -> None:
         """Refuse a job with more workers than the cluster has nodes (with ``scale``: scale it first)."""
         ...
 
@@ -385,15 +385,15 @@ class KubernetesRunner:
         """The job's configuration: named ``resume`` when given (its checkpoints live under its name: the
         checkpoint bucket, the shared claim, the disk), with the cluster's checkpoint bucket, refused when the
         cluster has too few nodes (unless ``scale``) or the job will not fit (unless ``force``)."""
+        from fsdp_sdk.code_layer import for_cluster
         from fsdp_sdk.config import Setting
-        from fsdp_sdk.user_code import for_cluster
 
         if resume is not None:
             resolved = resolved.with_overrides([Setting("job.name", resume, "--resume", "command line")])
         if self.site is None:
             return for_cluster(resolved, build=not dry_run, progress=self.jobs.progress)
         resolved = self.site.job_resolved(resolved, strict=not dry_run)
-        self.site.ensure_nodes(resolved.config, scale=scale, dry_run=dry_run)
+        self.site.ensure_nodes(resolved, scale=scale, dry_run=dry_run)
         if not force:
             self.site.check_fits(resolved)
         # your own code (--script): its layer's content tag, the layer built and pushed first when ECR lacks it

@@ -8,17 +8,27 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from fsdp_sdk.files import write_atomic
 
-if TYPE_CHECKING:
-    from fsdp_sdk.scaling import ScalingSweep
-
-__all__ = ["write_chart"]
+__all__ = ["SweepData", "write_chart"]
 
 
-def write_chart(sweep: ScalingSweep, path: Path) -> list[str]:
+class SweepData(Protocol):
+    """What the chart reads of a sweep (:class:`fsdp_sdk.scaling.ScalingSweep` is one)."""
+
+    @property
+    def points(self) -> list[dict[str, Any]]: ...
+
+    @property
+    def settings(self) -> dict[str, Any]: ...
+
+    @property
+    def csv_path(self) -> Path: ...
+
+
+def write_chart(sweep: SweepData, path: Path) -> list[str]:
     """Draw ``sweep`` into the PNG ``path`` (replaced atomically); returns warnings (no matplotlib, nothing to draw)."""
     try:
         import matplotlib

@@ -42,8 +42,8 @@ import pytest
 from fsdp_sdk.backends.base import BackendRegistry, ClusterBackend, ClusterStatus, Plan
 from fsdp_sdk.config import Config
 from fsdp_sdk.errors import BackendError, ConfigError
-from fsdp_sdk.hookspecs import hookimpl
 from fsdp_sdk.instance_types import InstanceType, InstanceTypeRegistry
+from fsdp_sdk.markers import hookimpl
 from fsdp_sdk.plugins import DEFAULT_PLUGINS, ENTRY_POINT_GROUP, Plugins, build_plugins
 from fsdp_sdk.resolved import Resolved
 

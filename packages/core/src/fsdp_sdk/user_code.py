@@ -28,7 +28,6 @@ variables, or a function that reads a global of its module is refused, naming th
 
 from __future__ import annotations
 
-import dataclasses
 import fnmatch
 import hashlib
 import json
@@ -43,7 +42,6 @@ from fsdp_sdk.errors import ConfigError
 
 if TYPE_CHECKING:
     from fsdp_sdk.config import Config, Setting
-    from fsdp_sdk.resolved import Resolved
     from fsdp_sdk.runs import JobRef, RunEvent
 
 __all__ = [
@@ -56,9 +54,7 @@ __all__ = [
     "code_args",
     "code_image_ref",
     "collect",
-    "ensure_code_image",
     "entry_arguments",
-    "for_cluster",
     "function_source",
     "prepare_context",
     "render_code_dockerfile",
@@ -375,56 +371,6 @@ def prepare_context(bundle: CodeBundle, context: Path) -> Path:
     return dockerfile
 
 
-def ensure_code_image(
-    config: Config,
-    bundle: CodeBundle,
-    *,
-    context: Path,
-    tool: str | None = None,
-    ecr: Any = None,
-    progress: Callable[[str], None] | None = None,
-    dry_run: bool = False,
-) -> bool:
-    """Build and push the code layer unless the registry holds its tag already; whether it was built.
-
-    The build goes through the same tool and ECR push as the trainer image
-    (:func:`fsdp_sdk.k8s.image.push_image`), as ``<job.image>:<code tag>``.
-
-    :raises ConfigError: no build tool, or ``job.registry`` is not an ECR registry.
-    :raises ToolError: the build or the push failed.
-    """
-    from fsdp_sdk.k8s.image import find_build_tool, image_in_ecr, push_image
-    from fsdp_sdk.tools import run_tool
-
-    say = progress or (lambda line: None)
-    tagged = dataclasses.replace(config.job, tag=bundle.tag)
-    layer = _with_job(config, tagged)
-    if image_in_ecr(layer, bundle.tag, ecr=ecr):
-        say(f"code layer {config.job.image}:{bundle.tag} is in the registry: not built again")
-        return False
-    chosen = find_build_tool(tool)
-    ref = f"{config.job.image}:{bundle.tag}"
-    say(
-        f"building the code layer {ref} ({len(bundle.files)} files, {bundle.size / 2**20:.1f} MiB) on {bundle.base_image}"
-    )
-    if dry_run:
-        return True
-    dockerfile = prepare_context(bundle, context)
-    command = [chosen, "build"] if chosen != "buildah" else [chosen, "build", "--layers"]
-    command += ["--platform", config.job.image_platform, "-t", ref, "-f", str(dockerfile), str(context)]
-    run_tool(command, step=f"build the code layer {ref}", progress=progress)
-    push_image(layer, tool=chosen, ecr=ecr, progress=progress)
-    return True
-
-
-def _with_job(config: Config, job: Any) -> Config:
-    import copy
-
-    new = copy.copy(config)
-    new.job = job
-    return new
-
-
 # --------------------------------------------------------------------------- functions
 
 
@@ -528,34 +474,6 @@ def code_args(config: Config, args: Sequence[str]) -> list[Setting]:
     return [Setting("code.args", list(args), "-- ARGS", "command line")]
 
 
-def for_cluster(
-    resolved: Resolved,
-    *,
-    build: bool,
-    dry_run: bool = False,
-    progress: Callable[[str], None] | None = None,
-    tool: str | None = None,
-    ecr: Any = None,
-) -> Resolved:
-    """``resolved`` with the code layer's content tag in ``code.digest`` when it runs your code (unchanged
-    otherwise); with ``build`` (and not ``dry_run``) the layer is built and pushed first unless the registry
-    has it (:func:`ensure_code_image`).
-
-    :raises ConfigError: the code directory is over ``code.max_mib``, no build tool, no ECR registry.
-    """
-    from fsdp_sdk.config import Setting
-
-    code = active(resolved.config)
-    if code is None:
-        return resolved
-    config = resolved.config
-    bundle = collect(code, resolved.plugins.hooks.job_image(config))
-    if build and not dry_run:
-        context = Path(config.cluster.state_dir) / "code-layers" / bundle.tag
-        ensure_code_image(config, bundle, context=context, tool=tool, ecr=ecr, progress=progress)
-    return resolved.with_overrides([Setting("code.digest", bundle.tag, "code.digest", "fsdp-sdk")])
-
-
 @dataclass
 class TrainHandle:
     """The job :meth:`fsdp_sdk.Client.train` started.
@@ -629,11 +547,13 @@ def train(
         resolved.config,
         plugins=client.loaded_plugins,
         progress=client.progress,
-        kubeconfig=client._kubeconfig,
+        kubeconfig=client.context.given_kubeconfig,
         kube_context=client.kube_context,
         hermetic=client.hermetic,
     )
-    if bound.backend.runs_jobs and client._kubeconfig is None:  # given a kubeconfig, jobs go to that cluster
+    if (
+        bound.backend.runs_jobs and client.context.given_kubeconfig is None
+    ):  # given a kubeconfig, jobs go to that cluster
         result = bound.run(run_id=run_id, on_event=on_event, on_output=on_output)
         return TrainHandle(result.job, bound, dict(result.summary), result.output_dir)
     job = bound.submit_job(run_id=run_id)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from fsdp_sdk.aws.arn import partition
 from fsdp_sdk.monitoring import EksAddon, MonitoringComponent
 
 from .settings import settings_of
@@ -28,20 +29,11 @@ from .settings import settings_of
 if TYPE_CHECKING:
     from fsdp_sdk.config import Config
 
-__all__ = ["ADDON", "NAME", "addon_configuration", "cloudwatch_component", "partition"]
+__all__ = ["ADDON", "NAME", "addon_configuration", "cloudwatch_component"]
 
 NAME = "cloudwatch"
 #: The EKS add-on's name.
 ADDON = "amazon-cloudwatch-observability"
-
-
-def partition(region: str) -> str:
-    """The AWS partition of ``region`` (``aws``, ``aws-cn``, ``aws-us-gov``)."""
-    if region.startswith("cn-"):
-        return "aws-cn"
-    if region.startswith("us-gov-"):
-        return "aws-us-gov"
-    return "aws"
 
 
 def addon_configuration(*, dcgm_exporter_installed: bool) -> dict[str, Any] | None:

@@ -30,8 +30,8 @@ _GPUS = 'pod=~"$job-.+"'
 
 def _dcgm(metric: str) -> str:
     """A GPU panel's query: ``metric`` of the job's pods under its name before dcgm-exporter 4.9 or after (in the old
-    unit: ``fsdp_sdk.reports.dcgm_names``), the 4.9 ``hostname`` label copied to ``Hostname`` for the legend."""
-    from fsdp_sdk.reports.dcgm_names import either
+    unit: ``fsdp_sdk.dcgm_names``), the 4.9 ``hostname`` label copied to ``Hostname`` for the legend."""
+    from fsdp_sdk.dcgm_names import either
 
     return f'label_replace({either(metric, _GPUS)}, "Hostname", "$1", "hostname", "(.+)")'
 

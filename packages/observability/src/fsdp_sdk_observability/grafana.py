@@ -208,6 +208,14 @@ def grafana_component(config: Config) -> MonitoringComponent:
         objects=[*namespace_object(config), *grafana_objects(config)],
         namespace=namespace,
         endpoints=[
-            ServiceEndpoint(NAME, NAME, GRAFANA_PORT, namespace, f"/d/{DASHBOARD_UID}", "Grafana (training dashboard)")
+            ServiceEndpoint(
+                NAME,
+                NAME,
+                GRAFANA_PORT,
+                namespace,
+                f"/d/{DASHBOARD_UID}",
+                "Grafana (training dashboard)",
+                login=f"log in as {settings_of(config).grafana_admin_user}; the password: {password_command(config)}",
+            )
         ],
     )

@@ -15,6 +15,7 @@ from fsdp_sdk import hookimpl
 if TYPE_CHECKING:
     from fsdp_sdk.config import Config, SettingsRegistry
     from fsdp_sdk.monitoring import MonitoringComponent
+    from fsdp_sdk.resolved import Resolved
 
 __all__ = ["components", "fsdp_sdk_monitoring_components", "fsdp_sdk_register_settings", "fsdp_sdk_render_job"]
 
@@ -52,8 +53,8 @@ def fsdp_sdk_monitoring_components(config: Config) -> list[MonitoringComponent]:
 
 
 @hookimpl
-def fsdp_sdk_render_job(config: Config, objects: list[dict[str, Any]]) -> None:
+def fsdp_sdk_render_job(objects: list[dict[str, Any]], resolved: Resolved) -> None:
     """Turn the trainer's Prometheus endpoint on in jobs rendered with observability enabled."""
     from .training import add_trainer_endpoint
 
-    add_trainer_endpoint(config, objects)
+    add_trainer_endpoint(resolved.config, objects)

@@ -17,8 +17,9 @@
   it; the ``eks-pod-identity-agent`` add-on, which every cluster backend installs, hands the credentials
   to them). No credential is ever written into a Kubernetes object.
 
-:func:`plan_store` is pure (the configuration and the account id in, a :class:`CheckpointStore` out: what
-``up --dry-run`` shows); :func:`inspect_bucket` reads (is the bucket there, in which region, whose);
+:func:`~fsdp_sdk.aws.checkpoint_plan.plan_store` (in the pure :mod:`fsdp_sdk.aws.checkpoint_plan`, with the names
+and the layout) makes a :class:`~fsdp_sdk.aws.checkpoint_plan.CheckpointBucket` from the configuration and the
+account id (what ``up --dry-run`` shows); this module acts on it: :func:`inspect_bucket` reads (is the bucket there, in which region, whose);
 :func:`ensure_bucket`, :func:`ensure_access`, :func:`remove_access`, :func:`bucket_usage` and
 :func:`delete_checkpoints` act, through :func:`fsdp_sdk.aws.session.aws_errors` (one-line errors). The
 role and the association go with the cluster (``down``); the bucket stays unless ``down
@@ -33,54 +34,33 @@ checked 2026-12-02.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any
 
-from fsdp_sdk import grammar
+from fsdp_sdk.aws.checkpoint_plan import (
+    OWNER_TAG,
+    POLICY_NAME,
+    TRAINER_SERVICE_ACCOUNT,
+    CheckpointBucket,
+    role_path,
+)
 from fsdp_sdk.aws.session import aws_client, aws_errors
 from fsdp_sdk.errors import BackendError, ConfigError
 
-if TYPE_CHECKING:
-    from fsdp_sdk.config import Config
-
 __all__ = [
-    "ABORT_INCOMPLETE_UPLOADS_DAYS",
-    "OBJECT_ACTIONS",
-    "OWNER_TAG",
-    "POLICY_NAME",
-    "TRAINER_SERVICE_ACCOUNT",
     "BucketUsage",
-    "CheckpointStore",
     "account_id",
     "bucket_summary",
     "bucket_usage",
-    "checkpoint_url",
     "delete_checkpoints",
-    "derived_bucket_name",
     "ensure_access",
     "ensure_bucket",
     "inspect_bucket",
-    "job_prefix",
-    "plan_store",
     "remove_access",
-    "role_name",
-    "role_path",
 ]
 
-#: The ServiceAccount the rendered jobs' pods run under; the Pod Identity association names it.
-TRAINER_SERVICE_ACCOUNT = "fsdp-trainer"
-#: The tag that marks what fsdp-sdk created, with the cluster's name as its value (as the eksctl backend's).
-OWNER_TAG = "fsdp-sdk.io/cluster"
-#: Days after which S3 aborts a multipart upload that never completed (the parts of an interrupted save).
-ABORT_INCOMPLETE_UPLOADS_DAYS = 3
-#: The name of the role's inline policy.
-POLICY_NAME = "fsdp-sdk-checkpoints"
-#: What the pods may do to the objects under their prefix: read, write, delete (``keep``), abort an upload.
-OBJECT_ACTIONS = ("s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload")
-_LIFECYCLE_RULE = "fsdp-sdk-abort-incomplete-multipart-uploads"
 _MISSING_BUCKET = ("404", "NoSuchBucket", "NotFound")
 _DENIED = ("403", "AccessDenied", "Forbidden", "AllAccessDisabled")
 #: How many times an association is tried while a new role is not yet visible to EKS (IAM is eventually consistent).
@@ -88,209 +68,10 @@ _ASSOCIATION_TRIES = 10
 
 Clients = Mapping[str, Any]
 Progress = Callable[[str], None]
-Found = Literal["absent", "ours", "adopted"]
 
 
 def _no_progress(line: str) -> None:
     pass
-
-
-def _digest(*parts: str, length: int = 8) -> str:
-    return hashlib.sha256("/".join(parts).encode()).hexdigest()[:length]
-
-
-def derived_bucket_name(account: str, region: str, cluster: str) -> str:
-    """``fsdp-sdk-<account id>-<region>-<cluster>`` as S3 accepts it (lower case, at most 63 characters).
-
-    Deterministic, so every machine with credentials of the account finds the same bucket. A cluster name
-    too long for the rest, or one that would break a rule of S3's, is cut and followed by a short hash of
-    the whole name (two clusters never share a bucket).
-    """
-    head = f"fsdp-sdk-{account}-{region}-"
-    tail = cluster.lower().strip("-")
-    name = head + tail
-    if len(name) <= 63 and grammar.bucket_name_problem(name) is None:
-        return name
-    digest = _digest(account, region, cluster)
-    room = 63 - len(head) - len(digest) - 1
-    cut = tail[: max(room, 0)].strip("-")
-    return f"{head}{cut}-{digest}" if cut else f"{head}{digest}"
-
-
-def role_path(cluster: str, region: str) -> str:
-    """The IAM path of the roles of ``cluster`` in ``region``: ``down`` finds them by it."""
-    return f"/fsdp-sdk/{region}/{cluster}/"
-
-
-def role_name(cluster: str, region: str, namespace: str) -> str:
-    """The name of the pods' role (unique in the account: IAM names are global, so the region is in its hash)."""
-    digest = _digest(region, cluster, namespace, length=6)
-    base = f"fsdp-sdk-{cluster}-{namespace}"
-    return f"{base[: 64 - len(digest) - 1]}-{digest}"
-
-
-def job_prefix(namespace: str, job: str) -> str:
-    """The key prefix of a job's objects in the bucket: ``<namespace>/<job>/``."""
-    return f"{namespace}/{job}/"
-
-
-def checkpoint_url(bucket: str, namespace: str, job: str) -> str:
-    """The ``checkpoint.dir`` of a job: ``s3://<bucket>/<namespace>/<job>/checkpoints``."""
-    return f"s3://{bucket}/{job_prefix(namespace, job)}checkpoints"
-
-
-def _partition(region: str) -> str:
-    if region.startswith("cn-"):
-        return "aws-cn"
-    if region.startswith("us-gov-"):
-        return "aws-us-gov"
-    return "aws"
-
-
-@dataclass(frozen=True)
-class CheckpointStore:
-    """The checkpoint bucket of one cluster and the pods' access to it, as planned.
-
-    :param bucket: the bucket's name.
-    :param region: the cluster's region (the bucket's).
-    :param cluster: the EKS cluster's name.
-    :param namespace: the job namespace: its pods get access under ``<namespace>/``.
-    :param named: the user named the bucket (``cluster.checkpoint_bucket``), rather than the derived name.
-    :param found: what :func:`inspect_bucket` found: ``absent``, ``ours`` (tagged for this cluster),
-        ``adopted`` (an existing bucket left as it is), or ``None`` when not looked at.
-    """
-
-    bucket: str
-    region: str
-    cluster: str
-    namespace: str
-    named: bool = False
-    found: Found | None = None
-
-    @property
-    def prefix(self) -> str:
-        """The key prefix the pods may use: ``<namespace>/``."""
-        return f"{self.namespace}/"
-
-    @property
-    def service_account(self) -> str:
-        """The ServiceAccount the association names."""
-        return TRAINER_SERVICE_ACCOUNT
-
-    @property
-    def role_name(self) -> str:
-        """The pods' IAM role."""
-        return role_name(self.cluster, self.region, self.namespace)
-
-    @property
-    def role_path(self) -> str:
-        """The IAM path of the role."""
-        return role_path(self.cluster, self.region)
-
-    @property
-    def bucket_arn(self) -> str:
-        """``arn:aws:s3:::<bucket>``."""
-        return f"arn:{_partition(self.region)}:s3:::{self.bucket}"
-
-    def access_policy(self) -> dict[str, Any]:
-        """The role's inline policy: the objects under :attr:`prefix`, and listing that prefix; nothing else."""
-        return {
-            "Version": "2012-10-17",
-            "Statement": [
-                {
-                    "Sid": "CheckpointObjects",
-                    "Effect": "Allow",
-                    "Action": list(OBJECT_ACTIONS),
-                    "Resource": f"{self.bucket_arn}/{self.prefix}*",
-                },
-                {
-                    "Sid": "ListCheckpoints",
-                    "Effect": "Allow",
-                    "Action": "s3:ListBucket",
-                    "Resource": self.bucket_arn,
-                    "Condition": {"StringLike": {"s3:prefix": [self.prefix, f"{self.prefix}*"]}},
-                },
-            ],
-        }
-
-    def trust_policy(self) -> dict[str, Any]:
-        """Who may assume the role: EKS Pod Identity (the Amazon EKS User Guide's trust policy)."""
-        return {
-            "Version": "2012-10-17",
-            "Statement": [
-                {
-                    "Sid": "AllowEksAuthToAssumeRoleForPodIdentity",
-                    "Effect": "Allow",
-                    "Principal": {"Service": "pods.eks.amazonaws.com"},
-                    "Action": ["sts:AssumeRole", "sts:TagSession"],
-                }
-            ],
-        }
-
-    def lifecycle_configuration(self) -> dict[str, Any]:
-        """The bucket's lifecycle: incomplete multipart uploads are aborted after a few days."""
-        return {
-            "Rules": [
-                {
-                    "ID": _LIFECYCLE_RULE,
-                    "Status": "Enabled",
-                    "Filter": {"Prefix": ""},
-                    "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": ABORT_INCOMPLETE_UPLOADS_DAYS},
-                }
-            ]
-        }
-
-    def tags(self) -> list[dict[str, str]]:
-        """The tags of the bucket and the role."""
-        return [{"Key": OWNER_TAG, "Value": self.cluster}]
-
-    def steps(self) -> list[str]:
-        """The plan's sentences."""
-        if self.found == "adopted":
-            bucket = (
-                f"adopt the S3 bucket {self.bucket} in {self.region} for checkpoints (its settings left as they are)"
-            )
-        else:
-            verb = {"ours": "keep", None: "create (or adopt)"}.get(self.found, "create")
-            bucket = (
-                f"{verb} the S3 bucket {self.bucket} in {self.region} for checkpoints: versioning off, public access "
-                f"blocked, SSE-S3, incomplete multipart uploads aborted after {ABORT_INCOMPLETE_UPLOADS_DAYS} days"
-            )
-        return [
-            bucket,
-            f"IAM role {self.role_name} for EKS Pod Identity: read, write and delete s3://{self.bucket}/{self.prefix}*",
-            f"EKS Pod Identity association: ServiceAccount {self.namespace}/{self.service_account} -> {self.role_name}",
-        ]
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (the plan's ``details["checkpoints"]``)."""
-        data = dataclasses.asdict(self)
-        data.update(prefix=self.prefix, role_name=self.role_name, service_account=self.service_account)
-        return data
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> CheckpointStore:
-        """The store of a plan's ``details["checkpoints"]``."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
-
-
-def plan_store(config: Config, *, account: str | None = None) -> CheckpointStore:
-    """The checkpoint store of ``config``'s cluster (pure).
-
-    :param config: the resolved configuration (``cluster.checkpoint_bucket``, ``cluster.region``, ``cluster.name``,
-        ``job.namespace``).
-    :param account: the AWS account id; needed when ``cluster.checkpoint_bucket`` is unset (:func:`account_id`).
-    :raises ValueError: neither a bucket nor an account is given.
-    """
-    cluster = config.cluster
-    if cluster.checkpoint_bucket:
-        bucket, named = cluster.checkpoint_bucket, True
-    elif account:
-        bucket, named = derived_bucket_name(account, cluster.region, cluster.name), False
-    else:
-        raise ValueError("plan_store needs the account id when cluster.checkpoint_bucket is unset")
-    return CheckpointStore(bucket, cluster.region, cluster.name, config.job.namespace, named=named)
 
 
 def _client(clients: Clients | None, service: str, region: str) -> Any:
@@ -312,7 +93,7 @@ def _bucket_region(s3: Any, bucket: str) -> str:
     return "eu-west-1" if location == "EU" else str(location)  # no constraint: us-east-1; "EU": the old eu-west-1
 
 
-def inspect_bucket(store: CheckpointStore, *, clients: Clients | None = None) -> CheckpointStore:
+def inspect_bucket(store: CheckpointBucket, *, clients: Clients | None = None) -> CheckpointBucket:
     """Look at the bucket (reads only): absent, ours, or someone's to adopt; ``store`` with :attr:`found` set.
 
     :raises ConfigError: the bucket is in another region, or these credentials cannot reach it (another
@@ -356,7 +137,7 @@ def inspect_bucket(store: CheckpointStore, *, clients: Clients | None = None) ->
     return dataclasses.replace(store, found="ours" if ours else "adopted")
 
 
-def _configure_bucket(s3: Any, store: CheckpointStore) -> None:
+def _configure_bucket(s3: Any, store: CheckpointBucket) -> None:
     bucket = store.bucket
     with aws_errors("s3", f"block public access to the S3 bucket {bucket}"):
         s3.put_public_access_block(
@@ -381,7 +162,7 @@ def _configure_bucket(s3: Any, store: CheckpointStore) -> None:
         s3.put_bucket_tagging(Bucket=bucket, Tagging={"TagSet": store.tags()})
 
 
-def _report_adopted(s3: Any, store: CheckpointStore, progress: Progress) -> None:
+def _report_adopted(s3: Any, store: CheckpointBucket, progress: Progress) -> None:
     """Say what an adopted bucket lacks; change nothing (its lifecycle rules and versioning are its owner's)."""
     with aws_errors("s3", f"read the versioning of the S3 bucket {store.bucket}"):
         versioning = s3.get_bucket_versioning(Bucket=store.bucket).get("Status")
@@ -405,14 +186,14 @@ def _report_adopted(s3: Any, store: CheckpointStore, progress: Progress) -> None
 
 
 def ensure_bucket(
-    store: CheckpointStore, *, clients: Clients | None = None, progress: Progress = _no_progress
-) -> CheckpointStore:
+    store: CheckpointBucket, *, clients: Clients | None = None, progress: Progress = _no_progress
+) -> CheckpointBucket:
     """Create the bucket as planned, or adopt the existing one; idempotent.
 
     A bucket this SDK created for the cluster gets its settings again (they may have been changed); an adopted
     bucket is left as it is, and what it lacks is said on ``progress``.
 
-    :returns: ``store`` with :attr:`~CheckpointStore.found` as it was before the call.
+    :returns: ``store`` with :attr:`~CheckpointBucket.found` as it was before the call.
     :raises ConfigError: the bucket is in another region, another account's, or its name is taken.
     """
     s3 = _client(clients, "s3", store.region)
@@ -446,7 +227,7 @@ def _role_tags(role: Mapping[str, Any]) -> dict[str, str]:
     return {t["Key"]: t["Value"] for t in role.get("Tags") or []}
 
 
-def _ensure_role(iam: Any, store: CheckpointStore, progress: Progress) -> str:
+def _ensure_role(iam: Any, store: CheckpointBucket, progress: Progress) -> str:
     from fsdp_sdk.aws.iam_roles import ensure_role
 
     name = store.role_name
@@ -468,7 +249,7 @@ def _ensure_role(iam: Any, store: CheckpointStore, progress: Progress) -> str:
     return arn
 
 
-def _associations(eks: Any, store: CheckpointStore) -> list[dict[str, Any]]:
+def _associations(eks: Any, store: CheckpointBucket) -> list[dict[str, Any]]:
     with aws_errors("eks", f"list the EKS Pod Identity associations of {store.namespace}/{store.service_account}"):
         found: list[dict[str, Any]] = eks.list_pod_identity_associations(
             clusterName=store.cluster, namespace=store.namespace, serviceAccount=store.service_account
@@ -477,7 +258,7 @@ def _associations(eks: Any, store: CheckpointStore) -> list[dict[str, Any]]:
 
 
 def ensure_access(
-    store: CheckpointStore,
+    store: CheckpointBucket,
     *,
     clients: Clients | None = None,
     progress: Progress = _no_progress,
@@ -617,7 +398,7 @@ def _usage_prefix(key: str) -> str:
     return "/".join(parts[:2]) + "/" if len(parts) > 2 else parts[0] + ("/" if len(parts) > 1 else "")
 
 
-def bucket_usage(store: CheckpointStore, *, clients: Clients | None = None) -> list[BucketUsage] | None:
+def bucket_usage(store: CheckpointBucket, *, clients: Clients | None = None) -> list[BucketUsage] | None:
     """What :func:`delete_checkpoints` would delete, by job prefix (reads only); ``None`` when the bucket is absent.
 
     The whole bucket when it is ours; only the namespace's prefix of an adopted bucket.
@@ -638,7 +419,7 @@ def bucket_usage(store: CheckpointStore, *, clients: Clients | None = None) -> l
 
 
 def delete_checkpoints(
-    store: CheckpointStore, *, clients: Clients | None = None, progress: Progress = _no_progress
+    store: CheckpointBucket, *, clients: Clients | None = None, progress: Progress = _no_progress
 ) -> bool:
     """Empty and delete the bucket when fsdp-sdk created it for this cluster; of an adopted bucket, delete only the
     objects under the namespace's prefix and keep the bucket. Incomplete multipart uploads are aborted first.
@@ -681,7 +462,7 @@ def delete_checkpoints(
     return True
 
 
-def bucket_summary(store: CheckpointStore, *, clients: Clients | None = None) -> str:
+def bucket_summary(store: CheckpointBucket, *, clients: Clients | None = None) -> str:
     """One line for ``status``: ``s3://<bucket> (us-west-2)``, with ``absent`` when it does not exist."""
     found = inspect_bucket(store, clients=clients)
     where = f"s3://{store.bucket} ({store.region})"

@@ -325,11 +325,6 @@ class GpuNodeGroup:
         return bool(self.interfaces)
 
     @property
-    def eks_capacity_type(self) -> str:
-        """The EKS node group's capacity type (``ON_DEMAND``, ``SPOT``, ``CAPACITY_BLOCK``)."""
-        return {"spot": "SPOT", "capacity-block": "CAPACITY_BLOCK"}.get(self.capacity_type, "ON_DEMAND")
-
-    @property
     def market_type(self) -> str | None:
         """The launch template's market type: ``capacity-block`` for Capacity Blocks, else None."""
         return "capacity-block" if self.capacity_type == "capacity-block" else None
@@ -407,9 +402,10 @@ def _label_value(text: str) -> str:
 
 def configured_ami_family(config: Config) -> str | None:
     """The GPU nodes' AMI family the active backend's settings name (``gpu_ami_family``), or None (not AWS)."""
-    section = config.sections.get(config.cluster.backend)
-    family = getattr(section, "gpu_ami_family", None)
-    return family if isinstance(family, str) else None
+    from fsdp_sdk.contracts import gpu_ami_settings
+
+    section = gpu_ami_settings(config)
+    return section.gpu_ami_family if section is not None else None
 
 
 def local_storage_host_path(config: Config, instance: InstanceType) -> str | None:

@@ -264,6 +264,24 @@ class ClusterBackend(ABC):
         """
         return self.down(resolved.config, dry_run=dry_run, progress=progress)
 
+    def create(self, resolved: Resolved, plan: Plan, *, progress: ProgressCallback = no_progress) -> ClusterStatus:
+        """Apply ``plan`` with the configuration it was made from: what :meth:`fsdp_sdk.Client.up` calls, with the
+        configuration it resolved once (the values preflight filled in on top). The default is :meth:`apply` with
+        ``resolved.config``; a backend that needs the instance type or the plugin set to act reads them here."""
+        return self.apply(resolved.config, plan, progress=progress)
+
+    def resize(
+        self, resolved: Resolved, nodes: int, *, dry_run: bool = False, progress: ProgressCallback = no_progress
+    ) -> ClusterStatus:
+        """:meth:`scale` with the resolved configuration: what :meth:`fsdp_sdk.Client.scale` calls. The default is
+        :meth:`scale` with ``resolved.config``."""
+        return self.scale(resolved.config, nodes, dry_run=dry_run, progress=progress)
+
+    def describe(self, resolved: Resolved) -> ClusterStatus:
+        """:meth:`status` with the resolved configuration: what :meth:`fsdp_sdk.Client.status` (and every command
+        that looks at the cluster first) calls. The default is :meth:`status` with ``resolved.config``."""
+        return self.status(resolved.config)
+
     @abstractmethod
     def scale(
         self, config: Config, nodes: int, *, dry_run: bool = False, progress: ProgressCallback = no_progress

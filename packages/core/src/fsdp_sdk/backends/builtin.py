@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fsdp_sdk.hookspecs import hookimpl
+from fsdp_sdk.markers import hookimpl
 
 if TYPE_CHECKING:
     from fsdp_sdk.backends.base import BackendRegistry
-    from fsdp_sdk.config import Config, SettingsRegistry
+    from fsdp_sdk.config import SettingsRegistry
     from fsdp_sdk.preflight import PreflightResult
+    from fsdp_sdk.resolved import Resolved
 
 
 @hookimpl
@@ -23,8 +24,9 @@ def fsdp_sdk_register_backends(registry: BackendRegistry) -> None:
 
 
 @hookimpl
-def fsdp_sdk_preflight(config: Config, action: str) -> list[PreflightResult]:
+def fsdp_sdk_preflight(action: str, resolved: Resolved) -> list[PreflightResult]:
     """The local backend's checks, when it is the configured backend and the action runs something here."""
+    config = resolved.config
     if config.cluster.backend != "local" or action == "submit":
         return []
     from fsdp_sdk.backends.local import local_preflight

@@ -72,7 +72,6 @@ def _refresh(app: Application, snapshot: ClusterSnapshot) -> ClusterSnapshot:
     import dataclasses
 
     from fsdp_sdk.client import Client
-    from fsdp_sdk.clusters import observe
     from fsdp_sdk.errors import FsdpSdkError
     from fsdp_sdk.plugins import get_plugins
 
@@ -92,7 +91,7 @@ def _refresh(app: Application, snapshot: ClusterSnapshot) -> ClusterSnapshot:
         )
         if client.backend.eks_cluster and not _has_credentials(client.config.cluster.region):
             return dataclasses.replace(snapshot, note=snapshot.note or "no AWS credentials here: last recorded state")
-        return observe(client)
+        return client.job_workflow.observe()
     except FsdpSdkError as error:
         return dataclasses.replace(snapshot, note=f"could not read it now ({error}): last recorded state")
 

@@ -12,7 +12,7 @@ from fsdp_sdk.cli.options import setting_option
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-__all__ = ["code_options", "gives_code"]
+__all__ = ["code_options"]
 
 
 def code_options(function: F) -> F:
@@ -37,8 +37,3 @@ def code_options(function: F) -> F:
     for option in reversed(options):
         function = option(function)
     return function
-
-
-def gives_code(settings: list[tuple[str, Any, str, str]]) -> bool:
-    """Whether the command line's settings name your own code (``--script``, ``--module``, ``--set code.*``)."""
-    return any(path in ("code.script", "code.module") for path, *_ in settings)

@@ -203,23 +203,10 @@ def _report_validation(objects: list[dict[str, Any]], crds: tuple[str, ...], k8s
 
 
 def _runner(app: Application, name: str | None) -> JobRunner:
-    """The runner a job command is about: the local backend's (its runs) when the backend runs jobs itself and
-    either no kubeconfig reaches a cluster or NAME is a local run; else the Kubernetes job layer's."""
-    client = app.client
-    if client.backend.runs_jobs:
-        runner = client.runner
-        if client.kubeconfig() is None:
-            return runner
-        if name is not None:
-            from fsdp_sdk.errors import ConfigError
-
-            with contextlib.suppress(ConfigError):
-                runner.status(name)  # a local run of that name
-                return runner
-        from fsdp_sdk.runner import KubernetesRunner
-
-        return KubernetesRunner(client.jobs)  # a kubeconfig was given: a cluster job
-    return client.runner
+    """The runner a job command is about (:meth:`fsdp_sdk.workflows.jobs.JobWorkflow.runner_for`): the local
+    backend's when it runs jobs itself and no kubeconfig reaches a cluster or NAME is a local run; else the
+    Kubernetes job layer's."""
+    return app.client.job_workflow.runner_for(name)
 
 
 def _say_status(status: RunStatus) -> None:
@@ -275,7 +262,6 @@ def submit(
     'job wait'; Ctrl-C then leaves the job running.
     """
     from fsdp_sdk.k8s.jobs import EXIT_TIMEOUT
-    from fsdp_sdk.runner import KubernetesRunner
 
     with _render_warnings():
         ref = app.client.submit_job(
@@ -301,7 +287,7 @@ def submit(
             click.echo(line)
         return
     click.echo(line, err=True)
-    runner = KubernetesRunner(jobs)
+    runner = app.client.job_workflow.cluster_runner()
     try:
         if follow_logs:
             result = jobs.follow(

@@ -197,7 +197,7 @@ def open_(app: Application, name: str, port: int) -> None:
     argv, url = monitoring.port_forward_command(name, local)
     forward = PortForward(argv, local, url).start()
     click.echo(url)
-    hint = _login_hint(app, name)
+    hint = monitoring.endpoints()[name][1].login  # the component's own (Grafana's: where its password is)
     if hint:
         click.echo(hint, err=True)
     click.echo("forwarding; Ctrl-C stops", err=True)
@@ -205,19 +205,6 @@ def open_(app: Application, name: str, port: int) -> None:
     code = forward.wait()
     if code:
         raise click.exceptions.Exit(code)
-
-
-def _login_hint(app: Application, name: str) -> str | None:
-    if name != "grafana":
-        return None
-    section = app.config.sections.get("monitoring")
-    user = getattr(section, "grafana_admin_user", "admin")
-    secret = getattr(section, "grafana_admin_secret", None) or "grafana-admin"
-    namespace = app.config.observability.namespace
-    return (
-        f"log in as {user}; the password: kubectl -n {namespace} get secret {secret} "
-        "-o jsonpath='{.data.admin-password}' | base64 -d"
-    )
 
 
 @monitor.group(short_help="The Grafana dashboards the components provision.")

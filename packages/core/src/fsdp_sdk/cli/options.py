@@ -325,9 +325,13 @@ def trainer_options(steps_help: str = "Optimizer steps (trainer.train.steps).") 
     return decorate
 
 
+def gives_code(settings: list[tuple[str, Any, str, str]]) -> bool:
+    """Whether the command line's settings name your own code (``--script``, ``--module``, ``--set code.*``)."""
+    return any(path in ("code.script", "code.module") for path, *_ in settings)
+
+
 def _trainer_settings(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
     if values and not ctx.resilient_parsing:
-        from fsdp_sdk.cli.code_options import gives_code
         from fsdp_sdk.config import parse_trainer_args
 
         if gives_code(_app(ctx).settings):  # --script / --module: what follows -- is your code's

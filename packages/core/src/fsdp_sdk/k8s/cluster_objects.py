@@ -57,7 +57,6 @@ __all__ = [
     "monitoring",
     "render_etcd",
     "training_operator",
-    "training_operator_command",
     "training_operator_kustomize_url",
 ]
 
@@ -237,27 +236,6 @@ def _on_system_nodes(config: Config) -> dict[str, Any]:
     return {"spec": {"template": {"spec": system_pod_scheduling(config)}}}
 
 
-def training_operator_command(
-    version: str = TRAINING_OPERATOR_VERSION,
-    *,
-    kubeconfig: str | None = None,
-    context: str | None = None,
-    dry_run: bool = False,
-    kubectl: str = "kubectl",
-) -> list[str]:
-    """The exact ``kubectl`` command that installs the Training Operator.
-
-    :param dry_run: add ``--dry-run=server`` (validate on the server, change nothing).
-    """
-    return kustomize_command(
-        training_operator_kustomize_url(version),
-        kubeconfig=kubeconfig,
-        context=context,
-        dry_run=dry_run,
-        kubectl=kubectl,
-    )
-
-
 @dataclass(frozen=True)
 class Prerequisite:
     """One thing core puts on a cluster, as rendered: what the plan says, and what is applied.
@@ -386,7 +364,7 @@ def monitoring(components: Sequence[MonitoringComponent]) -> list[Prerequisite]:
 def checkpoint_access(config: Config) -> list[Prerequisite]:
     """The ServiceAccount of the jobs' pods in ``job.namespace``, when the cluster has a checkpoint bucket
     (none without one); its Pod Identity association is made through the EKS API, not here."""
-    from fsdp_sdk.aws.checkpoint_bucket import TRAINER_SERVICE_ACCOUNT
+    from fsdp_sdk.aws.checkpoint_plan import TRAINER_SERVICE_ACCOUNT
 
     if not config.cluster.checkpoint_bucket:
         return []

@@ -1,4 +1,5 @@
-"""The idle scale-to-zero controller's objects (pure) and its AWS identity (acting).
+"""The idle scale-to-zero controller's objects and the names of its AWS identity (pure: configuration in, plain data
+out; :mod:`fsdp_sdk.aws.idle_identity` makes and deletes the identity).
 
 ``cluster.idle_scale_to_zero_minutes`` (``up --idle-scale-to-zero MINUTES``) makes ``up`` install, in the jobs'
 namespace:
@@ -9,35 +10,37 @@ namespace:
   ClusterRole may get and update fsdp-sdk's Kueue ClusterQueue (its quota goes to 0 with the nodes): nothing else;
 * a CronJob that runs the script every minute on a system node, in the pinned AWS Lambda Python image (boto3 in it).
 
-Its AWS identity comes through EKS Pod Identity (:func:`install_identity`): an IAM role only that service account
+Its AWS identity comes through EKS Pod Identity (:func:`fsdp_sdk.aws.idle_identity.install_identity`): an IAM role only that service account
 can assume, whose one inline policy (:func:`scaling_policy`) allows ``eks:DescribeNodegroup`` and
 ``eks:UpdateNodegroupConfig`` on this cluster's GPU node group and nothing else. The role is named for the region
 and the cluster (:func:`role_name`), lives under the cluster's IAM path and carries its owner tag: ``up`` adopts
 only such a role, the plan says so (:func:`identity_steps`), ``down`` deletes it with its policy and association
-(:func:`remove_identity`).
+(:func:`fsdp_sdk.aws.idle_identity.remove_identity`).
 """
 
 from __future__ import annotations
 
 import hashlib
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from importlib import resources
 from typing import TYPE_CHECKING, Any
+
+from fsdp_sdk.aws.arn import partition
+from fsdp_sdk.aws.checkpoint_plan import OWNER_TAG
+from fsdp_sdk.aws.checkpoint_plan import role_path as cluster_role_path
 
 if TYPE_CHECKING:
     from fsdp_sdk.config import Config
 
 __all__ = [
-    "ASSOCIATION_DELAYS",
+    "ACTIONS",
     "CONTROLLER_NAME",
     "POLICY_NAME",
     "STATE_CONFIGMAP",
     "gpu_nodegroup",
     "identity_steps",
-    "install_identity",
     "nodegroup_arn",
-    "remove_identity",
+    "owned_role",
     "render_idle_controller",
     "role_name",
     "role_path",
@@ -53,25 +56,15 @@ _LABELS = {"app.kubernetes.io/name": CONTROLLER_NAME, "app.kubernetes.io/managed
 ACTIONS = ("eks:DescribeNodegroup", "eks:UpdateNodegroupConfig")
 #: The role's one inline policy.
 POLICY_NAME = "scale-gpu-nodegroup"
-#: Seconds between tries of the Pod Identity association while EKS does not see a new role yet (about a minute).
-ASSOCIATION_DELAYS = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0)
 _IAM_NAME_MAX = 64
 
 
 def gpu_nodegroup(config: Config) -> str:
     """The name of the cluster's GPU node group: the backend's setting (``eksctl.gpu_nodegroup``), else ``gpu``."""
-    section = config.sections.get(config.cluster.backend)
-    name = getattr(section, "gpu_nodegroup", None)
-    return name if isinstance(name, str) and name else "gpu"
+    from fsdp_sdk.contracts import gpu_nodegroup_settings
 
-
-def partition(region: str) -> str:
-    """The AWS partition of ``region`` (``aws``, ``aws-cn``, ``aws-us-gov``)."""
-    if region.startswith("cn-"):
-        return "aws-cn"
-    if region.startswith("us-gov-"):
-        return "aws-us-gov"
-    return "aws"
+    section = gpu_nodegroup_settings(config)
+    return section.gpu_nodegroup if section is not None and section.gpu_nodegroup else "gpu"
 
 
 def nodegroup_arn(config: Config, account: str) -> str:
@@ -114,8 +107,6 @@ def role_name(config: Config) -> str:
 
 def role_path(config: Config) -> str:
     """The role's IAM path, the one of the cluster's other roles (``/fsdp-sdk/<region>/<cluster>/``)."""
-    from fsdp_sdk.aws.checkpoint_bucket import role_path as cluster_role_path
-
     return cluster_role_path(config.cluster.name, config.cluster.region)
 
 
@@ -249,7 +240,7 @@ def render_idle_controller(config: Config) -> list[dict[str, Any]]:
 
 
 # ---------------------------------------------------------------------------------------------- AWS identity
-# Acting (AWS calls): install_identity at ``up``, remove_identity at ``down``; identity_steps says both in the plan.
+# What the plan says of it and which role is this cluster's; the calls are fsdp_sdk.aws.idle_identity's.
 
 
 def identity_steps(config: Config) -> list[str]:
@@ -264,173 +255,7 @@ def identity_steps(config: Config) -> list[str]:
     ]
 
 
-def _owned(role: Mapping[str, Any], config: Config) -> bool:
+def owned_role(role: Mapping[str, Any], config: Config) -> bool:
     """Whether ``role`` is the one fsdp-sdk made for this cluster in this region: its tag and its path say so."""
-    from fsdp_sdk.aws.checkpoint_bucket import OWNER_TAG
-
     tags = {t["Key"]: t["Value"] for t in role.get("Tags") or []}
     return tags.get(OWNER_TAG) == config.cluster.name and role.get("Path") == role_path(config)
-
-
-def _not_yet_visible(error: BaseException) -> bool:
-    """EKS refusing a role IAM has not propagated yet (IAM is eventually consistent)."""
-    return getattr(error, "code", "") == "InvalidParameterException" and "does not exist" in str(error)
-
-
-def install_identity(
-    config: Config,
-    *,
-    clients: Mapping[str, Any] | None = None,
-    progress: Callable[[str], None] | None = None,
-    sleep: Callable[[float], None] = time.sleep,
-) -> str:
-    """Give the controller's service account its AWS identity (idempotent); returns the role's ARN.
-
-    Creates the IAM role (:func:`role_name`, under :func:`role_path`, tagged for the cluster) with the Pod Identity
-    trust policy, or keeps it when it is this cluster's (tag and path); sets its one inline policy
-    (:func:`scaling_policy`), enables the ``eks-pod-identity-agent`` add-on when missing, and associates the role
-    with the service account, trying again with a bounded backoff (:data:`ASSOCIATION_DELAYS`) while EKS does not
-    see a role created a moment ago.
-
-    :param clients: ``{"eks", "iam", "sts"}`` boto3 clients instead of the shared ones.
-    :param sleep: waits between tries of the association (tests pass one that records).
-    :raises BackendError: the role's name is taken by a role fsdp-sdk did not make for this cluster, the service
-        account is associated with another role, or the new role stayed invisible to EKS; an AWS call failed
-        (access denied names the IAM action).
-    """
-    from fsdp_sdk.aws.addons import POD_IDENTITY_TRUST_POLICY
-    from fsdp_sdk.aws.checkpoint_bucket import OWNER_TAG
-    from fsdp_sdk.aws.session import aws_client, aws_errors, error_code
-    from fsdp_sdk.errors import BackendError
-
-    say = progress or (lambda line: None)
-    region, cluster = config.cluster.region, config.cluster.name
-    given = clients or {}
-    eks = given.get("eks") or aws_client("eks", region)
-    iam = given.get("iam") or aws_client("iam", region)
-    sts = given.get("sts") or aws_client("sts", region)
-    name = role_name(config)
-    with aws_errors("sts", "find the AWS account"):
-        account = str(sts.get_caller_identity()["Account"])
-    from fsdp_sdk.aws.iam_roles import ensure_role
-
-    arn, _ = ensure_role(
-        iam,
-        name=name,
-        path=role_path(config),
-        trust_policy=POD_IDENTITY_TRUST_POLICY,
-        description=f"fsdp-sdk idle scale-to-zero controller of EKS cluster {cluster} in {region}",
-        tags=[{"Key": OWNER_TAG, "Value": cluster}, {"Key": "fsdp-sdk.io/region", "Value": region}],
-        owned=lambda role: _owned(role, config),
-        not_owned=f"IAM role {name} exists but was not created by fsdp-sdk for cluster {cluster} in {region} "
-        f"(it lacks the tag {OWNER_TAG}={cluster} or the path {role_path(config)}); delete it "
-        f"('aws iam delete-role --role-name {name}') or use another cluster.name",
-        policy_name=POLICY_NAME,
-        policy=scaling_policy(config, account),
-        progress=say,
-        created_line=f"created IAM role {name} (EKS Pod Identity of the idle controller)",
-    )
-    with aws_errors("eks", "enable the eks-pod-identity-agent add-on"):
-        try:
-            eks.describe_addon(clusterName=cluster, addonName="eks-pod-identity-agent")
-        except Exception as error:
-            if error_code(error) != "ResourceNotFoundException":
-                raise
-            eks.create_addon(clusterName=cluster, addonName="eks-pod-identity-agent", resolveConflicts="OVERWRITE")
-            say("enabling the EKS add-on eks-pod-identity-agent (needed by the idle controller)")
-    namespace = config.job.namespace
-    with aws_errors("eks", f"list the EKS Pod Identity associations of {namespace}/{CONTROLLER_NAME}"):
-        found = eks.list_pod_identity_associations(
-            clusterName=cluster, namespace=namespace, serviceAccount=CONTROLLER_NAME
-        )["associations"]
-    for association in found:
-        with aws_errors("eks", "describe the EKS Pod Identity association"):
-            current = eks.describe_pod_identity_association(
-                clusterName=cluster, associationId=association["associationId"]
-            )["association"]
-        if current.get("roleArn") != arn:
-            raise BackendError(
-                f"ServiceAccount {namespace}/{CONTROLLER_NAME} of cluster {cluster} is associated with the IAM role "
-                f"{current.get('roleArn')} (Pod Identity association {current['associationId']}); delete that "
-                f"association ('aws eks delete-pod-identity-association --cluster-name {cluster} --association-id "
-                f"{current['associationId']}') and run 'fsdp-sdk up' again"
-            )
-        return arn
-    for attempt, delay in enumerate((*ASSOCIATION_DELAYS, None)):
-        try:
-            with aws_errors("eks", "associate the idle controller's role with its service account"):
-                eks.create_pod_identity_association(
-                    clusterName=cluster,
-                    namespace=namespace,
-                    serviceAccount=CONTROLLER_NAME,
-                    roleArn=arn,
-                    tags={OWNER_TAG: cluster},
-                )
-            break
-        except BackendError as error:
-            if not _not_yet_visible(error):
-                raise
-            if delay is None:
-                waited = sum(ASSOCIATION_DELAYS)
-                raise BackendError(
-                    f"EKS does not see the IAM role {name} after {attempt + 1} tries over {waited:g} s (IAM is "
-                    "eventually consistent); run 'fsdp-sdk up' again in a minute"
-                ) from error
-            say(f"IAM role {name} is not visible to EKS yet; trying again in {delay:g} s")
-            sleep(delay)
-    say(f"associated IAM role {name} with service account {namespace}/{CONTROLLER_NAME}")
-    return arn
-
-
-def remove_identity(
-    config: Config, *, clients: Mapping[str, Any] | None = None, progress: Callable[[str], None] | None = None
-) -> list[str]:
-    """Delete what :func:`install_identity` made (idempotent): the service account's Pod Identity association (when
-    the cluster still exists; EKS deletes it with the cluster), the role's inline policy and the role, when it is
-    this cluster's (tag and path; another role of that name is left alone, and said so).
-
-    :returns: what was deleted, one line each.
-    """
-    from fsdp_sdk.aws.session import aws_client, aws_errors
-    from fsdp_sdk.errors import BackendError
-
-    say = progress or (lambda line: None)
-    region, cluster, namespace = config.cluster.region, config.cluster.name, config.job.namespace
-    given = clients or {}
-    eks = given.get("eks") or aws_client("eks", region)
-    iam = given.get("iam") or aws_client("iam", region)
-    name = role_name(config)
-    deleted: list[str] = []
-    try:
-        with aws_errors("iam", f"look up the IAM role {name}"):
-            role = iam.get_role(RoleName=name)["Role"]
-    except BackendError as error:
-        if getattr(error, "code", "") != "NoSuchEntity":
-            raise
-        return []  # never made (or already deleted): an association to it would be EKS's to drop with the cluster
-    if not _owned(role, config):
-        say(f"left the IAM role {name} in place: it was not created by fsdp-sdk for {cluster} in {region}")
-        return []
-    try:
-        with aws_errors("eks", f"list the EKS Pod Identity associations of {namespace}/{CONTROLLER_NAME}"):
-            found = eks.list_pod_identity_associations(
-                clusterName=cluster, namespace=namespace, serviceAccount=CONTROLLER_NAME
-            )["associations"]
-    except BackendError as error:
-        if getattr(error, "code", "") != "ResourceNotFoundException":
-            raise
-        found = []  # the cluster is gone, and its associations with it
-    for association in found:
-        with aws_errors("eks", "delete the idle controller's EKS Pod Identity association"):
-            eks.delete_pod_identity_association(clusterName=cluster, associationId=association["associationId"])
-        deleted.append(f"Pod Identity association {association['associationId']} of {namespace}/{CONTROLLER_NAME}")
-    with aws_errors("iam", f"delete the policies of the IAM role {name}"):
-        for policy in iam.list_role_policies(RoleName=name)["PolicyNames"]:
-            iam.delete_role_policy(RoleName=name, PolicyName=policy)
-            deleted.append(f"inline policy {policy} of IAM role {name}")
-    with aws_errors("iam", f"delete the IAM role {name}"):
-        iam.delete_role(RoleName=name)
-    deleted.append(f"IAM role {name}")
-    for line in deleted:
-        say(f"deleted the idle controller's {line}")
-    return deleted

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from fsdp_sdk.errors import KubernetesError
+from fsdp_sdk.errors import ConfigError, KubernetesError
 from fsdp_sdk.k8s.cluster_objects import (
     ETCD_IMAGE,
     PYTORCHJOB_CRD,
@@ -31,15 +31,14 @@ from fsdp_sdk.k8s.cluster_objects import (
     etcd_name,
     job_prerequisites,
     render_etcd,
-    training_operator_command,
     training_operator_kustomize_url,
 )
 from fsdp_sdk.tools import run_tool
 
 if TYPE_CHECKING:
     from fsdp_sdk.config import Config
+    from fsdp_sdk.instance_types import InstanceType
     from fsdp_sdk.k8s.kube import Kube
-    from fsdp_sdk.plugins import Plugins
 
 __all__ = [
     "ETCD_IMAGE",
@@ -49,7 +48,6 @@ __all__ = [
     "Prereqs",
     "install_prerequisites",
     "render_etcd",
-    "training_operator_command",
     "training_operator_kustomize_url",
 ]
 
@@ -224,7 +222,8 @@ class Prereqs:
     :param kube: the API connection (``None`` is enough for rendering and dry runs).
     :param kubeconfig: passed on to ``kubectl``.
     :param context: passed on to ``kubectl``.
-    :param plugins: the plugin set whose instance types size the queue (default: the installed plugins).
+    :param instance: the GPU nodes' instance type, which sizes the queue (``resolved.instance``: a client's
+        :meth:`~fsdp_sdk.Client.prereqs` passes its own); needed only to install the queue.
     """
 
     def __init__(
@@ -234,13 +233,13 @@ class Prereqs:
         *,
         kubeconfig: str | None = None,
         context: str | None = None,
-        plugins: Plugins | None = None,
+        instance: InstanceType | None = None,
     ) -> None:
         self.config = config
         self.kube = kube
         self.kubeconfig = kubeconfig
         self.context = context
-        self.plugins = plugins
+        self.instance = instance
 
     def prerequisites(
         self,
@@ -255,20 +254,19 @@ class Prereqs:
         found = job_prerequisites(self.config, operator=operator, operator_version=operator_version, api=api)
         if queue:
             from fsdp_sdk.k8s.cluster_objects import kueue
-            from fsdp_sdk.plugins import build_plugins
 
-            found.append(kueue(self.config, self.config.instance(self.plugins or build_plugins())))
+            if self.instance is None:
+                raise ConfigError(
+                    "queue",
+                    "the queue is sized to the GPU nodes, and these prerequisites were given no instance type",
+                    "build them with Prereqs(..., instance=resolved.instance), as Client.prereqs() does",
+                )
+            found.append(kueue(self.config, self.instance))
         return found
 
     def objects(self) -> list[dict[str, Any]]:
         """The objects the SDK applies itself (etcd)."""
         return render_etcd(self.config)
-
-    def operator_command(self, version: str | None = None, *, dry_run: bool = False) -> list[str]:
-        """The ``kubectl`` command that installs the Training Operator on this cluster."""
-        return training_operator_command(
-            version or TRAINING_OPERATOR_VERSION, kubeconfig=self.kubeconfig, context=self.context, dry_run=dry_run
-        )
 
     def install(
         self,

@@ -26,7 +26,7 @@ needs more than the ClusterQueue's quota at all, naming the quota.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -447,23 +447,33 @@ def queue_status(kube: Kube, config: Config, problems: list[str]) -> dict[str, A
     }
 
 
-def scale_quota(client: Any, nodes: int) -> dict[str, Any] | None:
+def scale_quota(
+    connect: Callable[[], Kube],
+    config: Config,
+    instance: InstanceType,
+    nodes: int,
+    *,
+    progress: Callable[[str], None],
+) -> dict[str, Any] | None:
     """After ``scale``: size fsdp-sdk's ClusterQueue to ``nodes`` when the cluster has one (:func:`update_quota`).
-    Without a kubeconfig nothing is tried; a cluster it cannot reach is said in a progress line, not raised: the
-    nodes have been scaled already."""
-    from fsdp_sdk.errors import ConfigError, FsdpSdkError
+    Without a kubeconfig (``connect`` raises :class:`~fsdp_sdk.errors.ConfigError`) nothing is tried; a cluster it
+    cannot reach is said in a progress line, not raised: the nodes have been scaled already.
+
+    :param connect: the connection to the cluster (called once).
+    """
+    from fsdp_sdk.errors import FsdpSdkError
 
     try:
-        kube = client.jobs.kube
+        kube = connect()
     except ConfigError:
         return None  # no connection to the cluster configured: no queue of ours to know of
     try:
-        updated = update_quota(kube, client.config, client.resolved.instance, nodes)
+        updated = update_quota(kube, config, instance, nodes)
     except FsdpSdkError as error:
-        client.progress(f"warning: Kueue's ClusterQueue {CLUSTER_QUEUE} was not resized to {nodes} nodes: {error}")
+        progress(f"warning: Kueue's ClusterQueue {CLUSTER_QUEUE} was not resized to {nodes} nodes: {error}")
         return None
     if updated is not None:
-        client.progress(f"ClusterQueue {CLUSTER_QUEUE}: quota sized to {nodes} nodes")
+        progress(f"ClusterQueue {CLUSTER_QUEUE}: quota sized to {nodes} nodes")
     return updated
 
 

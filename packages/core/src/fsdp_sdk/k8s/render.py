@@ -44,9 +44,10 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from fsdp_sdk.aws.checkpoint_bucket import TRAINER_SERVICE_ACCOUNT, checkpoint_url
+from fsdp_sdk.aws.checkpoint_plan import TRAINER_SERVICE_ACCOUNT, checkpoint_url
 from fsdp_sdk.config import SECRET_ENV_NAME, trainer_arguments
 from fsdp_sdk.errors import ConfigError
+from fsdp_sdk.k8s.trainer_v2 import NODE_JOB, PATCH_MANAGER, RUNTIME_NAME
 
 if TYPE_CHECKING:
     from fsdp_sdk.config import Config
@@ -89,7 +90,7 @@ JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 #: Label of the SDK's objects holding the submission's rendezvous (run) id.
 RUN_ID_LABEL = "fsdp-sdk.io/run-id"
 #: The ClusterTrainingRuntime of Kubeflow Trainer v2 that TrainJobs run on (fsdp-sdk's, see k8s/trainer_v2.py).
-TRAINJOB_RUNTIME = "fsdp-sdk-torch-distributed"
+TRAINJOB_RUNTIME = RUNTIME_NAME
 #: Where the node's local NVMe RAID is mounted on EKS GPU nodes (the seed's hostPath).
 LOCAL_NVME_HOST_PATH = "/mnt/k8s-disks/0"
 #: Mount path of the local NVMe volume inside the workers.
@@ -627,8 +628,6 @@ def render_trainjob(config: Config, instance: InstanceType, image: str, rdzv_id:
     container's mounts on the runtime's ``node`` job, labels and annotations on the JobSet and the pods.
     The runtime (:func:`fsdp_sdk.k8s.trainer_v2.render_runtime`) declares the metrics port.
     """
-    from fsdp_sdk.k8s.trainer_v2 import NODE_JOB, PATCH_MANAGER, RUNTIME_NAME
-
     job = config.job
     command, args = _command(config)
     volumes, mounts = _volumes(config, instance)
@@ -728,8 +727,6 @@ def worker_pods(objects: Iterable[dict[str, Any]]) -> Iterator[WorkerPod]:
 
 
 def _trainjob_pods(obj: dict[str, Any]) -> Iterator[WorkerPod]:
-    from fsdp_sdk.k8s.trainer_v2 import NODE_JOB, PATCH_MANAGER
-
     patches = obj.setdefault("spec", {}).setdefault("runtimePatches", [])
     ours = next((p for p in patches if p.get("manager") == PATCH_MANAGER), None)
     if ours is None:

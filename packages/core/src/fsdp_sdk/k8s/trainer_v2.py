@@ -23,7 +23,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from fsdp_sdk.errors import ConfigError
-from fsdp_sdk.k8s.render import TRAINJOB_RUNTIME
 from fsdp_sdk.pins import pin
 
 if TYPE_CHECKING:
@@ -49,7 +48,7 @@ __all__ = [
 ]
 
 #: The ClusterTrainingRuntime fsdp-sdk installs and its TrainJobs reference.
-RUNTIME_NAME = TRAINJOB_RUNTIME
+RUNTIME_NAME = "fsdp-sdk-torch-distributed"
 #: The runtime's replicated job (and container) that runs torchrun, as in Kubeflow's ``torch-distributed``.
 NODE_JOB = "node"
 #: The ``manager`` of the TrainJob's runtime patch that carries fsdp-sdk's pod settings.

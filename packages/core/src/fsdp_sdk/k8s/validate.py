@@ -60,7 +60,6 @@ __all__ = [
     "CrdSchema",
     "ValidationCheck",
     "ValidationReport",
-    "changed_paths",
     "crd_from_object",
     "load_crd_schema",
     "pruned_by_hooks",
@@ -393,27 +392,6 @@ def crd_from_object(crd: Mapping[str, Any], source: str = "") -> CrdSchema:
 
 
 # --------------------------------------------------------------------------- what render hooks set
-
-
-def changed_paths(before: Any, after: Any, path: str = "") -> list[str]:
-    """The dotted paths where ``after`` differs from ``before``: keys and list items it adds, values it changes.
-
-    An added key or item is one path (not one per leaf below it), so a hook that sets ``spec.podSpecOverrides``
-    shows as that one path.
-    """
-    if isinstance(before, Mapping) and isinstance(after, Mapping):
-        out: list[str] = []
-        for key, item in after.items():
-            where = f"{path}.{key}" if path else str(key)
-            out += [where] if key not in before else changed_paths(before[key], item, where)
-        return out
-    if isinstance(before, list) and isinstance(after, list):
-        out = []
-        for index, item in enumerate(after):
-            where = f"{path}[{index}]"
-            out += [where] if index >= len(before) else changed_paths(before[index], item, where)
-        return out
-    return [] if before == after else [path]
 
 
 def _within(path: str, prefix: str) -> bool:

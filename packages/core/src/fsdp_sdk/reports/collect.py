@@ -110,7 +110,7 @@ def collect_run_metrics(
     :raises BackendError: no source has metrics of it.
     """
     prometheus = prometheus or os.environ.get("FSDP_SDK_PROMETHEUS_URL") or None
-    given_kubeconfig = client.config.cluster.kubeconfig or client._kubeconfig  # a cluster named explicitly
+    given_kubeconfig = client.config.cluster.kubeconfig or client.context.given_kubeconfig  # a cluster named explicitly
     if client.backend.runs_jobs and not given_kubeconfig:
         return _local(client, name, prometheus)
     return _kubernetes(client, name, prometheus, progress)

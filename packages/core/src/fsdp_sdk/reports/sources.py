@@ -17,8 +17,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from fsdp_sdk.dcgm_names import host_of, names_of
 from fsdp_sdk.errors import BackendError, ConfigError
-from fsdp_sdk.reports.dcgm_names import host_of, names_of
 from fsdp_sdk.reports.prometheus_api import PrometheusApi, Series
 from fsdp_sdk.reports.run_metrics import GPU_FIELDS, RunMetrics
 

@@ -60,7 +60,6 @@ def _tolerant(inner: Any) -> Any:
         """Delegates to torch's handler; while the group trains, etcd errors are reported, not raised."""
 
         def __init__(self) -> None:
-            self._inner = inner
             self._unreachable = False
 
         def _down(self, doing: str, exc: BaseException) -> None:

@@ -193,7 +193,6 @@ class Supervisor:
         self.last_failure: str | None = None
         self._failure_was_signal = False
         self._failure_code = 0
-        self.trainers_started_at: float | None = None
         self.last_progress: float | None = None
         self.last_step = 0
         self.finished_at: float | None = None
@@ -264,7 +263,7 @@ class Supervisor:
             self.errors.append(ErrorLine(at, f"agent {index}", line, primary))
         if is_leader_line(line) and self.leader != index:
             self.leader = index
-            self.trainers_started_at = self.last_progress = at
+            self.last_progress = at
             for earlier in self.pending[index]:
                 self._leader_line(earlier, at)
             self.pending = [[] for _ in self.plan.commands]

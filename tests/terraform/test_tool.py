@@ -12,7 +12,7 @@ import pytest
 
 from fsdp_sdk.plugins import Plugins
 from fsdp_sdk_terraform.backend import TerraformBackend
-from fsdp_sdk_terraform.runner import error_lines, lock_info, parse_version
+from fsdp_sdk_terraform.tool import error_lines, lock_info, parse_version
 
 from .conftest import make_config, resolve
 

@@ -32,7 +32,7 @@ from fsdp_sdk_terraform.settings import MIN_TERRAFORM_VERSION
 __all__ = [
     "LockInfo",
     "StateLockedError",
-    "TerraformRunner",
+    "TerraformTool",
     "error_lines",
     "find_terraform",
     "lock_info",
@@ -153,7 +153,7 @@ def error_lines(lines: Sequence[str], limit: int = 4) -> list[str]:
     return [parts[0] + (": " + " ".join(parts[1:]) if len(parts) > 1 else "") for parts in found[:limit]]
 
 
-class TerraformRunner:
+class TerraformTool:
     """Runs terraform commands in one working directory.
 
     :param workdir: the working directory (the root module: configuration, tfvars, backend).
