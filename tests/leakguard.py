@@ -60,16 +60,35 @@ def _last_pid() -> int:
         return int(f.read().split()[4])
 
 
-def _ours(after_pid: int) -> dict[int, Any]:
-    """Live processes of this session (they carry :data:`MARK`) started since the kernel gave ``after_pid``."""
+def _window() -> tuple[int, float]:
+    """Where a window of watching starts: the pid the kernel gave last and the time."""
+    import time
+
+    return _last_pid(), time.time()
+
+
+def _ours(since: tuple[int, float]) -> dict[int, Any]:
+    """Live processes of this session (they carry :data:`MARK`) started since ``since`` (a :func:`_window`).
+
+    A process is new when its pid comes after the window's first pid and it was not created before the window began:
+    pids wrap around (``kernel.pid_max`` is 32768 here, and a long fixture can spend them all), so the pid range alone
+    would count a process that ran all along, such as a session fixture's etcd."""
     import psutil
 
+    after_pid, since_time = since
     last = _last_pid()
     listed = {int(name) for name in os.listdir("/proc") if name.isdigit()}
     if after_pid <= last:
-        candidates = {p for p in listed if after_pid < p <= last}
+        in_range = {p for p in listed if after_pid < p <= last}
     else:  # the pids wrapped around
-        candidates = {p for p in listed if p > after_pid or p <= last}
+        in_range = {p for p in listed if p > after_pid or p <= last}
+    candidates = set()
+    for pid in in_range:
+        try:  # psutil's creation time counts from the boot time in whole seconds: a margin of two
+            if psutil.Process(pid).create_time() >= since_time - 2.0:
+                candidates.add(pid)
+        except psutil.Error:
+            continue
     found: dict[int, Any] = {}
     mark = os.environ.get(MARK)
     if not mark:
@@ -192,7 +211,7 @@ class LeakGuard:
         self.current = "collection"
         self.leaks: list[str] = []
         self.owned: dict[int, _Watched] = {}  # id(fixturedef) -> what its setup started
-        self.started = _last_pid()
+        self.started = _window()
         self.ports_before: set[int] = set()
         self.skips: list[tuple[str, str]] = []
 
@@ -203,7 +222,7 @@ class LeakGuard:
         if fixturedef.scope == "function":
             yield
             return
-        since, ports = _last_pid(), _listening()
+        since, ports = _window(), _listening()
         yield
         watched = _Watched(fixturedef.argname, self.current)
         watched.pids = set(_ours(since))
@@ -238,7 +257,7 @@ class LeakGuard:
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> Any:
-        self.started, self.current = _last_pid(), item.nodeid
+        self.started, self.current = _window(), item.nodeid
         self.ports_before = _listening()
         self.tree.new_entries()  # what appeared between tests (collection, session fixtures) is not this test's
         yield

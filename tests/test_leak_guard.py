@@ -188,3 +188,21 @@ def test_an_etcd_left_running_by_the_cli_is_caught(tmp_path: Path) -> None:
     assert done.returncode == 1, done.stdout + done.stderr
     line = next(line for line in done.stdout.splitlines() if "left behind:" in line)
     assert line.startswith("test_inner.py::test_starts_etcd_and_forgets_it left behind: process ") and "etcd" in line
+
+
+def test_a_process_that_ran_before_the_window_is_not_counted_when_pids_wrap() -> None:
+    """With ``kernel.pid_max`` at 32768 a long fixture can spend every pid: then the window's pid range holds every
+    pid, and only a process's creation time tells a session fixture's etcd, running all along, from a leak."""
+    import time
+
+    from leakguard import _ours
+
+    since = (0, time.time())  # a pid range that holds every pid: the pids wrapped during the window
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert process.pid in _ours(since)  # started in the window
+        began = psutil.Process(process.pid).create_time()
+        assert process.pid not in _ours((0, began + 3.0))  # a window that began after it: it ran all along
+    finally:
+        process.kill()
+        process.wait()
