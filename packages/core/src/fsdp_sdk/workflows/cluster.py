@@ -17,45 +17,26 @@ from fsdp_sdk.config import Config, Setting
 from fsdp_sdk.errors import BackendError, ConfigError
 from fsdp_sdk.preflight import raise_for_failures
 from fsdp_sdk.resolved import Resolved
+from fsdp_sdk.workflows.context import OnContext
 
 if TYPE_CHECKING:
     from fsdp_sdk.aws.capacity_block import BlockSchedule
     from fsdp_sdk.aws.checkpoint_bucket import BucketUsage
     from fsdp_sdk.aws.checkpoint_plan import CheckpointBucket
-    from fsdp_sdk.backends.base import ClusterBackend, ClusterStatus, Plan, ProgressCallback
+    from fsdp_sdk.backends.base import ClusterStatus, Plan
     from fsdp_sdk.clusters import ClusterSnapshot
     from fsdp_sdk.costs import ClusterCost
     from fsdp_sdk.estimate import Estimate
     from fsdp_sdk.k8s.cluster_objects import Prerequisite
     from fsdp_sdk.k8s.monitoring import Monitoring
     from fsdp_sdk.k8s.prereqs import Prereqs, PrereqStatus
-    from fsdp_sdk.workflows.context import Context
 
 __all__ = ["ClusterWorkflow"]
 
 
-class ClusterWorkflow:
+class ClusterWorkflow(OnContext):
     """The cluster of a :class:`~fsdp_sdk.workflows.context.Context` (what :class:`fsdp_sdk.Client`'s cluster
     methods do; their docstrings say what each returns and raises)."""
-
-    def __init__(self, ctx: Context) -> None:
-        self.ctx = ctx
-
-    @property
-    def config(self) -> Config:
-        return self.ctx.config
-
-    @property
-    def resolved(self) -> Resolved:
-        return self.ctx.resolved
-
-    @property
-    def backend(self) -> ClusterBackend:
-        return self.ctx.backend
-
-    @property
-    def progress(self) -> ProgressCallback:
-        return self.ctx.progress
 
     # ------------------------------------------------------------------ plan and up
 

@@ -212,3 +212,26 @@ class Context:
         except EstimateUnavailable as exc:
             self.progress(f"estimate skipped: {exc}")
             return None
+
+
+class OnContext:
+    """What a workflow reads of its :class:`Context`: the configuration, its resolution, the backend, the progress."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+
+    @property
+    def config(self) -> Config:
+        return self.ctx.config
+
+    @property
+    def resolved(self) -> Resolved:
+        return self.ctx.resolved
+
+    @property
+    def backend(self) -> ClusterBackend:
+        return self.ctx.backend
+
+    @property
+    def progress(self) -> ProgressCallback:
+        return self.ctx.progress

@@ -10,15 +10,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fsdp_sdk.config import Config, Setting, parse_trainer_args
+from fsdp_sdk.config import Setting, parse_trainer_args
 from fsdp_sdk.errors import BackendError, ConfigError
 from fsdp_sdk.resolved import Resolved
 from fsdp_sdk.workflows.cluster import ClusterWorkflow
+from fsdp_sdk.workflows.context import OnContext
 
 if TYPE_CHECKING:
     import datetime as dt
 
-    from fsdp_sdk.backends.base import ClusterBackend, ProgressCallback
     from fsdp_sdk.clusters import ClusterSnapshot
     from fsdp_sdk.costs import JobCost
     from fsdp_sdk.estimate import Estimate
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 __all__ = ["JobWorkflow"]
 
 
-class JobWorkflow:
+class JobWorkflow(OnContext):
     """The jobs of a :class:`~fsdp_sdk.workflows.context.Context` on its cluster (what :class:`fsdp_sdk.Client`'s
     job methods do; their docstrings say what each returns and raises).
 
@@ -41,28 +41,12 @@ class JobWorkflow:
     """
 
     def __init__(self, ctx: Context, cluster: ClusterWorkflow | None = None) -> None:
-        self.ctx = ctx
+        super().__init__(ctx)
         self.cluster = cluster or ClusterWorkflow(ctx)
 
     def derived(self, settings: Sequence[Setting]) -> JobWorkflow:
         """The job workflow of this context with ``settings`` on top (this one when there are none)."""
         return self if not settings else JobWorkflow(self.ctx.derived(settings))
-
-    @property
-    def config(self) -> Config:
-        return self.ctx.config
-
-    @property
-    def resolved(self) -> Resolved:
-        return self.ctx.resolved
-
-    @property
-    def backend(self) -> ClusterBackend:
-        return self.ctx.backend
-
-    @property
-    def progress(self) -> ProgressCallback:
-        return self.ctx.progress
 
     # ------------------------------------------------------------------ runners
 
