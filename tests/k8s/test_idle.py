@@ -311,7 +311,9 @@ def test_install_identity_creates_the_role_its_one_policy_and_the_association(
         CONTROLLER_NAME,
         arn,
     )
-    assert any(f"associated IAM role {name}" in line for line in lines)
+    assert any(
+        f"with the IAM role {name} (EKS Pod Identity)" in line and "associated ServiceAccount" in line for line in lines
+    )
     assert install_identity(config, clients=clients) == arn  # again: kept, nothing made twice
     assert len(pod_identity.associations) == 1
 

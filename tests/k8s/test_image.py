@@ -277,9 +277,14 @@ def aws(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[object]
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-west-2")
     ecr = boto3.client("ecr", region_name="us-west-2")
+
+    def empty() -> None:
+        for repo in ecr.describe_repositories()["repositories"]:
+            ecr.delete_repository(repositoryName=repo["repositoryName"], force=True)
+
+    empty()  # the moto server is the session's: start from an account with no repository, whatever ran before
     yield ecr
-    for repo in ecr.describe_repositories()["repositories"]:
-        ecr.delete_repository(repositoryName=repo["repositoryName"], force=True)
+    empty()
 
 
 def test_push_creates_the_repository_logs_in_tags_and_pushes(

@@ -46,6 +46,7 @@ from fsdp_sdk.aws.checkpoint_plan import (
     CheckpointBucket,
     role_path,
 )
+from fsdp_sdk.aws.iam_roles import ensure_association, ensure_role
 from fsdp_sdk.aws.session import aws_client, aws_errors
 from fsdp_sdk.errors import BackendError, ConfigError
 
@@ -64,7 +65,6 @@ __all__ = [
 _MISSING_BUCKET = ("404", "NoSuchBucket", "NotFound")
 _DENIED = ("403", "AccessDenied", "Forbidden", "AllAccessDisabled")
 #: How many times an association is tried while a new role is not yet visible to EKS (IAM is eventually consistent).
-_ASSOCIATION_TRIES = 10
 
 Clients = Mapping[str, Any]
 Progress = Callable[[str], None]
@@ -228,8 +228,6 @@ def _role_tags(role: Mapping[str, Any]) -> dict[str, str]:
 
 
 def _ensure_role(iam: Any, store: CheckpointBucket, progress: Progress) -> str:
-    from fsdp_sdk.aws.iam_roles import ensure_role
-
     name = store.role_name
     arn, _ = ensure_role(
         iam,
@@ -249,14 +247,6 @@ def _ensure_role(iam: Any, store: CheckpointBucket, progress: Progress) -> str:
     return arn
 
 
-def _associations(eks: Any, store: CheckpointBucket) -> list[dict[str, Any]]:
-    with aws_errors("eks", f"list the EKS Pod Identity associations of {store.namespace}/{store.service_account}"):
-        found: list[dict[str, Any]] = eks.list_pod_identity_associations(
-            clusterName=store.cluster, namespace=store.namespace, serviceAccount=store.service_account
-        )["associations"]
-    return found
-
-
 def ensure_access(
     store: CheckpointBucket,
     *,
@@ -274,40 +264,18 @@ def ensure_access(
     iam = _client(clients, "iam", store.region)
     eks = _client(clients, "eks", store.region)
     arn = _ensure_role(iam, store, progress)
-    for association in _associations(eks, store):
-        with aws_errors("eks", "describe the EKS Pod Identity association"):
-            found = eks.describe_pod_identity_association(
-                clusterName=store.cluster, associationId=association["associationId"]
-            )["association"]
-        if found.get("roleArn") != arn:
-            raise BackendError(
-                f"ServiceAccount {store.namespace}/{store.service_account} of cluster {store.cluster} is associated "
-                f"with the IAM role {found.get('roleArn')} (Pod Identity association {found['associationId']}); "
-                f"delete that association ('aws eks delete-pod-identity-association --cluster-name {store.cluster} "
-                f"--association-id {found['associationId']}') and run 'fsdp-sdk up' again"
-            )
-        return {"role_arn": arn, "association_id": str(found["associationId"])}
-    for attempt in range(_ASSOCIATION_TRIES):
-        try:
-            with aws_errors("eks", "create the EKS Pod Identity association"):
-                created = eks.create_pod_identity_association(
-                    clusterName=store.cluster,
-                    namespace=store.namespace,
-                    serviceAccount=store.service_account,
-                    roleArn=arn,
-                    tags={OWNER_TAG: store.cluster},
-                )["association"]
-            break
-        except BackendError as error:
-            # a role created a moment ago is not visible to EKS yet (IAM is eventually consistent)
-            if getattr(error, "code", "") != "InvalidParameterException" or attempt == _ASSOCIATION_TRIES - 1:
-                raise
-            sleep(3.0)
-    progress(
-        f"associated ServiceAccount {store.namespace}/{store.service_account} with the IAM role {store.role_name} "
-        "(EKS Pod Identity)"
+    association = ensure_association(
+        eks,
+        cluster=store.cluster,
+        namespace=store.namespace,
+        service_account=store.service_account,
+        role_arn=arn,
+        role_name=store.role_name,
+        tags={OWNER_TAG: store.cluster},
+        progress=progress,
+        sleep=sleep,
     )
-    return {"role_arn": arn, "association_id": str(created["associationId"])}
+    return {"role_arn": arn, "association_id": association}
 
 
 def remove_access(

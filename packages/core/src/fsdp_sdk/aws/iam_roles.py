@@ -1,17 +1,24 @@
 """One way to give a piece of fsdp-sdk an IAM role: find it or create it, refuse one fsdp-sdk did not make for this
-cluster, and set its inline policy. The checkpoint role (:mod:`fsdp_sdk.aws.checkpoint_bucket`) and the idle
-controller's role (:mod:`fsdp_sdk.k8s.idle`) both go through :func:`ensure_role`."""
+cluster, and set its inline policy (:func:`ensure_role`); then tie it to a ServiceAccount with an EKS Pod Identity
+association, kept when it is there, refused when it names another role, made again while IAM's new role is not yet
+visible to EKS (:func:`ensure_association`). The checkpoint role (:mod:`fsdp_sdk.aws.checkpoint_bucket`) and the idle
+controller's role (:mod:`fsdp_sdk.aws.idle_identity`) both go through these."""
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from fsdp_sdk.aws.session import aws_errors
 from fsdp_sdk.errors import BackendError
 
-__all__ = ["ensure_role"]
+__all__ = ["ASSOCIATION_DELAYS", "ensure_association", "ensure_role"]
+
+#: Seconds between tries of a Pod Identity association while EKS does not see a role IAM just made (IAM is
+#: eventually consistent; propagation usually takes seconds, rarely a minute).
+ASSOCIATION_DELAYS = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0)
 
 
 def ensure_role(
@@ -58,3 +65,69 @@ def ensure_role(
     with aws_errors("iam", f"set the policy of the IAM role {name}"):
         iam.put_role_policy(RoleName=name, PolicyName=policy_name, PolicyDocument=json.dumps(dict(policy)))
     return str(role["Arn"]), created
+
+
+def _not_yet_visible(error: BaseException) -> bool:
+    """EKS refusing a role IAM has not propagated yet."""
+    return getattr(error, "code", "") == "InvalidParameterException" and "does not exist" in str(error)
+
+
+def ensure_association(
+    eks: Any,
+    *,
+    cluster: str,
+    namespace: str,
+    service_account: str,
+    role_arn: str,
+    role_name: str,
+    tags: Mapping[str, str],
+    progress: Callable[[str], None],
+    sleep: Callable[[float], None] = time.sleep,
+) -> str:
+    """The id of the Pod Identity association of ``namespace/service_account`` with ``role_arn``, made when missing.
+
+    :raises BackendError: the ServiceAccount is associated with another role (how to free it is said), or EKS still
+        does not see the role after :data:`ASSOCIATION_DELAYS`.
+    """
+    with aws_errors("eks", f"list the EKS Pod Identity associations of {namespace}/{service_account}"):
+        found = eks.list_pod_identity_associations(
+            clusterName=cluster, namespace=namespace, serviceAccount=service_account
+        )["associations"]
+    for association in found:
+        with aws_errors("eks", "describe the EKS Pod Identity association"):
+            current = eks.describe_pod_identity_association(
+                clusterName=cluster, associationId=association["associationId"]
+            )["association"]
+        if current.get("roleArn") != role_arn:
+            raise BackendError(
+                f"ServiceAccount {namespace}/{service_account} of cluster {cluster} is associated with the IAM role "
+                f"{current.get('roleArn')} (Pod Identity association {current['associationId']}); delete that "
+                f"association ('aws eks delete-pod-identity-association --cluster-name {cluster} --association-id "
+                f"{current['associationId']}') and run 'fsdp-sdk up' again"
+            )
+        return str(current["associationId"])
+    for attempt, delay in enumerate((*ASSOCIATION_DELAYS, None)):
+        try:
+            with aws_errors("eks", f"associate the IAM role {role_name} with {namespace}/{service_account}"):
+                created = eks.create_pod_identity_association(
+                    clusterName=cluster,
+                    namespace=namespace,
+                    serviceAccount=service_account,
+                    roleArn=role_arn,
+                    tags=dict(tags),
+                )["association"]
+            break
+        except BackendError as error:
+            if not _not_yet_visible(error):
+                raise
+            if delay is None:
+                raise BackendError(
+                    f"EKS does not see the IAM role {role_name} after {attempt + 1} tries over "
+                    f"{sum(ASSOCIATION_DELAYS):g} s (IAM is eventually consistent); run 'fsdp-sdk up' again in a minute"
+                ) from error
+            progress(f"IAM role {role_name} is not visible to EKS yet; trying again in {delay:g} s")
+            sleep(delay)
+    progress(
+        f"associated ServiceAccount {namespace}/{service_account} with the IAM role {role_name} (EKS Pod Identity)"
+    )
+    return str(created["associationId"])

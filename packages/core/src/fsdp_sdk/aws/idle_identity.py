@@ -10,20 +10,13 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from fsdp_sdk.aws.checkpoint_plan import OWNER_TAG
+from fsdp_sdk.aws.iam_roles import ASSOCIATION_DELAYS, ensure_association, ensure_role
 from fsdp_sdk.k8s.idle import CONTROLLER_NAME, POLICY_NAME, owned_role, role_name, role_path, scaling_policy
 
 if TYPE_CHECKING:
     from fsdp_sdk.config import Config
 
 __all__ = ["ASSOCIATION_DELAYS", "install_identity", "remove_identity"]
-
-#: Seconds between tries of the Pod Identity association while EKS does not see a new role yet (about a minute).
-ASSOCIATION_DELAYS = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0)
-
-
-def _not_yet_visible(error: BaseException) -> bool:
-    """EKS refusing a role IAM has not propagated yet (IAM is eventually consistent)."""
-    return getattr(error, "code", "") == "InvalidParameterException" and "does not exist" in str(error)
 
 
 def install_identity(
@@ -49,7 +42,6 @@ def install_identity(
     """
     from fsdp_sdk.aws.addons import POD_IDENTITY_TRUST_POLICY
     from fsdp_sdk.aws.session import aws_client, aws_errors, error_code
-    from fsdp_sdk.errors import BackendError
 
     say = progress or (lambda line: None)
     region, cluster = config.cluster.region, config.cluster.name
@@ -60,7 +52,6 @@ def install_identity(
     name = role_name(config)
     with aws_errors("sts", "find the AWS account"):
         account = str(sts.get_caller_identity()["Account"])
-    from fsdp_sdk.aws.iam_roles import ensure_role
 
     arn, _ = ensure_role(
         iam,
@@ -86,47 +77,17 @@ def install_identity(
                 raise
             eks.create_addon(clusterName=cluster, addonName="eks-pod-identity-agent", resolveConflicts="OVERWRITE")
             say("enabling the EKS add-on eks-pod-identity-agent (needed by the idle controller)")
-    namespace = config.job.namespace
-    with aws_errors("eks", f"list the EKS Pod Identity associations of {namespace}/{CONTROLLER_NAME}"):
-        found = eks.list_pod_identity_associations(
-            clusterName=cluster, namespace=namespace, serviceAccount=CONTROLLER_NAME
-        )["associations"]
-    for association in found:
-        with aws_errors("eks", "describe the EKS Pod Identity association"):
-            current = eks.describe_pod_identity_association(
-                clusterName=cluster, associationId=association["associationId"]
-            )["association"]
-        if current.get("roleArn") != arn:
-            raise BackendError(
-                f"ServiceAccount {namespace}/{CONTROLLER_NAME} of cluster {cluster} is associated with the IAM role "
-                f"{current.get('roleArn')} (Pod Identity association {current['associationId']}); delete that "
-                f"association ('aws eks delete-pod-identity-association --cluster-name {cluster} --association-id "
-                f"{current['associationId']}') and run 'fsdp-sdk up' again"
-            )
-        return arn
-    for attempt, delay in enumerate((*ASSOCIATION_DELAYS, None)):
-        try:
-            with aws_errors("eks", "associate the idle controller's role with its service account"):
-                eks.create_pod_identity_association(
-                    clusterName=cluster,
-                    namespace=namespace,
-                    serviceAccount=CONTROLLER_NAME,
-                    roleArn=arn,
-                    tags={OWNER_TAG: cluster},
-                )
-            break
-        except BackendError as error:
-            if not _not_yet_visible(error):
-                raise
-            if delay is None:
-                waited = sum(ASSOCIATION_DELAYS)
-                raise BackendError(
-                    f"EKS does not see the IAM role {name} after {attempt + 1} tries over {waited:g} s (IAM is "
-                    "eventually consistent); run 'fsdp-sdk up' again in a minute"
-                ) from error
-            say(f"IAM role {name} is not visible to EKS yet; trying again in {delay:g} s")
-            sleep(delay)
-    say(f"associated IAM role {name} with service account {namespace}/{CONTROLLER_NAME}")
+    ensure_association(
+        eks,
+        cluster=cluster,
+        namespace=config.job.namespace,
+        service_account=CONTROLLER_NAME,
+        role_arn=arn,
+        role_name=name,
+        tags={OWNER_TAG: cluster},
+        progress=say,
+        sleep=sleep,
+    )
     return arn
 
 
