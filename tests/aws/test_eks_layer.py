@@ -22,6 +22,7 @@ import pytest
 
 from fsdp_sdk.aws import eks
 from fsdp_sdk.config import Config
+from fsdp_sdk.config.resolution import find_instance_type, resolve
 from fsdp_sdk.instance_types import BUILTIN_INSTANCE_TYPES
 from fsdp_sdk.plugins import Plugins, build_plugins
 from fsdp_sdk.resolved import Resolved
@@ -49,7 +50,7 @@ def _config(backend: str, **overrides: Any) -> Config:
     plugins = _plugins()
     values = {"cluster.backend": backend, "cluster.name": "demo", "cluster.availability_zones": ZONES, **overrides}
     config = Config.from_dict({}, sections=plugins.settings).with_overrides(values)
-    return config.resolved(plugins, validate_trainer=False)
+    return resolve(config, plugins, validate_trainer=False)
 
 
 CAPACITY: dict[str, dict[str, Any]] = {
@@ -277,7 +278,7 @@ def test_render_matrix(instance_type: str, capacity: str, ami: str) -> None:
 
     # eksctl: its ClusterConfig
     config = _config("eksctl", **common, **eksctl_ami)
-    instance = config.instance(_plugins())
+    instance = find_instance_type(config, _plugins())
     cards = eks.table()["network_cards"]["types"][instance_type]["network_cards"]
     gpu = render_cluster_config(config, instance)["managedNodeGroups"][1]
     assert gpu["availabilityZones"] == ["us-west-2b"]
@@ -362,7 +363,7 @@ def test_a_new_placement_group_with_a_reservation_is_refused_by_both() -> None:
     overrides = {**CAPACITY["odcr"], "cluster.placement_group": "true"}
     config = _config("terraform", **overrides)
     with pytest.raises(ConfigError, match=r"^cluster\.placement_group"):
-        terraform_inputs(config, config.instance(_plugins()), config.section("terraform"))
+        terraform_inputs(config, find_instance_type(config, _plugins()), config.section("terraform"))
     with pytest.raises(ConfigError, match=r"^cluster\.placement_group"):
         _config("eksctl", **overrides)
 
@@ -375,7 +376,7 @@ _BASE = {"cpu", "memory", "ephemeral-storage"}
 
 def _groups(config: Config) -> list[dict[str, Any]]:
     """Each rendered node group as the scheduler sees it: labels, taints, resources, host paths."""
-    instance = config.instance(_plugins())
+    instance = find_instance_type(config, _plugins())
     if config.cluster.backend == "eksctl":
         from fsdp_sdk_eksctl.plan import make_plan
         from fsdp_sdk_eksctl.render import gpu_group
@@ -550,7 +551,7 @@ def test_the_registry_table_is_dated_and_both_backends_render_it_for_every_regio
                     "cluster.instance_type": "p6-b200.48xlarge",
                 },
             )
-            instance = config.instance(plugins)
+            instance = find_instance_type(config, plugins)
             if backend == "eksctl":
                 objects = device_plugin_objects(config, instance)
             else:

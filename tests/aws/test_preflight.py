@@ -11,6 +11,7 @@ import pytest
 from fsdp_sdk.aws.preflight import aws_preflight, quota_code
 from fsdp_sdk.aws.session import aws_client
 from fsdp_sdk.config import Config
+from fsdp_sdk.config.resolution import find_instance_type, resolve
 from fsdp_sdk.plugins import build_plugins
 
 NOW = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.timezone.utc)
@@ -20,8 +21,8 @@ RESERVATION = "cr-0123456789abcdef0"
 def _config(**cluster: Any) -> tuple[Config, Any]:
     plugins = build_plugins(autoload=False)
     config = Config.from_dict({"cluster": {"instance_type": "p4de.24xlarge", "nodes": 2, **cluster}})
-    config = config.resolved(plugins, validate_trainer=False)
-    return config, config.instance(plugins)
+    config = resolve(config, plugins, validate_trainer=False)
+    return config, find_instance_type(config, plugins)
 
 
 def _quota(stubbed, value: float, code: str = "L-417A185B") -> Any:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from fsdp_sdk.config import DOTENV_NAMES, Config, Secret, Setting, load_config
+from fsdp_sdk.config.resolution import resolve
 from fsdp_sdk.errors import ConfigError
 from fsdp_sdk.pins import kubernetes_release, kubernetes_releases, table_date
 from fsdp_sdk.plugins import build_plugins
@@ -234,11 +235,11 @@ def plugins():
 
 
 def test_gpu_and_efa_counts_follow_the_instance_type(plugins) -> None:
-    c = Config().with_overrides({"cluster.instance_type": "p4d.24xlarge"}).resolved(plugins)
+    c = resolve(Config().with_overrides({"cluster.instance_type": "p4d.24xlarge"}), plugins)
     assert (c.job.gpu_per_worker, c.job.efa_per_worker, c.cluster.max_nodes) == (8, 4, 2)
-    c = Config().with_overrides({"cluster.efa": "false", "job.gpu_per_worker": "4"}).resolved(plugins)
+    c = resolve(Config().with_overrides({"cluster.efa": "false", "job.gpu_per_worker": "4"}), plugins)
     assert (c.job.gpu_per_worker, c.job.efa_per_worker) == (4, 0)
-    assert c.resolved(plugins) == c  # idempotent
+    assert resolve(c, plugins) == c  # idempotent
 
 
 @pytest.mark.parametrize(
@@ -257,7 +258,7 @@ def test_gpu_and_efa_counts_follow_the_instance_type(plugins) -> None:
 )
 def test_contradictions_are_refused(plugins, overrides: dict, message: str) -> None:
     with pytest.raises(ConfigError) as caught:
-        Config().with_overrides(overrides).resolved(plugins)
+        resolve(Config().with_overrides(overrides), plugins)
     assert message in str(caught.value)
     assert "\n" not in str(caught.value)
 
@@ -266,11 +267,11 @@ def test_the_trainer_section_is_validated_by_the_trainer(plugins) -> None:
     pytest.importorskip("fsdp_trainer.config", reason="the trainer package is not installed")
     steps = Setting("trainer.train.steps", "-3", "--steps", "command line")
     with pytest.raises(ConfigError, match=r"^--steps \(from command line\): must be positive \(got -3\)$"):
-        Config().with_overrides([steps]).resolved(plugins)
+        resolve(Config().with_overrides([steps]), plugins)
     unknown = Setting("trainer.train.stepz", "3", "FSDP_SDK_TRAINER__TRAIN__STEPZ", "environment")
     with pytest.raises(ConfigError, match=r"FSDP_SDK_TRAINER__TRAIN__STEPZ \(from environment\): unknown option"):
-        Config().with_overrides([unknown]).resolved(plugins)
-    ok = Config().with_overrides({"trainer.model.preset": "tiny", "trainer.train.steps": "20"}).resolved(plugins)
+        resolve(Config().with_overrides([unknown]), plugins)
+    ok = resolve(Config().with_overrides({"trainer.model.preset": "tiny", "trainer.train.steps": "20"}), plugins)
     assert ok.trainer == {"model": {"preset": "tiny"}, "train": {"steps": "20"}}
 
 

@@ -1,20 +1,15 @@
 """Import rules: no import cycle among the modules of each package, and the layers of ``docs/design.md``
 ("Layers: who may import whom"), held over the whole import graph.
 
-The imports are read from the source with ``ast`` (nothing is imported). What counts:
+The imports are read from the source with ``ast`` (nothing is imported). Every import counts: at the top level,
+inside functions (how the CLI keeps its start-up budget: the layers are imported when a command needs them) and
+under ``if TYPE_CHECKING:`` (a name used in an annotation is a dependency too). Over that whole graph:
 
-* **run-time imports**: every import executed when a module is imported, i.e. at the top level,
-  including inside top-level ``if``/``try`` blocks and class bodies. No cycle is allowed here, in any package.
-* **type-only imports** (inside ``if TYPE_CHECKING:``): added to the graph above, they may only close the
-  cycles listed in :data:`KNOWN_TYPE_CYCLES` (the configuration and the plugin set name each other's
-  types, and `Resolved` holds both); a module that joins a type-level cycle fails the test.
-* **the whole graph** (imports inside functions and type-only ones counted too) has no circle but
-  :data:`REMAINING_CIRCLE`, and holds the layers (:data:`LAYERS`, :data:`MAY_IMPORT`) of docs/design.md.
-* for the first two rules, **imports inside functions** are not counted: they are how the CLI keeps its start-up budget (the
-  layers are imported when a command needs them) and how :class:`~fsdp_sdk.config.Config`'s
-  constructors reach the modules that do the work. The two pairs that used to reach into each other
-  (the log follower and the job client; the shared rendezvous clearing and the Kubernetes layer) are
-  checked with function-level imports counted.
+* no circle, in any package;
+* the layers (:data:`LAYERS`, :data:`MAY_IMPORT`) of docs/design.md hold; inside the model layer, the configuration
+  is below the plugin set (a :class:`~fsdp_sdk.config.Config` never names a plugin set, and what resolving reads of
+  one is a protocol of :mod:`fsdp_sdk.config.resolution`), and backends and hook specifications name what they are
+  given by :class:`~fsdp_sdk.contracts.ResolvedConfig`, not by the plugin set's :class:`~fsdp_sdk.resolved.Resolved`.
 
 An import of a module's own ancestor package (``from fsdp_sdk import __version__``) is not an edge:
 Python has always imported the ancestors first, so it cannot take part in an import-order problem.
@@ -36,20 +31,6 @@ PACKAGES = {
     "fsdp_sdk_terraform": ROOT / "packages/backend-terraform/src/fsdp_sdk_terraform",
     "fsdp_sdk_observability": ROOT / "packages/observability/src/fsdp_sdk_observability",
     "fsdp_trainer": ROOT / "packages/trainer/src/fsdp_trainer",
-}
-#: Modules allowed in a cycle closed by ``if TYPE_CHECKING:`` imports: ``Config.resolved(plugins)`` takes the
-#: plugin set and the plugin set's hooks take a ``Config``; the instance-type registry and the hook specs likewise.
-KNOWN_TYPE_CYCLES = {
-    "fsdp_sdk": {
-        "fsdp_sdk.backends.base",
-        "fsdp_sdk.config",
-        "fsdp_sdk.config.conversions",
-        "fsdp_sdk.config.model",
-        "fsdp_sdk.config.sources",
-        "fsdp_sdk.hookspecs",
-        "fsdp_sdk.resolved",
-        "fsdp_sdk.plugins",
-    }
 }
 
 
@@ -151,18 +132,6 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-@pytest.mark.parametrize("package", sorted(PACKAGES))
-def test_no_run_time_import_cycle(package: str) -> None:
-    assert cycles(import_graph(package)) == []
-
-
-@pytest.mark.parametrize("package", sorted(PACKAGES))
-def test_type_only_imports_close_no_new_cycle(package: str) -> None:
-    known = KNOWN_TYPE_CYCLES.get(package, set())
-    joined = sorted({m for component in cycles(import_graph(package, type_checking=True)) for m in component} - known)
-    assert joined == [], f"in an import cycle through 'if TYPE_CHECKING:' imports: {joined}"
-
-
 def test_the_follower_and_the_shared_rendezvous_reach_back_into_nothing() -> None:
     """Counting imports inside functions too: the log follower does not import the job client, and the
     rendezvous clearing shared with the local backend does not import the Kubernetes layer."""
@@ -189,7 +158,7 @@ def test_the_graph_sees_imports() -> None:
     """The reader is not blind: known edges of each kind are found."""
     runtime = import_graph("fsdp_sdk")
     assert "fsdp_sdk.k8s.job_pods" in runtime["fsdp_sdk.k8s.follow"]
-    assert "fsdp_sdk.config.model" in runtime["fsdp_sdk.config.sources"]
+    assert "fsdp_sdk.config.sections" in runtime["fsdp_sdk.config.sources"]
     typed = import_graph("fsdp_sdk", type_checking=True)
     assert "fsdp_sdk.k8s.kube" in typed["fsdp_sdk.k8s.follow"] - runtime["fsdp_sdk.k8s.follow"]
     lazy = import_graph("fsdp_sdk", functions=True)
@@ -198,22 +167,6 @@ def test_the_graph_sees_imports() -> None:
 
 
 # ---------------------------------------------------------------------- the whole graph: circles and layers
-
-#: The one circle left when every import counts (inside functions and under ``if TYPE_CHECKING:`` too): the
-#: configuration's constructors and ``Config.resolved(plugins)`` reach the conversions, sources and resolution
-#: that build on the model, and the plugin set, ``Resolved`` and the hook specs name each other's types. It may only
-#: shrink: a module that leaves it is taken off this list, a module that joins it fails the test.
-REMAINING_CIRCLE = {
-    "fsdp_sdk.backends.base",
-    "fsdp_sdk.config",
-    "fsdp_sdk.config.conversions",
-    "fsdp_sdk.config.model",
-    "fsdp_sdk.config.resolution",
-    "fsdp_sdk.config.sources",
-    "fsdp_sdk.hookspecs",
-    "fsdp_sdk.plugins",
-    "fsdp_sdk.resolved",
-}
 
 #: The layers of ``fsdp_sdk``, lowest first (docs/design.md): a module imports its own layer and those below it,
 #: never one above, counting every import. A module in none of the named ones is in "work".
@@ -281,9 +234,38 @@ def _imported_names(package: str) -> Iterator[tuple[str, str]]:
 
 @pytest.mark.parametrize("package", sorted(PACKAGES))
 def test_no_circle_in_the_whole_import_graph(package: str) -> None:
-    """Counting imports inside functions and under ``if TYPE_CHECKING:``: no circle but the one left."""
-    found = cycles(import_graph(package, type_checking=True, functions=True))
-    assert found == ([sorted(REMAINING_CIRCLE)] if package == "fsdp_sdk" else [])
+    """Counting imports inside functions and under ``if TYPE_CHECKING:``: no circle at all."""
+    assert cycles(import_graph(package, type_checking=True, functions=True)) == []
+
+
+#: What the configuration is built from and what sits above it in the model layer: the plugin set, the resolved
+#: configuration that keeps it, and the hook specifications and backend interface the plugin set names.
+CONFIGURATION = {
+    "fsdp_sdk.config",
+    "fsdp_sdk.config.sections",
+    "fsdp_sdk.config.conversions",
+    "fsdp_sdk.config.sources",
+}
+ABOVE_THE_CONFIGURATION = {"fsdp_sdk.plugins", "fsdp_sdk.resolved", "fsdp_sdk.hookspecs", "fsdp_sdk.backends.base"}
+
+
+def test_the_configuration_never_names_the_plugin_set() -> None:
+    """A configuration is read and built without a plugin set; resolving takes one (by the registries it reads), and
+    what backends and hooks are given is a contract below the plugin set: so the two never name each other."""
+    graph = import_graph("fsdp_sdk", type_checking=True, functions=True)
+    seen: dict[str, set[str]] = {}
+    for module in sorted(CONFIGURATION | {"fsdp_sdk.config.model", "fsdp_sdk.config.resolution"}):
+        reached, todo = set(), [module]
+        while todo:
+            for target in graph[todo.pop()] - reached:
+                reached.add(target)
+                todo.append(target)
+        seen[module] = reached
+    for module in sorted(CONFIGURATION | {"fsdp_sdk.config.model"}):
+        assert not seen[module] & (ABOVE_THE_CONFIGURATION | {"fsdp_sdk.config.resolution"}), module
+    assert not seen["fsdp_sdk.config.resolution"] & {"fsdp_sdk.plugins", "fsdp_sdk.resolved", "fsdp_sdk.hookspecs"}
+    for module in ("fsdp_sdk.hookspecs", "fsdp_sdk.backends.base", "fsdp_sdk.contracts"):
+        assert not graph[module] & {"fsdp_sdk.plugins", "fsdp_sdk.resolved"}, module
 
 
 def test_no_module_imports_a_layer_above_its_own() -> None:

@@ -11,6 +11,7 @@ import pytest
 from fsdp_sdk import Client, PreflightResult, hookimpl
 from fsdp_sdk.backends.base import ClusterStatus
 from fsdp_sdk.config import Config
+from fsdp_sdk.config.resolution import resolve
 from fsdp_sdk.errors import BackendError, PluginDeprecationWarning, PluginError
 from fsdp_sdk.k8s.render import render_job
 from fsdp_sdk.plugins import Plugins, build_plugins
@@ -29,7 +30,7 @@ def _plugins(plugin: object, name: str = "faulty") -> Plugins:
 
 
 def _config(plugins: Plugins) -> Config:
-    return Config.from_dict(REGISTRY).resolved(plugins, validate_trainer=False)
+    return resolve(Config.from_dict(REGISTRY), plugins, validate_trainer=False)
 
 
 def _raise_key_error(**_: Any) -> None:
@@ -153,7 +154,7 @@ def test_preflight_results_arrive_in_registration_order_and_none_means_none() ->
     plugins.register(_Plugin("fsdp_sdk_preflight", lambda config: [PreflightResult("a", True, "first")]), name="a")
     plugins.register(_Plugin("fsdp_sdk_preflight", lambda: None), name="b")
     plugins.register(_Plugin("fsdp_sdk_preflight", lambda action: (PreflightResult("c", True, action),)), name="c")
-    config = Config.from_dict({"cluster": {"backend": "local"}}).resolved(plugins, validate_trainer=False)
+    config = resolve(Config.from_dict({"cluster": {"backend": "local"}}), plugins, validate_trainer=False)
     assert [(r.check, r.message) for r in plugins.hooks.preflight(config, "submit")] == [
         ("a", "first"),
         ("c", "submit"),

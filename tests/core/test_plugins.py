@@ -17,6 +17,7 @@ import pytest
 import fsdp_sdk.instance_types
 from fsdp_sdk import hookimpl, hookspecs
 from fsdp_sdk.backends.local import LocalBackend
+from fsdp_sdk.config.resolution import resolve
 from fsdp_sdk.entry_points import entry_points
 from fsdp_sdk.errors import PluginError
 from fsdp_sdk.instance_types import InstanceType
@@ -575,5 +576,5 @@ def test_two_plugins_registering_one_backend_or_section_are_refused_for_both() -
     ]
     assert plugins.backends.names() == ["local"] and "cloud" not in plugins.settings
     with pytest.raises(ConfigError, match=r"^cluster\.backend \(from dict\): plugins 'one' and 'two' both register"):
-        Config.from_dict({"cluster": {"backend": "cloud"}}).resolved(plugins)
-    assert Config().resolved(plugins, validate_trainer=False).cluster.backend == "local"  # the rest works
+        resolve(Config.from_dict({"cluster": {"backend": "cloud"}}), plugins)
+    assert resolve(Config(), plugins, validate_trainer=False).cluster.backend == "local"  # the rest works

@@ -12,6 +12,7 @@ import pytest
 
 from fsdp_sdk import Client, hookimpl
 from fsdp_sdk.config import Config, Secret, SettingsRegistry
+from fsdp_sdk.config.resolution import resolve
 from fsdp_sdk.errors import ConfigError, PluginError
 from fsdp_sdk.plugins import build_plugins, get_plugins
 
@@ -129,7 +130,7 @@ def test_the_registry_refuses_what_it_cannot_serve() -> None:
 def test_a_config_built_directly_gets_the_sections_when_resolved(demo: DemoPlugin) -> None:
     plugins = build_plugins(autoload=False)
     plugins.register(DemoPlugin(), name="demo")
-    resolved = Config().resolved(plugins, validate_trainer=False)
+    resolved = resolve(Config(), plugins, validate_trainer=False)
     assert resolved.section("demo") == DemoSettings()
     with pytest.raises(
         ConfigError, match="nope: is not a settings section of an installed plugin; sections here: code, demo, local"

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import fsdp_sdk_plugin_b200
-from fsdp_sdk.config import Config
+from fsdp_sdk.config import Config, resolution
 from fsdp_sdk.plugins import Plugins, build_plugins
 from fsdp_sdk.resolved import Resolved
 from fsdp_sdk_eksctl import plugin
@@ -56,8 +56,8 @@ def configure(**overrides: Any) -> tuple[Config, Any]:
     plugins = plugin_set()
     settings = {"cluster.backend": "eksctl", "cluster.name": "demo", **overrides}
     config = Config.from_dict({}, sections=plugins.settings).with_overrides(settings)
-    config = config.resolved(plugins, validate_trainer=False)
-    return config, config.instance(plugins)
+    config = resolution.resolve(config, plugins, validate_trainer=False)
+    return config, resolution.find_instance_type(config, plugins)
 
 
 @dataclass

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
+from fsdp_sdk.config.resolution import resolve
 from fsdp_sdk.errors import ConfigError
 from fsdp_sdk.pins import default_kubernetes_version, pin
 from fsdp_sdk_eksctl.backend import _yaml
@@ -255,4 +256,4 @@ def test_the_section_is_not_checked_for_other_backends() -> None:
     config = Config.from_dict({}, sections=plugins.settings).with_overrides(
         {"cluster.backend": "local", "eksctl.system_nodegroup": "gpu"}
     )
-    assert config.resolved(plugins, validate_trainer=False).section("eksctl").system_nodegroup == "gpu"
+    assert resolve(config, plugins, validate_trainer=False).section("eksctl").system_nodegroup == "gpu"

@@ -8,6 +8,7 @@ import pytest
 
 from fsdp_sdk.cli import main
 from fsdp_sdk.config import Config
+from fsdp_sdk.config.resolution import resolve
 from fsdp_sdk.hookspecs import hookimpl
 from fsdp_sdk.plugins import build_plugins, get_plugins
 
@@ -111,6 +112,6 @@ def test_more_processes_than_gpus_names_the_gpu_count(capsys: pytest.CaptureFixt
     assert "each worker gets 4 GPUs" in capsys.readouterr().err
     # the local backend runs CPU processes: the configuration itself still allows more processes than GPUs
     assert (
-        Config.from_dict({"job": {"nproc_per_node": 16}}).resolved(build_plugins(autoload=False)).job.nproc_per_node
+        resolve(Config.from_dict({"job": {"nproc_per_node": 16}}), build_plugins(autoload=False)).job.nproc_per_node
         == 16
     )

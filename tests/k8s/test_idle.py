@@ -13,6 +13,7 @@ import pytest
 
 from fsdp_sdk import idle_controller
 from fsdp_sdk.config import Config
+from fsdp_sdk.config.resolution import find_instance_type, resolve
 from fsdp_sdk.k8s.idle import (
     CONTROLLER_NAME,
     STATE_CONFIGMAP,
@@ -38,7 +39,7 @@ def _config(**cluster: Any) -> Config:
         "cluster": {"backend": "local", "name": "demo", "region": "us-west-2", **cluster},
         "job": {"namespace": "ml"},
     }
-    return Config.from_dict(data).resolved(build_plugins(autoload=False), validate_trainer=False)
+    return resolve(Config.from_dict(data), build_plugins(autoload=False), validate_trainer=False)
 
 
 def _pod(name: str, phase: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
@@ -516,7 +517,7 @@ def test_the_shipped_script_sets_the_kueue_quota_to_zero_when_there_is_one() -> 
         assert view.zero_queue_quota() is False
     with FakeApiServer(resources=BUILTIN_RESOURCES + KUEUE_RESOURCES) as server:
         config = Config.from_dict({})
-        server.put(render_queue(config, config.instance(build_plugins(autoload=False)))[1])
+        server.put(render_queue(config, find_instance_type(config, build_plugins(autoload=False)))[1])
         view = idle_controller.InCluster("ml", STATE_CONFIGMAP, server=server.url, token=server.token, ca_file=None)
         assert view.zero_queue_quota() is True
         stored = server.get(KUEUE_API, "ClusterQueue", CLUSTER_QUEUE, "")

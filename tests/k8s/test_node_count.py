@@ -12,6 +12,7 @@ import pytest
 
 from fsdp_sdk.client import Client
 from fsdp_sdk.config import Config
+from fsdp_sdk.config.resolution import resolve
 from fsdp_sdk.errors import ConfigError
 from fsdp_sdk.hookspecs import hookimpl
 from fsdp_sdk.k8s.render import render_job
@@ -40,9 +41,9 @@ TOO_MANY = (
 )
 def test_the_workers_and_the_nodes_follow_each_other(data: dict, nodes: int, workers: int) -> None:
     plugins = build_plugins(autoload=False)
-    config = Config.from_dict(data).resolved(plugins, validate_trainer=False)
+    config = resolve(Config.from_dict(data), plugins, validate_trainer=False)
     assert (config.cluster.nodes, config.job.num_workers) == (nodes, workers)
-    again = config.resolved(plugins, validate_trainer=False)
+    again = resolve(config, plugins, validate_trainer=False)
     assert (again.cluster.nodes, again.job.num_workers, again.cluster.max_nodes) == (
         nodes,
         workers,

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from fsdp_sdk.config import Config
+from fsdp_sdk.config.resolution import find_instance_type
 from fsdp_sdk.k8s.queue import (
     CLUSTER_QUEUE,
     KUEUE_API,
@@ -62,7 +63,7 @@ def _config(**job: object) -> Config:
 def _queues(apiserver: FakeApiServer, nodes: int) -> None:
     """What 'prereqs install --queue' leaves for a GPU node group of ``nodes`` nodes (Kueue's own objects aside)."""
     config = _config()
-    for obj in render_queue(config, config.instance(build_plugins(autoload=False)), nodes=nodes):
+    for obj in render_queue(config, find_instance_type(config, build_plugins(autoload=False)), nodes=nodes):
         apiserver.put(obj)
 
 
@@ -79,7 +80,7 @@ def _finish(apiserver: FakeApiServer, name: str) -> None:
 
 def test_the_quota_is_the_gpu_node_group() -> None:
     config = _config()
-    instance = config.instance(build_plugins(autoload=False))  # p5.48xlarge: 8 H100, 32 EFA interfaces
+    instance = find_instance_type(config, build_plugins(autoload=False))  # p5.48xlarge: 8 H100, 32 EFA interfaces
     flavor, cluster_queue, local_queue = render_queue(config, instance, nodes=3)
     assert flavor["spec"] == {"nodeLabels": {"node.kubernetes.io/instance-type": "p5.48xlarge"}}
     resources = {
@@ -288,7 +289,7 @@ def test_rendered_queues_against_kueues_crds() -> None:
         pytest.skip(f"Kueue's CRDs are not in ../shared/schemas ({', '.join(missing)}): rendered Kueue objects "
                     "are not validated against the real schema here")  # fmt: skip
     config = _config()
-    for obj in render_queue(config, config.instance(build_plugins(autoload=False))):
+    for obj in render_queue(config, find_instance_type(config, build_plugins(autoload=False))):
         schema = load_crd_schema(SCHEMAS / KUEUE_CRD_FILES[obj["kind"]])
         assert schema.errors(obj) + schema.pruned(obj) == [], obj["kind"]
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from fsdp_sdk.config.resolution import resolve
 from k8s.conftest import PYTORCHJOB_CRD, TRAINJOB_CRD
 from k8s.fake_apiserver import BUILTIN_RESOURCES, FakeApiServer, Resource, schema_validators
 
@@ -51,7 +52,7 @@ def make_config(plugins: Any, tmp_path: Path) -> Callable[..., Any]:
             **(overrides or {}),
         }
         config = load_config(None, None, settings, environ={}, read_default_env_file=False, sections=plugins.settings)
-        return config.resolved(plugins, validate_trainer=False)
+        return resolve(config, plugins, validate_trainer=False)
 
     return make
 

@@ -31,6 +31,8 @@ from typing import Any
 import pytest
 import yaml
 
+from fsdp_sdk.config.resolution import resolve
+
 pytestmark = pytest.mark.slow
 
 PROMETHEUS = shutil.which("prometheus")
@@ -197,7 +199,7 @@ def metrics_path(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MetricsPa
         sections=plugins.settings,
     )
     rendered = prometheus_config(
-        config.resolved(plugins, validate_trainer=False),
+        resolve(config, plugins, validate_trainer=False),
         extra_jobs=[
             static_scrape_job("fsdp-trainer", [f"127.0.0.1:{trainer_port}"], {"fsdp_job": JOB, "run_id": RUN_ID}),
             static_scrape_job("dcgm-exporter", [f"127.0.0.1:{exposition.server_address[1]}"], {"node": HOSTNAME}),

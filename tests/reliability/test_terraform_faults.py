@@ -60,10 +60,10 @@ _INTERRUPTED_UP = textwrap.dedent(
 
     plugins = build_plugins(autoload=False)
     plugins.register(plugin, name="terraform")
-    config = Config.from_dict({}, sections=plugins.settings).with_overrides({
+    config = resolve(Config.from_dict({}, sections=plugins.settings).with_overrides({
         "cluster.backend": "terraform", "cluster.state_dir": sys.argv[1], "cluster.availability_zones": "us-west-2a,us-west-2b",
         "terraform.configuration": sys.argv[2],
-    }).resolved(plugins, validate_trainer=False)
+    }), plugins, validate_trainer=False)
     backend = TerraformBackend()
     try:
         backend.apply(config, backend.plan(Resolved.of(config, plugins)), progress=lambda line: print(line, flush=True))

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from fsdp_sdk.config import Config
+from fsdp_sdk.config import Config, resolution
 from fsdp_sdk.plugins import Plugins, build_plugins
 from fsdp_sdk.resolved import Resolved
 
@@ -94,8 +94,8 @@ def make_config(plugins: Plugins, state_dir: Path, **overrides: Any) -> Config:
         "cluster.availability_zones": ZONES,
         **overrides,
     }
-    return (
-        Config.from_dict({}, sections=plugins.settings).with_overrides(values).resolved(plugins, validate_trainer=False)
+    return resolution.resolve(
+        Config.from_dict({}, sections=plugins.settings).with_overrides(values), plugins, validate_trainer=False
     )
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from fsdp_sdk.config.resolution import find_instance_type
 from fsdp_sdk.errors import ConfigError
 from fsdp_sdk.tools import ToolError
 from fsdp_sdk_terraform import CONFIGURATION_DIR
@@ -251,7 +252,7 @@ def test_the_sdk_writes_every_required_variable_and_only_declared_ones(plugins, 
         {"terraform.gpu_ami_type": "BOTTLEROCKET_x86_64_NVIDIA"},
     ):
         config = make_config(plugins, tmp_path, **overrides)
-        written = terraform_inputs(config, config.instance(plugins), config.section("terraform"))
+        written = terraform_inputs(config, find_instance_type(config, plugins), config.section("terraform"))
         assert set(written) <= set(declared), set(written) - set(declared)
         assert required <= set(written), required - set(written)
         json.dumps(written)  # plain JSON data

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from fsdp_sdk.config.resolution import find_instance_type
 from fsdp_sdk.errors import ConfigError
 from fsdp_sdk.pins import default_kubernetes_version, pin
 from fsdp_sdk.plugins import Plugins
@@ -73,7 +74,7 @@ def test_the_default_p5_plan(plugins: Plugins, tmp_path: Path) -> None:
     )
     assert [o["metadata"]["name"] for o in plan.kubernetes] == ["nvidia-device-plugin", "aws-efa-k8s-device-plugin"]
     cost = plan.details["cost"]
-    assert cost["gpu_nodes_usd_per_hour"] == round(2 * config.instance(plugins).on_demand_usd_per_hour, 2)
+    assert cost["gpu_nodes_usd_per_hour"] == round(2 * find_instance_type(config, plugins).on_demand_usd_per_hour, 2)
     assert plan.hourly_cost_usd == cost["total_usd_per_hour"] > cost["gpu_nodes_usd_per_hour"]
     assert not (tmp_path / "state").exists()
 

@@ -36,7 +36,7 @@ from fsdp_sdk_eksctl.state import StateDir
 
 if TYPE_CHECKING:
     from fsdp_sdk.config import Config
-    from fsdp_sdk.resolved import Resolved
+    from fsdp_sdk.contracts import ResolvedConfig
 
 __all__ = ["EksctlBackend"]
 
@@ -56,7 +56,7 @@ class EksctlBackend(ClusterBackend):
 
     # ------------------------------------------------------------------ plan
 
-    def plan(self, resolved: Resolved) -> Plan:
+    def plan(self, resolved: ResolvedConfig) -> Plan:
         return make_plan(self.name, resolved.config, resolved.instance)
 
     # ------------------------------------------------------------------ up

@@ -85,7 +85,7 @@ def render_cluster_config(config: Config, instance: InstanceType) -> dict[str, A
     """The eksctl ``ClusterConfig`` that creates the cluster ``config`` describes.
 
     :param config: the resolved configuration (its ``eksctl`` section included).
-    :param instance: the GPU instance type (``config.instance(plugins)``): EFA and the accelerator come from it, so a
+    :param instance: the GPU instance type (``resolved.instance``): EFA and the accelerator come from it, so a
         plugin's type is treated like a built-in one.
     """
     cluster = config.cluster

@@ -30,6 +30,8 @@ from fsdp_sdk.aws.eks import hourly_cost
 from fsdp_sdk.aws.kubeconfig import eks_kubeconfig, kubeconfig_path
 from fsdp_sdk.backends.base import ClusterBackend, ClusterState, ClusterStatus, Plan, ProgressCallback, no_progress
 from fsdp_sdk.config import Config
+from fsdp_sdk.config.resolution import find_instance_type
+from fsdp_sdk.contracts import ResolvedConfig
 from fsdp_sdk.errors import BackendError, ConfigError
 from fsdp_sdk.resolved import Resolved
 from fsdp_sdk.tools import ToolError
@@ -110,7 +112,7 @@ class TerraformBackend(ClusterBackend):
 
     # ------------------------------------------------------------------ plan (pure)
 
-    def plan(self, resolved: Resolved) -> Plan:
+    def plan(self, resolved: ResolvedConfig) -> Plan:
         """The inputs, backend block and steps of ``up``, and the device plugins core applies (no side effect)."""
         config, instance = resolved.config, resolved.instance
         settings = _settings(config)
@@ -330,18 +332,18 @@ class TerraformBackend(ClusterBackend):
         return self._down(config, None, dry_run=dry_run, progress=progress)
 
     def delete(
-        self, resolved: Resolved, *, dry_run: bool = False, progress: ProgressCallback = no_progress
+        self, resolved: ResolvedConfig, *, dry_run: bool = False, progress: ProgressCallback = no_progress
     ) -> ClusterStatus:
         """Plan the destruction, print it, apply it, then remove the working directory (local state included).
 
         Deleting an absent cluster is not an error; after a failed or interrupted ``up`` this deletes
         whatever the state records. With the state in S3 and no working directory here, the configuration and
-        inputs are written again from ``resolved`` (its instance type and plugin set: nothing else is built).
+        inputs are written again from ``resolved`` (its instance type: no plugin set is built).
         """
         return self._down(resolved.config, resolved, dry_run=dry_run, progress=progress)
 
     def _down(
-        self, config: Config, resolved: Resolved | None, *, dry_run: bool, progress: ProgressCallback
+        self, config: Config, resolved: ResolvedConfig | None, *, dry_run: bool, progress: ProgressCallback
     ) -> ClusterStatus:
         settings = _settings(config)
         workdir = Workdir.of(config)
@@ -361,7 +363,7 @@ class TerraformBackend(ClusterBackend):
                 from fsdp_sdk.plugins import build_plugins
 
                 plugins = build_plugins()  # hermetic: allowed (tests/core/test_embedding.py), Client calls delete()
-                resolved = Resolved(config, config.instance(plugins), plugins)
+                resolved = Resolved(config, find_instance_type(config, plugins), plugins)
             plan = self.plan(resolved)
             workdir.write(
                 Path(plan.details["configuration"]), _document(plan, INPUTS_FILE), _document(plan, BACKEND_FILE)

@@ -130,7 +130,7 @@ class TerraformSettings:
         return self.state_bucket is not None
 
     def validate(self, config: Config) -> None:
-        """Refuse contradictions between fields (called by ``Config.resolved``).
+        """Refuse contradictions between fields (called when the configuration is resolved).
 
         :raises ConfigError: a lock or key without a bucket, a VPC range that is not one, a bad CIDR.
         """

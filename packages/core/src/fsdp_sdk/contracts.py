@@ -1,5 +1,11 @@
-"""Declared contracts: what core reads of a plugin's settings section, each a :class:`~typing.Protocol`, and the
-functions that read them (:func:`gpu_nodegroup_settings`, :func:`gpu_ami_settings`).
+"""Declared contracts between core and plugins, each a :class:`~typing.Protocol`: what core gives a backend and a hook
+(:class:`ResolvedConfig`), and what core reads of a plugin's settings section, with the functions that read them
+(:func:`gpu_nodegroup_settings`, :func:`gpu_ami_settings`).
+
+* :class:`ResolvedConfig`: what :meth:`ClusterBackend.plan <fsdp_sdk.backends.base.ClusterBackend.plan>` and the
+  other backend methods, ``fsdp_sdk_render_job`` and ``fsdp_sdk_preflight`` are given: the resolved configuration
+  and the instance type it names. Core passes a :class:`fsdp_sdk.resolved.Resolved`, which also keeps the plugin
+  set it was resolved in; that plugin set is core's to act with, not a backend's or a hook's.
 
 Core never reads a plugin's settings by attribute name where it happens to need one: a backend whose section
 offers a setting core uses says so by having it, as the protocol here declares it (type and meaning), and
@@ -21,8 +27,27 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from fsdp_sdk.config import Config
+    from fsdp_sdk.instance_types import InstanceType
 
-__all__ = ["GpuAmiSettings", "GpuNodegroupSettings", "gpu_ami_settings", "gpu_nodegroup_settings"]
+__all__ = ["GpuAmiSettings", "GpuNodegroupSettings", "ResolvedConfig", "gpu_ami_settings", "gpu_nodegroup_settings"]
+
+
+class ResolvedConfig(Protocol):
+    """A resolved configuration as a backend or a hook receives it (:class:`fsdp_sdk.resolved.Resolved` is one).
+
+    Read the instance type here, never look it up again: an application embedding the SDK may resolve with a plugin
+    set of its own, holding instance types the process-wide set does not know.
+    """
+
+    @property
+    def config(self) -> Config:
+        """The configuration, resolved: derived values filled in, cross-field rules checked."""
+        ...
+
+    @property
+    def instance(self) -> InstanceType:
+        """The instance type ``config.cluster.instance_type`` names, as the plugin set it was resolved in has it."""
+        ...
 
 
 @runtime_checkable

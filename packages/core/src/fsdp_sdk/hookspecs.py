@@ -38,10 +38,10 @@ if TYPE_CHECKING:
 
     from fsdp_sdk.backends.base import BackendRegistry, ClusterStatus
     from fsdp_sdk.config import Config, SettingsRegistry
+    from fsdp_sdk.contracts import ResolvedConfig
     from fsdp_sdk.instance_types import InstanceTypeRegistry
     from fsdp_sdk.monitoring import MonitoringComponent
     from fsdp_sdk.preflight import PreflightResult
-    from fsdp_sdk.resolved import Resolved
     from fsdp_sdk.runs import JobRef
 
 __all__ = ["PROJECT_NAME", "RETIRED_CONFIG", "hookimpl", "hookspec"]
@@ -96,8 +96,8 @@ def fsdp_sdk_register_settings(registry: SettingsRegistry) -> None:
     ``mysection:`` in YAML, ``FSDP_SDK_MYSECTION__<FIELD>`` in ``.env`` or the environment,
     ``--set mysection.<field>=VALUE``; they are converted to the fields' types with the same one-line
     errors, shown by ``fsdp-sdk config show`` and read with ``config.section("mysection")``.
-    A ``validate(self, config)`` method, when the dataclass has one, runs in
-    :meth:`~fsdp_sdk.config.Config.resolved`.
+    A ``validate(self, config)`` method, when the dataclass has one, runs when the configuration is resolved
+    (:func:`fsdp_sdk.config.resolution.resolve`).
 
     :param registry: the settings registry; ``add`` raises :class:`~fsdp_sdk.errors.PluginError`
         when the name is a core section or already taken.
@@ -124,7 +124,7 @@ def fsdp_sdk_register_commands(cli: click.Group) -> None:
 
 
 @hookspec(warn_on_impl_args=RETIRED_CONFIG)
-def fsdp_sdk_render_job(config: Config, objects: list[dict[str, Any]], resolved: Resolved) -> None:
+def fsdp_sdk_render_job(config: Config, objects: list[dict[str, Any]], resolved: ResolvedConfig) -> None:
     """Adjust the Kubernetes objects rendered for a training job, before they are applied.
 
     Implementations append objects to ``objects`` or modify its dicts in place
@@ -171,8 +171,9 @@ def fsdp_sdk_render_job(config: Config, objects: list[dict[str, Any]], resolved:
         asks for it gets a :class:`~fsdp_sdk.errors.PluginDeprecationWarning`).
     :param objects: the rendered objects (``PyTorchJob``/``TrainJob``, ``Secret``,
         ``Service``...), each a dict as it would be sent to the API server.
-    :param resolved: the same configuration with its instance type (``resolved.instance``) and the
-        plugin set (:class:`~fsdp_sdk.resolved.Resolved`): read the instance type there, never look it up.
+    :param resolved: the same configuration with its instance type (``resolved.instance``), a
+        :class:`~fsdp_sdk.contracts.ResolvedConfig` (core passes a :class:`~fsdp_sdk.resolved.Resolved`):
+        read the instance type there, never look it up.
     """
 
 
@@ -203,7 +204,7 @@ def fsdp_sdk_monitoring_components(config: Config) -> list[MonitoringComponent] 
 
 
 @hookspec(warn_on_impl_args=RETIRED_CONFIG)
-def fsdp_sdk_preflight(config: Config, action: str, resolved: Resolved) -> list[PreflightResult] | None:
+def fsdp_sdk_preflight(config: Config, action: str, resolved: ResolvedConfig) -> list[PreflightResult] | None:
     """Check that what an action needs is in place before it starts.
 
     Called before ``up`` (and ``up --dry-run``, ``Client.plan()``), ``run`` and
@@ -217,8 +218,9 @@ def fsdp_sdk_preflight(config: Config, action: str, resolved: Resolved) -> list[
         cloud quota checks belong here), ``run`` (``fsdp-sdk run`` / ``Client.run()``: a local run, or a
         job on the cluster) or ``submit`` (``fsdp-sdk job submit`` / ``Client.submit_job()``: a job sent to a
         cluster that is already up, e.g. a team's GPU quota). Return ``[]`` for actions a check does not concern.
-    :param resolved: the same configuration with its instance type (``resolved.instance``) and the
-        plugin set (:class:`~fsdp_sdk.resolved.Resolved`): read the instance type there, never look it up.
+    :param resolved: the same configuration with its instance type (``resolved.instance``), a
+        :class:`~fsdp_sdk.contracts.ResolvedConfig` (core passes a :class:`~fsdp_sdk.resolved.Resolved`):
+        read the instance type there, never look it up.
     :return: results of the checks this plugin performs (an empty list for none).
     """
 

@@ -47,12 +47,11 @@ if TYPE_CHECKING:
     import click
 
     from fsdp_sdk.backends.base import BackendRegistry, ClusterStatus
-    from fsdp_sdk.config import Config, SettingsRegistry
-    from fsdp_sdk.instance_types import InstanceTypeRegistry
+    from fsdp_sdk.config import ClusterConfig, Config, JobConfig, Setting, SettingsRegistry
+    from fsdp_sdk.instance_types import InstanceType, InstanceTypeRegistry
     from fsdp_sdk.monitoring import MonitoringComponent
     from fsdp_sdk.preflight import PreflightResult
     from fsdp_sdk.registry import Conflict, NamedRegistry
-    from fsdp_sdk.resolved import Resolved
     from fsdp_sdk.runs import JobRef
 
     R = TypeVar("R", bound=NamedRegistry[Any])
@@ -66,6 +65,7 @@ __all__ = [
     "PluginHooks",
     "PluginInfo",
     "Plugins",
+    "Resolved",
     "build_plugins",
     "changed_paths",
     "get_plugins",
@@ -272,7 +272,6 @@ class PluginHooks:
         """The configuration, and a function giving the :class:`~fsdp_sdk.resolved.Resolved` a hook's ``resolved``
         parameter receives: ``what`` itself, or (called with a configuration alone) ``what`` resolved with this
         plugin set, only when an implementation asks for it."""
-        from fsdp_sdk.resolved import Resolved
 
         if isinstance(what, Resolved):
             return what.config, lambda: what
@@ -659,6 +658,60 @@ class Plugins:
         self._broken.append(PluginInfo(name, module, False, dist_name, version, (), reason))
         origin = f" (from {dist_name} {version})" if dist_name else ""
         _warn(f"plugin {name!r}{origin} {verb}: {reason}")
+
+
+@dataclass(frozen=True, eq=False)
+class Resolved:
+    """A resolved configuration, its instance type, and the plugin set both come from.
+
+    Build one with :meth:`of`; never change ``config`` in place (make another with :meth:`with_overrides`).
+
+    :param config: the resolved configuration (:func:`~fsdp_sdk.config.resolution.resolve`).
+    :param instance: the instance type ``config.cluster.instance_type`` names, as ``plugins`` registers it.
+    :param plugins: the plugin set the configuration was resolved with.
+    """
+
+    config: Config
+    instance: InstanceType
+    plugins: Plugins
+
+    @classmethod
+    def of(cls, config: Config, plugins: Plugins, *, validate_trainer: bool = True) -> Resolved:
+        """Resolve ``config`` with ``plugins`` (:func:`fsdp_sdk.config.resolution.resolve`) and keep what it found.
+
+        :param config: the configuration, resolved or not (resolving again changes nothing).
+        :param plugins: the plugin set providing backends, instance types and settings sections.
+        :param validate_trainer: also validate the trainer settings (see :func:`~fsdp_sdk.config.resolution.resolve`).
+        :raises ConfigError: a value contradicts another or names something unknown.
+        """
+        from fsdp_sdk.config.resolution import find_instance_type, resolve  # here: --help imports no configuration
+
+        done = resolve(config, plugins, validate_trainer=validate_trainer)
+        return cls(done, find_instance_type(done, plugins), plugins)
+
+    def with_overrides(
+        self, overrides: Mapping[str, Any] | Iterable[Setting], *, validate_trainer: bool = True
+    ) -> Resolved:
+        """Another resolved value, with more settings applied on top, resolved in the same plugin set.
+
+        :param overrides: dotted paths and values, or :class:`~fsdp_sdk.config.Setting` records.
+        :param validate_trainer: also validate the trainer settings.
+        :raises ConfigError: a key is unknown, a value has the wrong type, or the result does not resolve.
+        """
+        return Resolved.of(self.config.with_overrides(overrides), self.plugins, validate_trainer=validate_trainer)
+
+    @property
+    def cluster(self) -> ClusterConfig:
+        """``config.cluster``."""
+        return self.config.cluster
+
+    @property
+    def job(self) -> JobConfig:
+        """``config.job``."""
+        return self.config.job
+
+    def __repr__(self) -> str:
+        return f"<Resolved cluster={self.config.cluster.name!r} instance={self.instance.name!r}>"
 
 
 def _warn(message: str) -> None:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fsdp_sdk.config import Setting
+from fsdp_sdk.config.resolution import resolve
 from fsdp_sdk.errors import BackendError, ConfigError, FsdpSdkError
 from fsdp_sdk.files import write_atomic
 
@@ -262,7 +263,7 @@ def run_sweep(
         for k, v in (trainer_overrides or {}).items()
     ]
     settings += parse_trainer_args(trainer_args)
-    config = client.config.with_overrides(settings).resolved(client.loaded_plugins) if settings else client.config
+    config = resolve(client.config.with_overrides(settings), client.loaded_plugins) if settings else client.config
     auto = (config.trainer.get("auto") or {}).get("enabled")
     if str(auto).lower() in ("true", "1", "yes", "on"):
         raise ConfigError(
@@ -289,7 +290,7 @@ def run_sweep(
         if not client.backend.runs_jobs:  # one job per point: a finished job keeps its name until deleted
             name = f"{config.job.name[:36].rstrip('-')}-{n}n-{uuid.uuid4().hex[:5]}"
             point_settings.append(Setting("job.name", name, "job.name", "bench scale"))
-        node_config = config.with_overrides(point_settings).resolved(client.loaded_plugins)
+        node_config = resolve(config.with_overrides(point_settings), client.loaded_plugins)
         point_client = Client(
             node_config,
             plugins=client.loaded_plugins,

@@ -41,6 +41,7 @@ import pytest
 
 from fsdp_sdk.backends.base import BackendRegistry, ClusterBackend, ClusterStatus, Plan
 from fsdp_sdk.config import Config
+from fsdp_sdk.config.resolution import resolve
 from fsdp_sdk.errors import BackendError, ConfigError
 from fsdp_sdk.instance_types import InstanceType, InstanceTypeRegistry
 from fsdp_sdk.markers import hookimpl
@@ -291,7 +292,7 @@ class InstanceTypePluginConformance:
         plugins = self.plugins()
         for t in self.registered():
             data = {"cluster": {"instance_type": t.name}, "job": {"registry": "registry.example.com/team", "api": api}}
-            config = Config.from_dict(data, sections=plugins.settings).resolved(plugins, validate_trainer=False)
+            config = resolve(Config.from_dict(data, sections=plugins.settings), plugins, validate_trainer=False)
             objects = render_job(config, rdzv_id="conformance", plugins=plugins)  # the plugin's render hook too
             job = objects[0]
             resources = (

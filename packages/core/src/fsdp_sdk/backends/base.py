@@ -2,8 +2,8 @@
 
 A backend turns a :class:`~fsdp_sdk.config.Config` into a running cluster and
 back, in two stages: :meth:`ClusterBackend.plan` is pure (a
-:class:`~fsdp_sdk.resolved.Resolved` in: the configuration, its instance type and
-the plugin set; :class:`Plan` out: the documents it would apply and the steps in order), and
+:class:`~fsdp_sdk.contracts.ResolvedConfig` in: the resolved configuration and its instance
+type; :class:`Plan` out: the documents it would apply and the steps in order), and
 :meth:`ClusterBackend.apply` acts on exactly that plan. ``fsdp-sdk up --dry-run``
 prints the plan; ``fsdp-sdk up`` applies the plan it printed. ``down``/``scale``
 act and report progress through a callback; ``status()`` only reads.
@@ -24,8 +24,8 @@ from fsdp_sdk.registry import NamedRegistry
 
 if TYPE_CHECKING:
     from fsdp_sdk.config import Config
+    from fsdp_sdk.contracts import ResolvedConfig
     from fsdp_sdk.preflight import PreflightResult
-    from fsdp_sdk.resolved import Resolved
     from fsdp_sdk.runs import RecordedRun
 
 __all__ = [
@@ -176,10 +176,10 @@ class ClusterBackend(ABC):
     Its tests subclass :class:`fsdp_sdk.testing.BackendConformance`.
 
     Backends are instantiated without arguments. :meth:`plan` receives a
-    :class:`~fsdp_sdk.resolved.Resolved`: the resolved configuration (``resolved.config``),
-    the :class:`~fsdp_sdk.instance_types.InstanceType` it names (``resolved.instance``) and
-    the plugin set both come from (``resolved.plugins``). Read the instance type there, never
-    look it up again: an application embedding the SDK may resolve with a plugin set of its
+    :class:`~fsdp_sdk.contracts.ResolvedConfig` (core passes a :class:`~fsdp_sdk.resolved.Resolved`):
+    the resolved configuration (``resolved.config``) and the
+    :class:`~fsdp_sdk.instance_types.InstanceType` it names (``resolved.instance``). Read the instance
+    type there, never look it up again: an application embedding the SDK may resolve with a plugin set of its
     own, holding instance types the process-wide set does not know. The other methods act on
     the plan or on a cluster that exists and receive the resolved configuration
     (``resolved.config``). With ``dry_run=True`` a method validates what it can
@@ -203,11 +203,11 @@ class ClusterBackend(ABC):
     eks_cluster: ClassVar[bool] = False
 
     @abstractmethod
-    def plan(self, resolved: Resolved) -> Plan:
+    def plan(self, resolved: ResolvedConfig) -> Plan:
         """Describe what :meth:`apply` will do, without side effects (no network, no file).
 
-        :param resolved: the resolved configuration (``resolved.config``), its instance type
-            (``resolved.instance``) and the plugin set (``resolved.plugins``).
+        :param resolved: the resolved configuration (``resolved.config``) and its instance type
+            (``resolved.instance``).
         """
 
     @abstractmethod
@@ -251,7 +251,7 @@ class ClusterBackend(ABC):
         """
 
     def delete(
-        self, resolved: Resolved, *, dry_run: bool = False, progress: ProgressCallback = no_progress
+        self, resolved: ResolvedConfig, *, dry_run: bool = False, progress: ProgressCallback = no_progress
     ) -> ClusterStatus:
         """Delete the cluster of ``resolved``: what :meth:`fsdp_sdk.Client.down` calls, with the configuration it
         resolved once. The default is :meth:`down` with ``resolved.config``; a backend that renders again to
@@ -264,20 +264,22 @@ class ClusterBackend(ABC):
         """
         return self.down(resolved.config, dry_run=dry_run, progress=progress)
 
-    def create(self, resolved: Resolved, plan: Plan, *, progress: ProgressCallback = no_progress) -> ClusterStatus:
+    def create(
+        self, resolved: ResolvedConfig, plan: Plan, *, progress: ProgressCallback = no_progress
+    ) -> ClusterStatus:
         """Apply ``plan`` with the configuration it was made from: what :meth:`fsdp_sdk.Client.up` calls, with the
         configuration it resolved once (the values preflight filled in on top). The default is :meth:`apply` with
         ``resolved.config``; a backend that needs the instance type or the plugin set to act reads them here."""
         return self.apply(resolved.config, plan, progress=progress)
 
     def resize(
-        self, resolved: Resolved, nodes: int, *, dry_run: bool = False, progress: ProgressCallback = no_progress
+        self, resolved: ResolvedConfig, nodes: int, *, dry_run: bool = False, progress: ProgressCallback = no_progress
     ) -> ClusterStatus:
         """:meth:`scale` with the resolved configuration: what :meth:`fsdp_sdk.Client.scale` calls. The default is
         :meth:`scale` with ``resolved.config``."""
         return self.scale(resolved.config, nodes, dry_run=dry_run, progress=progress)
 
-    def describe(self, resolved: Resolved) -> ClusterStatus:
+    def describe(self, resolved: ResolvedConfig) -> ClusterStatus:
         """:meth:`status` with the resolved configuration: what :meth:`fsdp_sdk.Client.status` (and every command
         that looks at the cluster first) calls. The default is :meth:`status` with ``resolved.config``."""
         return self.status(resolved.config)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from fsdp_sdk import secrets
-from fsdp_sdk.config.model import Config, Origin, Secret, Setting, _classes
+from fsdp_sdk.config.sections import Origin, Secret, Setting
 from fsdp_sdk.errors import ConfigError, FsdpSdkError
 
 __all__ = ["KNOWN_PLUGIN_SECTIONS", "NONE_WORDS"]
@@ -84,63 +84,6 @@ def _register_secrets(setting: Setting) -> None:
         for pair in value.split(","):
             key, _, item = pair.partition("=")
             secrets.register_named(key.strip(), item.strip())
-
-
-def _apply(config: Config, setting: Setting) -> None:
-    """Convert one setting and store it in ``config``."""
-    _register_secrets(setting)
-    path = setting.path.strip()
-    parts = path.split(".")
-    origin = setting.origin
-    if parts[0] == "trainer":
-        if len(parts) < 3 or not all(parts):
-            raise ConfigError(
-                origin.name,
-                "trainer settings have the form trainer.<section>.<field>",
-                "e.g. trainer.model.preset=tiny",
-                source=origin.source,
-            )
-        node = config.trainer
-        for part in parts[1:-1]:
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                raise ConfigError(
-                    origin.name, f"{part!r} is a value, not a section", "check the key", source=origin.source
-                )
-            node = child
-        node[parts[-1]] = setting.value.get_secret_value() if isinstance(setting.value, Secret) else setting.value
-        config.origins[path] = origin
-        return
-    classes = _classes(config)
-    if len(parts) != 2 or parts[0] not in classes:
-        known = [f"{s}.{n}" for s, cls in classes.items() for n in _field_names(cls)]
-        raise _unknown_key(origin.name, known, origin.source)
-    section, name = parts
-    cls = classes[section]
-    if name not in _field_names(cls):
-        raise _unknown_key(origin.name, [f"{section}.{n}" for n in _field_names(cls)], origin.source)
-    value = _convert(setting.value, _field_types(cls)[name], origin)
-    rule = _field_metadata(cls, name).get("rule")
-    if rule is not None and value is not None:
-        problem_of, fix = rule
-        problem = problem_of(value)
-        if problem:
-            shown = (
-                "the value"
-                if isinstance(value, (Secret, Mapping)) or secrets.SECRET_NAME.search(path)
-                else _show(value)
-            )
-            raise ConfigError(origin.name, f"{secrets.redact(shown)} {problem}", fix, source=origin.source)
-    check = _field_metadata(cls, name).get("check")
-    if check is not None and value is not None:
-        predicate, problem, fix = check
-        if not predicate(value):
-            raise ConfigError(
-                origin.name, f"{_show(value)} {problem}", fix.format(name=origin.name), source=origin.source
-            )
-    target = config.sections[section] if section in config.sections else getattr(config, section)
-    setattr(target, name, value)
-    config.origins[path] = origin
 
 
 def _show(value: Any) -> str:

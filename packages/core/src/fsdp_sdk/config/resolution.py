@@ -1,30 +1,56 @@
 """The resolution: what follows from the instance type and the plugin set, and the rules across fields.
 
-:func:`resolve` (what :meth:`Config.resolved` runs) fills ``job.gpu_per_worker``, ``job.efa_per_worker`` and
-``cluster.max_nodes``, derives the capacity type from a reservation, lets plugin sections validate, and
-validates the trainer section; each refusal is a one-line :class:`~fsdp_sdk.errors.ConfigError`.
+:func:`resolve` fills ``job.gpu_per_worker``, ``job.efa_per_worker`` and ``cluster.max_nodes``, derives the
+capacity type from a reservation, lets plugin sections validate, and validates the trainer section; each refusal is
+a one-line :class:`~fsdp_sdk.errors.ConfigError`. :meth:`Resolved.of <fsdp_sdk.resolved.Resolved.of>` runs it and
+keeps what it found.
+
+It reads a plugin set through :class:`PluginRegistries`, the registries resolving looks things up in
+(:class:`fsdp_sdk.plugins.Plugins` is one): the configuration sits below the plugin set, which names it in its hooks,
+so nothing here imports the plugin set.
 """
 
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fsdp_sdk.config.conversions import close_matches
 from fsdp_sdk.config.model import Config, _add_sections
 from fsdp_sdk.errors import ConfigError
 
 if TYPE_CHECKING:
-    from fsdp_sdk.instance_types import InstanceType
-    from fsdp_sdk.plugins import Plugins
+    from fsdp_sdk.backends.base import BackendRegistry
+    from fsdp_sdk.config.sections import SettingsRegistry
+    from fsdp_sdk.instance_types import InstanceType, InstanceTypeRegistry
+    from fsdp_sdk.registry import Conflict
 
-__all__ = ["check_trainer", "find_instance_type", "resolve", "resolve_capacity"]
+__all__ = ["PluginRegistries", "check_trainer", "find_instance_type", "resolve", "resolve_capacity"]
+
+
+class PluginRegistries(Protocol):
+    """What resolving reads of a plugin set: its registries, and how it explains a name two plugins claim or a
+    registration that failed (:class:`fsdp_sdk.plugins.Plugins` has all of it)."""
+
+    @property
+    def backends(self) -> BackendRegistry: ...
+
+    @property
+    def instance_types(self) -> InstanceTypeRegistry: ...
+
+    @property
+    def settings(self) -> SettingsRegistry: ...
+
+    def explain(self, conflict: Conflict) -> tuple[str, str]: ...
+
+    def failed_registrations_note(self, hook_name: str, what: str) -> str: ...
+
 
 # The trainer's flag prefixes that differ from its section names (``--ac.mode`` sets activation_checkpointing).
 _TRAINER_SECTION_ALIASES = {"ac": "activation_checkpointing", "activation_checkpointing": "ac"}
 
 
-def find_instance_type(config: Config, plugins: Plugins) -> InstanceType:
+def find_instance_type(config: Config, plugins: PluginRegistries) -> InstanceType:
     """The :class:`~fsdp_sdk.instance_types.InstanceType` named by ``cluster.instance_type``.
 
     :param plugins: the plugin set to look it up in (``fsdp_sdk.plugins.get_plugins()`` for the process's).
@@ -48,7 +74,7 @@ def find_instance_type(config: Config, plugins: Plugins) -> InstanceType:
     return found
 
 
-def resolve(config: Config, plugins: Plugins, *, validate_trainer: bool = True) -> Config:
+def resolve(config: Config, plugins: PluginRegistries, *, validate_trainer: bool = True) -> Config:
     """A copy with derived values filled in and cross-field rules checked.
 
     Fills ``job.gpu_per_worker`` and ``job.efa_per_worker`` from the instance

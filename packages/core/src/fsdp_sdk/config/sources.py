@@ -9,30 +9,19 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from fsdp_sdk import secrets
-from fsdp_sdk.config.conversions import KNOWN_PLUGIN_SECTIONS, _apply, _field_names, _unknown_key, close_matches
-from fsdp_sdk.config.model import (
-    STATE_DIR_ENV,
-    ClusterConfig,
-    Config,
-    JobConfig,
-    Sections,
-    Setting,
-    _add_sections,
-    _classes,
-    _flatten_mapping,
-)
+from fsdp_sdk.config.conversions import KNOWN_PLUGIN_SECTIONS, _field_names, _unknown_key, close_matches
+from fsdp_sdk.config.sections import ClusterConfig, JobConfig, Setting, _flatten_mapping
 from fsdp_sdk.errors import ConfigError
 
 __all__ = [
     "DOTENV_NAMES",
     "ENV_PREFIX",
     "SEED_NOT_READ",
-    "load_config",
     "parse_trainer_args",
     "setting_from_pair",
 ]
@@ -112,57 +101,6 @@ def parse_trainer_args(args: Sequence[str]) -> list[Setting]:
 
 
 # --------------------------------------------------------------------- loading
-
-
-def load_config(
-    config_file: str | os.PathLike[str] | None = None,
-    env_file: str | os.PathLike[str] | None = None,
-    overrides: Mapping[str, Any] | Iterable[Setting] | None = None,
-    *,
-    environ: Mapping[str, str] | None = None,
-    read_default_env_file: bool = True,
-    cwd: str | os.PathLike[str] | None = None,
-    sections: Sections | None = None,
-) -> Config:
-    """Read the configuration from all sources (see the module docstring); not yet :meth:`~Config.resolved`.
-
-    :param config_file: a YAML file; it must exist.
-    :param env_file: a ``.env`` file; it must exist. Without one, ``.env`` in ``cwd`` is read if present.
-    :param overrides: the highest-priority values: a mapping of dotted paths
-        (``{"job.num_workers": 4}``) or :class:`Setting` records (the CLI passes these, naming its flags).
-    :param environ: the environment to read ``FSDP_SDK_*`` variables from; defaults to ``os.environ``.
-    :param read_default_env_file: read ``./.env`` when ``env_file`` is not given.
-    :param cwd: directory holding the default ``.env``; defaults to the current directory.
-    :param sections: the plugins' settings sections (``plugins.settings``): without them, a plugin's section in a
-        source is an unknown key.
-    :raises ConfigError: a file is missing or malformed, a key is unknown, or a value has the wrong type.
-    """
-    environ = os.environ if environ is None else environ
-    config = Config()
-    _add_sections(config, sections)
-    classes = _classes(config)
-    if environ.get(STATE_DIR_ENV):
-        config.cluster.state_dir = Path(environ[STATE_DIR_ENV]).expanduser()
-
-    settings: list[Setting] = []
-    if config_file is not None:
-        settings += _read_yaml(Path(config_file), classes)
-    if env_file is not None:
-        settings += _read_dotenv(Path(env_file), classes, config.warnings)
-    elif read_default_env_file:
-        default = Path(cwd or ".") / ".env"
-        if default.is_file():
-            settings += _read_dotenv(default, classes, config.warnings)
-    settings += _read_environ(environ, classes)
-    if overrides:
-        if isinstance(overrides, Mapping):
-            settings += [Setting(path, value) for path, value in overrides.items()]
-        else:
-            settings += list(overrides)
-
-    for setting in settings:
-        _apply(config, setting)
-    return config
 
 
 def _read_yaml(path: Path, classes: Mapping[str, type]) -> list[Setting]:

@@ -780,7 +780,7 @@ def render_job(
     """Render the Kubernetes objects of a training job, then let plugins adjust them.
 
     :param config: the resolved value (:class:`~fsdp_sdk.resolved.Resolved`), or a configuration,
-        resolved here with ``plugins`` (:meth:`Config.resolved` fills the GPU/EFA counts and refuses an
+        resolved here with ``plugins`` (:meth:`Resolved.of <fsdp_sdk.resolved.Resolved.of>` fills the GPU/EFA counts and refuses an
         unknown instance type or more GPUs than the instance type has).
     :param rdzv_id: the submission's rendezvous id; a fresh one when ``None``.
     :param create_secret: also render the Hugging Face token ``Secret`` (without its

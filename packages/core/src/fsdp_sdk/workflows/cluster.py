@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fsdp_sdk.config import Config, Setting
+from fsdp_sdk.config.resolution import resolve
 from fsdp_sdk.errors import BackendError, ConfigError
 from fsdp_sdk.preflight import raise_for_failures
 from fsdp_sdk.resolved import Resolved
@@ -326,7 +327,7 @@ class ClusterWorkflow(OnContext):
             )
         config = self.config
         if settings:
-            config = config.with_overrides(settings).resolved(ctx.plugins, validate_trainer=False)
+            config = resolve(config.with_overrides(settings), ctx.plugins, validate_trainer=False)
         ctx.monitoring_components(config)  # refuses unknown names in observability.components
         return Monitoring(
             config,

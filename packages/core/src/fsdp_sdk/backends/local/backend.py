@@ -37,7 +37,7 @@ from fsdp_sdk.runs import RunEvent
 
 if TYPE_CHECKING:
     from fsdp_sdk.config import Config
-    from fsdp_sdk.resolved import Resolved
+    from fsdp_sdk.contracts import ResolvedConfig
 
 __all__ = ["LocalBackend", "StateDamaged", "local_preflight", "new_run_id"]
 
@@ -105,7 +105,7 @@ class LocalBackend(ClusterBackend):
 
     # ------------------------------------------------------------------ ClusterBackend
 
-    def plan(self, resolved: Resolved) -> Plan:
+    def plan(self, resolved: ResolvedConfig) -> Plan:
         return self._plan(resolved.config)
 
     def _plan(self, config: Config) -> Plan:

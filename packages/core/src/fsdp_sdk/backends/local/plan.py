@@ -136,7 +136,7 @@ def _trainer_config(trainer: Mapping[str, Any]) -> Any | None:
         return None
     try:
         return TrainerConfig.from_dict(copy.deepcopy(dict(trainer)))
-    except Exception:  # the trainer refuses it: Config.resolved() reported that already where it matters
+    except Exception:  # the trainer refuses it: resolving reported that already where it matters
         return None
 
 
