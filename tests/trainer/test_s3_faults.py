@@ -243,12 +243,19 @@ def test_a_rerun_whose_last_checkpoint_is_gone_says_so_before_step_1(s3, tmp_pat
 
 class FrozenProxy:
     """A TCP proxy on loopback in front of ``target``; once :attr:`frozen` is set (by hand, or at the first request
-    naming ``freeze_on``), it forwards nothing more and accepts new connections without ever answering."""
+    naming ``freeze_on``), it forwards nothing more and accepts new connections without ever answering. With
+    ``slow_on``: from the first request naming it, every chunk either way is held ``SLOW_S`` first (a store that
+    answers, slowly)."""
 
-    def __init__(self, target: str, freeze_on: bytes | None = None, occurrence: int = 1) -> None:
+    SLOW_S = 0.25
+
+    def __init__(
+        self, target: str, freeze_on: bytes | None = None, occurrence: int = 1, slow_on: bytes | None = None
+    ) -> None:
         host, port = target.removeprefix("http://").split(":")
         self.target = (host, int(port))
         self.freeze_on, self.left = freeze_on, occurrence
+        self.slow_on, self.slow = slow_on, threading.Event()
         self.frozen = threading.Event()
         self.server = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.server.getsockname()[1]}"
@@ -277,8 +284,12 @@ class FrozenProxy:
                     self.left -= 1  # the occurrence-th request naming freeze_on freezes it
                     if self.left <= 0:
                         self.frozen.set()
+                if from_client and self.slow_on is not None and self.slow_on in data:
+                    self.slow.set()
                 if self.frozen.is_set():
                     return  # hold the connection open, answer nothing
+                if self.slow.wait(0) and not self._closed:
+                    threading.Event().wait(self.SLOW_S)
                 dst.sendall(data)
         except OSError:
             return
@@ -294,8 +305,8 @@ class FrozenProxy:
 def proxy(s3, aws):
     made: list[FrozenProxy] = []
 
-    def make(freeze_on: bytes | None = None, occurrence: int = 1) -> FrozenProxy:
-        made.append(FrozenProxy(aws, freeze_on, occurrence))
+    def make(freeze_on: bytes | None = None, occurrence: int = 1, slow_on: bytes | None = None) -> FrozenProxy:
+        made.append(FrozenProxy(aws, freeze_on, occurrence, slow_on))
         return made[-1]
 
     yield make
@@ -332,6 +343,21 @@ def test_a_frozen_endpoint_fails_the_save_within_its_bound(proxy, tmp_path, mode
         assert step < last < step + every, f"seen at step {last}: a step's check saw it, not the next save's wait"
     else:
         assert last == step, "training waited for the save"
+
+
+def test_a_save_that_answers_too_slowly_fails_within_the_whole_save_bound(proxy, tmp_path):
+    """Every answer comes, slowly (0.25 s a chunk from the save of step 2 on): no single operation stalls, but the
+    whole save passes checkpoint.save_timeout_s, and the run fails saying so."""
+    slow = proxy(slow_on=b"step_00000002/")
+    prefix = f"s3://{BUCKET}/slow"
+    args = [*ARGS, "--train.steps", "4", "--checkpoint.dir", prefix, "--checkpoint.async_save", "false"]
+    args += ["--checkpoint.save_timeout_s", "1"]
+    run = run_trainer(args, tmp_path / "r1", env={"AWS_ENDPOINT_URL": slow.url}, timeout=90)
+    assert slow.slow.is_set() and run.returncode == 1, run.stderr[-3000:]
+    assert _errors(run) == [
+        f"error: checkpoint: the save of step 2 failed: {prefix}/step_00000002: the save did not finish within 1 s "
+        "(--checkpoint.save_timeout_s)"
+    ], run.stderr[-3000:]
 
 
 def test_a_frozen_endpoint_while_a_checkpoint_loads_fails_within_its_bound(proxy, tmp_path):
