@@ -118,3 +118,115 @@ def test_trainer_validation_refuses_a_uri_without_a_bucket():
     ):
         with pytest.raises(TrainerConfigError, match=rf"^{flag}: 's3://' names no valid bucket"):
             TrainerConfig.from_dict({"data": {"source": "synthetic"}, section: {name: "s3://"}})
+
+
+@pytest.fixture
+def authenticated(buckets, aws):
+    """moto checking every request's signature from here on; an IAM user with a key and no policy."""
+    import urllib.request
+
+    iam = boto3.client("iam")
+    iam.create_user(UserName="launcher")
+    key = iam.create_access_key(UserName="launcher")["AccessKey"]
+
+    def auth_after(count: bytes) -> None:  # moto's switch: requests after the first ``count`` are authenticated
+        headers = {"Content-Type": "application/octet-stream"}
+        request = urllib.request.Request(f"{aws}/moto-api/reset-auth", data=count, method="POST", headers=headers)
+        urllib.request.urlopen(request, timeout=10).close()
+
+    auth_after(b"0")
+    try:
+        yield key
+    finally:
+        auth_after(b"inf")
+
+
+ENVIRONMENT = "the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN)"
+PROFILE = "the shared credentials file (AWS_SHARED_CREDENTIALS_FILE, ~/.aws/credentials), profile launcher"
+
+
+@pytest.mark.parametrize(
+    "key_id, secret, from_profile, said",
+    [
+        ("AKIAWRONGWRONGWRONG0", None, False, "InvalidAccessKeyId: the access key id is not known to S3"),
+        (
+            None,
+            "not-the-secret",
+            False,
+            "SignatureDoesNotMatch: the secret access key does not match the access key id",
+        ),
+        ("AKIAWRONGWRONGWRONG0", None, True, "InvalidAccessKeyId: the access key id is not known to S3"),
+    ],
+    ids=["wrong-key-id", "wrong-secret", "wrong-key-id-in-a-profile"],
+)
+def test_rejected_credentials_are_said_with_where_they_came_from(
+    authenticated, monkeypatch, tmp_path, key_id, secret, from_profile, said
+):
+    """What the launching machine checks first (``fsdp-sdk run`` stops there): credentials S3 rejects, said as
+    such with their source (the environment, a profile), not as a denial (a HEAD's bare 403 says neither apart)."""
+    key_id = key_id or authenticated["AccessKeyId"]
+    secret = secret or authenticated["SecretAccessKey"]
+    source = ENVIRONMENT
+    if from_profile:
+        for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+            monkeypatch.delenv(name)
+        credentials = tmp_path / "credentials"
+        credentials.write_text(f"[launcher]\naws_access_key_id = {key_id}\naws_secret_access_key = {secret}\n")
+        monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(credentials))
+        monkeypatch.setenv("AWS_PROFILE", "launcher")
+        source = PROFILE
+    else:
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", key_id)
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
+    with pytest.raises(ConfigError) as e:
+        check_s3_location("trainer.checkpoint.dir", "s3://ckpt-west/run")
+    assert _message(e) == (
+        f"trainer.checkpoint.dir: S3 rejected the credentials for s3://ckpt-west/run ({said}); they came from "
+        f"{source}; access key id {key_id[:4]}...{key_id[-4:]}; fix or replace them (or unset them to use another "
+        "source)"
+    )
+
+
+def test_a_key_that_no_policy_allows_is_said_as_a_denial(authenticated, monkeypatch):
+    key_id = authenticated["AccessKeyId"]
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", key_id)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", authenticated["SecretAccessKey"])
+    with pytest.raises(ConfigError) as e:
+        check_s3_location("trainer.checkpoint.dir", "s3://ckpt-west/run")
+    assert _message(e) == (
+        f"trainer.checkpoint.dir: S3 accepted the credentials (from {ENVIRONMENT}; access key id "
+        f"{key_id[:4]}...{key_id[-4:]}) but a policy denies access to bucket ckpt-west; allow s3:ListBucket, "
+        "s3:GetObject, s3:PutObject and s3:DeleteObject on it for this identity"
+    )
+
+
+def test_rejected_credentials_through_the_cli_exit_2_naming_their_source(authenticated, monkeypatch, tmp_path):
+    """``fsdp-sdk run`` with a wrong key id in the environment: the one line it prints, before anything starts."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAWRONGWRONGWRONG0")
+    monkeypatch.setenv("FSDP_SDK_STATE_DIR", str(tmp_path / "state"))
+    run = [FSDP_SDK, "run", "--backend", "local", "--preset", "tiny", "--steps", "2"]
+    done = subprocess.run(
+        [*run, "--", "--checkpoint.dir", "s3://ckpt-west/run"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert lines == [
+        "Error: trainer.checkpoint.dir: S3 rejected the credentials for s3://ckpt-west/run (InvalidAccessKeyId: the "
+        f"access key id is not known to S3); they came from {ENVIRONMENT}; access key id AKIA...ONG0; fix or replace "
+        "them (or unset them to use another source)"
+    ], lines
+    assert not list((tmp_path / "state").rglob("runs/*")), "nothing started"
+
+
+def test_the_sdk_and_the_trainer_say_credentials_alike():
+    """The launching machine's check and the trainer's (in the pod) name rejected credentials and their sources in
+    the same words."""
+    storage = pytest.importorskip("fsdp_trainer.storage")
+    from fsdp_sdk.aws import checkpoints
+
+    assert {code: said for code, (_, said) in storage.REJECTED_CREDENTIALS.items()} == checkpoints._REJECTED
+    assert checkpoints._SOURCES == storage.CREDENTIAL_SOURCES

@@ -89,7 +89,8 @@ def straight(tmp_path_factory: pytest.TempPathFactory) -> dict[int, float]:
 def test_s3_run_sigkilled_mid_run_resumes_with_the_same_losses(
     s3, straight: dict[int, float], outcome: Outcome
 ) -> None:
-    """A rank SIGKILLed mid-run (asynchronous saves, no restart budget); then ``run --resume``."""
+    """A rank SIGKILLed mid-run (asynchronous saves, no restart budget), and its newest checkpoint's shard then
+    changed by a byte; ``run --resume`` names it broken, takes the one before and ends with the same losses."""
     prefix = "killed/"
     run = Run(*TINY, "--steps", str(STEPS), "--name", "s3-killed", "--set", "job.max_restarts=0", *_ckpt_args("killed"))
     try:
@@ -101,11 +102,22 @@ def test_s3_run_sigkilled_mid_run_resumes_with_the_same_losses(
     assert code == 1, err[-3000:]
     outcome.saw(last_line(err))
     complete = sorted(step for step, done in _checkpoints(s3, prefix).items() if done)
-    assert complete and complete[-1] >= "step_00000004", complete
+    assert len(complete) == 2 and complete[-1] >= "step_00000004", complete
+    shard = f"{prefix}{complete[-1]}/__0_0.distcp"  # a flipped byte (issue 44: 'run --resume' failed the same way)
+    data = bytearray(s3.get_object(Bucket=BUCKET, Key=shard)["Body"].read())
+    data[len(data) // 3] ^= 0x01
+    s3.put_object(Bucket=BUCKET, Key=shard, Body=bytes(data))
     resumed = cli("run", "--resume", "s3-killed", "--json")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
+    broken = (
+        f"checkpoint: s3://{BUCKET}/{prefix}{complete[-1]} is broken: __0_0.distcp does not match the CRC32 recorded "
+        f"at save (its bytes changed); marked BROKEN; resuming from the previous complete checkpoint, "
+        f"s3://{BUCKET}/{prefix}{complete[-2]}"
+    )
+    assert broken in resumed.stderr, resumed.stderr[-3000:]
+    outcome.saw(broken)
     match = re.search(r"resumed from s3://fsdp-ckpt/killed/(step_\d{8}) \(step (\d+)\)", resumed.stderr)
-    assert match and match.group(1) == complete[-1], resumed.stderr[-3000:]
+    assert match and match.group(1) == complete[-2], resumed.stderr[-3000:]
     summary = json.loads(resumed.stdout)
     assert summary["steps"] == STEPS and summary["steps_run"] == STEPS - int(match.group(2))
     assert summary["checkpoint"]["async"] is True
@@ -114,7 +126,10 @@ def test_s3_run_sigkilled_mid_run_resumes_with_the_same_losses(
     assert sorted(losses) == list(range(1, STEPS + 1))
     for step in range(1, STEPS + 1):
         assert losses[step] == pytest.approx(straight[step], abs=1e-6), f"step {step}"
-    outcome.note(f"resumed from {match.group(1)} on S3; all {STEPS} steps' losses equal the uninterrupted run's")
+    outcome.note(
+        f"{complete[-1]} broken (a flipped byte): resumed from {match.group(1)} on S3; all {STEPS} steps' losses "
+        "equal the uninterrupted run's"
+    )
     wait_until(lambda: not processes_of("s3-killed"), 20, "processes of the run are gone")
 
 
@@ -214,6 +229,28 @@ def test_a_run_trains_from_the_s3_export_of_another(s3, outcome: Outcome) -> Non
         f"({len(weights) // 2} of {len(weights)} bytes)"
     )
     assert f"Error: run from-partial failed: agent 0: error: {line}; logs in " in partial.stderr, partial.stderr[-3000:]
+    outcome.saw(line)
+
+    # no config.json (an export cut short: it is uploaded last): refused by the SDK's estimate, before anything starts
+    s3.put_object(Bucket=BUCKET, Key="export/exp/model.safetensors", Body=weights)
+    config = s3.get_object(Bucket=BUCKET, Key="export/exp/config.json")["Body"].read()
+    s3.delete_object(Bucket=BUCKET, Key="export/exp/config.json")
+    no_config = cli("run", *one, "--name", "from-no-config", *args)
+    assert no_config.returncode == 2, no_config.stderr[-3000:]
+    assert last_line(no_config.stderr) == (
+        f"Error: model: {export} holds no config.json (not a Hugging Face model directory, or an export that did not "
+        "finish); pass the s3:// prefix a finished --checkpoint.export_hf wrote, or a preset"
+    ), no_config.stderr[-3000:]
+    # no weights: refused by the trainer, naming what it found
+    s3.put_object(Bucket=BUCKET, Key="export/exp/config.json", Body=config)
+    s3.delete_object(Bucket=BUCKET, Key="export/exp/model.safetensors")
+    found = ", ".join(k.rsplit("/", 1)[-1] for k in _objects(s3, "export/exp/"))
+    no_weights = cli("run", *one, "--name", "from-no-weights", *args)
+    assert no_weights.returncode == 1, no_weights.stderr[-3000:]
+    line = f"--model.name_or_path: {export} is not a whole model export: no *.safetensors weights (found: {found})"
+    assert f"Error: run from-no-weights failed: agent 0: error: {line}; logs in " in no_weights.stderr, (
+        no_weights.stderr[-3000:]
+    )
     outcome.saw(line)
 
 

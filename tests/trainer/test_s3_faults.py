@@ -102,28 +102,41 @@ def _files_of_one_save() -> list[str]:
     ]
 
 
-def test_two_runs_started_together_on_one_prefix_leave_one_runs_checkpoints(s3, tmp_path):
-    """Two runs of different names started at the same moment on one prefix: one is refused, before it commits a
-    checkpoint; every complete checkpoint left holds only the other's files (their digests match)."""
+@pytest.mark.parametrize(
+    "dirs", [("a", "b"), ("x/a", "y/a")], ids=["different-names", "one-name-from-two-state-directories"]
+)
+def test_two_runs_started_together_on_one_prefix_leave_one_runs_checkpoints(s3, tmp_path, dirs):
+    """Two runs started at the same moment on one prefix (different names and seeds; or the same name typed twice,
+    from two state directories): one is refused in one line naming the other, before it commits a checkpoint; every
+    complete checkpoint left holds only the other's files (their digests match)."""
     from fsdp_trainer.digests import check_files, expected_files
     from fsdp_trainer.storage import S3Store
 
     prefix = f"s3://{BUCKET}/together"
     procs = {}
-    for name, seed in (("a", "1"), ("b", "2")):
-        out = tmp_path / name
-        out.mkdir()
+    for where, seed in zip(dirs, ("1", "2"), strict=True):
+        out = tmp_path / where
+        out.mkdir(parents=True)
         cmd = [sys.executable, "-m", "fsdp_trainer", *ARGS, "--train.steps", "6", "--train.seed", seed]
         cmd += ["--checkpoint.dir", prefix, "--checkpoint.async_save", "false", "--train.output_dir", str(out)]
-        procs[name] = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=trainer_env(), cwd=tmp_path)
-    results = {name: (p.wait(timeout=200), p.stderr.read()) for name, p in procs.items()}
+        procs[where] = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=trainer_env(), cwd=tmp_path)
+    results = {where: (p.wait(timeout=200), p.stderr.read()) for where, p in procs.items()}
     for p in procs.values():
         p.stderr.close()
-    refused = [n for n, (code, _) in results.items() if code == 2]
-    assert len(refused) == 1, {n: (c, e[-1500:]) for n, (c, e) in results.items()}
-    winner = "b" if refused == ["a"] else "a"
+    refused = [w for w, (code, _) in results.items() if code == 2]
+    assert len(refused) == 1, {w: (c, e[-1500:]) for w, (c, e) in results.items()}
+    (winner,) = set(dirs) - set(refused)
     assert results[winner][0] == 0, results[winner][1][-3000:]
-    assert f"holds the checkpoints of run '{winner}'" in results[refused[0]][1]
+    owner = json.loads(s3.get_object(Bucket=BUCKET, Key="together/OWNER.json")["Body"].read())
+    identity = json.loads((tmp_path / winner / "run_identity.json").read_text())
+    assert owner["run_id"] == identity["run_id"], "the prefix is the winner's"
+    assert [line for line in results[refused[0]][1].splitlines() if line.startswith("error: ")] == [
+        f"error: --checkpoint.dir: {prefix} holds the checkpoints of run '{owner['name']}' (id "
+        f"{owner['run_id'][:12]}, settings {owner['config_digest'][:8]}, started "
+        f"{owner['started'].replace('T', ' ')} UTC); use another --checkpoint.dir for this run, or continue that "
+        f"run (fsdp-sdk run --resume {owner['name']}); to start from one of its checkpoints instead, name it with "
+        "--checkpoint.resume"
+    ]
     store = S3Store(prefix)
     complete = store.complete()
     assert [c.step for c in complete] == [4, 6]
@@ -138,7 +151,14 @@ def test_a_local_directory_has_one_owner_too(tmp_path):
     assert_ok(run_trainer([*ARGS, "--train.steps", "2", "--checkpoint.dir", str(shared)], tmp_path / "a"))
     other = run_trainer([*ARGS, "--train.steps", "2", "--checkpoint.dir", str(shared)], tmp_path / "b")
     assert other.returncode == 2
-    assert _errors(other)[0].startswith(f"error: --checkpoint.dir: {shared} holds the checkpoints of run 'a' (id ")
+    owner = json.loads((shared / "OWNER.json").read_text())
+    assert _errors(other) == [
+        f"error: --checkpoint.dir: {shared} holds the checkpoints of run 'a' (id {owner['run_id'][:12]}, settings "
+        f"{owner['config_digest'][:8]}, started {owner['started'].replace('T', ' ')} UTC); use another "
+        "--checkpoint.dir for this run, or continue that run (fsdp-sdk run --resume a); to start from one of its "
+        "checkpoints instead, name it with --checkpoint.resume"
+    ]
+    assert sorted(p.name for p in shared.iterdir()) == ["OWNER.json", "step_00000002"], "nothing of b's written"
 
 
 # ---------------------------------------------------------------------------------------------- broken checkpoints
@@ -203,7 +223,7 @@ def test_a_rerun_whose_last_checkpoint_is_gone_says_so_before_step_1(s3, tmp_pat
     prefix = f"s3://{BUCKET}/emptied"
     args = [*ARGS, "--checkpoint.dir", prefix]
     assert_ok(run_trainer([*args, "--train.steps", "4"], tmp_path / "r1"))
-    for key in _keys(s3, "emptied/step_"):
+    for key in _keys(s3, "emptied/"):  # everything, the owner's record too (a lifecycle rule expires it alike)
         s3.delete_object(Bucket=BUCKET, Key=key)
     again = run_trainer([*args, "--train.steps", "6"], tmp_path / "r1")
     assert_ok(again)
@@ -223,12 +243,19 @@ def test_a_rerun_whose_last_checkpoint_is_gone_says_so_before_step_1(s3, tmp_pat
 
 class FrozenProxy:
     """A TCP proxy on loopback in front of ``target``; once :attr:`frozen` is set (by hand, or at the first request
-    naming ``freeze_on``), it forwards nothing more and accepts new connections without ever answering."""
+    naming ``freeze_on``), it forwards nothing more and accepts new connections without ever answering. With
+    ``slow_on``: from the first request naming it, every chunk either way is held ``SLOW_S`` first (a store that
+    answers, slowly)."""
 
-    def __init__(self, target: str, freeze_on: bytes | None = None, occurrence: int = 1) -> None:
+    SLOW_S = 0.25
+
+    def __init__(
+        self, target: str, freeze_on: bytes | None = None, occurrence: int = 1, slow_on: bytes | None = None
+    ) -> None:
         host, port = target.removeprefix("http://").split(":")
         self.target = (host, int(port))
         self.freeze_on, self.left = freeze_on, occurrence
+        self.slow_on, self.slow = slow_on, threading.Event()
         self.frozen = threading.Event()
         self.server = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.server.getsockname()[1]}"
@@ -257,8 +284,12 @@ class FrozenProxy:
                     self.left -= 1  # the occurrence-th request naming freeze_on freezes it
                     if self.left <= 0:
                         self.frozen.set()
+                if from_client and self.slow_on is not None and self.slow_on in data:
+                    self.slow.set()
                 if self.frozen.is_set():
                     return  # hold the connection open, answer nothing
+                if self.slow.wait(0) and not self._closed:
+                    threading.Event().wait(self.SLOW_S)
                 dst.sendall(data)
         except OSError:
             return
@@ -274,8 +305,8 @@ class FrozenProxy:
 def proxy(s3, aws):
     made: list[FrozenProxy] = []
 
-    def make(freeze_on: bytes | None = None, occurrence: int = 1) -> FrozenProxy:
-        made.append(FrozenProxy(aws, freeze_on, occurrence))
+    def make(freeze_on: bytes | None = None, occurrence: int = 1, slow_on: bytes | None = None) -> FrozenProxy:
+        made.append(FrozenProxy(aws, freeze_on, occurrence, slow_on))
         return made[-1]
 
     yield make
@@ -283,24 +314,50 @@ def proxy(s3, aws):
         p.close()
 
 
+#: (steps between saves, the step whose save freezes) per mode. Asynchronous: far enough apart that the 2 s bound
+#: passes long before the next save (600 tiny steps: about 7 s on 2 cores, 11 ms a step), so what sees the stall
+#: is a step's check, not the next save waiting for the previous one (at 200 steps it was either).
+FREEZE = {"sync": (4, 4), "async": (600, 600)}
+
+
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_a_frozen_endpoint_fails_the_save_within_its_bound(proxy, tmp_path, mode):
-    """The endpoint freezes (accepts, never answers) while step 4's shards are uploaded: the run fails with the
-    cause within checkpoint.s3_timeout_s; an asynchronous save's stall is seen by the next step's check."""
-    frozen = proxy(freeze_on=b"step_00000004/__0_0.distcp")
+    """The endpoint freezes (accepts, never answers) while a save's shards are uploaded: the run fails with the
+    cause within checkpoint.s3_timeout_s; an asynchronous save's stall is seen by the next steps' check, while
+    training goes on, before the next save."""
+    every, step = FREEZE[mode]
+    frozen = proxy(freeze_on=f"step_{step:08d}/__0_0.distcp".encode())
     prefix = f"s3://{BUCKET}/frozen-{mode}"
-    args = [*ARGS, "--train.steps", "400", "--checkpoint.every_steps", "4", "--checkpoint.dir", prefix]
+    args = [*ARGS, "--train.steps", "10000", "--checkpoint.every_steps", str(every), "--checkpoint.dir", prefix]
     args += ["--checkpoint.s3_timeout_s", "2", "--checkpoint.async_save", "true" if mode == "async" else "false"]
     run = run_trainer(args, tmp_path / "r1", env={"AWS_ENDPOINT_URL": frozen.url}, timeout=90)
     assert frozen.frozen.is_set()
     assert run.returncode == 1, run.stderr[-3000:]
     what = "the background save" if mode == "async" else "the save"
     assert _errors(run) == [
-        f"error: checkpoint: {what} of step 4 failed: {prefix}/step_00000004: no answer from the endpoint for 2 s "
-        "(--checkpoint.s3_timeout_s)"
+        f"error: checkpoint: {what} of step {step} failed: {prefix}/step_{step:08d}: no answer from the endpoint "
+        "for 2 s (--checkpoint.s3_timeout_s)"
     ], run.stderr[-3000:]
+    last = max(r["step"] for r in run.records)
     if mode == "async":
-        assert 4 < max(r["step"] for r in run.records) < 400, "training went on until the next step's check saw it"
+        assert step < last < step + every, f"seen at step {last}: a step's check saw it, not the next save's wait"
+    else:
+        assert last == step, "training waited for the save"
+
+
+def test_a_save_that_answers_too_slowly_fails_within_the_whole_save_bound(proxy, tmp_path):
+    """Every answer comes, slowly (0.25 s a chunk from the save of step 2 on): no single operation stalls, but the
+    whole save passes checkpoint.save_timeout_s, and the run fails saying so."""
+    slow = proxy(slow_on=b"step_00000002/")
+    prefix = f"s3://{BUCKET}/slow"
+    args = [*ARGS, "--train.steps", "4", "--checkpoint.dir", prefix, "--checkpoint.async_save", "false"]
+    args += ["--checkpoint.save_timeout_s", "1"]
+    run = run_trainer(args, tmp_path / "r1", env={"AWS_ENDPOINT_URL": slow.url}, timeout=90)
+    assert slow.slow.is_set() and run.returncode == 1, run.stderr[-3000:]
+    assert _errors(run) == [
+        f"error: checkpoint: the save of step 2 failed: {prefix}/step_00000002: the save did not finish within 1 s "
+        "(--checkpoint.save_timeout_s)"
+    ], run.stderr[-3000:]
 
 
 def test_a_frozen_endpoint_while_a_checkpoint_loads_fails_within_its_bound(proxy, tmp_path):

@@ -35,6 +35,27 @@ S3_SETTINGS = (
 )
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]")
 _CREDENTIALS_FIX = "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE, or run where an IAM role applies"
+#: S3's codes for credentials it does not accept (as opposed to a policy that denies them), in the trainer's words
+#: (``fsdp_trainer.storage.REJECTED_CREDENTIALS``).
+_REJECTED = {
+    "InvalidAccessKeyId": "the access key id is not known to S3",
+    "SignatureDoesNotMatch": "the secret access key does not match the access key id",
+    "ExpiredToken": "the session token has expired",
+    "InvalidToken": "the session token is not valid",
+}
+#: botocore's credential provider names, in words (as ``fsdp_trainer.storage.CREDENTIAL_SOURCES``).
+_SOURCES = {
+    "env": "the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN)",
+    "shared-credentials-file": "the shared credentials file (AWS_SHARED_CREDENTIALS_FILE, ~/.aws/credentials)",
+    "config-file": "the AWS config file (AWS_CONFIG_FILE, ~/.aws/config)",
+    "assume-role": "a role assumed through the AWS profile",
+    "assume-role-with-web-identity": "a web identity role (IRSA: AWS_ROLE_ARN, AWS_WEB_IDENTITY_TOKEN_FILE)",
+    "container-role": "the container credentials endpoint (EKS Pod Identity or ECS)",
+    "iam-role": "the instance role (instance metadata)",
+    "sso": "AWS SSO (the profile's sso settings)",
+    "custom-process": "the profile's credential_process",
+}
+_PROFILE_SOURCES = ("shared-credentials-file", "config-file", "assume-role", "sso", "custom-process")
 
 
 def parse_s3_uri(field: str, uri: str) -> tuple[str, str]:
@@ -67,14 +88,34 @@ def s3_locations(trainer: Mapping[str, Any]) -> list[tuple[str, str]]:
     return found
 
 
-def _client(region: str) -> Any:
+def _session(region: str) -> Any:
     import boto3
+
+    return boto3.session.Session(region_name=region, profile_name=os.environ.get("AWS_PROFILE") or None)
+
+
+def _client(region: str, session: Any = None) -> Any:
     from botocore.config import Config
 
     config = Config(connect_timeout=3, read_timeout=10, retries={"max_attempts": 1, "mode": "standard"})
-    return boto3.session.Session(region_name=region, profile_name=os.environ.get("AWS_PROFILE") or None).client(
-        "s3", config=config
-    )
+    return (session or _session(region)).client("s3", config=config)
+
+
+def credential_source(session: Any) -> str:
+    """Where ``session`` found its credentials, in words, with the access key id shortened (``AKIA...RNG0``)."""
+    try:
+        credentials = session.get_credentials()
+    except Exception:
+        return "the standard AWS chain"
+    if credentials is None:
+        return "nowhere (no credentials found)"
+    method = getattr(credentials, "method", "") or ""
+    where = _SOURCES.get(method, method or "the standard AWS chain")
+    profile = session.profile_name if os.environ.get("AWS_PROFILE") else None
+    if method in _PROFILE_SOURCES and profile:
+        where += f", profile {profile}"
+    key = getattr(credentials, "access_key", "") or ""
+    return f"{where}; access key id {key[:4]}...{key[-4:]}" if len(key) > 8 else where
 
 
 def check_s3_location(field: str, uri: str, region: str | None = None) -> None:
@@ -86,13 +127,22 @@ def check_s3_location(field: str, uri: str, region: str | None = None) -> None:
     """
     bucket, _ = parse_s3_uri(field, uri)
     region = region or trainer_region()
-    s3 = _client(region)
+    session = _session(region)
+    s3 = _client(region, session)
     endpoint = s3.meta.endpoint_url
     try:
-        s3.head_bucket(Bucket=bucket)
+        try:
+            s3.head_bucket(Bucket=bucket)
+        except Exception as error:
+            # HEAD's answer has no body: a 400 or 403 says neither rejected credentials nor a denying policy apart;
+            # a listing's error says which
+            if _code(error) not in ("400", "403"):
+                raise
+            s3.list_objects_v2(Bucket=bucket, MaxKeys=1)
+            raise
         location = s3.get_bucket_location(Bucket=bucket).get("LocationConstraint") or "us-east-1"
     except Exception as error:
-        raise _explain(error, field, uri, bucket, region, endpoint) from None
+        raise _explain(error, field, uri, bucket, region, endpoint, lambda: credential_source(session)) from None
     if location == "EU":  # the legacy name of eu-west-1
         location = "eu-west-1"
     if location != region:
@@ -103,7 +153,15 @@ def check_s3_location(field: str, uri: str, region: str | None = None) -> None:
         )
 
 
-def _explain(error: Exception, field: str, uri: str, bucket: str, region: str, endpoint: str) -> ConfigError:
+def _code(error: Exception) -> str:
+    response = getattr(error, "response", None) or {}
+    return str((response.get("Error") or {}).get("Code") or "")
+
+
+def _explain(
+    error: Exception, field: str, uri: str, bucket: str, region: str, endpoint: str, source: Any = None
+) -> ConfigError:
+    """The one line for ``error``; ``source()``: where the credentials came from, in words."""
     kind = type(error).__name__
     if kind in ("NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError"):
         return ConfigError(field, f"no AWS credentials were found to reach {uri}", _CREDENTIALS_FIX)
@@ -124,12 +182,17 @@ def _explain(error: Exception, field: str, uri: str, bucket: str, region: str, e
         return ConfigError(
             field, f"bucket {bucket} is {where}, not {region}", f"set AWS_REGION={actual or 'its region'}"
         )
-    if code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken"):
-        return ConfigError(field, f"AWS rejected the credentials ({code})", _CREDENTIALS_FIX)
+    where = source() if source is not None else "the standard AWS chain"
+    if code in _REJECTED:
+        return ConfigError(
+            field,
+            f"S3 rejected the credentials for {uri} ({code}: {_REJECTED[code]}); they came from {where}",
+            "fix or replace them (or unset them to use another source)",
+        )
     if code in ("403", "AccessDenied", "Forbidden"):
         return ConfigError(
             field,
-            f"access to bucket {bucket} is denied",
+            f"S3 accepted the credentials (from {where}) but a policy denies access to bucket {bucket}",
             "allow s3:ListBucket, s3:GetObject, s3:PutObject and s3:DeleteObject on it for this identity",
         )
     detail = code or " ".join(str(error).split())[:200]
