@@ -1,4 +1,5 @@
-"""The conversions: each setting, as read from any source, converted to its field's type, checked, and stored.
+"""The conversions: each setting, as read from any source, converted to its field's type and checked
+(:func:`fsdp_sdk.config.model._apply` stores it).
 
 A bad value raises a one-line :class:`~fsdp_sdk.errors.ConfigError` naming the setting as the user wrote it
 (``NUM_WORKERS``, ``job.num_workers``, ``--nodes``) and where it came from.

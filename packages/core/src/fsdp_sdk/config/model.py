@@ -52,8 +52,8 @@ __all__ = ["Config", "load_config"]
 class Config(Fields):
     """The whole configuration: cluster, job, trainer and observability settings.
 
-    Build one with :func:`load_config` (all sources) or directly; call
-    :meth:`resolved` before use to fill derived values and validate across fields.
+    Build one with :func:`load_config` (all sources) or directly; resolve it in a plugin set before use
+    (:meth:`Resolved.of <fsdp_sdk.resolved.Resolved.of>`) to fill derived values and validate across fields.
     """
 
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
@@ -206,7 +206,7 @@ def load_config(
     cwd: str | os.PathLike[str] | None = None,
     sections: Sections | None = None,
 ) -> Config:
-    """Read the configuration from all sources (see the module docstring); not yet resolved.
+    """Read the configuration from all sources (see :mod:`fsdp_sdk.config`); not yet resolved.
 
     :param config_file: a YAML file; it must exist.
     :param env_file: a ``.env`` file; it must exist. Without one, ``.env`` in ``cwd`` is read if present.

@@ -1,5 +1,6 @@
 """The sources of a configuration, each overriding the one before: the defaults, a YAML file, a ``.env`` file,
-``FSDP_SDK_*`` environment variables, command-line flags and ``--set``; :func:`load_config` reads them all.
+``FSDP_SDK_*`` environment variables, command-line flags and ``--set``, each read into
+:class:`~fsdp_sdk.config.Setting` records; :func:`~fsdp_sdk.config.load_config` applies them all.
 
 YAML and the ``.env`` reader (:mod:`fsdp_sdk.envfile`) are imported when a file is read.
 """
