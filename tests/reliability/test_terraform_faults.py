@@ -53,6 +53,7 @@ _INTERRUPTED_UP = textwrap.dedent(
     """
     import sys
     from fsdp_sdk.config import Config
+    from fsdp_sdk.config.resolution import resolve
     from fsdp_sdk.plugins import build_plugins
     from fsdp_sdk.resolved import Resolved
     from fsdp_sdk_terraform import plugin
