@@ -11,7 +11,11 @@
 * ``stubbed``: a boto3 client with botocore's ``Stubber`` active, for the APIs moto lacks (Service
   Quotas, capacity reservation details, EKS add-ons): each stubbed request is checked against the
   real service model, and the test fails if an expected request was not made;
-* ``routed``: a client that sends some operations to a stubbed client and the rest to moto.
+* ``routed``: a client that sends some operations to a stubbed client and the rest to moto;
+* ``moto_auth``: ``enforce()`` makes moto check every later request's signature and policies;
+* ``role_credentials``: a role's credentials (assumed through moto's STS) handed out on loopback by a stand-in EKS
+  Pod Identity Agent and instance metadata service (``tests/aws/credential_endpoints.py``);
+* ``expired_token_s3``: an S3 endpoint answering every request as S3 does one signed with an expired session token.
 
 Every test runs under the leak guard (``tests/leakguard.py``, registered here): a process, port or file it leaves
 behind fails the run, naming the test; the end of the run lists what skipped tests lacked and how to get it.
@@ -19,7 +23,11 @@ behind fails the run, naming the test; the end of the run lists what skipped tes
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import socket
+import threading
 import urllib.request
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -187,3 +195,96 @@ def routed() -> Callable[[Any, Any, Iterable[str]], Any]:
         return _Routed(default, stubbed, frozenset(operations))
 
     return make
+
+
+@pytest.fixture
+def moto_auth(aws: str) -> Iterator[Callable[[], None]]:
+    """``enforce()``: moto checks every request after it (signatures, then IAM policies), through its
+    ``/moto-api/reset-auth`` switch; checking stops when the test ends."""
+
+    def after(count: bytes) -> None:  # requests after the first ``count`` are authenticated
+        headers = {"Content-Type": "application/octet-stream"}
+        request = urllib.request.Request(f"{aws}/moto-api/reset-auth", data=count, method="POST", headers=headers)
+        urllib.request.urlopen(request, timeout=10).close()
+
+    enforced = []
+
+    def enforce() -> None:
+        after(b"0")
+        enforced.append(True)
+
+    yield enforce
+    if enforced:
+        after(b"inf")
+
+
+@pytest.fixture
+def role_credentials(aws: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A role with no policy, assumed through moto's STS (``ASIA...`` keys and a session token), its keys set on a
+    :class:`~aws.credential_endpoints.CredentialEndpoints` (the Pod Identity Agent and IMDSv2 on loopback)."""
+    import boto3
+
+    from aws.credential_endpoints import CredentialEndpoints
+
+    iam = boto3.client("iam")
+    # the trust policy a Pod Identity role has (https://docs.aws.amazon.com/eks/latest/userguide/pod-id-role.html)
+    trust = {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Effect": "Allow",
+                "Principal": {"Service": "pods.eks.amazonaws.com"},
+                "Action": ["sts:AssumeRole", "sts:TagSession"],
+            }
+        ],
+    }
+    role = iam.create_role(RoleName="fsdp-sdk-checkpoints", AssumeRolePolicyDocument=json.dumps(trust))["Role"]
+    keys = boto3.client("sts").assume_role(RoleArn=role["Arn"], RoleSessionName="trainer")["Credentials"]
+    endpoints = CredentialEndpoints(tmp_path_factory.mktemp("pod-identity"))
+    endpoints.credentials = {
+        "AccessKeyId": keys["AccessKeyId"],
+        "SecretAccessKey": keys["SecretAccessKey"],
+        "Token": keys["SessionToken"],
+    }
+    try:
+        yield endpoints
+    finally:
+        endpoints.close()
+
+
+#: S3's answer to a request signed with an expired session token (moto does not check tokens' expiry): the error of
+#: https://docs.aws.amazon.com/AmazonS3/latest/API/ErrorResponses.html (code ExpiredToken, HTTP 400); a HEAD's
+#: answer has the status and no body.
+EXPIRED_TOKEN_BODY = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>ExpiredToken</Code><Message>The provided token has '
+    b"expired.</Message><RequestId>4442587FB7D0A2F9</RequestId></Error>"
+)
+
+
+@pytest.fixture
+def expired_token_s3() -> Iterator[str]:
+    """The URL of a loopback endpoint answering every request with S3's ExpiredToken error."""
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def answer() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                head = conn.recv(65536).startswith(b"HEAD ")
+                body = b"" if head else EXPIRED_TOKEN_BODY
+                status = b"HTTP/1.1 400 Bad Request\r\nContent-Type: application/xml\r\n"
+                length = len(EXPIRED_TOKEN_BODY)
+                conn.sendall(status + b"Content-Length: %d\r\nConnection: close\r\n\r\n" % length + body)
+
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        with contextlib.suppress(OSError):
+            server.shutdown(socket.SHUT_RDWR)  # wakes the accept() (a close alone does not)
+        server.close()
+        thread.join(timeout=10)

@@ -121,24 +121,13 @@ def test_trainer_validation_refuses_a_uri_without_a_bucket():
 
 
 @pytest.fixture
-def authenticated(buckets, aws):
+def authenticated(buckets, moto_auth):
     """moto checking every request's signature from here on; an IAM user with a key and no policy."""
-    import urllib.request
-
     iam = boto3.client("iam")
     iam.create_user(UserName="launcher")
     key = iam.create_access_key(UserName="launcher")["AccessKey"]
-
-    def auth_after(count: bytes) -> None:  # moto's switch: requests after the first ``count`` are authenticated
-        headers = {"Content-Type": "application/octet-stream"}
-        request = urllib.request.Request(f"{aws}/moto-api/reset-auth", data=count, method="POST", headers=headers)
-        urllib.request.urlopen(request, timeout=10).close()
-
-    auth_after(b"0")
-    try:
-        yield key
-    finally:
-        auth_after(b"inf")
+    moto_auth()
+    return key
 
 
 ENVIRONMENT = "the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN)"
@@ -197,6 +186,66 @@ def test_a_key_that_no_policy_allows_is_said_as_a_denial(authenticated, monkeypa
         f"trainer.checkpoint.dir: S3 accepted the credentials (from {ENVIRONMENT}; access key id "
         f"{key_id[:4]}...{key_id[-4:]}) but a policy denies access to bucket ckpt-west; allow s3:ListBucket, "
         "s3:GetObject, s3:PutObject and s3:DeleteObject on it for this identity"
+    )
+
+
+POD_IDENTITY = "the container credentials endpoint (EKS Pod Identity or ECS)"
+INSTANCE_ROLE = "the instance role (instance metadata)"
+
+
+def _from_a_role(monkeypatch, endpoints, source: str) -> None:
+    """The credentials come from ``source`` (Pod Identity or the instance role) alone: none in the environment."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    environment = (
+        endpoints.pod_identity_environment() if source == POD_IDENTITY else endpoints.instance_metadata_environment()
+    )
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+
+
+@pytest.mark.parametrize("source", [POD_IDENTITY, INSTANCE_ROLE], ids=["pod-identity", "instance-role"])
+def test_a_roles_credentials_are_said_with_the_role_they_came_from(
+    buckets, role_credentials, moto_auth, monkeypatch, source
+):
+    """A role's credentials, accepted by S3 but allowed nothing, are said as a denial with their source; the same
+    role's credentials with a session token S3 does not take are said as rejected, with the same source."""
+    _from_a_role(monkeypatch, role_credentials, source)
+    moto_auth()
+    key_id = role_credentials.credentials["AccessKeyId"]
+    shown = f"{key_id[:4]}...{key_id[-4:]}"
+    with pytest.raises(ConfigError) as e:
+        check_s3_location("trainer.checkpoint.dir", "s3://ckpt-west/run")
+    assert _message(e) == (
+        f"trainer.checkpoint.dir: S3 accepted the credentials (from {source}; access key id {shown}) but a policy "
+        "denies access to bucket ckpt-west; allow s3:ListBucket, s3:GetObject, s3:PutObject and s3:DeleteObject on "
+        "it for this identity"
+    )
+    served = [path for method, path in role_credentials.requests if method == "GET"]
+    assert served[-1] in ("/v1/credentials", "/latest/meta-data/iam/security-credentials/fsdp-sdk-node-role")
+
+    role_credentials.credentials["Token"] = "not-the-session-token"
+    with pytest.raises(ConfigError) as e:
+        check_s3_location("trainer.checkpoint.dir", "s3://ckpt-west/run")
+    assert _message(e) == (
+        "trainer.checkpoint.dir: S3 rejected the credentials for s3://ckpt-west/run (InvalidToken: the session token "
+        f"is not valid); they came from {source}; access key id {shown}; fix or replace them (or unset them to use "
+        "another source)"
+    )
+
+
+def test_an_expired_session_token_is_said_as_rejected_with_its_source(aws, expired_token_s3, monkeypatch):
+    """Temporary credentials in the environment whose session token S3 says has expired: a HEAD's bare 400 is asked
+    again by a listing, whose ExpiredToken names it."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "ASIAEXPIREDEXPIRED01")
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "a-session-token")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", expired_token_s3)
+    with pytest.raises(ConfigError) as e:
+        check_s3_location("trainer.checkpoint.dir", "s3://ckpt-west/run")
+    assert _message(e) == (
+        "trainer.checkpoint.dir: S3 rejected the credentials for s3://ckpt-west/run (ExpiredToken: the session token "
+        f"has expired); they came from {ENVIRONMENT}; access key id ASIA...ED01; fix or replace them (or unset them "
+        "to use another source)"
     )
 
 

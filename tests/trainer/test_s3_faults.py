@@ -13,7 +13,6 @@ import socket
 import subprocess
 import sys
 import threading
-import urllib.request
 
 import boto3
 import pytest
@@ -393,22 +392,13 @@ def test_a_frozen_endpoint_at_start_is_refused_within_the_connect_bound(proxy, t
 
 
 @pytest.fixture
-def authenticated(s3, aws, monkeypatch):
+def authenticated(s3, moto_auth):
     """moto checking every request's signature from here on; an IAM user with a key and no policy."""
     iam = boto3.client("iam")
     iam.create_user(UserName="trainer")
     key = iam.create_access_key(UserName="trainer")["AccessKey"]
-
-    def auth_after(count: bytes) -> None:  # moto's switch: requests after the first ``count`` are authenticated
-        headers = {"Content-Type": "application/octet-stream"}
-        request = urllib.request.Request(f"{aws}/moto-api/reset-auth", data=count, method="POST", headers=headers)
-        urllib.request.urlopen(request, timeout=10).close()
-
-    auth_after(b"0")
-    try:
-        yield key
-    finally:
-        auth_after(b"inf")
+    moto_auth()
+    return key
 
 
 @pytest.mark.parametrize(
@@ -459,36 +449,12 @@ def test_a_key_that_no_policy_allows_is_said_as_a_denial(authenticated, monkeypa
     ), str(e.value)
 
 
-#: S3's answer to a request signed with an expired session token (moto does not check tokens' expiry): the error of
-#: https://docs.aws.amazon.com/AmazonS3/latest/API/ErrorResponses.html (code ExpiredToken, HTTP 400).
-EXPIRED_TOKEN = (
-    b"HTTP/1.1 400 Bad Request\r\nContent-Type: application/xml\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
-)
-EXPIRED_BODY = (
-    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>ExpiredToken</Code><Message>The provided token has '
-    b"expired.</Message><RequestId>4442587FB7D0A2F9</RequestId></Error>"
-)
-
-
-def test_an_expired_session_token_is_said_with_the_profile_it_came_from(s3, tmp_path, monkeypatch):
+def test_an_expired_session_token_is_said_with_the_profile_it_came_from(s3, expired_token_s3, tmp_path, monkeypatch):
     """A session token S3 says has expired (a stand-in endpoint giving S3's ExpiredToken answer), from a profile."""
     from fsdp_trainer.config import TrainerConfig
     from fsdp_trainer.errors import ConfigError
     from fsdp_trainer.storage import check_s3_locations
 
-    server = socket.create_server(("127.0.0.1", 0))
-
-    def answer() -> None:
-        while True:
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                return
-            with conn:
-                conn.recv(65536)
-                conn.sendall(EXPIRED_TOKEN % len(EXPIRED_BODY) + EXPIRED_BODY)
-
-    threading.Thread(target=answer, daemon=True).start()
     credentials = tmp_path / "credentials"
     credentials.write_text(
         "[trainer]\naws_access_key_id = ASIAEXPIREDEXPIRED01\naws_secret_access_key = s\naws_session_token = t\n"
@@ -497,17 +463,51 @@ def test_an_expired_session_token_is_said_with_the_profile_it_came_from(s3, tmp_
         monkeypatch.delenv(name)
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(credentials))
     monkeypatch.setenv("AWS_PROFILE", "trainer")
-    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{server.getsockname()[1]}")
-    try:
-        with pytest.raises(ConfigError) as e:
-            check_s3_locations(TrainerConfig.from_dict({"checkpoint": {"dir": f"s3://{BUCKET}/run"}}))
-    finally:
-        server.close()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", expired_token_s3)
+    with pytest.raises(ConfigError) as e:
+        check_s3_locations(TrainerConfig.from_dict({"checkpoint": {"dir": f"s3://{BUCKET}/run"}}))
     assert str(e.value).endswith(
         "S3 rejected the credentials (ExpiredToken: the session token has expired); they came from the shared "
         "credentials file (AWS_SHARED_CREDENTIALS_FILE, ~/.aws/credentials), profile trainer; access key id "
         "ASIA...ED01; fix or replace them (or unset them to use another source)"
     ), str(e.value)
+
+
+POD_IDENTITY = "the container credentials endpoint (EKS Pod Identity or ECS)"
+
+
+def test_a_pods_role_credentials_are_said_with_the_role_they_came_from(s3, role_credentials, moto_auth, monkeypatch):
+    """In the pod, the credentials come from the role of its Pod Identity association (the agent's endpoint, read by
+    the CRT as by botocore). A role S3 accepts but no policy allows is a denial; a session token S3 does not take is
+    rejected; both name the role's source. (The node's instance role is tested at the SDK's check: the CRT reads
+    instance metadata at 169.254.169.254 only, which a stand-in on loopback cannot be.)"""
+    from fsdp_trainer.config import TrainerConfig
+    from fsdp_trainer.errors import ConfigError
+    from fsdp_trainer.storage import check_s3_locations
+
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name)
+    for name, value in role_credentials.pod_identity_environment().items():
+        monkeypatch.setenv(name, value)
+    moto_auth()
+    key_id = role_credentials.credentials["AccessKeyId"]
+    cfg = TrainerConfig.from_dict({"checkpoint": {"dir": f"s3://{BUCKET}/run"}})
+    with pytest.raises(ConfigError) as e:
+        check_s3_locations(cfg)
+    assert str(e.value).endswith(
+        f"S3 accepted the credentials (from {POD_IDENTITY}; access key id {key_id[:4]}...{key_id[-4:]}) but a policy denies "
+        f"access to bucket {BUCKET}; allow s3:ListBucket on it and s3:GetObject, s3:PutObject, s3:DeleteObject on its "
+        "objects"
+    ), str(e.value)
+
+    role_credentials.credentials["Token"] = "not-the-session-token"
+    with pytest.raises(ConfigError) as e:
+        check_s3_locations(cfg)
+    assert str(e.value).endswith(
+        f"S3 rejected the credentials (InvalidToken: the session token is not valid); they came from {POD_IDENTITY}; "
+        f"access key id {key_id[:4]}...{key_id[-4:]}; fix or replace them (or unset them to use another source)"
+    ), str(e.value)
+    assert ("GET", "/v1/credentials") in role_credentials.requests
 
 
 # ---------------------------------------------------------------------------------------------- partial exports
